@@ -1,0 +1,142 @@
+"""Trace rows as dense arrays over (node, step, DP rank), with transfer durations and launch delays.
+
+Every (step, DP rank) holds the same ops as the graph's template (design.md
+Appendix A), so the trace becomes arrays shaped [n_nodes, n_steps, dp_size] and
+every later computation is vectorized over steps and DP ranks at once.
+
+    frame = build_frame(df, graph, meta, where="trace.parquet")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.graph import DepGraph
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import OPTYPE_VALUES
+
+# Negative transfer durations / launch delays at or below this become 0 (artifact convention).
+NEGATIVE_CUTOFF_S = -0.01
+
+
+@dataclass
+class OpFrame:
+    """The traced job as arrays; times in seconds, relative to each step's earliest start."""
+
+    steps: np.ndarray
+    """Step numbers, ascending, [n_steps]."""
+    start: np.ndarray
+    """Traced start per op, [n_nodes, n_steps, dp_size]."""
+    duration: np.ndarray
+    """Traced duration per op, [n_nodes, n_steps, dp_size]."""
+    transfer: np.ndarray
+    """Transfer duration (comm ops: end minus the group's latest start; compute: duration)."""
+    launch_delay: np.ndarray
+    """Start minus the latest end of the op's dependencies (or the step start)."""
+    worker_rank: np.ndarray
+    """Global rank of the traced worker per cell, [pp_size, dp_size]."""
+
+    @property
+    def end(self) -> np.ndarray:
+        """Traced end per op."""
+        return self.start + self.duration
+
+    def sim_value(self, graph: DepGraph) -> np.ndarray:
+        """The per-op quantity the simulator consumes: transfer for comm ops, else duration."""
+        return np.where(comm_mask(graph)[:, None, None], self.transfer, self.duration)
+
+
+def comm_mask(graph: DepGraph) -> np.ndarray:
+    """Per node: True when it belongs to a comm group."""
+    mask = np.zeros(graph.n_nodes, dtype=bool)
+    for g in graph.groups:
+        if g.is_comm:
+            mask[list(g.members)] = True
+    return mask
+
+
+def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) -> OpFrame:
+    """Scatter trace rows into [node, step, dp] arrays and derive transfers and delays."""
+    n_nodes, dp = graph.n_nodes, meta.dp_size
+    steps, step_idx = np.unique(df["step"].to_numpy(), return_inverse=True)
+    node_idx = _node_of_rows(df, graph, where)
+    flat = (node_idx * len(steps) + step_idx) * dp + df["dp_rank"].to_numpy(np.int64)
+    size = n_nodes * len(steps) * dp
+    counts = np.bincount(flat, minlength=size)
+    if (counts != 1).any():
+        _report_fill_error(counts, graph, steps, dp, where)
+    start = np.empty(size)
+    duration = np.empty(size)
+    start[flat] = df["start_ts"].to_numpy(np.float64)
+    duration[flat] = df["duration"].to_numpy(np.float64)
+    shape = (n_nodes, len(steps), dp)
+    start, duration = start.reshape(shape), duration.reshape(shape)
+
+    worker_rank = np.zeros((meta.pp_size, dp), dtype=np.int64)
+    cells = df.groupby(["stage", "dp_rank"], sort=False)["rank"].first()
+    worker_rank[cells.index.get_level_values(0), cells.index.get_level_values(1)] = cells.values
+
+    transfer = _transfer_durations(graph, start, duration)
+    delay = _launch_delays(graph, start, duration)
+    return OpFrame(steps, start, duration, transfer, delay, worker_rank)
+
+
+def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
+    """Node index of every row via a dense (stage, optype, seq_id) lookup table."""
+    code_of = {t: i for i, t in enumerate(OPTYPE_VALUES)}
+    seq = df["seq_id"].to_numpy(np.int64)
+    n_seq = int(max(seq.max(initial=0), graph.seq_id.max(initial=0))) + 1
+    n_stage = int(max(df["stage"].max(), graph.stage.max())) + 1
+    lookup = np.full((n_stage, len(OPTYPE_VALUES), n_seq), -1, dtype=np.int64)
+    g_codes = np.array([code_of[t] for t in graph.optype], dtype=np.int64)
+    lookup[graph.stage, g_codes, graph.seq_id] = np.arange(graph.n_nodes)
+    codes = pd.Categorical(df["optype"], categories=OPTYPE_VALUES).codes.astype(np.int64)
+    node = lookup[df["stage"].to_numpy(np.int64), codes, seq]
+    if (node < 0).any():
+        bad = df.loc[node < 0, ["step", "dp_rank", "stage", "optype", "seq_id"]].head(3)
+        raise InputError(
+            f"{where}: {int((node < 0).sum())} ops do not appear in the first step of DP rank "
+            f"0, e.g. {bad.to_dict('records')}; every step and DP rank must run the same ops."
+        )
+    return node
+
+
+def _report_fill_error(counts, graph, steps, dp, where) -> None:
+    counts = counts.reshape(graph.n_nodes, len(steps), dp)
+    n, s, d = np.argwhere(counts != 1)[0]
+    what = "missing" if counts[n, s, d] == 0 else f"present {counts[n, s, d]} times"
+    raise InputError(
+        f"{where}: op ({graph.optype[n]}, seq_id {graph.seq_id[n]}, stage {graph.stage[n]}) "
+        f"is {what} in step {steps[s]} on DP rank {d} ({int((counts != 1).sum())} such "
+        "slots); every step and DP rank must hold each op exactly once."
+    )
+
+
+def _transfer_durations(graph: DepGraph, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    end = start + duration
+    transfer = duration.copy()
+    for g in graph.groups:
+        if not g.is_comm:
+            continue
+        members = list(g.members)
+        latest = start[members].max(axis=0)
+        if g.dp_sync:
+            latest = latest.max(axis=-1, keepdims=True)
+        transfer[members] = end[members] - latest
+    transfer[transfer <= NEGATIVE_CUTOFF_S] = 0.0
+    return transfer
+
+
+def _launch_delays(graph: DepGraph, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
+    end = start + duration
+    step_start = start.min(axis=(0, 2))[:, None]  # earliest start of each step over the job
+    delay = np.empty_like(start)
+    for node, deps in enumerate(graph.deps):
+        ready = end[deps].max(axis=0) if len(deps) else step_start
+        delay[node] = start[node] - ready
+    delay[delay <= NEGATIVE_CUTOFF_S] = 0.0
+    return delay

@@ -1,0 +1,305 @@
+"""Dependency model of one training step (design.md §4.1-4.2 and Appendix A).
+
+Ops are named by (optype, seq_id, stage); the graph is built once from DP rank 0
+of the first traced step and applies to every DP rank and every step. It holds
+
+* `deps[n]`: the nodes whose end op n waits for (stream order + cross-stream rules);
+* `groups`: comm groups whose members finish together (a P2P pair, one DP
+  collective synchronized across DP ranks, the embedding all-reduce of the
+  first and last stage, clip-main-grad over every stage); compute-like ops are
+  groups of one;
+* `order`: the groups in topological order (a cycle is an InputError).
+
+    graph = build_graph(step_rows, meta, where="trace.parquet")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.p2p import match_stream
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType
+
+O = OpType  # short alias for the many rules below
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ops that end together: at the group's latest start plus each one's transfer duration."""
+
+    members: tuple[int, ...]
+    """Node indices."""
+    is_comm: bool
+    """False for compute-like ops (end = start + duration)."""
+    dp_sync: bool
+    """True when the group also spans every DP rank (DP collectives, clip-main-grad)."""
+
+
+@dataclass
+class DepGraph:
+    """The per-step dependency graph shared by all DP ranks and steps."""
+
+    optype: np.ndarray
+    """Per node: optype string."""
+    seq_id: np.ndarray
+    """Per node: seq_id."""
+    stage: np.ndarray
+    """Per node: pipeline stage."""
+    deps: list[np.ndarray]
+    """Per node: indices of the nodes it depends on."""
+    groups: list[Group]
+    """Comm groups and singleton compute-like ops; every node is in exactly one."""
+    order: list[int] = field(default_factory=list)
+    """Group indices in topological order."""
+    noop: np.ndarray | None = None
+    """Per node: True for a P2P record without a peer."""
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of ops per (step, DP rank)."""
+        return len(self.optype)
+
+    def node_index(self) -> pd.MultiIndex:
+        """(optype, seq_id, stage) of every node, in node order."""
+        return pd.MultiIndex.from_arrays(
+            [self.optype, self.seq_id, self.stage], names=["optype", "seq_id", "stage"]
+        )
+
+
+class _Builder:
+    """Collects edges and groups while rules are applied."""
+
+    def __init__(self, ops: pd.DataFrame) -> None:
+        self.ops = ops
+        self.edges: list[tuple[int, int]] = []  # (dependency, dependant)
+        self.groups: list[Group] = []
+
+    def edge(self, before: int, after: int) -> None:
+        self.edges.append((int(before), int(after)))
+
+    def chain(self, nodes) -> None:
+        nodes = list(nodes)
+        for a, b in zip(nodes[:-1], nodes[1:]):
+            self.edge(a, b)
+
+
+def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
+    """Build the dependency graph from the rows of one step of DP rank 0.
+
+    step_rows needs columns optype, seq_id, stage, start_ts, duration, mc, gmc.
+    """
+    ops = step_rows.copy()
+    ops["optype"] = ops["optype"].astype(str)
+    ops["end"] = ops["start_ts"].astype(np.float64) + ops["duration"].astype(np.float64)
+    # Stream order within each stage: (start_ts, seq_id, optype).
+    ops = ops.sort_values(["stage", "start_ts", "seq_id", "optype"], kind="stable")
+    ops = ops.reset_index(drop=True)
+    b = _Builder(ops)
+    noop = np.zeros(len(ops), dtype=bool)
+    valid_p2p: dict[tuple[str, int], np.ndarray] = {}
+    has_dp = meta.dp_size * meta.dsp_size > 1
+    overlapped_dp = (ops["optype"] == O.SEPARATE_GRADS_ALL_REDUCE.value).any()
+    pp = meta.pp_size
+
+    for stage, s_ops in ops.groupby("stage", sort=True):
+        by_type = {t: s_ops.index[s_ops["optype"].to_numpy() == t].to_numpy() for t in
+                   s_ops["optype"].unique()}
+
+        def of(t: OpType) -> np.ndarray:
+            return by_type.get(t.value, np.zeros(0, dtype=np.int64))
+
+        is_compute = s_ops["optype"].isin([O.FORWARD_COMPUTE.value, O.BACKWARD_COMPUTE.value])
+        compute = s_ops.index[is_compute.to_numpy()].to_numpy()
+        b.chain(compute)
+        compute_types = ops.loc[compute, "optype"].to_numpy()
+        first_bwd_pos = np.flatnonzero(compute_types == O.BACKWARD_COMPUTE.value)
+        anchor = None  # the compute two places before the stage's first backward
+        if len(first_bwd_pos) and first_bwd_pos[0] >= 2:
+            anchor = compute[first_bwd_pos[0] - 2]
+
+        for forward in (True, False):
+            comp = of(O.FORWARD_COMPUTE if forward else O.BACKWARD_COMPUTE)
+            for is_recv in (True, False):
+                if forward:
+                    t = O.FORWARD_RECV if is_recv else O.FORWARD_SEND
+                else:
+                    t = O.BACKWARD_RECV if is_recv else O.BACKWARD_SEND
+                stream = of(t)
+                b.chain(stream)
+                match = match_stream(
+                    is_recv=is_recv,
+                    op_start=ops.loc[stream, "start_ts"].to_numpy(np.float64),
+                    op_end=ops.loc[stream, "end"].to_numpy(),
+                    compute_start=ops.loc[comp, "start_ts"].to_numpy(np.float64),
+                    compute_end=ops.loc[comp, "end"].to_numpy(),
+                    compute_gmc=ops.loc[comp, "gmc"].to_numpy(),
+                    forward=forward,
+                    stage=int(stage),
+                    pp_size=pp,
+                    vpp_size=meta.vpp_size,
+                    where=where,
+                )
+                noop[stream[~match.valid]] = True
+                valid_p2p[(t.value, int(stage))] = stream[match.valid]
+                for node, k in zip(stream[match.valid], match.compute_index[match.valid]):
+                    if is_recv:
+                        if k >= 1:
+                            b.edge(comp[k - 1], node)
+                        b.edge(node, comp[k])
+                    else:
+                        b.edge(comp[k], node)
+                if not forward and anchor is not None and match.valid.any():
+                    b.edge(anchor, stream[match.valid][0])
+
+        _dp_and_tail_rules(b, s_ops, of, compute, has_dp, bool(overlapped_dp))
+
+    _p2p_groups(b, valid_p2p, noop, pp, where)
+    _collective_groups(b, ops, noop, has_dp)
+    deps = _deps_from_edges(len(ops), b.edges)
+    graph = DepGraph(
+        optype=ops["optype"].to_numpy(dtype=object),
+        seq_id=ops["seq_id"].to_numpy(np.int64),
+        stage=ops["stage"].to_numpy(np.int64),
+        deps=deps,
+        groups=b.groups,
+        noop=noop,
+    )
+    graph.order = topological_order(graph, where)
+    return graph
+
+
+def _dp_and_tail_rules(b: _Builder, s_ops, of, compute, has_dp: bool, overlapped: bool) -> None:
+    """DP chain, params-all-gather gating and the step tail of one stage."""
+    ops = b.ops
+    gather, scatter = of(O.PARAMS_ALL_GATHER), of(O.GRADS_REDUCE_SCATTER)
+    if has_dp:
+        dp_chain = np.sort(np.concatenate([gather, scatter]))  # node ids follow stream order
+        b.chain(dp_chain)
+        fwd = of(O.FORWARD_COMPUTE)
+        for mc in np.unique(ops.loc[gather, "mc"].to_numpy()):
+            chunk_gathers = gather[ops.loc[gather, "mc"].to_numpy() == mc]
+            chunk_fwd = fwd[ops.loc[fwd, "mc"].to_numpy() == mc]
+            if len(chunk_fwd):
+                b.edge(chunk_gathers[-1], chunk_fwd[0])
+    gc = of(O.GC)
+    if len(gc) and len(compute):
+        last_compute = compute[np.argmax(ops.loc[compute, "end"].to_numpy())]
+        b.edge(last_compute, gc[0])
+    b.chain(gc)
+    head = list(gc[-1:])
+    if has_dp and overlapped:
+        bwd = of(O.BACKWARD_COMPUTE)
+        for mc in np.unique(ops.loc[scatter, "mc"].to_numpy()):
+            chunk_bwd = bwd[ops.loc[bwd, "mc"].to_numpy() == mc]
+            if len(chunk_bwd):
+                for node in scatter[ops.loc[scatter, "mc"].to_numpy() == mc]:
+                    b.edge(chunk_bwd[-1], node)
+        head = list(scatter[-1:]) + head
+    tail = [of(O.LAYERNORM_GRADS_ALL_REDUCE), of(O.EMBEDDING_GRADS_ALL_REDUCE)]
+    if has_dp:
+        tail.append(of(O.SEPARATE_GRADS_ALL_REDUCE) if overlapped else scatter)
+    tail += [of(O.OPTIMIZER_CLIP_MAIN_GRAD), of(O.OPTIMIZER)]
+    for part in tail:
+        if not len(part):
+            continue
+        for h in head:
+            b.edge(h, part[0])
+        b.chain(part)
+        head = [part[-1]]
+
+
+def _p2p_groups(b: _Builder, valid: dict, noop: np.ndarray, pp: int, where: str) -> None:
+    """Pair the i-th valid send of stage s with the i-th valid recv of the peer stage."""
+    for send_t, recv_t, step in ((O.FORWARD_SEND, O.FORWARD_RECV, 1),
+                                 (O.BACKWARD_SEND, O.BACKWARD_RECV, -1)):
+        for s in range(pp):
+            sends = valid.get((send_t.value, s), np.zeros(0, dtype=np.int64))
+            recvs = valid.get((recv_t.value, (s + step) % pp), np.zeros(0, dtype=np.int64))
+            if len(sends) != len(recvs):
+                raise InputError(
+                    f"{where}: stage {s} has {len(sends)} valid {send_t.value} ops but stage "
+                    f"{(s + step) % pp} has {len(recvs)} valid {recv_t.value} ops; every send "
+                    "needs its matching recv on the peer stage."
+                )
+            for a, r in zip(sends, recvs):
+                b.groups.append(Group((int(a), int(r)), is_comm=True, dp_sync=False))
+    for node in np.flatnonzero(noop):
+        b.groups.append(Group((int(node),), is_comm=True, dp_sync=False))
+
+
+def _collective_groups(b: _Builder, ops: pd.DataFrame, noop: np.ndarray, has_dp: bool) -> None:
+    """DP collectives, embedding and clip groups; every other op is a group of one."""
+    in_group = np.zeros(len(ops), dtype=bool)
+    for g in b.groups:
+        in_group[list(g.members)] = True
+    optype = ops["optype"].to_numpy()
+    dp_ops = {t.value for t in DP_COLLECTIVE_OPS}
+    comm = {t.value for t in COMMUNICATION_OPS} - {O.LAYERNORM_GRADS_ALL_REDUCE.value}
+    for (t, seq), members in ops.groupby(["optype", "seq_id"], sort=False).groups.items():
+        members = members.to_numpy()
+        if t == O.EMBEDDING_GRADS_ALL_REDUCE.value:
+            b.groups.append(Group(tuple(int(m) for m in members), True, False))
+        elif t == O.OPTIMIZER_CLIP_MAIN_GRAD.value:
+            b.groups.append(Group(tuple(int(m) for m in members), True, True))
+        else:
+            continue
+        in_group[members] = True
+    for node in np.flatnonzero(~in_group):
+        t = optype[node]
+        if t in dp_ops:
+            b.groups.append(Group((int(node),), True, has_dp))
+        else:
+            b.groups.append(Group((int(node),), t in comm, False))
+
+
+def _deps_from_edges(n: int, edges: list[tuple[int, int]]) -> list[np.ndarray]:
+    if not edges:
+        return [np.zeros(0, dtype=np.int64) for _ in range(n)]
+    arr = np.unique(np.asarray(edges, dtype=np.int64), axis=0)
+    arr = arr[arr[:, 0] != arr[:, 1]]
+    order = np.argsort(arr[:, 1], kind="stable")
+    arr = arr[order]
+    splits = np.searchsorted(arr[:, 1], np.arange(n + 1))
+    return [arr[splits[i]:splits[i + 1], 0] for i in range(n)]
+
+
+def topological_order(graph: DepGraph, where: str) -> list[int]:
+    """Kahn's algorithm over groups; raises InputError naming the ops on a cycle."""
+    group_of = np.empty(graph.n_nodes, dtype=np.int64)
+    for gi, g in enumerate(graph.groups):
+        group_of[list(g.members)] = gi
+    n_groups = len(graph.groups)
+    preds: list[set[int]] = [set() for _ in range(n_groups)]
+    for node, d in enumerate(graph.deps):
+        g = group_of[node]
+        preds[g].update(int(x) for x in group_of[d] if x != g)
+    succs: list[list[int]] = [[] for _ in range(n_groups)]
+    for g, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(g)
+    indeg = [len(p) for p in preds]
+    ready = [g for g in range(n_groups) if indeg[g] == 0]
+    order: list[int] = []
+    while ready:
+        g = ready.pop()
+        order.append(g)
+        for s in succs[g]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    if len(order) < n_groups:
+        stuck = [g for g in range(n_groups) if indeg[g] > 0][:4]
+        names = [
+            f"({graph.optype[m]}, seq_id {graph.seq_id[m]}, stage {graph.stage[m]})"
+            for g in stuck for m in graph.groups[g].members[:1]
+        ]
+        raise InputError(
+            f"{where}: the ops' dependencies form a cycle involving {', '.join(names)}; "
+            "check the ops' start times and seq_ids in the first step of DP rank 0."
+        )
+    return order

@@ -1,0 +1,187 @@
+"""The what-if analysis: simulate the job with stragglers removed and compare (design.md §4.3-4.5).
+
+    result = analyze(df, meta, where="trace.parquet")   # -> stragglerlab.results.WhatIfResult
+
+Frames simulated (all with launch delays set to 0 unless said otherwise):
+
+* base      the trace itself (step time straight from the trace);
+* no-delay  T: the trace replayed without launch delays;
+* ideal     T_ideal: every op replaced by its optype's mean (compute-like) or
+            median transfer (communication);
+* variants  the ideal with one group's original values put back (per optype,
+            DP rank, stage, worker set) and the no-delay frame with one group
+            idealized (M_W, M_S "rem").
+
+Per-DP-rank attribution simulates two lanes per variant (the restored rank and
+one representative of the identical idealized others), so its cost grows
+linearly with dp rather than quadratically.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from analysis.frame import OpFrame, build_frame
+from analysis.graph import DepGraph, build_graph
+from analysis.simulate import simulate
+from stragglerlab.meta import JobMeta
+from stragglerlab.results import FixMetric, StepSeries, WhatIfResult
+from stragglerlab.schema import COMMUNICATION_OPS, OpType
+
+ATTRIBUTION_MIN_SLOWDOWN = 1.03
+"""Attributions are computed only for jobs at least this slow (artifact convention)."""
+STRAGGLING_SLOWDOWN = 1.1
+"""A job with S >= this is a straggling job (paper §4)."""
+TOP_WORKER_PERCENT = 3
+"""M_W fixes the top ceil(3% of workers) by worker score."""
+
+_COMM_TYPES = {t.value for t in COMMUNICATION_OPS}
+_P2P_GROUP = {
+    OpType.FORWARD_SEND.value: "forward-pp-comm",
+    OpType.FORWARD_RECV.value: "forward-pp-comm",
+    OpType.BACKWARD_SEND.value: "backward-pp-comm",
+    OpType.BACKWARD_RECV.value: "backward-pp-comm",
+}
+
+Progress = Callable[[str], None]
+
+
+def attribution_type(optype: str) -> str:
+    """Attribution bucket of an optype: P2P grouped per direction, others as is."""
+    return _P2P_GROUP.get(optype, optype)
+
+
+def ideal_values(graph: DepGraph, frame: OpFrame, value: np.ndarray) -> np.ndarray:
+    """Per node: mean duration of its optype (compute-like) or median transfer (comm)."""
+    ideal = np.empty(graph.n_nodes)
+    for t in np.unique(graph.optype):
+        nodes = graph.optype == t
+        if t in _COMM_TYPES:
+            ideal[nodes] = np.median(value[nodes])
+        else:
+            ideal[nodes] = frame.duration[nodes].mean()
+    return ideal
+
+
+def analyze(
+    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None
+) -> WhatIfResult:
+    """Run the full what-if analysis of one trace."""
+    say = progress or (lambda _msg: None)
+    first_step = df["step"].min()
+    template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
+    graph = build_graph(template, meta, where)
+    say(f"graph: {graph.n_nodes} ops per worker-step, {len(graph.groups)} groups")
+    frame = build_frame(df, graph, meta, where)
+    n_steps, dp = len(frame.steps), meta.dp_size
+    say(f"frame: {n_steps} steps x {dp} DP ranks x {meta.pp_size} stages")
+
+    value = frame.sim_value(graph)
+    t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
+    t_nodelay = simulate(graph, value).step_time
+    ideal = ideal_values(graph, frame, value)
+    t_ideal_scalar = float(simulate(graph, ideal[:, None, None]).step_time[0])
+    t_ideal = np.full(n_steps, t_ideal_scalar)
+    say("simulated base, no-delay and ideal frames")
+
+    slowdown = t_nodelay.mean() / t_ideal_scalar
+    ideal_full = np.broadcast_to(ideal[:, None, None], value.shape)
+
+    def restore(mask: np.ndarray) -> np.ndarray:
+        """Ideal with the masked ops' original values, step times [n_steps]."""
+        return simulate(graph, np.where(mask, value, ideal_full)).step_time
+
+    by_optype: dict[str, np.ndarray] = {}
+    for bucket in dict.fromkeys(attribution_type(t) for t in graph.optype):
+        nodes = np.array([attribution_type(t) == bucket for t in graph.optype])
+        by_optype[bucket] = restore(nodes[:, None, None])
+    say(f"attributed to {len(by_optype)} op types")
+    by_stage = {p: restore((graph.stage == p)[:, None, None]) for p in range(meta.pp_size)}
+    say(f"attributed to {meta.pp_size} stages")
+    by_dp = _restore_each_dp_rank(graph, value, ideal)
+    say(f"attributed to {dp} DP ranks")
+
+    s_dp = np.array([by_dp[d].mean() for d in range(dp)]) / t_ideal_scalar
+    s_stage = np.array([by_stage[p].mean() for p in range(meta.pp_size)]) / t_ideal_scalar
+    worker_score = np.minimum(s_stage[:, None], s_dp[None, :])  # [pp, dp]
+
+    t_ori = float(t_nodelay.mean())
+    n_top = math.ceil(TOP_WORKER_PERCENT * meta.pp_size * dp / 100)
+    order = np.lexsort((frame.worker_rank.ravel(), -worker_score.ravel()))[:n_top]
+    top_workers = [(int(i % dp), int(i // dp)) for i in order]  # (dp_rank, stage)
+    worker_mask = np.zeros((graph.n_nodes, 1, dp), dtype=bool)
+    for d, p in top_workers:
+        worker_mask[graph.stage == p, 0, d] = True
+    m_w = _fix_metric(graph, value, ideal_full, worker_mask, t_ori, t_ideal_scalar)
+    if meta.pp_size > 1:
+        stage_mask = (graph.stage == meta.pp_size - 1)[:, None, None]
+        m_s = _fix_metric(graph, value, ideal_full, stage_mask, t_ori, t_ideal_scalar)
+    else:
+        m_s = FixMetric(t_ori, t_ideal_scalar, t_ori, t_ideal_scalar, 0.0, 0.0)
+    say("computed M_W and M_S")
+
+    steps = [int(s) for s in frame.steps]
+    return WhatIfResult(
+        job_meta=meta,
+        steps=steps,
+        step_time_base=StepSeries(steps, t_base),
+        step_time_nodelay=StepSeries(steps, t_nodelay),
+        step_time_ideal=StepSeries(steps, t_ideal),
+        slowdown=float(slowdown),
+        simulation_discrepancy=float(t_base.mean() / t_nodelay.mean()),
+        by_optype={k: StepSeries(steps, v) for k, v in by_optype.items()},
+        by_dp_rank={d: StepSeries(steps, v) for d, v in by_dp.items()},
+        by_stage={p: StepSeries(steps, v) for p, v in by_stage.items()},
+        worker_score=worker_score,
+        top_workers=top_workers,
+        m_w=m_w,
+        m_s=m_s,
+        fwd_bwd_correlation=_fwd_bwd_correlation(graph, frame),
+        n_ops=int(df.shape[0]),
+    )
+
+
+def _restore_each_dp_rank(graph: DepGraph, value: np.ndarray, ideal: np.ndarray) -> dict:
+    """Step times of 'ideal with DP rank d original' for every d, in one batched simulation.
+
+    Only d differs from the ideal, and all other ranks are identical, so each
+    variant needs two lanes: rank d and one idealized representative.
+    """
+    n_nodes, n_steps, dp = value.shape
+    lanes = 2 if dp > 1 else 1
+    batched = np.empty((n_nodes, dp, n_steps, lanes))
+    batched[:, :, :, 0] = value.transpose(0, 2, 1)  # [node, d, step]
+    if lanes == 2:
+        batched[:, :, :, 1] = ideal[:, None, None]
+    times = simulate(graph, batched.reshape(n_nodes, dp * n_steps, lanes)).step_time
+    times = times.reshape(dp, n_steps)
+    return {d: times[d] for d in range(dp)}
+
+
+def _fix_metric(graph, value, ideal_full, mask, t_ori: float, t_ideal: float) -> FixMetric:
+    """M = (T - T_rem)/(T - T_ideal) with its 'add' counterpart, for the masked ops."""
+    t_rem = float(simulate(graph, np.where(mask, ideal_full, value)).step_time.mean())
+    t_add = float(simulate(graph, np.where(mask, value, ideal_full)).step_time.mean())
+    gap = t_ori - t_ideal
+    rem = (t_ori - t_rem) / gap if gap != 0 else 0.0
+    add = (t_add - t_ideal) / gap if gap != 0 else 0.0
+    return FixMetric(t_ori, t_ideal, t_rem, t_add, rem, add)
+
+
+def _fwd_bwd_correlation(graph: DepGraph, frame: OpFrame) -> float | None:
+    """Pearson correlation of forward vs backward compute durations of the same microbatch."""
+    fwd = np.flatnonzero(graph.optype == OpType.FORWARD_COMPUTE.value)
+    bwd = np.flatnonzero(graph.optype == OpType.BACKWARD_COMPUTE.value)
+    if len(fwd) == 0 or len(fwd) != len(bwd):
+        return None
+    # Same (stage, seq_id) order on both sides pairs each microbatch's fwd with its bwd.
+    fwd = fwd[np.lexsort((graph.seq_id[fwd], graph.stage[fwd]))]
+    bwd = bwd[np.lexsort((graph.seq_id[bwd], graph.stage[bwd]))]
+    x, y = frame.duration[fwd].ravel(), frame.duration[bwd].ravel()
+    if x.std() == 0 or y.std() == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
