@@ -25,7 +25,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType
 
-O = OpType  # short alias for the many rules below
+Op = OpType  # short alias for the many rules below
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class DepGraph:
     """Per node: seq_id."""
     stage: np.ndarray
     """Per node: pipeline stage."""
+    mb_id: np.ndarray
+    """Per node: microbatch id (-1 for non-compute ops)."""
     deps: list[np.ndarray]
     """Per node: indices of the nodes it depends on."""
     groups: list[Group]
@@ -69,6 +71,17 @@ class DepGraph:
         return pd.MultiIndex.from_arrays(
             [self.optype, self.seq_id, self.stage], names=["optype", "seq_id", "stage"]
         )
+
+
+class _OpsOfType:
+    """Node ids of one stage's ops of a type, in stream order: `of(OpType.GC)`."""
+
+    def __init__(self, stage_ops: pd.DataFrame) -> None:
+        types = stage_ops["optype"].to_numpy()
+        self._by_type = {t: stage_ops.index[types == t].to_numpy() for t in np.unique(types)}
+
+    def __call__(self, t: OpType) -> np.ndarray:
+        return self._by_type.get(t.value, np.zeros(0, dtype=np.int64))
 
 
 class _Builder:
@@ -91,7 +104,7 @@ class _Builder:
 def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
     """Build the dependency graph from the rows of one step of DP rank 0.
 
-    step_rows needs columns optype, seq_id, stage, start_ts, duration, mc, gmc.
+    step_rows needs columns optype, seq_id, stage, start_ts, duration, mb_id, mc, gmc.
     """
     ops = step_rows.copy()
     ops["optype"] = ops["optype"].astype(str)
@@ -103,32 +116,28 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
     noop = np.zeros(len(ops), dtype=bool)
     valid_p2p: dict[tuple[str, int], np.ndarray] = {}
     has_dp = meta.dp_size * meta.dsp_size > 1
-    overlapped_dp = (ops["optype"] == O.SEPARATE_GRADS_ALL_REDUCE.value).any()
+    overlapped_dp = (ops["optype"] == Op.SEPARATE_GRADS_ALL_REDUCE.value).any()
     pp = meta.pp_size
 
     for stage, s_ops in ops.groupby("stage", sort=True):
-        by_type = {t: s_ops.index[s_ops["optype"].to_numpy() == t].to_numpy() for t in
-                   s_ops["optype"].unique()}
+        of = _OpsOfType(s_ops)
 
-        def of(t: OpType) -> np.ndarray:
-            return by_type.get(t.value, np.zeros(0, dtype=np.int64))
-
-        is_compute = s_ops["optype"].isin([O.FORWARD_COMPUTE.value, O.BACKWARD_COMPUTE.value])
+        is_compute = s_ops["optype"].isin([Op.FORWARD_COMPUTE.value, Op.BACKWARD_COMPUTE.value])
         compute = s_ops.index[is_compute.to_numpy()].to_numpy()
         b.chain(compute)
         compute_types = ops.loc[compute, "optype"].to_numpy()
-        first_bwd_pos = np.flatnonzero(compute_types == O.BACKWARD_COMPUTE.value)
+        first_bwd_pos = np.flatnonzero(compute_types == Op.BACKWARD_COMPUTE.value)
         anchor = None  # the compute two places before the stage's first backward
         if len(first_bwd_pos) and first_bwd_pos[0] >= 2:
             anchor = compute[first_bwd_pos[0] - 2]
 
         for forward in (True, False):
-            comp = of(O.FORWARD_COMPUTE if forward else O.BACKWARD_COMPUTE)
+            comp = of(Op.FORWARD_COMPUTE if forward else Op.BACKWARD_COMPUTE)
             for is_recv in (True, False):
                 if forward:
-                    t = O.FORWARD_RECV if is_recv else O.FORWARD_SEND
+                    t = Op.FORWARD_RECV if is_recv else Op.FORWARD_SEND
                 else:
-                    t = O.BACKWARD_RECV if is_recv else O.BACKWARD_SEND
+                    t = Op.BACKWARD_RECV if is_recv else Op.BACKWARD_SEND
                 stream = of(t)
                 b.chain(stream)
                 match = match_stream(
@@ -165,6 +174,7 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
         optype=ops["optype"].to_numpy(dtype=object),
         seq_id=ops["seq_id"].to_numpy(np.int64),
         stage=ops["stage"].to_numpy(np.int64),
+        mb_id=ops["mb_id"].to_numpy(np.int64),
         deps=deps,
         groups=b.groups,
         noop=noop,
@@ -176,34 +186,34 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
 def _dp_and_tail_rules(b: _Builder, s_ops, of, compute, has_dp: bool, overlapped: bool) -> None:
     """DP chain, params-all-gather gating and the step tail of one stage."""
     ops = b.ops
-    gather, scatter = of(O.PARAMS_ALL_GATHER), of(O.GRADS_REDUCE_SCATTER)
+    gather, scatter = of(Op.PARAMS_ALL_GATHER), of(Op.GRADS_REDUCE_SCATTER)
     if has_dp:
         dp_chain = np.sort(np.concatenate([gather, scatter]))  # node ids follow stream order
         b.chain(dp_chain)
-        fwd = of(O.FORWARD_COMPUTE)
+        fwd = of(Op.FORWARD_COMPUTE)
         for mc in np.unique(ops.loc[gather, "mc"].to_numpy()):
             chunk_gathers = gather[ops.loc[gather, "mc"].to_numpy() == mc]
             chunk_fwd = fwd[ops.loc[fwd, "mc"].to_numpy() == mc]
             if len(chunk_fwd):
                 b.edge(chunk_gathers[-1], chunk_fwd[0])
-    gc = of(O.GC)
+    gc = of(Op.GC)
     if len(gc) and len(compute):
         last_compute = compute[np.argmax(ops.loc[compute, "end"].to_numpy())]
         b.edge(last_compute, gc[0])
     b.chain(gc)
     head = list(gc[-1:])
     if has_dp and overlapped:
-        bwd = of(O.BACKWARD_COMPUTE)
+        bwd = of(Op.BACKWARD_COMPUTE)
         for mc in np.unique(ops.loc[scatter, "mc"].to_numpy()):
             chunk_bwd = bwd[ops.loc[bwd, "mc"].to_numpy() == mc]
             if len(chunk_bwd):
                 for node in scatter[ops.loc[scatter, "mc"].to_numpy() == mc]:
                     b.edge(chunk_bwd[-1], node)
         head = list(scatter[-1:]) + head
-    tail = [of(O.LAYERNORM_GRADS_ALL_REDUCE), of(O.EMBEDDING_GRADS_ALL_REDUCE)]
+    tail = [of(Op.LAYERNORM_GRADS_ALL_REDUCE), of(Op.EMBEDDING_GRADS_ALL_REDUCE)]
     if has_dp:
-        tail.append(of(O.SEPARATE_GRADS_ALL_REDUCE) if overlapped else scatter)
-    tail += [of(O.OPTIMIZER_CLIP_MAIN_GRAD), of(O.OPTIMIZER)]
+        tail.append(of(Op.SEPARATE_GRADS_ALL_REDUCE) if overlapped else scatter)
+    tail += [of(Op.OPTIMIZER_CLIP_MAIN_GRAD), of(Op.OPTIMIZER)]
     for part in tail:
         if not len(part):
             continue
@@ -215,8 +225,8 @@ def _dp_and_tail_rules(b: _Builder, s_ops, of, compute, has_dp: bool, overlapped
 
 def _p2p_groups(b: _Builder, valid: dict, noop: np.ndarray, pp: int, where: str) -> None:
     """Pair the i-th valid send of stage s with the i-th valid recv of the peer stage."""
-    for send_t, recv_t, step in ((O.FORWARD_SEND, O.FORWARD_RECV, 1),
-                                 (O.BACKWARD_SEND, O.BACKWARD_RECV, -1)):
+    for send_t, recv_t, step in ((Op.FORWARD_SEND, Op.FORWARD_RECV, 1),
+                                 (Op.BACKWARD_SEND, Op.BACKWARD_RECV, -1)):
         for s in range(pp):
             sends = valid.get((send_t.value, s), np.zeros(0, dtype=np.int64))
             recvs = valid.get((recv_t.value, (s + step) % pp), np.zeros(0, dtype=np.int64))
@@ -239,12 +249,12 @@ def _collective_groups(b: _Builder, ops: pd.DataFrame, noop: np.ndarray, has_dp:
         in_group[list(g.members)] = True
     optype = ops["optype"].to_numpy()
     dp_ops = {t.value for t in DP_COLLECTIVE_OPS}
-    comm = {t.value for t in COMMUNICATION_OPS} - {O.LAYERNORM_GRADS_ALL_REDUCE.value}
-    for (t, seq), members in ops.groupby(["optype", "seq_id"], sort=False).groups.items():
+    comm = {t.value for t in COMMUNICATION_OPS} - {Op.LAYERNORM_GRADS_ALL_REDUCE.value}
+    for (t, _seq), members in ops.groupby(["optype", "seq_id"], sort=False).groups.items():
         members = members.to_numpy()
-        if t == O.EMBEDDING_GRADS_ALL_REDUCE.value:
+        if t == Op.EMBEDDING_GRADS_ALL_REDUCE.value:
             b.groups.append(Group(tuple(int(m) for m in members), True, False))
-        elif t == O.OPTIMIZER_CLIP_MAIN_GRAD.value:
+        elif t == Op.OPTIMIZER_CLIP_MAIN_GRAD.value:
             b.groups.append(Group(tuple(int(m) for m in members), True, True))
         else:
             continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -32,10 +33,6 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.results import FixMetric, StepSeries, WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS, OpType
 
-ATTRIBUTION_MIN_SLOWDOWN = 1.03
-"""Attributions are computed only for jobs at least this slow (artifact convention)."""
-STRAGGLING_SLOWDOWN = 1.1
-"""A job with S >= this is a straggling job (paper §4)."""
 TOP_WORKER_PERCENT = 3
 """M_W fixes the top ceil(3% of workers) by worker score."""
 
@@ -67,9 +64,30 @@ def ideal_values(graph: DepGraph, frame: OpFrame, value: np.ndarray) -> np.ndarr
     return ideal
 
 
+@dataclass
+class WhatIfRun:
+    """A finished analysis with the intermediate state other outputs need."""
+
+    graph: DepGraph
+    """The dependency graph."""
+    frame: OpFrame
+    """The trace as arrays."""
+    ideal: np.ndarray
+    """Per node: its ideal duration / transfer duration, s."""
+    result: WhatIfResult
+    """The metrics."""
+
+
 def analyze(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None
 ) -> WhatIfResult:
+    """Run the full what-if analysis of one trace and return its metrics."""
+    return run_whatif(df, meta, where, progress).result
+
+
+def run_whatif(
+    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None
+) -> WhatIfRun:
     """Run the full what-if analysis of one trace."""
     say = progress or (lambda _msg: None)
     first_step = df["step"].min()
@@ -125,7 +143,7 @@ def analyze(
     say("computed M_W and M_S")
 
     steps = [int(s) for s in frame.steps]
-    return WhatIfResult(
+    result = WhatIfResult(
         job_meta=meta,
         steps=steps,
         step_time_base=StepSeries(steps, t_base),
@@ -143,6 +161,26 @@ def analyze(
         fwd_bwd_correlation=_fwd_bwd_correlation(graph, frame),
         n_ops=int(df.shape[0]),
     )
+    return WhatIfRun(graph, frame, ideal, result)
+
+
+def ideal_timeline(run: WhatIfRun) -> pd.DataFrame:
+    """Simulated op times of the ideal step on every worker (same for every step)."""
+    graph, dp = run.graph, run.frame.start.shape[2]
+    value = np.broadcast_to(run.ideal[:, None, None], (graph.n_nodes, 1, dp))
+    sim = simulate(graph, np.ascontiguousarray(value), keep_times=True)
+    start, end = sim.start[:, 0, :], sim.end[:, 0, :]  # [node, dp]
+    n = graph.n_nodes
+    return pd.DataFrame({
+        "dp_rank": np.tile(np.arange(dp), n),
+        "stage": np.repeat(graph.stage, dp),
+        "step": int(run.frame.steps[0]),
+        "optype": np.repeat(graph.optype, dp),
+        "start_ts": start.ravel(),
+        "duration": (end - start).ravel(),
+        "seq_id": np.repeat(graph.seq_id, dp),
+        "mb_id": np.repeat(graph.mb_id, dp),
+    })
 
 
 def _restore_each_dp_rank(graph: DepGraph, value: np.ndarray, ideal: np.ndarray) -> dict:
@@ -173,7 +211,13 @@ def _fix_metric(graph, value, ideal_full, mask, t_ori: float, t_ideal: float) ->
 
 
 def _fwd_bwd_correlation(graph: DepGraph, frame: OpFrame) -> float | None:
-    """Pearson correlation of forward vs backward compute durations of the same microbatch."""
+    """Pearson correlation of forward vs backward compute durations of the same microbatch.
+
+    Taken on residuals after removing, per stage, each worker's mean and each
+    step's mean: a slow stage, a slow worker or a slow step makes both passes
+    slow without any microbatch being longer, so only the sequence-length
+    signature (individual microbatches slow in both passes) remains.
+    """
     fwd = np.flatnonzero(graph.optype == OpType.FORWARD_COMPUTE.value)
     bwd = np.flatnonzero(graph.optype == OpType.BACKWARD_COMPUTE.value)
     if len(fwd) == 0 or len(fwd) != len(bwd):
@@ -181,7 +225,19 @@ def _fwd_bwd_correlation(graph: DepGraph, frame: OpFrame) -> float | None:
     # Same (stage, seq_id) order on both sides pairs each microbatch's fwd with its bwd.
     fwd = fwd[np.lexsort((graph.seq_id[fwd], graph.stage[fwd]))]
     bwd = bwd[np.lexsort((graph.seq_id[bwd], graph.stage[bwd]))]
-    x, y = frame.duration[fwd].ravel(), frame.duration[bwd].ravel()
+    x, y = frame.duration[fwd], frame.duration[bwd]  # [op, step, dp]
+    stage = graph.stage[fwd]
+    x, y = _two_way_residual(x, stage).ravel(), _two_way_residual(y, stage).ravel()
     if x.std() == 0 or y.std() == 0:
         return None
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def _two_way_residual(values: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """values [op, step, dp] minus per-(stage, dp) and per-(stage, step) means."""
+    out = np.empty_like(values)
+    for p in np.unique(stage):
+        sub = values[stage == p]
+        out[stage == p] = (sub - sub.mean(axis=(0, 1), keepdims=True)
+                           - sub.mean(axis=(0, 2), keepdims=True) + sub.mean())
+    return out

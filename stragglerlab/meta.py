@@ -47,7 +47,7 @@ class JobMeta:
         """dp * pp * tp * dsp."""
         return self.dp_size * self.pp_size * self.tp_size * self.dsp_size
 
-    def check(self, path: str | None = None) -> "JobMeta":
+    def check(self, path: str | None = None) -> JobMeta:
         """Raise InputError when sizes are not positive or world_size is inconsistent."""
         for f in ("dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size"):
             if getattr(self, f) < 1:
@@ -75,7 +75,7 @@ class JobMeta:
         }
 
     @classmethod
-    def from_dict(cls, raw: object, path: str | None = None) -> "JobMeta":
+    def from_dict(cls, raw: object, path: str | None = None) -> JobMeta:
         """Build and check from a mapping; unknown keys are ignored, bad types rejected."""
         if not isinstance(raw, dict):
             raise InputError("job meta must be a mapping of dp_size, pp_size, ...", path)
@@ -95,7 +95,7 @@ class JobMeta:
         return cls(**kwargs).check(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "JobMeta":
+    def load(cls, path: str | Path) -> JobMeta:
         """Read a YAML meta file (the artifact's format)."""
         p = str(path)
         try:

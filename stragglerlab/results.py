@@ -137,7 +137,8 @@ class WhatIfResult:
             "step_time_actual_s": self.step_time_base.as_dict(),
             "step_time_nodelay_s": self.step_time_nodelay.as_dict(),
             "step_slowdown": self.step_slowdown(),
-            "slowdown_by_optype": {k: float(v) for k, v in self.slowdown_by(self.by_optype).items()},
+            "slowdown_by_optype": {k: float(v) for k, v in
+                                   self.slowdown_by(self.by_optype).items()},
             "slowdown_by_dp_rank": {str(k): float(v) for k, v in
                                     self.slowdown_by(self.by_dp_rank).items()},
             "slowdown_by_stage": {str(k): float(v) for k, v in

@@ -87,5 +87,7 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in TRACE_COLUMNS)
 # Optional extra columns our own workloads write.
 EXTRA_COLUMNS: tuple[Column, ...] = (
     Column("tp_rank", "int", "", "tensor-parallel rank of the traced worker"),
-    Column("seq_len_sq_sum", "float", "tokens^2", "sum of squared sequence lengths in the microbatch"),
+    Column(
+        "seq_len_sq_sum", "float", "tokens^2", "sum of squared sequence lengths in the microbatch"
+    ),
 )

@@ -1,0 +1,7 @@
+"""`python -m stragglerlab` runs the CLI."""
+
+import sys
+
+from stragglerlab.cli import main
+
+sys.exit(main())

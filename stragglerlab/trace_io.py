@@ -1,0 +1,191 @@
+"""Read and write trace parquet files (ours and the OSDI'25 artifact's).
+
+    from stragglerlab.trace_io import read_trace, write_trace
+    df, meta = read_trace("trace.parquet", "meta.yaml")   # meta_path optional for our traces
+    write_trace(df, meta, "out/trace.parquet")
+
+`read_trace` returns a validated DataFrame in one canonical form: the int
+columns of stragglerlab.schema as int64, float columns in their stored float
+dtype (float32 stays float32: the what-if numbers depend on the exact stored
+values), `optype` as a Categorical whose categories are exactly
+schema.OPTYPE_VALUES, extra columns as stored. Bad files never give a
+traceback, only an InputError naming the file, the problem and the fix.
+
+Our own traces carry the job meta and the schema version in the parquet
+key-value metadata (`stragglerlab.meta`, `stragglerlab.schema_version`); the
+artifact's traces need the YAML meta beside them (`meta_path`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stragglerlab.atomic import atomic_write
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
+from stragglerlab.validate import validate_trace
+
+META_KEY = b"stragglerlab.meta"
+VERSION_KEY = b"stragglerlab.schema_version"
+_INT_COLUMNS = frozenset(c.name for c in TRACE_COLUMNS if c.kind == "int")
+
+
+def _open(path: str) -> pq.ParquetFile:
+    """Open the parquet footer, turning every way a file can be wrong into an InputError."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("trace file does not exist; check the path", path)
+    if p.is_dir():
+        raise InputError("is a directory; pass the trace's .parquet file", path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise InputError(f"cannot read trace file: {e.strerror}", path) from None
+    if size == 0:
+        raise InputError(
+            "trace file is empty (0 bytes), probably an interrupted write; "
+            "re-run the step that produces it",
+            path,
+        )
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InputError(
+            f"not a readable parquet file ({_short(e)}); pass a trace .parquet written by "
+            "stragglerlab or the OSDI'25 artifact",
+            path,
+        ) from None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _meta_from_file(pf: pq.ParquetFile, path: str) -> JobMeta:
+    kv = pf.schema_arrow.metadata or {}
+    raw = kv.get(META_KEY)
+    if raw is None:
+        raise InputError(
+            "the trace carries no job meta (no 'stragglerlab.meta' parquet metadata, as in "
+            "the artifact's traces); pass the job meta YAML with --meta META.yaml",
+            path,
+        )
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(
+            f"the 'stragglerlab.meta' parquet metadata is not valid JSON ({e}); "
+            "pass the job meta YAML with --meta META.yaml",
+            path,
+        ) from None
+    return JobMeta.from_dict(obj, path)
+
+
+def _check_version(pf: pq.ParquetFile, path: str) -> None:
+    raw = (pf.schema_arrow.metadata or {}).get(VERSION_KEY)
+    if raw is not None and raw.decode(errors="replace") != SCHEMA_VERSION:
+        raise InputError(
+            f"trace schema version {raw.decode(errors='replace')!r} is not the version "
+            f"{SCHEMA_VERSION!r} this stragglerlab reads; re-write the trace with a matching "
+            "stragglerlab",
+            path,
+        )
+
+
+def normalize_trace(df: pd.DataFrame) -> pd.DataFrame:
+    """Canonical dtypes for a *validated* trace (see the module doc); returns a new frame."""
+    out = df.copy(deep=False)
+    for col in TRACE_COLUMNS:
+        s = out[col.name]
+        if col.kind == "int":
+            if s.dtype != np.int64:
+                out[col.name] = (s if _is_numeric(s) else pd.to_numeric(s)).to_numpy(np.int64)
+        elif col.kind == "float":
+            if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f":
+                continue  # stored float width kept: float32 stays float32
+            if not _is_numeric(s):
+                s = pd.to_numeric(s)
+            # ints -> float64; nullable Float32/Float64 -> the plain numpy float.
+            target = s.dtype.numpy_dtype if pd.api.types.is_float_dtype(s.dtype) else np.float64
+            out[col.name] = s.to_numpy(dtype=target)
+        elif isinstance(s.dtype, pd.CategoricalDtype):
+            # Remaps codes only: cheap even for millions of rows.
+            out[col.name] = s.cat.set_categories(list(OPTYPE_VALUES))
+        else:
+            out[col.name] = pd.Categorical(s, categories=list(OPTYPE_VALUES))
+    return out
+
+
+def _is_numeric(s: pd.Series) -> bool:
+    """True for int/float columns (not bool, not text)."""
+    return pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
+
+
+def read_trace(
+    trace_path: str | Path, meta_path: str | Path | None = None
+) -> tuple[pd.DataFrame, JobMeta]:
+    """Read, validate and normalize a trace; the meta comes from meta_path or the parquet.
+
+    Raises InputError for a missing, empty, non-parquet or invalid trace, and
+    for a trace without embedded meta when meta_path is None.
+    """
+    path = str(trace_path)
+    pf = _open(path)
+    _check_version(pf, path)
+    meta = JobMeta.load(meta_path) if meta_path is not None else _meta_from_file(pf, path)
+    # Skip a stored pandas index: row positions are what messages and analysis use.
+    index_cols = _pandas_index_columns(pf)
+    columns = [n for n in pf.schema_arrow.names if n not in index_cols]
+    try:
+        table = pf.read(columns=columns, use_threads=True)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InputError(
+            f"cannot read the parquet data ({_short(e)}); the file may be truncated or "
+            "corrupt: re-create it",
+            path,
+        ) from None
+    # Widen stored ints (int8, int16, ...) to int64 in arrow: cheaper than in pandas.
+    for i, field in enumerate(table.schema):
+        if pa.types.is_integer(field.type) and field.name in _INT_COLUMNS:
+            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+    # ignore_metadata: stored pandas dtypes/index are not trusted; validation judges values.
+    df = table.to_pandas(ignore_metadata=True, split_blocks=True)
+    validate_trace(df, meta, path)
+    return normalize_trace(df), meta
+
+
+def _pandas_index_columns(pf: pq.ParquetFile) -> set[str]:
+    raw = (pf.schema_arrow.metadata or {}).get(b"pandas")
+    if raw is None:
+        return set()
+    try:
+        cols = json.loads(raw).get("index_columns", [])
+    except (ValueError, AttributeError):
+        return set()
+    return {c for c in cols if isinstance(c, str)}
+
+
+def write_trace(df: pd.DataFrame, meta: JobMeta, path: str | Path) -> None:
+    """Write df as parquet atomically, with the job meta and schema version embedded.
+
+    optype is stored dictionary-encoded (a pandas Categorical); other columns
+    keep their dtypes, so a read_trace round trip preserves every value. The
+    frame is written as given: validate first if it may be bad.
+    """
+    out = df.copy(deep=False)
+    if "optype" in out.columns and not isinstance(out["optype"].dtype, pd.CategoricalDtype):
+        out["optype"] = out["optype"].astype("category")
+    table = pa.Table.from_pandas(out, preserve_index=False)
+    kv = dict(table.schema.metadata or {})
+    kv[VERSION_KEY] = SCHEMA_VERSION.encode()
+    kv[META_KEY] = json.dumps(meta.to_dict()).encode()
+    table = table.replace_schema_metadata(kv)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))

@@ -1,0 +1,307 @@
+"""Check a trace table against the schema and its job meta before anything analyses it.
+
+    from stragglerlab.validate import validate_trace
+    validate_trace(df, meta, "trace.parquet")   # raises InputError, returns None if fine
+
+Each failed check raises one `InputError` naming the file, the problem, a few
+offending rows (0-based row positions in the file, with their step, dp_rank and
+stage) and what to fix. Checks run in this order, so the first message is about
+the most basic problem: columns present, non-empty, column types, NaN, negative
+durations, optype vocabulary, meta vs trace, and finally that every step holds
+the same ops for every (dp_rank, stage) worker. Everything is vectorized: a
+3.5M-row trace validates in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pandas.api import types as ptypes
+
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, TRACE_COLUMNS
+
+_SHOW = 3  # how many offending rows / steps a message lists
+_CONTEXT = ("step", "dp_rank", "stage")
+
+
+def _fmt(value: object) -> str:
+    """A value as a user would write it: numbers plain, text quoted."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return repr(value) if isinstance(value, (str, bytes)) else str(value)
+
+
+def _rows(df: pd.DataFrame, mask: np.ndarray, show: str | None = None) -> str:
+    """'N rows, e.g. row 4 (step=1, dp_rank=0, stage=1, duration=-0.5), ...'."""
+    positions = np.flatnonzero(mask)
+    parts = []
+    for i in positions[:_SHOW]:
+        cols = [c for c in _CONTEXT if c in df.columns]
+        if show is not None and show not in cols:
+            cols.append(show)
+        ctx = ", ".join(f"{c}={_fmt(df[c].iat[i])}" for c in cols)
+        parts.append(f"row {i} ({ctx})")
+    more = f" and {len(positions) - _SHOW} more" if len(positions) > _SHOW else ""
+    noun = "row" if len(positions) == 1 else "rows"
+    return f"{len(positions)} {noun}, e.g. " + ", ".join(parts) + more
+
+
+def _numeric(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarray | None:
+    """The column as a float array (NaN for missing), None when it is a plain int column.
+
+    Raises InputError when the column is not numeric.
+    """
+    s = df[name]
+    want = "integers" if kind == "int" else "numbers (seconds)"
+    if ptypes.is_bool_dtype(s.dtype):
+        raise InputError(
+            f"column '{name}' must hold {want} but has dtype bool; write {want} in this column",
+            path,
+        )
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iu":
+        return None  # numpy ints: no NaN, nothing fractional, nothing to check
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f":
+        return s.to_numpy()  # keep float32 as is: no copy, exact values
+    if ptypes.is_integer_dtype(s.dtype) or ptypes.is_float_dtype(s.dtype):
+        # Nullable extension dtypes (Int64, Float32, ...): NA becomes NaN.
+        return s.to_numpy(dtype=np.float64, na_value=np.nan)
+    # Text or mixed objects (e.g. a CSV column with a stray word): find what does not parse.
+    coerced = pd.to_numeric(s, errors="coerce")
+    bad = (coerced.isna() & s.notna()).to_numpy()
+    if bad.any() or not ptypes.is_numeric_dtype(coerced.dtype):
+        examples = ", ".join(_fmt(v) for v in pd.unique(s[bad])[:_SHOW])
+        raise InputError(
+            f"column '{name}' must hold {want} but has dtype {s.dtype} with non-numeric "
+            f"values ({examples}) in {_rows(df, bad, name)}; write {want} in this column",
+            path,
+        )
+    return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _check_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarray | None:
+    """dtype and NaN check of one schema column; returns its numeric values (None: as stored)."""
+    if kind == "category":
+        missing = df[name].isna().to_numpy()
+        if missing.any():
+            raise InputError(
+                f"column '{name}' has missing values (NaN/None) in {_rows(df, missing)}; "
+                "every row needs an optype: fill it in or drop these rows",
+                path,
+            )
+        return None
+    values = _numeric(df, name, kind, path)
+    if values is None:
+        return None
+    for bad, what in (
+        (np.isnan(values), "missing values (NaN)"),
+        (np.isinf(values), "infinite values"),
+    ):
+        if bad.any():
+            raise InputError(
+                f"column '{name}' has {what} in {_rows(df, bad, name)}; every row needs a "
+                "finite value in each schema column: fill them in or drop these rows",
+                path,
+            )
+    if kind == "int":
+        frac = values != np.floor(values)
+        if frac.any():
+            raise InputError(
+                f"column '{name}' must hold integers but has non-integral values in "
+                f"{_rows(df, frac, name)}; write whole numbers in this column",
+                path,
+            )
+    return values
+
+
+def optype_codes(s: pd.Series) -> np.ndarray:
+    """Index of each value in OPTYPE_VALUES, -1 where unknown or missing (vectorized)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        # Map the (few) categories, then the per-row codes through that map.
+        lookup = {v: i for i, v in enumerate(OPTYPE_VALUES)}
+        cat_map = np.array([lookup.get(c, -1) for c in s.cat.categories] + [-1], dtype=np.int64)
+        return cat_map[s.cat.codes.to_numpy()]  # code -1 (NaN) picks the trailing -1
+    return pd.Categorical(s, categories=list(OPTYPE_VALUES)).codes.astype(np.int64)
+
+
+def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
+    codes = optype_codes(df["optype"])
+    unknown = codes < 0
+    if unknown.any():
+        names = ", ".join(_fmt(v) for v in pd.unique(df["optype"][unknown].astype(object)))
+        raise InputError(
+            f"unknown optype value(s) {names} in {_rows(df, unknown, 'optype')}; "
+            f"allowed: {', '.join(OPTYPE_VALUES)}; rename these ops or drop the rows",
+            path,
+        )
+    return codes
+
+
+def _check_meta_ranges(
+    df: pd.DataFrame, dp: np.ndarray, stage: np.ndarray, meta: JobMeta, path: str
+) -> np.ndarray:
+    """dp_rank / stage inside the meta's sizes and every cell present; returns the cell ids."""
+    for name, values, size_name, size in (
+        ("dp_rank", dp, "dp_size", meta.dp_size),
+        ("stage", stage, "pp_size", meta.pp_size),
+    ):
+        bad = (values < 0) | (values >= size)
+        if bad.any():
+            raise InputError(
+                f"{name} outside [0, {size_name}={size}) of the job meta in "
+                f"{_rows(df, bad)}; fix {size_name} in the job meta or the {name} values",
+                path,
+            )
+    cell = dp * meta.pp_size + stage
+    present = np.bincount(cell, minlength=meta.dp_size * meta.pp_size) > 0
+    if not present.all():
+        missing = np.flatnonzero(~present)
+        listed = ", ".join(f"({c // meta.pp_size}, {c % meta.pp_size})" for c in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise InputError(
+            f"the trace holds {int(present.sum())} of the dp_size*pp_size = "
+            f"{meta.dp_size}*{meta.pp_size} = {meta.dp_size * meta.pp_size} (dp_rank, stage) "
+            f"cells the job meta implies; missing (dp_rank, stage): {listed}{more}; "
+            "trace every worker or fix dp_size/pp_size in the job meta",
+            path,
+        )
+    return cell
+
+
+def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each value in the sorted distinct values, the sorted distinct values)."""
+    lo = int(values.min())
+    span = int(values.max()) - lo + 1
+    if span <= 4 * len(values) + 1_000_000:
+        # Step numbers are a compact range in practice: O(n) lookup instead of a sort.
+        shifted = values - lo
+        present = np.bincount(shifted, minlength=span) > 0
+        remap = np.cumsum(present) - 1
+        return remap[shifted], np.flatnonzero(present) + lo
+    idx, uniq = pd.factorize(values, sort=True)
+    return idx, np.asarray(uniq)
+
+
+def _check_complete(
+    cell: np.ndarray, step: np.ndarray, opt: np.ndarray, meta: JobMeta, path: str
+) -> None:
+    """Every step holds every cell, and each (cell, optype) the same number of rows."""
+    nopt = len(OPTYPE_VALUES)
+    ncell = meta.dp_size * meta.pp_size
+    step_idx, steps = _dense_ids(step)
+    nsteps = len(steps)
+    # Counts per (step, cell, optype) kept sparse (key, count): on bad input (e.g. one
+    # step per row) the dense grid could be huge. bincount is the fast path for sane sizes.
+    flat = step_idx.astype(np.int64) * (ncell * nopt) + (cell * nopt + opt)
+    if nsteps * ncell * nopt <= 4 * len(flat) + 1_000_000:
+        dense = np.bincount(flat, minlength=nsteps * ncell * nopt)
+        key = np.flatnonzero(dense)
+        counts = dense[key]
+    else:
+        key, counts = np.unique(flat, return_counts=True)
+    k_step, k_pair = key // (ncell * nopt), key % (ncell * nopt)
+
+    def cell_name(c: int) -> str:
+        return f"(dp_rank={c // meta.pp_size}, stage={c % meta.pp_size})"
+
+    # 1. Whole workers missing from a step.
+    sc = key // nopt  # (step, cell) ids; key is sorted, so dedupe neighbours in O(n)
+    sc = sc[np.r_[True, sc[1:] != sc[:-1]]]
+    cells_per_step = np.bincount(sc // ncell, minlength=nsteps)
+    short = np.flatnonzero(cells_per_step < ncell)
+    if len(short):
+        parts = []
+        for s in short[:_SHOW]:
+            have = sc[sc // ncell == s] % ncell
+            lacking = np.setdiff1d(np.arange(ncell), have)
+            names = ", ".join(cell_name(int(c)) for c in lacking[:4])
+            extra = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
+            parts.append(f"step {_fmt(steps[s])} has no rows for {names}{extra}")
+        more = f" ({len(short) - _SHOW} more steps like this)" if len(short) > _SHOW else ""
+        raise InputError(
+            f"steps with missing workers: {'; '.join(parts)}{more}; every step must contain "
+            "all dp_size*pp_size workers: drop incomplete steps (e.g. cut by the tracing "
+            "window) or re-trace",
+            path,
+        )
+
+    # 2. Same row count per (cell, optype) in every step. Expected = the most common
+    # count over steps (absent = 0), ties to the larger count.
+    npair = ncell * nopt
+    present_in = np.bincount(k_pair, minlength=npair)
+    absent = nsteps - present_in
+    used = np.flatnonzero(present_in > 0)
+    cand_pair = np.concatenate([k_pair, used])
+    cand_count = np.concatenate([counts, np.zeros(len(used), dtype=counts.dtype)])
+    ck, cfreq = np.unique(cand_pair * (counts.max() + 1) + cand_count, return_counts=True)
+    c_pair, c_count = ck // (counts.max() + 1), ck % (counts.max() + 1)
+    # The zero candidate's frequency is the number of steps the pair is absent from.
+    cfreq = np.where(c_count == 0, absent[c_pair], cfreq)
+    order = np.lexsort((c_count, cfreq, c_pair))  # last per pair = most frequent, then larger
+    last = np.r_[c_pair[order][1:] != c_pair[order][:-1], True]
+    expected = np.zeros(npair, dtype=np.int64)
+    expected[c_pair[order][last]] = c_count[order][last]
+
+    bad_present = np.flatnonzero(counts != expected[k_pair])
+    bad_absent_pairs = used[(absent[used] > 0) & (expected[used] > 0)]
+    total = len(bad_present) + int(absent[bad_absent_pairs].sum())
+    if total == 0:
+        return
+    found = [(int(k_step[i]), int(k_pair[i]), int(counts[i])) for i in bad_present[:_SHOW]]
+    for p in bad_absent_pairs[:_SHOW]:
+        lacking = np.setdiff1d(np.arange(nsteps), k_step[k_pair == p])
+        found += [(int(s), int(p), 0) for s in lacking[:_SHOW]]
+    found.sort()
+    parts = [
+        f"step {_fmt(steps[s])} {cell_name(p // nopt)} has {n} '{OPTYPE_VALUES[p % nopt]}' "
+        f"rows, expected {expected[p]}"
+        for s, p, n in found[:_SHOW]
+    ]
+    more = f" ({total - _SHOW} more mismatches)" if total > _SHOW else ""
+    raise InputError(
+        f"steps with missing or extra ops: {'; '.join(parts)}{more}; each worker must trace "
+        "the same ops in every step (expected = the count in most steps): drop incomplete "
+        "steps or fix the tracer",
+        path,
+    )
+
+
+def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
+    """Raise InputError(message, path) for the first problem found; None when the trace is fine.
+
+    `df` may come straight from parquet or CSV (any int/float widths, optype as
+    text or categorical). Extra columns are ignored.
+    """
+    meta.check(path)
+    missing = [c for c in COLUMN_NAMES if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"missing column(s) {', '.join(repr(c) for c in missing)}; a trace needs "
+            f"{', '.join(COLUMN_NAMES)} (found: {', '.join(map(str, df.columns))}); "
+            "add or rename these columns",
+            path,
+        )
+    if len(df) == 0:
+        raise InputError(
+            "the trace is empty (0 rows); re-run the traced job or point at a trace with "
+            "at least one complete step",
+            path,
+        )
+    # Checked values of each column, converted once (text columns parsed, NA as NaN).
+    values = {c.name: _check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
+
+    def ints(name: str) -> np.ndarray:
+        v = values[name]
+        return df[name].to_numpy(dtype=np.int64) if v is None else v.astype(np.int64)
+
+    negative = (df["duration"].to_numpy() if values["duration"] is None else values["duration"]) < 0
+    if negative.any():
+        raise InputError(
+            f"negative duration in {_rows(df, negative, 'duration')}; durations are "
+            "end - start in seconds and must be >= 0: fix the tracer's timestamps or drop "
+            "these rows",
+            path,
+        )
+    opt = _check_optypes(df, path)
+    cell = _check_meta_ranges(df, ints("dp_rank"), ints("stage"), meta, path)
+    _check_complete(cell, ints("step"), opt, meta, path)

@@ -1,0 +1,38 @@
+"""Shared fixtures: a tiny hand-built valid trace (tests/data/tiny_trace.csv).
+
+DP2 x PP2, 2 microbatches, 2 steps (7 and 8) of a 1F1B schedule with every op
+type except separate-grads-all-reduce and first-op; sends end when their peer
+recvs end, DP collectives end together across DP ranks. Unit tests never depend
+on ../shared for these basic cases.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from stragglerlab.meta import JobMeta
+from stragglerlab.trace_io import write_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def tiny_df() -> pd.DataFrame:
+    """The tiny trace as read from CSV (int64 / float64 / str columns)."""
+    return pd.read_csv(DATA / "tiny_trace.csv")
+
+
+@pytest.fixture
+def tiny_meta() -> JobMeta:
+    return JobMeta.load(DATA / "tiny_meta.yaml")
+
+
+@pytest.fixture
+def tiny_parquet(tmp_path: Path, tiny_df: pd.DataFrame, tiny_meta: JobMeta) -> Path:
+    """The tiny trace written as parquet (meta embedded) via write_trace."""
+    path = tmp_path / "trace.parquet"
+    write_trace(tiny_df, tiny_meta, path)
+    return path

@@ -1,0 +1,117 @@
+"""read_trace / write_trace: round trips, canonical dtypes, and the artifact's reference traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
+from stragglerlab.trace_io import read_trace, write_trace
+from stragglerlab.validate import validate_trace
+
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces"
+INT_COLUMNS = [c.name for c in TRACE_COLUMNS if c.kind == "int"]
+
+
+def _assert_canonical(df: pd.DataFrame) -> None:
+    for name in INT_COLUMNS:
+        assert df[name].dtype == np.int64, name
+    assert isinstance(df["optype"].dtype, pd.CategoricalDtype)
+    assert list(df["optype"].cat.categories) == list(OPTYPE_VALUES)
+
+
+def test_tiny_csv_is_valid(tiny_df, tiny_meta):
+    validate_trace(tiny_df, tiny_meta, "tiny_trace.csv")
+    assert len(tiny_df) == 120
+    assert set(tiny_df["optype"]) == set(OPTYPE_VALUES) - {"separate-grads-all-reduce", "first-op"}
+
+
+def test_round_trip_preserves_values(tiny_parquet, tiny_df, tiny_meta):
+    df, meta = read_trace(tiny_parquet)
+    assert meta == tiny_meta
+    _assert_canonical(df)
+    assert list(df.columns) == list(tiny_df.columns)
+    for name in COLUMN_NAMES:
+        if name == "optype":
+            assert (df[name].astype(str).to_numpy() == tiny_df[name].to_numpy()).all()
+        else:
+            np.testing.assert_array_equal(df[name].to_numpy(), tiny_df[name].to_numpy())
+    assert df["start_ts"].dtype == np.float64
+
+
+def test_round_trip_keeps_float32_exact_and_extra_columns(tmp_path, tiny_df, tiny_meta):
+    src = tiny_df.astype({"start_ts": np.float32, "duration": np.float32, "stage": np.int8})
+    src["tp_rank"] = np.zeros(len(src), dtype=np.int16)
+    src["seq_len_sq_sum"] = np.arange(len(src), dtype=np.float64)
+    path = tmp_path / "t32.parquet"
+    write_trace(src, tiny_meta, path)
+    df, _ = read_trace(path)
+    _assert_canonical(df)
+    assert df["start_ts"].dtype == np.float32 and df["duration"].dtype == np.float32
+    # Bit-exact: no detour through float64 and back.
+    assert df["start_ts"].to_numpy().tobytes() == src["start_ts"].to_numpy().tobytes()
+    assert df["tp_rank"].dtype == np.int16
+    np.testing.assert_array_equal(df["seq_len_sq_sum"], src["seq_len_sq_sum"])
+
+
+def test_write_trace_metadata_and_dictionary_optype(tiny_parquet, tiny_meta):
+    schema = pq.read_schema(tiny_parquet)
+    kv = schema.metadata
+    assert kv[b"stragglerlab.schema_version"].decode() == SCHEMA_VERSION
+    assert JobMeta.from_dict(json.loads(kv[b"stragglerlab.meta"])) == tiny_meta
+    assert pa.types.is_dictionary(schema.field("optype").type)
+    # Atomic write leaves no temporary files behind.
+    assert [p.name for p in tiny_parquet.parent.iterdir()] == ["trace.parquet"]
+
+
+def test_meta_path_overrides_embedded(tmp_path, tiny_parquet, tiny_meta):
+    meta_file = tmp_path / "meta.yaml"
+    JobMeta(dp_size=2, pp_size=2, trial_name="other").dump(meta_file)
+    _, meta = read_trace(tiny_parquet, meta_file)
+    assert meta.trial_name == "other"
+
+
+def test_plain_string_optype_and_stored_index(tmp_path, tiny_df, tiny_meta):
+    # A pandas-written file: optype as plain strings, a non-range index stored as a column.
+    path = tmp_path / "plain.parquet"
+    tiny_df.set_index(pd.Index(np.arange(len(tiny_df)) * 10, name="idx")).to_parquet(path)
+    meta_file = tmp_path / "meta.yaml"
+    tiny_meta.dump(meta_file)
+    df, _ = read_trace(path, meta_file)
+    _assert_canonical(df)
+    assert "idx" not in df.columns and isinstance(df.index, pd.RangeIndex)
+
+
+@pytest.mark.parametrize("name, rows, dp, pp", [("AR", 117216, 4, 4), ("ST", 6784, 2, 4)])
+def test_reference_traces_load_unchanged(name, rows, dp, pp):
+    trace = REFERENCE / f"trace-{name}.parquet"
+    if not trace.exists():
+        pytest.skip(f"reference trace {trace} not available")
+    df, meta = read_trace(trace, REFERENCE / f"meta-{name}.yaml")
+    assert (meta.dp_size, meta.pp_size, meta.trial_name) == (dp, pp, name)
+    assert len(df) == rows
+    _assert_canonical(df)
+    raw = pq.read_table(trace).to_pandas()
+    assert df["start_ts"].dtype == raw["start_ts"].dtype == np.float32
+    np.testing.assert_array_equal(df["start_ts"].to_numpy(), raw["start_ts"].to_numpy())
+    np.testing.assert_array_equal(df["duration"].to_numpy(), raw["duration"].to_numpy())
+    assert (df["optype"].astype(str).to_numpy() == raw["optype"].astype(str).to_numpy()).all()
+    for col in INT_COLUMNS:
+        np.testing.assert_array_equal(df[col].to_numpy(), raw[col].to_numpy().astype(np.int64))
+
+
+def test_reference_trace_without_meta_asks_for_meta():
+    trace = REFERENCE / "trace-ST.parquet"
+    if not trace.exists():
+        pytest.skip(f"reference trace {trace} not available")
+    with pytest.raises(InputError, match="--meta") as exc:
+        read_trace(trace)
+    assert str(trace) in str(exc.value)
