@@ -157,7 +157,9 @@ def read_trace(
         if pa.types.is_integer(field.type) and field.name in _INT_COLUMNS:
             table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
     # ignore_metadata: stored pandas dtypes/index are not trusted; validation judges values.
-    df = table.to_pandas(ignore_metadata=True, split_blocks=True)
+    # self_destruct frees each arrow column once converted: halves the peak on big traces.
+    df = table.to_pandas(ignore_metadata=True, split_blocks=True, self_destruct=True)
+    del table
     validate_trace(df, meta, path)
     return normalize_trace(df), meta
 

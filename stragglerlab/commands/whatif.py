@@ -16,8 +16,9 @@ from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
 
-# Timelines of huge traces are capped: Perfetto UIs choke on tens of millions of events.
-MAX_TIMELINE_EVENTS = 500_000
+# Timelines of huge traces keep their first steps only: a timeline is for looking at,
+# and writing millions of JSON events would cost more than the whole analysis.
+MAX_TIMELINE_EVENTS = 200_000
 
 
 def add_parser(sub, name: str) -> None:
@@ -60,13 +61,22 @@ def run(args) -> int:
     )
     progress("wrote whatif.json, artifact-format/, heatmap.png")
     if not args.no_timelines:
-        write_perfetto(df, out / "timeline.json.gz", title=f"{name} (traced)",
-                       max_events=MAX_TIMELINE_EVENTS)
+        write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), out / "timeline.json.gz",
+                       title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)
         write_perfetto(ideal_timeline(wr), out / "ideal-timeline.json.gz",
                        title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS)
         progress("wrote timelines")
     print(summary(result, out))
     return 0
+
+
+def first_steps(df, max_rows: int):
+    """The rows of the first steps of df holding at most max_rows rows (at least one step)."""
+    counts = df["step"].value_counts().sort_index()
+    n_steps = max(1, int((counts.cumsum() <= max_rows).sum()))
+    if n_steps == len(counts):
+        return df
+    return df[df["step"].isin(counts.index[:n_steps])]
 
 
 def summary(result, out: Path) -> str:
