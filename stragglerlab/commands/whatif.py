@@ -18,7 +18,7 @@ from stragglerlab.atomic import atomic_write_json
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
-MAX_TIMELINE_EVENTS = 200_000
+MAX_TIMELINE_EVENTS = 100_000
 
 
 def add_parser(sub, name: str) -> None:
