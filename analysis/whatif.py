@@ -28,7 +28,7 @@ import pandas as pd
 
 from analysis.frame import OpFrame, build_frame
 from analysis.graph import DepGraph, build_graph
-from analysis.simulate import simulate
+from analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import FixMetric, StepSeries, WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS, OpType
@@ -184,20 +184,27 @@ def ideal_timeline(run: WhatIfRun) -> pd.DataFrame:
 
 
 def _restore_each_dp_rank(graph: DepGraph, value: np.ndarray, ideal: np.ndarray) -> dict:
-    """Step times of 'ideal with DP rank d original' for every d, in one batched simulation.
+    """Step times of 'ideal with DP rank d original' for every d, in batched simulations.
 
     Only d differs from the ideal, and all other ranks are identical, so each
-    variant needs two lanes: rank d and one idealized representative.
+    variant needs two lanes: rank d and one idealized representative. Ranks are
+    batched in chunks so the [node, rank, step, lane] working set stays bounded.
     """
     n_nodes, n_steps, dp = value.shape
     lanes = 2 if dp > 1 else 1
-    batched = np.empty((n_nodes, dp, n_steps, lanes))
-    batched[:, :, :, 0] = value.transpose(0, 2, 1)  # [node, d, step]
-    if lanes == 2:
-        batched[:, :, :, 1] = ideal[:, None, None]
-    times = simulate(graph, batched.reshape(n_nodes, dp * n_steps, lanes)).step_time
-    times = times.reshape(dp, n_steps)
-    return {d: times[d] for d in range(dp)}
+    per_rank = n_nodes * n_steps * lanes
+    chunk = max(1, CHUNK_ELEMENTS // per_rank)
+    times = {}
+    for lo in range(0, dp, chunk):
+        ranks = range(lo, min(dp, lo + chunk))
+        batched = np.empty((n_nodes, len(ranks), n_steps, lanes))
+        batched[:, :, :, 0] = value[:, :, ranks.start:ranks.stop].transpose(0, 2, 1)
+        if lanes == 2:
+            batched[:, :, :, 1] = ideal[:, None, None]
+        flat = batched.reshape(n_nodes, len(ranks) * n_steps, lanes)
+        step_times = simulate(graph, flat).step_time.reshape(len(ranks), n_steps)
+        times.update({d: step_times[i] for i, d in enumerate(ranks)})
+    return times
 
 
 def _fix_metric(graph, value, ideal_full, mask, t_ori: float, t_ideal: float) -> FixMetric:

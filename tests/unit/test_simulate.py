@@ -95,3 +95,16 @@ def test_simulation_with_launch_delays_replays_the_trace(ar_job):
     with_delay = simulate(graph, frame.sim_value(graph), frame.launch_delay).step_time
     base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
     np.testing.assert_allclose(with_delay, base, rtol=1e-5)
+
+
+def test_dp_attribution_chunks_give_the_same_answer(ar_job, monkeypatch):
+    import analysis.whatif as whatif_mod
+
+    graph, frame = ar_job
+    value = frame.sim_value(graph)
+    ideal = ideal_values(graph, frame, value)
+    whole = _restore_each_dp_rank(graph, value, ideal)
+    monkeypatch.setattr(whatif_mod, "CHUNK_ELEMENTS", graph.n_nodes * value.shape[1] * 2)
+    one_rank_a_chunk = _restore_each_dp_rank(graph, value, ideal)
+    for d in whole:
+        np.testing.assert_array_equal(whole[d], one_rank_a_chunk[d])
