@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stragglerlab.commands import train as train_cmd
 from stragglerlab.commands import whatif as whatif_cmd
 from stragglerlab.errors import InputError
 
 EXIT_BAD_INPUT = 2
 
-VERBS = {"whatif": whatif_cmd}
+VERBS = {"whatif": whatif_cmd, "train": train_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,306 @@
+"""Scenario configs: typed dataclasses and the loader of `config/scenarios.yaml`.
+
+The YAML has `defaults` (a full scenario) and `scenarios` (name -> overrides of
+the defaults, nested by section). A user file given with `--config` is merged
+on top the same way (its own `defaults` and `scenarios`). Every value is
+checked on load: an unknown key, a wrong type or an impossible layout is one
+InputError naming the file, the scenario and the key.
+
+    scenario = load_scenario("clean-dp2-pp2")                     # built-in file
+    scenario = load_scenario("mine", config="my.yaml", overrides={"run": {"steps": 5}})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from stragglerlab.errors import InputError
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "scenarios.yaml"
+
+
+class LengthDistribution(str, enum.Enum):
+    """How sequence lengths are drawn before packing."""
+
+    FIXED = "fixed"
+    UNIFORM = "uniform"
+    LONGTAIL = "longtail"  # lognormal: most sequences short, a few very long
+
+
+class Backend(str, enum.Enum):
+    """torch.distributed backend; auto = nccl when every rank has its own GPU, else gloo."""
+
+    AUTO = "auto"
+    GLOO = "gloo"
+    NCCL = "nccl"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The tiny GPT."""
+
+    n_layers: int = 4
+    """Transformer blocks in the whole model."""
+    hidden: int = 64
+    """Hidden size."""
+    n_heads: int = 4
+    """Attention heads."""
+    vocab: int = 512
+    """Vocabulary size (the logit layer on the last stage grows with it)."""
+    max_seq_len: int = 256
+    """Longest sequence (position embeddings)."""
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Data x pipeline layout."""
+
+    dp: int = 2
+    """Data-parallel degree."""
+    pp: int = 2
+    """Pipeline stages."""
+    microbatches: int = 4
+    """Microbatches per step (per DP rank)."""
+    layers_per_stage: list[int] | None = None
+    """Blocks on each stage; None splits n_layers evenly."""
+
+    def stage_layers(self, n_layers: int) -> list[int]:
+        """Blocks per stage."""
+        if self.layers_per_stage is not None:
+            return list(self.layers_per_stage)
+        base, extra = divmod(n_layers, self.pp)
+        return [base + (1 if s < extra else 0) for s in range(self.pp)]
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Synthetic token data packed into fixed-size microbatches of variable-length sequences."""
+
+    tokens_per_microbatch: int = 128
+    """Packed tokens per microbatch."""
+    length_distribution: LengthDistribution = LengthDistribution.FIXED
+    """How sequence lengths are drawn."""
+    mean_seq_len: int = 64
+    """Mean sequence length, tokens."""
+    longtail_sigma: float = 1.0
+    """Lognormal sigma of the long-tailed lengths."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """How the job runs."""
+
+    steps: int = 30
+    """Training steps, warm-up included."""
+    warmup_steps: int = 1
+    """First steps left out of the trace: start-up costs are not stragglers."""
+    seed: int = 0
+    """Seed of model init and data."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    clip_norm: float = 1.0
+    """Global grad-norm clip."""
+    backend: Backend = Backend.AUTO
+    """torch.distributed backend."""
+    collective_timeout_s: float = 60.0
+    """Timeout of every collective and P2P op; a hung or dead rank fails the run within it."""
+    cpu_isolation: bool = True
+    """Give every rank its own CPU quota (cgroup v1), so ranks behave like separate devices."""
+    cores_per_rank: float | None = None
+    """CPU share per rank in cores; None = machine cores / ranks."""
+    cpu_period_us: int = 10_000
+    """cgroup CFS period, microseconds."""
+    planned_gc_every: int = 0
+    """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
+    trace: bool = True
+    """Record the per-op trace (off only to measure tracing overhead)."""
+    threads_per_rank: int = 1
+    """torch intra-op threads per rank."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One named experiment."""
+
+    name: str
+    """Scenario name."""
+    description: str = ""
+    """What it shows."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model."""
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    """The layout."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The data."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """How it runs."""
+    faults: list[dict] = field(default_factory=list)
+    """Fault injections (kind + parameters), applied by injectors."""
+
+    @property
+    def world_size(self) -> int:
+        """dp * pp ranks."""
+        return self.parallel.dp * self.parallel.pp
+
+    def check(self, where: str) -> Scenario:
+        """Raise InputError for an impossible layout."""
+        p, m, d = self.parallel, self.model, self.data
+        problems = []
+        if min(p.dp, p.pp, p.microbatches) < 1:
+            problems.append("parallel.dp, parallel.pp and parallel.microbatches must be >= 1")
+        layers = p.stage_layers(m.n_layers)
+        if len(layers) != p.pp:
+            problems.append(f"parallel.layers_per_stage has {len(layers)} entries for pp={p.pp}")
+        elif sum(layers) != m.n_layers or min(layers) < 0:
+            problems.append(f"parallel.layers_per_stage {layers} must be >= 0 and sum to "
+                            f"model.n_layers={m.n_layers}")
+        if m.hidden % m.n_heads:
+            problems.append(f"model.hidden={m.hidden} must be divisible by model.n_heads")
+        if d.tokens_per_microbatch > m.max_seq_len * 64 or d.tokens_per_microbatch < 2:
+            problems.append("data.tokens_per_microbatch must be in [2, 64 * model.max_seq_len]")
+        if not 1 <= d.mean_seq_len <= m.max_seq_len:
+            problems.append(f"data.mean_seq_len must be in [1, model.max_seq_len={m.max_seq_len}]")
+        if self.run.steps < 1 or self.run.collective_timeout_s <= 0:
+            problems.append("run.steps must be >= 1 and run.collective_timeout_s > 0")
+        if not 0 <= self.run.warmup_steps < self.run.steps:
+            problems.append("run.warmup_steps must be in [0, run.steps)")
+        if self.run.cores_per_rank is not None and self.run.cores_per_rank <= 0:
+            problems.append("run.cores_per_rank must be > 0")
+        if problems:
+            raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
+        return self
+
+
+def _build(cls, raw: object, where: str, ctx: str):
+    """Build dataclass cls from a mapping, checking keys and types."""
+    if not isinstance(raw, dict):
+        raise InputError(f"{ctx} must be a mapping, got {type(raw).__name__}", where)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise InputError(f"{ctx}: unknown key(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(fields)}", where)
+    kwargs = {k: _coerce(hints[k], v, where, f"{ctx}.{k}") for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+def _coerce(hint, value, where: str, ctx: str):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where, ctx)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            allowed = ", ".join(e.value for e in hint)
+            raise InputError(f"{ctx}: {value!r} is not one of {allowed}", where) from None
+    if origin is list:
+        if not isinstance(value, list):
+            raise InputError(f"{ctx} must be a list, got {value!r}", where)
+        return [_coerce(args[0], v, where, f"{ctx}[{i}]") for i, v in enumerate(value)]
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise InputError(f"{ctx} must be a mapping, got {value!r}", where)
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise InputError(f"{ctx} must be true or false, got {value!r}", where)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{ctx} must be an integer, got {value!r}", where)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{ctx} must be a number, got {value!r}", where)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise InputError(f"{ctx} must be a string, got {value!r}", where)
+        return value
+    return value
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Nested dict merge: sections merge key by key, leaves are replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise InputError(f"cannot read scenario config: {e.strerror}", str(path)) from None
+    except yaml.YAMLError as e:
+        raise InputError(f"not valid YAML: {e}", str(path)) from None
+    raw = raw or {}
+    if not isinstance(raw, dict) or set(raw) - {"defaults", "scenarios"}:
+        raise InputError("a scenario config holds only 'defaults' and 'scenarios' mappings",
+                         str(path))
+    for key in ("defaults", "scenarios"):
+        if not isinstance(raw.get(key) or {}, dict):
+            raise InputError(f"'{key}' must be a mapping", str(path))
+    return raw
+
+
+def scenario_table(config: str | Path | None = None) -> tuple[dict, dict[str, dict], str]:
+    """(defaults, {name: overrides}, where) of the built-in file merged with config."""
+    raw = _read_yaml(DEFAULT_CONFIG)
+    defaults, scenarios = raw.get("defaults") or {}, dict(raw.get("scenarios") or {})
+    where = str(DEFAULT_CONFIG)
+    if config is not None:
+        user = _read_yaml(Path(config))
+        defaults = _merge(defaults, user.get("defaults") or {})
+        for name, over in (user.get("scenarios") or {}).items():
+            scenarios[name] = _merge(scenarios.get(name) or {}, over or {})
+        where = str(config)
+    return defaults, scenarios, where
+
+
+def load_scenario(
+    name: str, config: str | Path | None = None, overrides: dict | None = None
+) -> Scenario:
+    """The named scenario: defaults, then its overrides, then `overrides`; checked."""
+    defaults, scenarios, where = scenario_table(config)
+    if name not in scenarios:
+        raise InputError(f"unknown scenario {name!r}; known: {', '.join(sorted(scenarios))}",
+                         where)
+    merged = _merge(_merge(defaults, scenarios[name] or {}), overrides or {})
+    merged["name"] = name
+    return _build(Scenario, merged, where, f"scenario {name!r}").check(where)
+
+
+def list_scenarios(config: str | Path | None = None) -> list[Scenario]:
+    """Every scenario, each checked (so one bad entry is reported even if unused)."""
+    _defaults, scenarios, _where = scenario_table(config)
+    return [load_scenario(n, config) for n in sorted(scenarios)]
+
+
+def scenario_to_dict(scenario: Scenario) -> dict:
+    """Plain JSON-able dict (enums as values), e.g. for run.json."""
+
+    def plain(v):
+        if isinstance(v, enum.Enum):
+            return v.value
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        return v
+
+    return plain(dataclasses.asdict(scenario))

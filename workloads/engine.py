@@ -1,0 +1,341 @@
+"""One rank of a DP x PP training job: 1F1B pipeline, distributed optimizer, traced op by op.
+
+Per step, in the order of the trace vocabulary (design.md §3):
+
+1. params-all-gather: every DP rank owns a shard of its stage's flat
+   parameters (distributed-optimizer style) and all-gathers the full set;
+2. the 1F1B schedule of `workloads.schedule`: forward/backward computes and
+   the pipeline P2P ops (isend/irecv posted together, traced from post to
+   completion, so a send's duration includes its peer's lateness);
+3. the tail: gc (planned collection when enabled) → layernorm-grads-all-reduce
+   (a no-op without tensor parallelism, traced like Megatron's) →
+   embedding-grads-all-reduce (tied embedding, first and last stage) →
+   grads-reduce-scatter over DP → optimizer-clip-main-grad (global grad
+   norm over all ranks) → optimizer (Adam on the local shard).
+
+Every collective and P2P wait has the run's timeout, so a dead or hung peer
+fails this rank within it instead of hanging. Used by `workloads.launcher`
+(one Ray actor per rank); runnable without Ray for debugging:
+
+    trainer = RankTrainer(scenario, rank, run_dir, "tcp://127.0.0.1:29500")
+    summary = trainer.run()
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import math
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from stragglerlab.atomic import atomic_write_text
+from stragglerlab.scenario import Backend, Scenario
+from stragglerlab.schema import OpType
+from workloads.data import make_microbatch
+from workloads.model import StageModel
+from workloads.p2p import AsyncP2P
+from workloads.schedule import ActionKind, Direction, one_f_one_b
+from workloads.tracer import Tracer, now
+
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+
+
+class RankTrainer:
+    """Training loop of one rank (global rank = stage * dp + dp_rank)."""
+
+    def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str):
+        self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
+        p = scenario.parallel
+        self.dp, self.pp = p.dp, p.pp
+        self.stage, self.dp_rank = divmod(rank, self.dp)
+        self.init_method = init_method
+        self.timeout = datetime.timedelta(seconds=scenario.run.collective_timeout_s)
+        self.first, self.last = self.stage == 0, self.stage == self.pp - 1
+        self.tracer = Tracer(self.run_dir / "trace-parts" / f"rank{rank}.bin",
+                             enabled=scenario.run.trace)
+        self.status_path = self.run_dir / "status" / f"rank{rank}.json"
+
+    # -- setup -------------------------------------------------------------------------
+    def _backend(self) -> str:
+        wanted = self.sc.run.backend
+        if wanted is Backend.AUTO:
+            enough_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= \
+                self.sc.world_size
+            return "nccl" if enough_gpus else "gloo"
+        return wanted.value
+
+    def setup(self) -> None:
+        """Join the process group, make the groups, build the stage and its flat buffers."""
+        torch.set_num_threads(self.sc.run.threads_per_rank)
+        backend = self._backend()
+        self.device = torch.device(f"cuda:{self.rank}" if backend == "nccl" else "cpu")
+        if backend == "nccl":
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(backend, init_method=self.init_method, rank=self.rank,
+                                world_size=self.sc.world_size, timeout=self.timeout)
+        self.backend = backend
+        # Every rank creates every group in the same order; new_group needs its own timeout.
+        self.dp_group = None
+        for s in range(self.pp):
+            g = dist.new_group([s * self.dp + d for d in range(self.dp)], timeout=self.timeout)
+            if s == self.stage:
+                self.dp_group = g
+        self.emb_group = None
+        if self.pp > 1:
+            for d in range(self.dp):
+                g = dist.new_group([d, (self.pp - 1) * self.dp + d], timeout=self.timeout)
+                if d == self.dp_rank and (self.first or self.last):
+                    self.emb_group = g
+        m = self.sc.model
+        blocks = self.sc.parallel.stage_layers(m.n_layers)[self.stage]
+        self.model = StageModel(m, self.stage, self.pp, blocks, self.sc.run.seed).to(self.device)
+        self.act_shape = (self.sc.data.tokens_per_microbatch, m.hidden)
+        self.params = list(self.model.parameters())
+        self._flatten_params()
+        self.shared_emb = self.model.shared_embedding()
+        if self.sc.run.planned_gc_every > 0:
+            gc.disable()
+        gc.collect()
+        gc.freeze()  # start-up objects out of the GC's way: a full GC would cost ~80 ms
+
+    def _flatten_params(self) -> None:
+        """Params become views of one flat buffer; this rank owns one DP shard of it."""
+        numel = sum(p.numel() for p in self.params)
+        padded = math.ceil(numel / self.dp) * self.dp
+        self.flat = torch.zeros(padded, device=self.device)
+        norm_mask = torch.ones(padded, device=self.device)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            self.flat[offset:offset + n].copy_(p.data.reshape(-1))
+            p.data = self.flat[offset:offset + n].view_as(p)
+            if self.last and not self.first and p is self.model.shared_embedding():
+                norm_mask[offset:offset + n] = 0  # the tied copy counts once in the grad norm
+            offset += n
+        norm_mask[numel:] = 0
+        self.numel = numel
+        shard = padded // self.dp
+        self.lo, self.hi = self.dp_rank * shard, (self.dp_rank + 1) * shard
+        self.master = self.flat[self.lo:self.hi].clone()
+        self.norm_mask = norm_mask[self.lo:self.hi]
+        self.exp_avg = torch.zeros_like(self.master)
+        self.exp_avg_sq = torch.zeros_like(self.master)
+        self.opt_steps = 0
+
+    # -- one step ----------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _peer(self, stage: int) -> int:
+        return stage * self.dp + self.dp_rank
+
+    # P2P: sends go out right after the compute that produced them and recvs are
+    # posted right after the previous compute of their direction, both through
+    # AsyncP2P's threads; the stage blocks only when it needs a tensor. Program
+    # order then matches the dependency model, so launch delays stay small.
+    def _send(self, direction: Direction, tensor: torch.Tensor) -> None:
+        fwd = direction is Direction.FORWARD
+        peer = self._peer(self.stage + 1 if fwd else self.stage - 1)
+        self._sync()
+        row = self.tracer.record(OpType.FORWARD_SEND if fwd else OpType.BACKWARD_SEND, now(),
+                                 float("nan"))
+        self.p2p.send(tensor, peer, lambda t: self.tracer.set_end(row, t))
+
+    def _post_recv(self, direction: Direction, mb: int) -> None:
+        key = (direction, mb)
+        if key in self.posted or mb >= self.sc.parallel.microbatches:
+            return
+        fwd = direction is Direction.FORWARD
+        peer = self._peer(self.stage - 1 if fwd else self.stage + 1)
+        buf = torch.empty(self.act_shape, device=self.device)
+        row = self.tracer.record(OpType.FORWARD_RECV if fwd else OpType.BACKWARD_RECV, now(),
+                                 float("nan"))
+        done = self.p2p.recv(buf, peer, lambda t: self.tracer.set_end(row, t))
+        self.posted[key] = (buf, done)
+
+    def _take_recv(self, direction: Direction, mb: int) -> torch.Tensor:
+        self._post_recv(direction, mb)
+        buf, done = self.posted.pop((direction, mb))
+        deadline = now() + self.timeout.total_seconds()
+        while not done.wait(0.05):
+            if self.p2p.error is not None or now() > deadline:
+                raise RuntimeError(f"rank {self.rank}: {direction.value} recv of microbatch "
+                                   f"{mb} failed: {self.p2p.error or 'timed out'}")
+        return buf
+
+    def _make_data(self, step: int) -> list:
+        """The step's microbatches as tensors (all steps are made in setup, so data
+        preparation never sits between traced ops as untraced launch delay)."""
+        sc, batches = self.sc, []
+        for mb in range(sc.parallel.microbatches):
+            data = make_microbatch(sc.data, sc.model.vocab, sc.model.max_seq_len, sc.run.seed,
+                                   step, self.dp_rank, mb)
+            as_t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
+            batches.append((data, as_t(data.tokens), as_t(data.positions), as_t(data.targets)))
+        return batches
+
+    def _pipeline(self, step: int, batches: list) -> float:
+        """Run the 1F1B computes of one step; returns this rank's summed loss (last stage)."""
+        n_mb = self.sc.parallel.microbatches
+        F, B = Direction.FORWARD, Direction.BACKWARD
+        computes = [a for a in one_f_one_b(self.stage, self.pp, n_mb) if a.is_compute]
+        first_bwd = next(i for i, a in enumerate(computes) if a.kind is ActionKind.BACKWARD)
+        inputs, outputs = {}, {}
+        loss_sum = 0.0
+        if not self.first:
+            self._post_recv(F, 0)
+        if not self.last and first_bwd < 2:
+            self._post_recv(B, 0)
+        for i, action in enumerate(computes):
+            mb = action.microbatch
+            if action.kind is ActionKind.FORWARD:
+                data, tokens, pos, tgt = batches[mb]
+                if self.first:
+                    x = tokens
+                else:
+                    x = inputs[mb] = self._take_recv(F, mb).requires_grad_()
+                self._sync()
+                with self.tracer.op(OpType.FORWARD_COMPUTE, mb, 0, self.stage,
+                                    data.seq_len_sq_sum):
+                    out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
+                    if self.last:
+                        out = out / n_mb
+                    self._sync()
+                outputs[mb] = out
+                if self.last:
+                    loss_sum += float(out.detach())
+                else:
+                    self._send(F, out.detach())
+                if not self.first:
+                    self._post_recv(F, mb + 1)
+            else:
+                out = outputs.pop(mb)
+                grad = None if self.last else self._take_recv(B, mb)
+                self._sync()
+                with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
+                    out.backward(grad)
+                    self._sync()
+                if not self.first:
+                    self._send(B, inputs.pop(mb).grad)
+                if not self.last:
+                    self._post_recv(B, mb + 1)
+            if i == first_bwd - 2 and not self.last:
+                self._post_recv(B, 0)  # the model's rule for a stage's first backward recv
+        return loss_sum
+
+    def _tail(self, step: int) -> None:
+        """gc → layernorm → embedding → reduce-scatter → clip → optimizer."""
+        self.p2p.quiesce()  # P2P posts share the default group with clip's all-reduce
+        every = self.sc.run.planned_gc_every
+        with self.tracer.op(OpType.GC, mb_id=0):
+            if every > 0 and (step + 1) % every == 0:
+                gc.collect()
+        with self.tracer.op(OpType.LAYERNORM_GRADS_ALL_REDUCE):
+            pass  # all-reduced over tensor-parallel ranks; with tp = 1 there are none
+        if self.emb_group is not None:
+            with self.tracer.op(OpType.EMBEDDING_GRADS_ALL_REDUCE):
+                dist.all_reduce(self.shared_emb.grad, group=self.emb_group)
+                self._sync()
+        if self.dp > 1:
+            with self.tracer.op(OpType.GRADS_REDUCE_SCATTER, mc=0):
+                shard_grad = torch.empty_like(self.master)
+                dist.reduce_scatter_single(shard_grad, self._flat_grad(), group=self.dp_group)
+                shard_grad /= self.dp
+                self._sync()
+        else:
+            shard_grad = self._flat_grad()
+        with self.tracer.op(OpType.OPTIMIZER_CLIP_MAIN_GRAD):
+            sq = (shard_grad * shard_grad * self.norm_mask).sum()
+            dist.all_reduce(sq)
+            norm = float(sq.sqrt())
+            shard_grad *= min(1.0, self.sc.run.clip_norm / (norm + 1e-6))
+            self._sync()
+        with self.tracer.op(OpType.OPTIMIZER):
+            self._adam(shard_grad)
+            self._sync()
+        for p in self.params:
+            p.grad = None
+        self.grad_norm = norm
+
+    def _flat_grad(self) -> torch.Tensor:
+        flat_grad = torch.cat([p.grad.reshape(-1) for p in self.params])
+        return torch.nn.functional.pad(flat_grad, (0, self.flat.numel() - self.numel))
+
+    def _adam(self, grad: torch.Tensor) -> None:
+        b1, b2 = ADAM_BETAS
+        self.opt_steps += 1
+        self.exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
+        self.exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+        denom = (self.exp_avg_sq / (1 - b2 ** self.opt_steps)).sqrt_().add_(ADAM_EPS)
+        step_size = self.sc.run.lr / (1 - b1 ** self.opt_steps)
+        self.master.addcdiv_(self.exp_avg, denom, value=-step_size)
+
+    def _gather_params(self) -> None:
+        if self.dp > 1:
+            dist.all_gather_single(self.flat, self.master, group=self.dp_group)
+        else:
+            self.flat.copy_(self.master)
+
+    def checksum(self, stride: int = 1) -> str:
+        """Fingerprint of this rank's stage parameters (equal across DP replicas).
+
+        Two float64 sums (plain and position-weighted) over every `stride`-th
+        value: per step a 1% sample, since a full pass costs milliseconds that
+        would show up in the trace as launch delay; in full after the last step.
+        """
+        flat = self.flat.detach()[::stride].double()
+        weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
+        return f"{float(flat.sum()):.17g}/{float((flat * weights).sum()):.17g}"
+
+    # -- the run -----------------------------------------------------------------------
+    def run(self) -> dict:
+        """Set up, train every step, return a summary; always leaves the process group."""
+        self.p2p = AsyncP2P(self.timeout)
+        self.posted: dict = {}
+        try:
+            self.setup()
+            return self._train()
+        finally:
+            self.p2p.close()
+            self.tracer.close()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def _train(self) -> dict:
+        losses, checksums, step_times = {}, {}, {}
+        data = [self._make_data(step) for step in range(self.sc.run.steps)]
+        for step in range(self.sc.run.steps):
+            batches = data[step]
+            self.tracer.begin_step(step)
+            step_start = now()
+            if self.dp > 1:
+                with self.tracer.op(OpType.PARAMS_ALL_GATHER, mc=0):
+                    self._gather_params()
+                    self._sync()
+            else:  # no DP: nothing to gather, and no DP op in the trace
+                self._gather_params()
+            checksums[step] = self.checksum(stride=101)
+            loss = self._pipeline(step, batches)
+            self._tail(step)
+            step_times[step] = now() - step_start
+            self.p2p.drain()  # long complete: every rank passed the clip all-reduce
+            self.tracer.end_step()
+            if self.last:
+                losses[step] = loss
+            self._write_status(step, loss if self.last else None, step_times[step])
+        self._gather_params()
+        checksums[self.sc.run.steps] = self.checksum()
+        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
+                "backend": self.backend, "losses": losses, "param_checksums": checksums,
+                "step_times_s": step_times, "pid": os.getpid()}
+
+    def _write_status(self, step: int, loss: float | None, step_time: float) -> None:
+        atomic_write_text(self.status_path, json.dumps(
+            {"rank": self.rank, "step": step, "loss": loss, "step_time_s": step_time,
+             "pid": os.getpid()}))

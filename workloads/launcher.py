@@ -1,0 +1,231 @@
+"""Launch one training run on Ray: one actor per rank, each its own CPU share, one run folder.
+
+* Ray: our own local instance (`address="local"`, never attach to another
+  cluster; shut down at the end, never `ray stop`), one actor per rank in a
+  STRICT_PACK placement group; the project is importable in the actors
+  because they run this environment's interpreter.
+* Rendezvous: TCP on loopback, a free port picked by the driver.
+* Isolation: with root and cgroup v1, every rank gets a fixed CPU quota
+  (workloads.isolation), so a rank behaves like its own device; otherwise
+  the run says so and goes on unisolated (the named fallback).
+* Failure: a dead actor, a rank's exception (e.g. a collective timeout) or no
+  progress for longer than the collective timeout ends the run: every actor is
+  killed, the cgroups are removed, and run.json says `failed`, which rank and
+  why; the trace keeps every step all ranks finished.
+
+    outcome = launch(scenario, "results/clean-dp2-pp2/0", progress=print)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from stragglerlab.scenario import Scenario, scenario_to_dict
+from workloads.isolation import CpuIsolation, cleanup_stale
+from workloads.run_folder import write_run_folder
+
+Progress = Callable[[str], None]
+POLL_S = 0.1
+# Extra slack over the collective timeout before a run without progress is called hung.
+HANG_SLACK_S = 30.0
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _versions() -> dict:
+    from importlib.metadata import version
+
+    import ray
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "ray": ray.__version__, "stragglerlab": version("stragglerlab")}
+
+
+def _rank_actor_class():
+    import ray
+
+    @ray.remote(max_restarts=0)
+    class RankActor:
+        """Holds one RankTrainer in its own process."""
+
+        def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str):
+            from workloads.engine import RankTrainer
+
+            self.trainer = RankTrainer(scenario, rank, run_dir, init_method)
+
+        def pid(self) -> int:
+            return os.getpid()
+
+        def run(self) -> dict:
+            return self.trainer.run()
+
+    return RankActor
+
+
+def _read_status(run_dir: Path, world: int) -> dict[int, dict]:
+    import json
+
+    status = {}
+    for rank in range(world):
+        path = run_dir / "status" / f"rank{rank}.json"
+        try:
+            status[rank] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    return status
+
+
+def _prepare_dir(run_dir: Path) -> None:
+    """Start from a clean run folder (outputs of an earlier run there are replaced)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for sub in ("trace-parts", "status"):
+        shutil.rmtree(run_dir / sub, ignore_errors=True)
+    for name in ("trace.parquet", "run.json", "faults.json", "meta.yaml"):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None) -> dict:
+    """Run the scenario; returns run.json's content (outcome 'ok' or 'failed')."""
+    import ray
+
+    say = progress or (lambda _msg: None)
+    run_dir = Path(out).resolve()
+    _prepare_dir(run_dir)
+    world = scenario.world_size
+    record: dict = {"scenario": scenario_to_dict(scenario), "name": scenario.name,
+                    "seed": scenario.run.seed, "versions": _versions(), "outcome": "failed",
+                    "error": None, "host": platform.node()}
+    t_start = time.time()
+    cleanup_stale()
+    iso, summaries = None, {}
+    try:
+        ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),
+                 include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                 object_store_memory=100 * 1024 * 1024,
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                           "PYTHONWARNINGS": "ignore::FutureWarning"}})
+        t_ray = time.time()
+        say(f"ray started in {t_ray - t_start:.1f}s; launching {world} ranks")
+        pg = ray.util.placement_group([{"CPU": 1}] * world, strategy="STRICT_PACK")
+        ray.get(pg.ready(), timeout=120)
+        actor_cls = _rank_actor_class()
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        actors = [actor_cls.options(num_cpus=1, placement_group=pg).remote(
+            scenario, rank, str(run_dir), init_method) for rank in range(world)]
+        pids = ray.get([a.pid.remote() for a in actors], timeout=300)
+        iso, record["isolation"] = _isolate(scenario, run_dir.name, pids, say)
+        futures = {a.run.remote(): rank for rank, a in enumerate(actors)}
+        t_run = time.time()
+        record["error"] = _wait(ray, futures, summaries, run_dir, scenario, say)
+        record["outcome"] = "failed" if record["error"] else "ok"
+        if record["error"]:
+            for a in actors:
+                ray.kill(a, no_restart=True)
+        record["wall_s"] = {"ray_start": t_ray - t_start, "train": time.time() - t_run}
+    except KeyboardInterrupt:
+        record["error"] = {"rank": None, "kind": "interrupted", "message": "Ctrl-C"}
+        raise
+    except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
+        record["error"] = record["error"] or {"rank": None, "kind": type(e).__name__,
+                                              "message": str(e)[:2000]}
+    finally:
+        if iso is not None:
+            iso.cleanup()
+        if ray.is_initialized():
+            ray.shutdown()
+        record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
+        record.update(_collect(summaries, scenario))
+        record = write_run_folder(run_dir, scenario, record)
+    return record
+
+
+def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
+    """Give each rank its CPU share, or say why not."""
+    run = scenario.run
+    if not run.cpu_isolation:
+        return None, {"enabled": False, "reason": "disabled by run.cpu_isolation"}
+    ok, why = CpuIsolation.available()
+    if not ok:
+        say(f"CPU isolation off ({why}): ranks share the cores unisolated")
+        return None, {"enabled": False, "reason": why}
+    cores = run.cores_per_rank or (os.cpu_count() or 1) / len(pids)
+    run_id = f"{run_name}-{os.getpid()}-{int(time.time())}"
+    iso = CpuIsolation.create(run_id, len(pids), cores, period_us=run.cpu_period_us)
+    for rank, pid in enumerate(pids):
+        iso.assign(rank, pid)
+    say(f"each rank isolated at {cores:.2f} cores (cgroup v1 quota)")
+    return iso, {"enabled": True, "cores_per_rank": cores, "period_us": run.cpu_period_us,
+                 "cgroup_run_id": run_id}
+
+
+def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario,
+          say: Progress) -> dict | None:
+    """Wait for every rank; the first failure (or a hang) is returned as the run's error."""
+    world, steps = scenario.world_size, scenario.run.steps
+    pending = list(futures)
+    last_step, last_change = -1, time.time()
+    hang_after = scenario.run.collective_timeout_s + HANG_SLACK_S
+    while pending:
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+        for ref in done:
+            rank = futures[ref]
+            try:
+                summaries[rank] = ray.get(ref)
+            except Exception as e:  # noqa: BLE001 - RayActorError, RayTaskError, ...
+                dead = isinstance(e, ray.exceptions.RayActorError)
+                kind = "worker-died" if dead else "worker-error"
+                say(f"rank {rank} failed ({kind}); stopping the run")
+                return {"rank": rank, "kind": kind, "message": _first_line(e)}
+        status = _read_status(run_dir, world)
+        step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
+            else -1
+        if step != last_step:
+            last_step, last_change = step, time.time()
+            loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
+            times = [s["step_time_s"] for s in status.values()]
+            say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
+                f"step time {1000 * max(times):.0f} ms")
+        elif time.time() - last_change > hang_after:
+            behind = sorted(r for r in range(world) if status.get(r, {}).get("step", -1) <= step)
+            say(f"no progress for {hang_after:.0f}s; ranks {behind} are behind")
+            return {"rank": behind[0] if behind else None, "kind": "hang",
+                    "message": f"no step finished for {hang_after:.0f}s; behind: {behind}"}
+    return None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    tail = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (tail[-1] if tail else lines[0] if lines else type(e).__name__)[:1000]
+
+
+def _collect(summaries: dict, scenario: Scenario) -> dict:
+    """Losses, DP-replica parameter checksums and step times from the rank summaries."""
+    dp, pp = scenario.parallel.dp, scenario.parallel.pp
+    losses: dict[str, float] = {}
+    for rank, s in summaries.items():
+        if rank // dp == pp - 1:
+            for step, loss in s["losses"].items():
+                losses[str(step)] = losses.get(str(step), 0.0) + loss / dp
+    checksums = {str(stage): {} for stage in range(pp)}
+    for rank, s in sorted(summaries.items()):
+        for step, digest in s["param_checksums"].items():
+            checksums[str(rank // dp)].setdefault(str(step), []).append(digest)
+    rank0 = summaries.get(0, {})
+    return {"backend": rank0.get("backend"), "loss": losses, "dp_param_checksums": checksums,
+            "step_time_s": {str(k): v for k, v in rank0.get("step_times_s", {}).items()},
+            "ranks_finished": sorted(summaries)}

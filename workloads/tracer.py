@@ -1,0 +1,102 @@
+"""Per-op tracer of one rank: fixed-size binary records, flushed every step.
+
+Each op is one record (step, optype code, seq_id, mb_id, mc, gmc, start, end,
+seq_len_sq_sum) on one job-wide clock: `time.monotonic()` is CLOCK_MONOTONIC,
+shared by every process of the host, so ranks need no clock sync (all ranks
+of a run live on one host: rendezvous is on loopback). On CUDA the caller
+synchronizes before taking times. Records are buffered in memory and appended
+to `rank<r>.bin` at each step end, so a killed run leaves every finished step
+readable; a torn last record is dropped on read.
+
+    tracer = Tracer(path, enabled=True)
+    tracer.begin_step(3)
+    with tracer.op(OpType.FORWARD_COMPUTE, mb_id=0, mc=0, gmc=1):
+        ...
+    tracer.end_step()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.schema import OPTYPE_VALUES, OpType
+
+RECORD = np.dtype([
+    ("step", "<i8"), ("optype", "<i2"), ("seq_id", "<i4"), ("mb_id", "<i4"),
+    ("mc", "<i2"), ("gmc", "<i2"), ("start", "<f8"), ("end", "<f8"),
+    ("seq_len_sq_sum", "<f8"),
+])
+_CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
+
+now = time.monotonic
+
+
+class Tracer:
+    """Records ops of one rank; seq_id is assigned per optype within each step."""
+
+    def __init__(self, path: str | Path, enabled: bool = True) -> None:
+        self.path = Path(path)
+        self.enabled = enabled
+        self._rows: list[tuple] = []
+        self._seq: dict[OpType, int] = {}
+        self.step = -1
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "ab")
+
+    def begin_step(self, step: int) -> None:
+        """Start a step: seq_ids restart from 0."""
+        self.step = step
+        self._seq.clear()
+
+    def record(self, optype: OpType, start: float, end: float, mb_id: int = -1, mc: int = -1,
+               gmc: int = -1, seq_len_sq_sum: float = float("nan")) -> int:
+        """Record one op measured by the caller; returns its row index within the step."""
+        if not self.enabled:
+            return -1
+        seq_id = self._seq.get(optype, 0)
+        self._seq[optype] = seq_id + 1
+        self._rows.append([self.step, _CODE[optype.value], seq_id, mb_id, mc, gmc, start, end,
+                           seq_len_sq_sum])
+        return len(self._rows) - 1
+
+    def set_end(self, row: int, end: float) -> None:
+        """Complete a row recorded with an unknown end (an async op finishing later).
+
+        Called from a watcher thread: assigning one list item is atomic under the GIL.
+        """
+        if row >= 0:
+            self._rows[row][7] = end
+
+    @contextlib.contextmanager
+    def op(self, optype: OpType, mb_id: int = -1, mc: int = -1, gmc: int = -1,
+           seq_len_sq_sum: float = float("nan")):
+        """Time the body as one op."""
+        start = now()
+        yield
+        self.record(optype, start, now(), mb_id, mc, gmc, seq_len_sq_sum)
+
+    def end_step(self) -> None:
+        """Append the step's records to the file (durable against a later kill)."""
+        if not self.enabled or not self._rows:
+            return
+        self._file.write(np.array([tuple(r) for r in self._rows], dtype=RECORD).tobytes())
+        self._file.flush()
+        self._rows.clear()
+
+    def close(self) -> None:
+        """Flush and close."""
+        if self.enabled and not self._file.closed:
+            self.end_step()
+            self._file.close()
+
+
+def read_records(path: str | Path) -> np.ndarray:
+    """All whole records of a rank file (a torn trailing record is dropped)."""
+    raw = Path(path).read_bytes()
+    usable = len(raw) - len(raw) % RECORD.itemsize
+    return np.frombuffer(raw[:usable], dtype=RECORD)
