@@ -154,13 +154,16 @@ class Scenario:
         problems = []
         if min(p.dp, p.pp, p.microbatches) < 1:
             problems.append("parallel.dp, parallel.pp and parallel.microbatches must be >= 1")
-        layers = p.stage_layers(m.n_layers)
-        if len(layers) != p.pp:
+        if min(m.hidden, m.n_heads, m.vocab, m.max_seq_len) < 1:
+            problems.append("model.hidden, model.n_heads, model.vocab and model.max_seq_len "
+                            "must be >= 1")
+        layers = p.stage_layers(m.n_layers) if p.pp >= 1 else None  # pp < 1: reported above
+        if layers is not None and len(layers) != p.pp:
             problems.append(f"parallel.layers_per_stage has {len(layers)} entries for pp={p.pp}")
-        elif sum(layers) != m.n_layers or min(layers) < 0:
+        elif layers is not None and (sum(layers) != m.n_layers or min(layers) < 0):
             problems.append(f"parallel.layers_per_stage {layers} must be >= 0 and sum to "
                             f"model.n_layers={m.n_layers}")
-        if m.hidden % m.n_heads:
+        if m.n_heads >= 1 and m.hidden % m.n_heads:
             problems.append(f"model.hidden={m.hidden} must be divisible by model.n_heads")
         if d.tokens_per_microbatch > m.max_seq_len * 64 or d.tokens_per_microbatch < 2:
             problems.append("data.tokens_per_microbatch must be in [2, 64 * model.max_seq_len]")
@@ -172,6 +175,10 @@ class Scenario:
             problems.append("run.warmup_steps must be in [0, run.steps)")
         if self.run.cores_per_rank is not None and self.run.cores_per_rank <= 0:
             problems.append("run.cores_per_rank must be > 0")
+        if self.run.threads_per_rank < 1 or self.run.planned_gc_every < 0:
+            problems.append("run.threads_per_rank must be >= 1 and run.planned_gc_every >= 0")
+        if not 1000 <= self.run.cpu_period_us <= 1_000_000:
+            problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
         return self

@@ -1,0 +1,121 @@
+"""Real training runs on Ray (slow tier): clean runs trace, train and analyse; a killed rank fails
+the run cleanly.
+
+    .venv/bin/python -m pytest -m slow tests/e2e
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.whatif import analyze
+from stragglerlab.trace_io import read_trace
+
+pytestmark = pytest.mark.slow
+
+
+def train(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stragglerlab", "train", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("clean-dp2-pp2")
+    t0 = time.monotonic()
+    proc = train("--scenario", "clean-dp2-pp2", "--out", str(out))
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert wall < 180, f"clean-dp2-pp2 took {wall:.0f}s (goal: under 3 minutes with Ray start)"
+    assert "step 31/31" in proc.stderr  # progress per step
+    return out
+
+
+def test_run_folder_is_complete(clean_run: Path):
+    for name in ("trace.parquet", "meta.yaml", "faults.json", "run.json"):
+        assert (clean_run / name).exists(), name
+    run = json.loads((clean_run / "run.json").read_text())
+    assert run["outcome"] == "ok" and run["error"] is None
+    assert run["versions"]["torch"].startswith("2.13") and run["seed"] == 0
+    assert run["scenario"]["parallel"] == {"dp": 2, "pp": 2, "microbatches": 4,
+                                           "layers_per_stage": None}
+    assert len(run["trace"]["complete_steps"]) == 30  # 31 steps, 1 warm-up
+    assert json.loads((clean_run / "faults.json").read_text()) == []
+
+
+def test_trace_passes_schema_and_whatif(clean_run: Path):
+    df, meta = read_trace(clean_run / "trace.parquet", clean_run / "meta.yaml")
+    assert (meta.dp_size, meta.pp_size) == (2, 2)
+    assert set(df["optype"].astype(str)) >= {
+        "forward-compute", "backward-compute", "forward-send", "forward-recv", "backward-send",
+        "backward-recv", "params-all-gather", "grads-reduce-scatter",
+        "layernorm-grads-all-reduce", "embedding-grads-all-reduce", "optimizer-clip-main-grad",
+        "optimizer", "gc"}
+    result = analyze(df, meta, where="clean-dp2-pp2")
+    assert result.simulation_discrepancy <= 1.05, result.simulation_discrepancy
+    assert result.slowdown < 1.2  # a clean run has no straggler to speak of
+
+
+def test_model_trains_and_dp_replicas_agree(clean_run: Path):
+    run = json.loads((clean_run / "run.json").read_text())
+    loss = [run["loss"][str(s)] for s in range(31)]
+    assert np.mean(loss[-5:]) < np.mean(loss[:5]) - 0.5, loss
+    for stage, per_step in run["dp_param_checksums"].items():
+        assert len(per_step) == 32  # after every step's gather, plus the final state
+        for step, digests in per_step.items():
+            assert len(digests) == 2 and digests[0] == digests[1], (stage, step, digests)
+    # and training really changes the parameters
+    stage0 = run["dp_param_checksums"]["0"]
+    assert stage0["0"][0] != stage0["31"][0]
+
+
+def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
+    config = tmp_path / "short-timeout.yaml"
+    config.write_text("scenarios:\n  kill-me:\n    run: {steps: 400, collective_timeout_s: 20}\n")
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stragglerlab", "train", "--scenario", "kill-me", "--config",
+         str(config), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = 1
+    try:
+        status = out / "status" / f"rank{victim}.json"
+        deadline = time.monotonic() + 150
+        pid = None
+        while time.monotonic() < deadline:
+            try:
+                s = json.loads(status.read_text())
+                if s["step"] >= 3:
+                    pid = s["pid"]
+                    break
+            except (OSError, ValueError):
+                pass
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        assert pid is not None, "the run never reached step 3"
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, stderr = proc.communicate(timeout=120)
+        ended_after = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, stderr[-3000:]
+    assert ended_after < 20 + 30, f"run took {ended_after:.0f}s to end after the kill"
+    run = json.loads((out / "run.json").read_text())
+    assert run["outcome"] == "failed"
+    assert run["error"]["rank"] == victim and run["error"]["kind"] == "worker-died"
+    assert "FAILED" in stderr and f"rank {victim}" in stderr
+    df, _meta = read_trace(out / "trace.parquet", out / "meta.yaml")  # partial yet readable
+    assert df["step"].nunique() >= 3
+    assert df.groupby("step")["rank"].nunique().min() == 4  # only steps every rank finished
