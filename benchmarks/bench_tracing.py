@@ -48,8 +48,8 @@ def main() -> None:
                       file=sys.stderr, flush=True)
     on, off = statistics.fmean(results[True]), statistics.fmean(results[False])
     spread = statistics.stdev(results[False]) / off if len(results[False]) > 1 else 0.0
-    print(f"\n| scenario | repeats | traced step (ms) | untraced step (ms) | overhead | "
-          f"run-to-run spread (untraced) |")
+    print("\n| scenario | repeats | traced step (ms) | untraced step (ms) | overhead | "
+          "run-to-run spread (untraced) |")
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| {args.scenario} | {args.repeats} | {1000 * on:.2f} | {1000 * off:.2f} | "
           f"{100 * (on / off - 1):+.2f}% | {100 * spread:.2f}% |")
