@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from stragglerlab.scenario import load_scenario
@@ -25,6 +26,24 @@ from workloads.launcher import launch
 def mean_step_time(record: dict, warmup: int) -> float:
     times = [t for s, t in record["step_time_s"].items() if int(s) >= warmup]
     return statistics.fmean(times)
+
+
+def tracer_cost_per_step(ops_per_step: int, steps: int = 2000) -> float:
+    """Seconds the tracer itself adds per step (record every op + flush), measured in-process."""
+    from stragglerlab.schema import OpType
+    from workloads.tracer import Tracer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tracer = Tracer(Path(tmp) / "rank0.bin")
+        t0 = time.perf_counter()
+        for step in range(steps):
+            tracer.begin_step(step)
+            for _ in range(ops_per_step):
+                with tracer.op(OpType.FORWARD_COMPUTE, 0, 0, 0):
+                    pass
+            tracer.end_step()
+        tracer.close()
+        return (time.perf_counter() - t0) / steps
 
 
 def main() -> None:
@@ -53,6 +72,13 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|")
     print(f"| {args.scenario} | {args.repeats} | {1000 * on:.2f} | {1000 * off:.2f} | "
           f"{100 * (on / off - 1):+.2f}% | {100 * spread:.2f}% |")
+    # The end-to-end difference is within run-to-run noise, so also time the tracer alone
+    # at this scenario's op count per rank and step (the busiest rank's).
+    sc = load_scenario(args.scenario)
+    ops = 4 * sc.parallel.microbatches + 8  # computes + P2P per microbatch, plus the tail
+    cost = tracer_cost_per_step(ops)
+    print(f"\ntracer alone: {1e6 * cost:.1f} µs per step of {ops} ops "
+          f"= {100 * cost / off:.3f}% of the untraced step time")
 
 
 if __name__ == "__main__":
