@@ -90,6 +90,8 @@ class DataConfig:
     """Mean sequence length, tokens."""
     longtail_sigma: float = 1.0
     """Lognormal sigma of the long-tailed lengths."""
+    rebalance_across_dp: bool = False
+    """Deal each step's sequences to DP ranks evenly by sum(seq_len^2) (paper §5.3)."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,9 @@ class Scenario:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
+        from stragglerlab.faults import parse_faults
+
+        parse_faults(self.faults, p.dp, p.pp, self.run.steps, f"{where} (scenario {self.name!r})")
         return self
 
 

@@ -61,7 +61,63 @@ def make_microbatch(cfg: DataConfig, vocab: int, max_seq_len: int, seed: int, st
                     dp_rank: int, mb: int) -> Microbatch:
     """The deterministic microbatch `mb` of `dp_rank` at `step`."""
     rng = np.random.default_rng([seed, step, dp_rank, mb])
-    lengths = draw_lengths(cfg, max_seq_len, rng)
+    return _pack(cfg, vocab, draw_lengths(cfg, max_seq_len, rng), rng)
+
+
+def rank_microbatches(cfg: DataConfig, vocab: int, max_seq_len: int, seed: int, step: int,
+                      dp_rank: int, dp: int, n_mb: int) -> list[Microbatch]:
+    """The microbatches of one DP rank at one step (rebalanced across DP when configured)."""
+    if not cfg.rebalance_across_dp or dp == 1:
+        return [make_microbatch(cfg, vocab, max_seq_len, seed, step, dp_rank, mb)
+                for mb in range(n_mb)]
+    # The same sequence lengths the unbalanced job draws, dealt differently.
+    pool = [n for r in range(dp) for mb in range(n_mb)
+            for n in draw_lengths(cfg, max_seq_len, np.random.default_rng([seed, step, r, mb]))]
+    mine = deal_by_square_sum(pool, dp, n_mb * cfg.tokens_per_microbatch)[dp_rank]
+    rng = np.random.default_rng([seed, step, dp_rank, 1_000_003])
+    out, start = [], 0
+    for _mb in range(n_mb):
+        lengths, room = [], cfg.tokens_per_microbatch
+        while room > 0:  # fill the microbatch, cutting a sequence at its boundary
+            take = min(mine[start], room)
+            lengths.append(take)
+            mine[start] -= take
+            room -= take
+            start += mine[start] == 0
+        out.append(_pack(cfg, vocab, lengths, rng))
+    return out
+
+
+def deal_by_square_sum(lengths: list[int], ranks: int, capacity: int) -> list[list[int]]:
+    """Deal sequences to ranks, longest first, each to the rank with the smallest
+    sum(len^2) that has room; a sequence no rank has room for is cut.
+
+    Every rank ends with exactly `capacity` tokens when sum(lengths) == ranks * capacity.
+    """
+    pending = sorted(lengths, reverse=True)
+    dealt: list[list[int]] = [[] for _ in range(ranks)]
+    load, room = [0.0] * ranks, [capacity] * ranks
+    while pending:
+        n = pending.pop(0)
+        fits = [r for r in range(ranks) if room[r] >= n]
+        if fits:
+            r = min(fits, key=lambda k: (load[k], k))
+            part = n
+        else:
+            r = max(range(ranks), key=lambda k: (room[k], -k))
+            if room[r] == 0:
+                break
+            part = room[r]
+            pending.insert(0, n - part)
+        dealt[r].append(part)
+        load[r] += part * part
+        room[r] -= part
+    return dealt
+
+
+def _pack(cfg: DataConfig, vocab: int, lengths: list[int], rng: np.random.Generator
+          ) -> Microbatch:
+    """Tokens, targets and positions of sequences with the given lengths."""
     tokens = np.empty(cfg.tokens_per_microbatch, dtype=np.int64)
     positions = np.empty_like(tokens)
     targets = np.empty_like(tokens)

@@ -26,30 +26,35 @@ from __future__ import annotations
 import datetime
 import gc
 import json
-import math
 import os
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from injectors.base import RankContext
 from stragglerlab.atomic import atomic_write_text
+from stragglerlab.faults import FaultSpec
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
-from workloads.data import make_microbatch
+from workloads.data import rank_microbatches
+from workloads.dist_optimizer import ShardedAdam
+from workloads.fault_hooks import FaultHooks
+from workloads.gc_monitor import GcMonitor
 from workloads.model import StageModel
 from workloads.p2p import AsyncP2P
 from workloads.schedule import ActionKind, Direction, one_f_one_b
 from workloads.tracer import Tracer, now
 
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
-
 
 class RankTrainer:
     """Training loop of one rank (global rank = stage * dp + dp_rank)."""
 
-    def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str):
+    def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str,
+                 fault_specs: list[FaultSpec] | None = None):
         self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
+        self.fault_specs = fault_specs or []
+        self.gc_monitor = GcMonitor(self.run_dir / "gc" / f"rank{rank}.jsonl")
         p = scenario.parallel
         self.dp, self.pp = p.dp, p.pp
         self.stage, self.dp_rank = divmod(rank, self.dp)
@@ -76,7 +81,15 @@ class RankTrainer:
         self.device = torch.device(f"cuda:{self.rank}" if backend == "nccl" else "cpu")
         if backend == "nccl":
             torch.cuda.set_device(self.device)
-        dist.init_process_group(backend, init_method=self.init_method, rank=self.rank,
+        init_method = self.init_method
+        if self.net:  # gloo over this rank's own veth (network namespaces, for real shaping)
+            from injectors.netns import NetTopology
+
+            topo = NetTopology(self.net["run_id"], self.net["world"])
+            topo.enter(self.rank)  # this thread and the threads it starts from now on
+            os.environ["GLOO_SOCKET_IFNAME"] = topo.rank_ifname(self.rank)
+            init_method = f"tcp://{topo.rank_address(0)}:{self.net['port']}"
+        dist.init_process_group(backend, init_method=init_method, rank=self.rank,
                                 world_size=self.sc.world_size, timeout=self.timeout)
         self.backend = backend
         # Every rank creates every group in the same order; new_group needs its own timeout.
@@ -95,37 +108,20 @@ class RankTrainer:
         blocks = self.sc.parallel.stage_layers(m.n_layers)[self.stage]
         self.model = StageModel(m, self.stage, self.pp, blocks, self.sc.run.seed).to(self.device)
         self.act_shape = (self.sc.data.tokens_per_microbatch, m.hidden)
-        self.params = list(self.model.parameters())
-        self._flatten_params()
         self.shared_emb = self.model.shared_embedding()
+        tied_copy = self.shared_emb if self.last and not self.first else None
+        self.opt = ShardedAdam(list(self.model.parameters()), self.dp, self.dp_rank,
+                               self.sc.run.lr, self.device, skip_in_norm=tied_copy)
+        self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
+                               run_dir=str(self.run_dir), net=self.net,
+                               compute_ops_per_step=2 * self.sc.parallel.microbatches)
+        self.faults = FaultHooks(self.fault_specs, self.ctx)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
         gc.freeze()  # start-up objects out of the GC's way: a full GC would cost ~80 ms
-
-    def _flatten_params(self) -> None:
-        """Params become views of one flat buffer; this rank owns one DP shard of it."""
-        numel = sum(p.numel() for p in self.params)
-        padded = math.ceil(numel / self.dp) * self.dp
-        self.flat = torch.zeros(padded, device=self.device)
-        norm_mask = torch.ones(padded, device=self.device)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            self.flat[offset:offset + n].copy_(p.data.reshape(-1))
-            p.data = self.flat[offset:offset + n].view_as(p)
-            if self.last and not self.first and p is self.model.shared_embedding():
-                norm_mask[offset:offset + n] = 0  # the tied copy counts once in the grad norm
-            offset += n
-        norm_mask[numel:] = 0
-        self.numel = numel
-        shard = padded // self.dp
-        self.lo, self.hi = self.dp_rank * shard, (self.dp_rank + 1) * shard
-        self.master = self.flat[self.lo:self.hi].clone()
-        self.norm_mask = norm_mask[self.lo:self.hi]
-        self.exp_avg = torch.zeros_like(self.master)
-        self.exp_avg_sq = torch.zeros_like(self.master)
-        self.opt_steps = 0
+        self.faults.setup()
+        self.gc_monitor.start()
 
     # -- one step ----------------------------------------------------------------------
     def _sync(self) -> None:
@@ -173,9 +169,8 @@ class RankTrainer:
         """The step's microbatches as tensors (all steps are made in setup, so data
         preparation never sits between traced ops as untraced launch delay)."""
         sc, batches = self.sc, []
-        for mb in range(sc.parallel.microbatches):
-            data = make_microbatch(sc.data, sc.model.vocab, sc.model.max_seq_len, sc.run.seed,
-                                   step, self.dp_rank, mb)
+        for data in rank_microbatches(sc.data, sc.model.vocab, sc.model.max_seq_len, sc.run.seed,
+                                      step, self.dp_rank, self.dp, sc.parallel.microbatches):
             as_t = lambda a: torch.as_tensor(a, device=self.device)  # noqa: E731
             batches.append((data, as_t(data.tokens), as_t(data.positions), as_t(data.targets)))
         return batches
@@ -203,7 +198,8 @@ class RankTrainer:
                 self._sync()
                 with self.tracer.op(OpType.FORWARD_COMPUTE, mb, 0, self.stage,
                                     data.seq_len_sq_sum):
-                    out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
+                    with self.faults.compute(step):
+                        out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
                     if self.last:
                         out = out / n_mb
                     self._sync()
@@ -219,7 +215,8 @@ class RankTrainer:
                 grad = None if self.last else self._take_recv(B, mb)
                 self._sync()
                 with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
-                    out.backward(grad)
+                    with self.faults.compute(step):
+                        out.backward(grad)
                     self._sync()
                 if not self.first:
                     self._send(B, inputs.pop(mb).grad)
@@ -239,70 +236,56 @@ class RankTrainer:
         with self.tracer.op(OpType.LAYERNORM_GRADS_ALL_REDUCE):
             pass  # all-reduced over tensor-parallel ranks; with tp = 1 there are none
         if self.emb_group is not None:
+            self.faults.before_comm()
             with self.tracer.op(OpType.EMBEDDING_GRADS_ALL_REDUCE):
                 dist.all_reduce(self.shared_emb.grad, group=self.emb_group)
                 self._sync()
         if self.dp > 1:
+            self.faults.before_comm()
             with self.tracer.op(OpType.GRADS_REDUCE_SCATTER, mc=0):
-                shard_grad = torch.empty_like(self.master)
-                dist.reduce_scatter_single(shard_grad, self._flat_grad(), group=self.dp_group)
+                shard_grad = torch.empty_like(self.opt.master)
+                dist.reduce_scatter_single(shard_grad, self.opt.flat_grad(), group=self.dp_group)
                 shard_grad /= self.dp
                 self._sync()
         else:
-            shard_grad = self._flat_grad()
+            shard_grad = self.opt.flat_grad()
+        self.faults.before_comm()
         with self.tracer.op(OpType.OPTIMIZER_CLIP_MAIN_GRAD):
-            sq = (shard_grad * shard_grad * self.norm_mask).sum()
+            sq = self.opt.local_sq_norm(shard_grad)
             dist.all_reduce(sq)
             norm = float(sq.sqrt())
             shard_grad *= min(1.0, self.sc.run.clip_norm / (norm + 1e-6))
             self._sync()
         with self.tracer.op(OpType.OPTIMIZER):
-            self._adam(shard_grad)
+            self.opt.step(shard_grad)
             self._sync()
-        for p in self.params:
-            p.grad = None
+        self.opt.zero_grad()
         self.grad_norm = norm
-
-    def _flat_grad(self) -> torch.Tensor:
-        flat_grad = torch.cat([p.grad.reshape(-1) for p in self.params])
-        return torch.nn.functional.pad(flat_grad, (0, self.flat.numel() - self.numel))
-
-    def _adam(self, grad: torch.Tensor) -> None:
-        b1, b2 = ADAM_BETAS
-        self.opt_steps += 1
-        self.exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
-        self.exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-        denom = (self.exp_avg_sq / (1 - b2 ** self.opt_steps)).sqrt_().add_(ADAM_EPS)
-        step_size = self.sc.run.lr / (1 - b1 ** self.opt_steps)
-        self.master.addcdiv_(self.exp_avg, denom, value=-step_size)
 
     def _gather_params(self) -> None:
         if self.dp > 1:
-            dist.all_gather_single(self.flat, self.master, group=self.dp_group)
+            dist.all_gather_single(self.opt.flat, self.opt.master, group=self.dp_group)
         else:
-            self.flat.copy_(self.master)
-
-    def checksum(self, stride: int = 1) -> str:
-        """Fingerprint of this rank's stage parameters (equal across DP replicas).
-
-        Two float64 sums (plain and position-weighted) over every `stride`-th
-        value: per step a 1% sample, since a full pass costs milliseconds that
-        would show up in the trace as launch delay; in full after the last step.
-        """
-        flat = self.flat.detach()[::stride].double()
-        weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64)
-        return f"{float(flat.sum()):.17g}/{float((flat * weights).sum()):.17g}"
+            self.opt.flat.copy_(self.opt.master)
 
     # -- the run -----------------------------------------------------------------------
-    def run(self) -> dict:
-        """Set up, train every step, return a summary; always leaves the process group."""
-        self.p2p = AsyncP2P(self.timeout)
+    def run(self, cgroup: dict | None = None, net: dict | None = None) -> dict:
+        """Set up, train every step, return a summary; always undoes faults and leaves
+        the process group. cgroup: this rank's CPU isolation; net: the run's network
+        namespaces ({run_id, world, port}); both from the launcher, None when unused."""
+        self.cgroup, self.net = cgroup, net
+        self.faults = FaultHooks([], RankContext(self.rank, self.dp_rank, self.stage))
         self.posted: dict = {}
         try:
             self.setup()
+            # Created after setup: its threads must start inside this rank's namespace.
+            self.p2p = AsyncP2P(self.timeout, before_send=self.faults.before_send)
             return self._train()
         finally:
-            self.p2p.close()
+            self.faults.undo()
+            self.gc_monitor.stop()
+            if hasattr(self, "p2p"):
+                self.p2p.close()
             self.tracer.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
@@ -312,30 +295,39 @@ class RankTrainer:
         data = [self._make_data(step) for step in range(self.sc.run.steps)]
         for step in range(self.sc.run.steps):
             batches = data[step]
+            self.faults.step_start(step)
+            self._write_status(step - 1, started=step)
             self.tracer.begin_step(step)
+            self.gc_monitor.step = step
             step_start = now()
             if self.dp > 1:
+                self.faults.before_comm()
                 with self.tracer.op(OpType.PARAMS_ALL_GATHER, mc=0):
                     self._gather_params()
                     self._sync()
             else:  # no DP: nothing to gather, and no DP op in the trace
                 self._gather_params()
-            checksums[step] = self.checksum(stride=101)
+            checksums[step] = self.opt.fingerprint(stride=101)
             loss = self._pipeline(step, batches)
             self._tail(step)
             step_times[step] = now() - step_start
             self.p2p.drain()  # long complete: every rank passed the clip all-reduce
+            self.faults.step_end(step)
             self.tracer.end_step()
+            self.gc_monitor.flush()
             if self.last:
                 losses[step] = loss
-            self._write_status(step, loss if self.last else None, step_times[step])
+            self._last = (loss if self.last else None, step_times[step])
+            self._write_status(step, started=step)
         self._gather_params()
-        checksums[self.sc.run.steps] = self.checksum()
+        checksums[self.sc.run.steps] = self.opt.fingerprint()
         return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
                 "backend": self.backend, "losses": losses, "param_checksums": checksums,
                 "step_times_s": step_times, "pid": os.getpid()}
 
-    def _write_status(self, step: int, loss: float | None, step_time: float) -> None:
+    def _write_status(self, step: int, started: int) -> None:
+        """Progress for the launcher: last finished step (its loss and time), step under way."""
+        loss, step_time = getattr(self, "_last", (None, None))
         atomic_write_text(self.status_path, json.dumps(
-            {"rank": self.rank, "step": step, "loss": loss, "step_time_s": step_time,
-             "pid": os.getpid()}))
+            {"rank": self.rank, "step": step, "started": started, "loss": loss,
+             "step_time_s": step_time, "pid": os.getpid()}))

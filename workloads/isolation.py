@@ -259,6 +259,10 @@ class CpuIsolation:
             raise
         return iso
 
+    def rank_cpu_dir(self, rank: int) -> Path:
+        """The cpu-controller cgroup directory of a rank (for rank-side quota changes)."""
+        return self._rank_dir(rank)
+
     def _run_dirs(self) -> list[Path]:
         return [self.cpu_dir] + ([self.acct_dir] if self.acct_dir else [])
 

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from injectors.registry import build_injectors
+from stragglerlab.faults import parse_faults
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from workloads.isolation import CpuIsolation, cleanup_stale
 from workloads.run_folder import write_run_folder
@@ -61,16 +63,17 @@ def _rank_actor_class():
     class RankActor:
         """Holds one RankTrainer in its own process."""
 
-        def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str):
+        def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
+                     fault_specs: list):
             from workloads.engine import RankTrainer
 
-            self.trainer = RankTrainer(scenario, rank, run_dir, init_method)
+            self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs)
 
         def pid(self) -> int:
             return os.getpid()
 
-        def run(self) -> dict:
-            return self.trainer.run()
+        def run(self, cgroup: dict | None, net: dict | None) -> dict:
+            return self.trainer.run(cgroup, net)
 
     return RankActor
 
@@ -97,11 +100,22 @@ def _prepare_dir(run_dir: Path) -> None:
         (run_dir / name).unlink(missing_ok=True)
 
 
+def prepare_faults(scenario: Scenario, where: str = "scenario") -> tuple[Scenario, list, list]:
+    """(scenario as the faults shape it, fault specs, injectors); InputError on a bad fault."""
+    specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,
+                         scenario.run.steps, where)
+    injectors = build_injectors(specs, where)
+    for inj in injectors:
+        scenario = inj.shape_scenario(scenario)
+    return scenario, specs, injectors
+
+
 def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None) -> dict:
     """Run the scenario; returns run.json's content (outcome 'ok' or 'failed')."""
     import ray
 
     say = progress or (lambda _msg: None)
+    scenario, specs, injectors = prepare_faults(scenario)
     run_dir = Path(out).resolve()
     _prepare_dir(run_dir)
     world = scenario.world_size
@@ -124,10 +138,17 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         actor_cls = _rank_actor_class()
         init_method = f"tcp://127.0.0.1:{free_port()}"
         actors = [actor_cls.options(num_cpus=1, placement_group=pg).remote(
-            scenario, rank, str(run_dir), init_method) for rank in range(world)]
+            scenario, rank, str(run_dir), init_method, specs) for rank in range(world)]
         pids = ray.get([a.pid.remote() for a in actors], timeout=300)
         iso, record["isolation"] = _isolate(scenario, run_dir.name, pids, say)
-        futures = {a.run.remote(): rank for rank, a in enumerate(actors)}
+        driver = {"pids": pids, "isolation": iso, "run_dir": run_dir, "say": say}
+        for inj in injectors:
+            inj.on_launch(driver)
+        cgroups = [None if iso is None else {
+            "cpu_dir": str(iso.rank_cpu_dir(r)), "period_us": scenario.run.cpu_period_us,
+            "cores": record["isolation"]["cores_per_rank"]} for r in range(world)]
+        topo, net, record["network"] = _network(injectors, world, say)
+        futures = {a.run.remote(cgroups[rank], net): rank for rank, a in enumerate(actors)}
         t_run = time.time()
         record["error"] = _wait(ray, futures, summaries, run_dir, scenario, say)
         record["outcome"] = "failed" if record["error"] else "ok"
@@ -142,14 +163,38 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         record["error"] = record["error"] or {"rank": None, "kind": type(e).__name__,
                                               "message": str(e)[:2000]}
     finally:
+        for inj in injectors:
+            inj.on_finish(driver if "driver" in locals() else {})
+        if locals().get("topo") is not None:
+            topo.destroy()
         if iso is not None:
             iso.cleanup()
         if ray.is_initialized():
             ray.shutdown()
         record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
         record.update(_collect(summaries, scenario))
-        record = write_run_folder(run_dir, scenario, record)
+        record["faults_requested"] = len(injectors)
+        record = write_run_folder(run_dir, scenario, record, injectors)
     return record
+
+
+def _network(injectors: list, world: int, say: Progress):
+    """Per-rank network namespaces when a fault shapes traffic, else loopback."""
+    if not any(inj.needs_netns for inj in injectors):
+        return None, None, {"namespaces": False, "reason": "no network fault"}
+    from injectors import netns
+
+    netns.cleanup_stale()
+    ok, why = netns.available()
+    if not ok:
+        say(f"network namespaces unavailable ({why}): in-process fallback")
+        return None, None, {"namespaces": False, "reason": why}
+    run_id = f"r{os.getpid()}_{int(time.time()) % 100000}"
+    topo = netns.NetTopology(run_id, world).create()
+    say(f"{world} ranks on their own veths (network namespaces sl-{run_id}-*)")
+    net = {"run_id": run_id, "world": world, "port": 29500}
+    return topo, net, {"namespaces": True, "run_id": run_id,
+                       "subnet": topo.rank_address(0).rsplit(".", 1)[0] + ".0/24"}
 
 
 def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
@@ -186,16 +231,25 @@ def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario
                 summaries[rank] = ray.get(ref)
             except Exception as e:  # noqa: BLE001 - RayActorError, RayTaskError, ...
                 dead = isinstance(e, ray.exceptions.RayActorError)
-                kind = "worker-died" if dead else "worker-error"
-                say(f"rank {rank} failed ({kind}); stopping the run")
-                return {"rank": rank, "kind": kind, "message": _first_line(e)}
+                error = {"rank": rank, "kind": "worker-died" if dead else "worker-error",
+                         "message": _first_line(e), "reported_by": rank,
+                         "detected_after_s": round(time.time() - last_change, 3)}
+                if not dead:
+                    # A peer's timeout usually means another rank stopped: blame the laggard.
+                    status = _read_status(run_dir, world)
+                    started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
+                    laggard = min(started, key=lambda r: (started[r], r))
+                    if started[laggard] < max(started.values()):
+                        error.update(rank=laggard, kind="hang")
+                say(f"rank {error['rank']} failed ({error['kind']}); stopping the run")
+                return error
         status = _read_status(run_dir, world)
         step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
             else -1
         if step != last_step:
             last_step, last_change = step, time.time()
             loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
-            times = [s["step_time_s"] for s in status.values()]
+            times = [s["step_time_s"] or 0.0 for s in status.values()]
             say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
                 f"step time {1000 * max(times):.0f} ms")
         elif time.time() - last_change > hang_after:

@@ -39,8 +39,10 @@ from workloads.tracer import now
 class AsyncP2P:
     """A poster thread plus one FIFO completion watcher per channel."""
 
-    def __init__(self, timeout: datetime.timedelta) -> None:
+    def __init__(self, timeout: datetime.timedelta,
+                 before_send: Callable[[], None] | None = None) -> None:
         self.timeout = timeout
+        self.before_send = before_send  # e.g. an injected network delay, on this thread
         self.error: BaseException | None = None
         self._post_q: queue.Queue = queue.Queue()
         self._watch_qs: dict[tuple, queue.Queue] = {}
@@ -91,6 +93,8 @@ class AsyncP2P:
                     return
                 kind, tensor, peer, on_done, event = item
                 if self.error is None:
+                    if kind == "send" and self.before_send is not None:
+                        self.before_send()
                     op = dist.isend if kind == "send" else dist.irecv
                     self._watch((kind, peer), (op(tensor, peer), tensor, on_done, event))
             except BaseException as e:  # noqa: BLE001 - handed to the compute thread

@@ -2,8 +2,10 @@
 
 A run folder holds `trace.parquet` (design.md §3 schema, job meta embedded),
 `meta.yaml`, `faults.json` (ground truth; `[]` for a clean run) and `run.json`
-(config, versions, seed, wall times, outcome, error if any), next to the raw
-`trace-parts/rank<r>.bin` files the ranks appended step by step.
+(config, versions, seed, wall times, outcome, error if any, GC pauses), next
+to the raw `trace-parts/rank<r>.bin` and `gc/rank<r>.jsonl` files the ranks
+appended step by step. The trace gains a `gc_pause_s` column: GC pause time
+inside each op.
 
 Only steps that every rank finished (its `optimizer` op is recorded) and that
 come after the warm-up steps go into trace.parquet, so even a killed run's
@@ -26,6 +28,7 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.scenario import Scenario
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace_io import write_trace
+from workloads.gc_monitor import read_pauses
 from workloads.tracer import read_records
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
@@ -49,7 +52,8 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
             frame["rank"] = rank
             parts.append(frame)
     if not parts:
-        return pd.DataFrame(), {"complete_steps": [], "ops_recorded": 0, "ops_dropped": 0}
+        return pd.DataFrame(), {"complete_steps": [], "ops_recorded": 0, "ops_dropped": 0,
+                                "clock_origin_monotonic_s": 0.0}
     raw = pd.concat(parts, ignore_index=True)
     finished = raw[raw["optype"] == _OPTIMIZER].groupby("step")["rank"].nunique()
     complete = finished.index[finished == scenario.world_size]
@@ -76,16 +80,43 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
     return df, info
 
 
+def gc_pauses(run_dir: Path, world: int) -> dict[str, list[dict]]:
+    """Every rank's logged GC pauses, by rank."""
+    return {str(r): read_pauses(run_dir / "gc" / f"rank{r}.jsonl") for r in range(world)}
+
+
+def add_gc_pause_column(df: pd.DataFrame, pauses: dict[str, list[dict]], t0: float) -> None:
+    """gc_pause_s: GC pause time (s) that fell inside each op's span."""
+    df["gc_pause_s"] = 0.0
+    for rank, ps in pauses.items():
+        rows = np.flatnonzero(df["rank"].to_numpy() == int(rank))
+        if not len(ps) or not len(rows):
+            continue
+        start = df["start_ts"].to_numpy()[rows]
+        end = start + df["duration"].to_numpy()[rows]
+        for p in ps:
+            p_start = p["start"] - t0
+            overlap = np.minimum(end, p_start + p["duration_s"]) - np.maximum(start, p_start)
+            df.loc[df.index[rows], "gc_pause_s"] += np.clip(overlap, 0.0, None)
+
+
 def write_run_folder(run_dir: Path, scenario: Scenario, run_record: dict,
-                     faults: list[dict] | None = None) -> dict:
+                     injectors: list | None = None) -> dict:
     """Write trace.parquet, meta.yaml, faults.json and run.json; returns run.json's dict."""
     meta = job_meta(scenario)
     df, info = assemble_trace(run_dir, scenario)
+    pauses = gc_pauses(run_dir, scenario.world_size)
     if len(df):
+        add_gc_pause_column(df, pauses, info["clock_origin_monotonic_s"])
         write_trace(df, meta, run_dir / "trace.parquet")
     meta.dump(run_dir / "meta.yaml")
-    atomic_write_json(run_dir / "faults.json", faults or [])
-    record = dict(run_record, trace=info)
+    full = [p for ps in pauses.values() for p in ps if p["generation"] == 2]
+    record = dict(run_record, trace=info, gc={
+        "pauses": pauses, "full_collections": len(full),
+        "mean_full_pause_ms": round(1000 * float(np.mean([p["duration_s"] for p in full])), 3)
+        if full else None})
+    faults = [inj.record(df, record).to_dict() for inj in injectors or []]
+    atomic_write_json(run_dir / "faults.json", faults)
     atomic_write_json(run_dir / "run.json", record)
     return record
 

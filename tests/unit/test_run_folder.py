@@ -122,7 +122,8 @@ def test_assemble_missing_rank_keeps_nothing(tmp_path: Path, scenario):
 def test_assemble_no_parts(tmp_path: Path, scenario):
     df, info = assemble_trace(tmp_path, scenario)
     assert len(df) == 0
-    assert info == {"complete_steps": [], "ops_recorded": 0, "ops_dropped": 0}
+    assert info == {"complete_steps": [], "ops_recorded": 0, "ops_dropped": 0,
+                    "clock_origin_monotonic_s": 0.0}
 
 
 def test_write_run_folder(tmp_path: Path, scenario):
@@ -155,9 +156,16 @@ def test_write_run_folder(tmp_path: Path, scenario):
 
 
 def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
-    faults = [{"kind": "slow", "rank": 1, "factor": 2.0}]
-    record = write_run_folder(tmp_path, scenario, {"outcome": "failed"}, faults)
+    from injectors.registry import build_injectors
+    from stragglerlab.faults import parse_faults
+
+    specs = parse_faults([{"kind": "crash", "targets": [{"dp_rank": 1, "stage": 0}],
+                           "first_step": 2}], dp=DP, pp=PP, steps=STEPS, where="t")
+    run = {"outcome": "failed", "error": {"rank": 1, "kind": "worker-died"}}
+    record = write_run_folder(tmp_path, scenario, run, build_injectors(specs))
     assert not (tmp_path / "trace.parquet").exists()  # nothing complete: no trace written
     assert (tmp_path / "meta.yaml").exists()
-    assert json.loads((tmp_path / "faults.json").read_text()) == faults
+    faults = json.loads((tmp_path / "faults.json").read_text())
+    assert faults == [{"kind": "crash", "targets": [{"rank": 1, "dp_rank": 1, "stage": 0}],
+                       "first_step": 2, "last_step": None, "requested": {}, "measured": {}}]
     assert record["trace"]["complete_steps"] == []

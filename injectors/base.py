@@ -1,0 +1,191 @@
+"""The injector base class: a pure schedule plus side-effect hooks.
+
+An injector is built from one FaultSpec. Its decision logic — which ranks,
+which steps, what magnitude — is pure (`active`, `applies_to`, the parameter
+checks), so it is tested without Ray or torch. Its side effects live in hooks
+that the launcher (driver process) and the engine (rank process) call:
+
+driver:  shape_scenario (workload faults change the scenario before launch),
+         on_launch / on_finish (set up and always undo host state)
+rank:    on_setup, on_step_start, in_compute / after_compute (inside a traced
+         compute op), before_comm (before a P2P send or collective),
+         before_send (P2P sends only), on_step_end, undo
+after:   measure(trace, run) -> measured magnitudes for faults.json
+
+`undo` and `on_finish` run on success, failure and Ctrl-C alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from stragglerlab.errors import InputError
+from stragglerlab.faults import FaultKind, FaultRecord, FaultSpec
+
+
+@dataclass
+class RankContext:
+    """What a rank-side hook may use."""
+
+    rank: int
+    """Global rank."""
+    dp_rank: int
+    """Data-parallel rank."""
+    stage: int
+    """Pipeline stage."""
+    cgroup: dict | None = None
+    """This rank's CPU isolation: {cpu_dir, period_us, cores}; None when unisolated."""
+    run_dir: str = ""
+    """The run folder (for side logs)."""
+    compute_ops_per_step: int = 0
+    """Forward + backward compute ops of this rank per step."""
+    net: dict | None = None
+    """This run's network namespaces: {run_id, world}; None on loopback."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Per-injector scratch space."""
+
+
+class Injector:
+    """Base of every injector; subclasses set `kind` and override the hooks they need."""
+
+    kind: ClassVar[FaultKind]
+    needs_targets: ClassVar[bool] = True
+    """Whether the fault must name victim workers."""
+    needs_netns: ClassVar[bool] = False
+    """Whether the run should put each rank in its own network namespace."""
+
+    def __init__(self, spec: FaultSpec, where: str = "scenario") -> None:
+        self.spec = spec
+        self.where = where
+        if self.needs_targets and not spec.targets:
+            raise InputError(f"a {spec.kind.value} fault needs targets "
+                             "([{dp_rank: D, stage: S}])", where)
+        self.check_params()
+
+    # -- pure decision logic -----------------------------------------------------------
+    def check_params(self) -> None:
+        """Raise InputError for a bad magnitude (override)."""
+
+    def param(self, name: str, default: float | None = None, lo: float | None = None,
+              hi: float | None = None) -> float:
+        """A numeric parameter, range-checked."""
+        value = self.spec.params.get(name, default)
+        if value is None:
+            raise InputError(f"{self.spec.kind.value}: params.{name} is required", self.where)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{self.spec.kind.value}: params.{name} must be a number, "
+                             f"got {value!r}", self.where)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise InputError(f"{self.spec.kind.value}: params.{name}={value} outside "
+                             f"[{lo}, {hi}]", self.where)
+        return float(value)
+
+    def active(self, step: int) -> bool:
+        """Whether the fault acts at this step."""
+        return self.spec.active(step)
+
+    def applies_to(self, rank: int) -> bool:
+        """Whether this rank runs the rank-side hooks (victims; everyone without targets)."""
+        return not self.spec.targets or self.spec.targets_rank(rank)
+
+    # -- driver-side hooks -------------------------------------------------------------
+    def shape_scenario(self, scenario):
+        """Return the scenario the job runs with (workload faults change it)."""
+        return scenario
+
+    def on_launch(self, driver: dict) -> None:
+        """Driver-side set-up after the ranks exist (driver holds pids, isolation, ...)."""
+
+    def on_finish(self, driver: dict) -> None:
+        """Driver-side undo; must be idempotent and never raise."""
+
+    # -- rank-side hooks ---------------------------------------------------------------
+    def on_setup(self, ctx: RankContext) -> None:
+        """Once, after the rank built its model."""
+
+    def on_step_start(self, ctx: RankContext, step: int) -> None:
+        """At the start of every step."""
+
+    def in_compute(self, ctx: RankContext, step: int) -> None:
+        """Inside every traced compute op, before the model runs."""
+
+    def after_compute(self, ctx: RankContext, step: int, seconds: float) -> None:
+        """Inside every traced compute op, after the model ran for `seconds`."""
+
+    def before_comm(self, ctx: RankContext, step: int) -> None:
+        """Before every P2P post and collective of the rank."""
+
+    def before_send(self, ctx: RankContext) -> None:
+        """Before each P2P send is posted (on the P2P poster thread)."""
+
+    def on_step_end(self, ctx: RankContext, step: int) -> None:
+        """After every step's last op."""
+
+    def undo(self, ctx: RankContext) -> None:
+        """Restore everything the rank-side hooks changed; idempotent, never raises."""
+
+    # -- ground truth ------------------------------------------------------------------
+    def requested(self) -> dict:
+        """Requested magnitudes for faults.json."""
+        return dict(self.spec.params)
+
+    def measure(self, trace: pd.DataFrame, run: dict) -> dict:
+        """Measured magnitudes from the finished run (override)."""
+        return {}
+
+    def record(self, trace: pd.DataFrame, run: dict) -> FaultRecord:
+        """The faults.json entry."""
+        try:
+            measured = self.measure(trace, run) if len(trace) else {}
+        except Exception as e:  # noqa: BLE001 - a failed measurement must not lose the run
+            measured = {"error": f"{type(e).__name__}: {e}"}
+        return FaultRecord(self.spec.kind.value, [t.to_dict() for t in self.spec.targets],
+                           self.spec.first_step, self.spec.last_step, self.requested(),
+                           measured)
+
+
+def window(trace: pd.DataFrame, spec: FaultSpec) -> pd.Series:
+    """Boolean mask of trace rows inside the fault's step window."""
+    inside = trace["step"] >= spec.first_step
+    if spec.last_step is not None:
+        inside &= trace["step"] <= spec.last_step
+    return inside
+
+
+def compute_ratio(trace: pd.DataFrame, spec: FaultSpec) -> float | None:
+    """Victims' mean compute duration over the other workers' of the same stages, in window."""
+    compute = trace["optype"].astype(str).str.endswith("-compute") & window(trace, spec)
+    victims = trace["rank"].isin([t.rank for t in spec.targets])
+    stages = trace["stage"].isin([t.stage for t in spec.targets])
+    slow = trace.loc[compute & victims, "duration"]
+    others = trace.loc[compute & stages & ~victims, "duration"]
+    if len(slow) == 0 or len(others) == 0:
+        return None
+    return float(slow.mean() / others.mean())
+
+
+def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
+    """Every P2P pair of the trace with its latency: recv end minus the later of both starts.
+
+    Columns: step, dp_rank, sender_stage, direction, seq_id, latency_s. The k-th send
+    of a stage pairs with the k-th recv of the peer stage (same DP rank and step).
+    """
+    opt = trace["optype"].astype(str)
+    frames = []
+    for direction, peer_offset in (("forward", 1), ("backward", -1)):
+        sends = trace[opt == f"{direction}-send"][["step", "dp_rank", "stage", "seq_id",
+                                                   "start_ts"]]
+        recvs = trace[opt == f"{direction}-recv"].assign(
+            stage=lambda d, o=peer_offset: d["stage"] - o)  # keyed by the sender's stage
+        recvs = recvs.assign(end=recvs["start_ts"] + recvs["duration"])
+        pairs = sends.merge(recvs[["step", "dp_rank", "stage", "seq_id", "start_ts", "end"]],
+                            on=["step", "dp_rank", "stage", "seq_id"], suffixes=("_s", "_r"))
+        latest = pairs[["start_ts_s", "start_ts_r"]].max(axis=1)
+        frames.append(pd.DataFrame({
+            "step": pairs["step"], "dp_rank": pairs["dp_rank"], "sender_stage": pairs["stage"],
+            "direction": direction, "seq_id": pairs["seq_id"],
+            "latency_s": pairs["end"] - latest}))
+    return pd.concat(frames, ignore_index=True)

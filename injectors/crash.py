@@ -1,0 +1,33 @@
+"""Crash: one rank dies at the start of a step (the process exits at once, like a lost node).
+
+The launcher sees the dead actor, stops the run and marks it failed with that
+rank; the trace keeps every step all ranks finished.
+
+    - kind: crash
+      targets: [{dp_rank: 1, stage: 0}]
+      first_step: 10
+"""
+
+from __future__ import annotations
+
+import os
+
+from injectors.base import Injector, RankContext
+from injectors.registry import register
+from stragglerlab.faults import FaultKind
+
+
+@register
+class Crash(Injector):
+    """os._exit in the victim at first_step."""
+
+    kind = FaultKind.CRASH
+
+    def on_step_start(self, ctx: RankContext, step: int) -> None:
+        if step == self.spec.first_step:
+            os._exit(17)  # no cleanup on purpose: a crash does not say goodbye
+
+    def measure(self, trace, run: dict) -> dict:
+        err = run.get("error") or {}
+        return {"failed_rank": err.get("rank"), "failure_kind": err.get("kind"),
+                "steps_completed": len((run.get("trace") or {}).get("complete_steps", []))}

@@ -1,0 +1,86 @@
+"""GC pauses: real Python garbage-collector work on the victims, under automatic GC.
+
+The victim keeps a pool of live container objects, sized at start-up so that
+one full collection scanning it takes about `pause_ms` on this rank (measured
+with the rank's own CPU share), and churns part of the pool inside every
+compute op. New survivors pile up in the oldest generation until CPython's
+rule (pending > 25% of long-lived objects) fires a full collection roughly
+every `every_steps` steps — at whatever allocation happens then, as in real
+training. The engine's GC monitor (gc.callbacks) measures every pause and
+writes it to run.json and the trace's `gc_pause_s` column. With planned GC
+(run.planned_gc_every, the paper's mitigation) automatic GC is off and the
+collections happen together in the `gc` op instead. No targets = every rank.
+
+    - kind: gc-pauses
+      params: {pause_ms: 100, every_steps: 3}
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from injectors.base import Injector, RankContext
+from injectors.registry import register
+from stragglerlab.faults import FaultKind
+
+CALIBRATION_OBJECTS = 50_000
+MAX_POOL = 3_000_000
+
+
+@register
+class GcPauses(Injector):
+    """Grow and churn a tracked-object pool so automatic full collections pause the rank."""
+
+    kind = FaultKind.GC_PAUSES
+    needs_targets = False
+
+    def check_params(self) -> None:
+        self.pause_s = self.param("pause_ms", 100.0, lo=1.0, hi=5000.0) / 1000.0
+        self.every_steps = self.param("every_steps", 3.0, lo=1.0, hi=1000.0)
+
+    def on_setup(self, ctx: RankContext) -> None:
+        ctx.state["gc_was"] = (gc.isenabled(), gc.get_threshold())
+        probe = [[i] for i in range(CALIBRATION_OBJECTS)]
+        t0 = time.perf_counter()
+        gc.collect()
+        per_object = max((time.perf_counter() - t0) / (CALIBRATION_OBJECTS + 1), 1e-9)
+        del probe
+        size = int(min(MAX_POOL, max(1000, self.pause_s / per_object)))
+        ctx.state["pool"] = [[i] for i in range(size)]
+        gc.collect()  # the pool becomes long-lived: it is what each full collection scans
+        # Churn per compute op so that ~25% of the pool is renewed every `every_steps` steps.
+        per_step = size / (4 * self.every_steps)
+        ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
+        ctx.state["cursor"] = 0
+        ctx.state["pool_objects"] = size
+
+    def on_step_start(self, ctx: RankContext, step: int) -> None:
+        ctx.state["gc_active"] = self.active(step)
+
+    def in_compute(self, ctx: RankContext, step: int) -> None:
+        if not ctx.state.get("gc_active") or "pool" not in ctx.state:
+            return
+        pool, n = ctx.state["pool"], ctx.state["churn"]
+        start = ctx.state["cursor"]
+        for i in range(start, start + n):  # new survivors; the old objects die
+            pool[i % len(pool)] = [i]
+        ctx.state["cursor"] = (start + n) % len(pool)
+
+    def undo(self, ctx: RankContext) -> None:
+        ctx.state.pop("pool", None)
+        was = ctx.state.pop("gc_was", None)
+        if was is not None:
+            enabled, threshold = was
+            gc.set_threshold(*threshold)
+            (gc.enable if enabled else gc.disable)()
+
+    def measure(self, trace, run: dict) -> dict:
+        pauses = [p for rank, ps in (run.get("gc") or {}).get("pauses", {}).items()
+                  for p in ps if p["generation"] == 2 and self.applies_to(int(rank))
+                  and self.active(p["step"])]
+        if not pauses:
+            return {"pause_ms": None, "pauses": 0}
+        ms = sorted(1000 * p["duration_s"] for p in pauses)
+        return {"pause_ms": round(sum(ms) / len(ms), 3), "pause_ms_max": round(ms[-1], 3),
+                "pauses": len(ms)}

@@ -1,0 +1,37 @@
+"""Hang: one rank stops making progress at the start of a step (alive, but silent).
+
+Its peers block in their next P2P or collective until the run's collective
+timeout, fail, and the launcher attributes the failure to the rank that fell
+behind; nothing waits forever.
+
+    - kind: hang
+      targets: [{dp_rank: 0, stage: 1}]
+      first_step: 10
+"""
+
+from __future__ import annotations
+
+import time
+
+from injectors.base import Injector, RankContext
+from injectors.registry import register
+from stragglerlab.faults import FaultKind
+
+HANG_S = 24 * 3600.0
+
+
+@register
+class Hang(Injector):
+    """Sleep 'forever' in the victim at first_step (the launcher kills it)."""
+
+    kind = FaultKind.HANG
+
+    def on_step_start(self, ctx: RankContext, step: int) -> None:
+        if step == self.spec.first_step:
+            time.sleep(HANG_S)
+
+    def measure(self, trace, run: dict) -> dict:
+        err = run.get("error") or {}
+        return {"failed_rank": err.get("rank"), "failure_kind": err.get("kind"),
+                "detected_after_s": err.get("detected_after_s"),
+                "steps_completed": len((run.get("trace") or {}).get("complete_steps", []))}

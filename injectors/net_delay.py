@@ -1,0 +1,59 @@
+"""Network delay: added latency on the victim's P2P and collectives.
+
+`netem` would add it in the kernel, but these machines' kernel has no netem,
+so this is the named in-process fallback: the victim waits `delay_ms` before
+posting each P2P op and before each collective, so data it sends arrives
+`delay_ms` later and its peers' P2P transfer time grows by that much.
+Measured: the mean latency of P2P pairs the victim sends (recv end minus the
+later of the pair's two starts) minus that of the same stage's other DP
+ranks, inside the window.
+
+    - kind: net-delay
+      targets: [{dp_rank: 0, stage: 0}]
+      params: {delay_ms: 5}
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+
+from injectors.base import Injector, RankContext, p2p_pair_latency
+from injectors.registry import register
+from stragglerlab.faults import FaultKind
+
+MECHANISM = "in-process delay (this kernel has no netem)"
+
+
+@register
+class NetDelay(Injector):
+    """Sleep delay_ms before each of the victim's P2P posts and collectives."""
+
+    kind = FaultKind.NET_DELAY
+
+    def check_params(self) -> None:
+        self.delay_s = self.param("delay_ms", lo=0.0, hi=10_000.0) / 1000.0
+
+    def on_step_start(self, ctx: RankContext, step: int) -> None:
+        ctx.state["delay_active"] = self.active(step)
+
+    def before_comm(self, ctx: RankContext, step: int) -> None:
+        if ctx.state.get("delay_active"):
+            time.sleep(self.delay_s)
+
+    def measure(self, trace, run: dict) -> dict:
+        pairs = p2p_pair_latency(trace)
+        pairs = pairs[(pairs["step"] >= self.spec.first_step) & (
+            pairs["step"] <= (self.spec.last_step if self.spec.last_step is not None
+                              else pairs["step"].max()))]
+        victim = pd.Series(False, index=pairs.index)
+        same_stage = pd.Series(False, index=pairs.index)
+        for t in self.spec.targets:
+            victim |= (pairs["dp_rank"] == t.dp_rank) & (pairs["sender_stage"] == t.stage)
+            same_stage |= pairs["sender_stage"] == t.stage
+        if not victim.any() or not (same_stage & ~victim).any():
+            return {"delay_ms": None, "mechanism": MECHANISM}
+        added = pairs.loc[victim, "latency_s"].mean() - \
+            pairs.loc[same_stage & ~victim, "latency_s"].mean()
+        return {"delay_ms": round(1000 * float(added), 3), "mechanism": MECHANISM}

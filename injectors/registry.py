@@ -1,0 +1,37 @@
+"""Injector registry: fault kind -> injector class, and building injectors from specs.
+
+    injectors = build_injectors(specs, where="config/scenarios.yaml")
+"""
+
+from __future__ import annotations
+
+from injectors.base import Injector
+from stragglerlab.faults import FaultKind, FaultSpec
+
+REGISTRY: dict[FaultKind, type[Injector]] = {}
+
+
+def register(cls: type[Injector]) -> type[Injector]:
+    """Class decorator: make cls the injector of cls.kind."""
+    REGISTRY[cls.kind] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    # Importing the modules registers them; kept here so `injectors.registry` is the one entry.
+    from injectors import (  # noqa: F401
+        crash,
+        gc_pauses,
+        hang,
+        net_delay,
+        net_throttle,
+        seq_imbalance,
+        slow_worker,
+        stage_imbalance,
+    )
+
+
+def build_injectors(specs: list[FaultSpec], where: str = "scenario") -> list[Injector]:
+    """One injector per spec (parameters checked)."""
+    _load_builtins()
+    return [REGISTRY[spec.kind](spec, where) for spec in specs]

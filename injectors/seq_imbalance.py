@@ -1,0 +1,68 @@
+"""Sequence-length imbalance, and its mitigation: rebalancing sequences across DP ranks.
+
+A workload fault: sequences are drawn from a long-tailed (lognormal) length
+distribution and packed into microbatches; attention cost grows with
+sum(seq_len^2), so the DP rank that happens to get the long sequences of a
+step straggles (paper §5.3: 21.4% of jobs, mean S 1.34). With
+`rebalance: true` the step's sequences are instead dealt to DP ranks so that
+sum(seq_len^2) is as even as possible (the paper's prototype: +23.9%).
+Job-wide (no targets); measured: max/mean of per-DP-rank sum(seq_len^2) per
+step, and of per-DP-rank compute time per step, both averaged over steps.
+
+    - kind: seq-imbalance
+      params: {mean_seq_len: 48, longtail_sigma: 1.2, rebalance: false}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+from injectors.base import Injector
+from injectors.registry import register
+from stragglerlab.errors import InputError
+from stragglerlab.faults import FaultKind
+from stragglerlab.scenario import LengthDistribution
+
+
+@register
+class SeqImbalance(Injector):
+    """Long-tailed packed sequences; optionally rebalanced across DP ranks."""
+
+    kind = FaultKind.SEQ_IMBALANCE
+    needs_targets = False
+
+    def check_params(self) -> None:
+        unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance"}
+        if unknown:
+            raise InputError(f"seq-imbalance: unknown params {sorted(unknown)}", self.where)
+        if "mean_seq_len" in self.spec.params:
+            self.param("mean_seq_len", lo=1, hi=100_000)
+        if "longtail_sigma" in self.spec.params:
+            self.param("longtail_sigma", lo=0.0, hi=5.0)
+
+    def shape_scenario(self, scenario):
+        p = self.spec.params
+        data = dataclasses.replace(
+            scenario.data,
+            length_distribution=LengthDistribution.LONGTAIL,
+            mean_seq_len=int(p.get("mean_seq_len", scenario.data.mean_seq_len)),
+            longtail_sigma=float(p.get("longtail_sigma", scenario.data.longtail_sigma)),
+            rebalance_across_dp=bool(p.get("rebalance", False)),
+        )
+        return dataclasses.replace(scenario, data=data).check(self.where)
+
+    def measure(self, trace: pd.DataFrame, run: dict) -> dict:
+        fwd = trace[trace["optype"].astype(str) == "forward-compute"]
+        out = {}
+        if "seq_len_sq_sum" in fwd and fwd["stage"].nunique():
+            first = fwd[fwd["stage"] == fwd["stage"].min()]
+            per_rank = first.groupby(["step", "dp_rank"])["seq_len_sq_sum"].sum().unstack()
+            out["seq_len_sq_imbalance"] = round(float(
+                (per_rank.max(axis=1) / per_rank.mean(axis=1)).mean()), 4)
+        compute = trace[trace["optype"].astype(str).str.endswith("-compute")]
+        per_rank = compute.groupby(["step", "dp_rank"])["duration"].sum().unstack()
+        out["compute_imbalance"] = round(float(
+            (per_rank.max(axis=1) / per_rank.mean(axis=1)).mean()), 4)
+        return out

@@ -1,0 +1,142 @@
+"""Fault contracts: what a scenario asks to inject (FaultSpec) and the ground truth (FaultRecord).
+
+A scenario lists faults as mappings:
+
+    faults:
+      - kind: slow-worker
+        targets: [{dp_rank: 0, stage: 1}]
+        first_step: 5          # inclusive
+        last_step: null        # inclusive; null = to the end
+        params: {factor: 2.0}
+
+Each run writes `faults.json`: a list of FaultRecord dicts (design.md §3):
+kind, targets [{rank, dp_rank, stage}], first_step, last_step, requested and
+measured magnitudes with units in the keys. A clean run writes [].
+
+    specs = parse_faults(scenario.faults, dp=2, pp=2, steps=31, where="scenarios.yaml")
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from stragglerlab.errors import InputError
+
+
+class FaultKind(str, enum.Enum):
+    """The fault kinds the testbed injects (design.md §5)."""
+
+    SLOW_WORKER = "slow-worker"
+    NET_THROTTLE = "net-throttle"
+    NET_DELAY = "net-delay"
+    GC_PAUSES = "gc-pauses"
+    STAGE_IMBALANCE = "stage-imbalance"
+    SEQ_IMBALANCE = "seq-imbalance"
+    HANG = "hang"
+    CRASH = "crash"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One victim worker."""
+
+    rank: int
+    """Global rank (stage * dp + dp_rank)."""
+    dp_rank: int
+    """Data-parallel rank."""
+    stage: int
+    """Pipeline stage."""
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage}
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One requested fault."""
+
+    kind: FaultKind
+    """What to inject."""
+    targets: tuple[Target, ...]
+    """Victims; empty for job-wide faults (e.g. stage or sequence imbalance)."""
+    first_step: int = 0
+    """First affected step (inclusive)."""
+    last_step: int | None = None
+    """Last affected step (inclusive); None = to the end."""
+    params: dict = field(default_factory=dict)
+    """Magnitudes, units in the keys (factor, rate_mbit, delay_ms, pause_ms, ...)."""
+
+    def active(self, step: int) -> bool:
+        """True when step lies in the fault's window."""
+        return step >= self.first_step and (self.last_step is None or step <= self.last_step)
+
+    def targets_rank(self, rank: int) -> bool:
+        """True when rank is a victim."""
+        return any(t.rank == rank for t in self.targets)
+
+
+@dataclass
+class FaultRecord:
+    """Ground truth of one injected fault, as written to faults.json."""
+
+    kind: str
+    """FaultKind value."""
+    targets: list[dict]
+    """[{rank, dp_rank, stage}]."""
+    first_step: int
+    """First affected step."""
+    last_step: int | None
+    """Last affected step, None = to the end."""
+    requested: dict
+    """Requested magnitudes."""
+    measured: dict
+    """Measured magnitudes (same units), empty when nothing could be measured."""
+
+    def to_dict(self) -> dict:
+        """JSON form."""
+        return {"kind": self.kind, "targets": self.targets, "first_step": self.first_step,
+                "last_step": self.last_step, "requested": self.requested,
+                "measured": self.measured}
+
+
+_SPEC_KEYS = {"kind", "targets", "first_step", "last_step", "params"}
+
+
+def parse_faults(raw: list, dp: int, pp: int, steps: int, where: str) -> list[FaultSpec]:
+    """Validate the scenario's fault list; one InputError names the entry and the problem."""
+    specs = []
+    for i, entry in enumerate(raw):
+        ctx = f"faults[{i}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{ctx} must be a mapping with kind, targets, ...", where)
+        unknown = sorted(set(entry) - _SPEC_KEYS)
+        if unknown:
+            raise InputError(f"{ctx}: unknown key(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(sorted(_SPEC_KEYS))}", where)
+        try:
+            kind = FaultKind(entry.get("kind"))
+        except ValueError:
+            allowed = ", ".join(k.value for k in FaultKind)
+            raise InputError(f"{ctx}: kind {entry.get('kind')!r} is not one of {allowed}",
+                             where) from None
+        targets = []
+        for t in entry.get("targets") or []:
+            if not isinstance(t, dict) or set(t) - {"dp_rank", "stage"} or \
+                    not all(isinstance(t.get(k), int) for k in ("dp_rank", "stage")):
+                raise InputError(f"{ctx}: each target is {{dp_rank: D, stage: S}}, got {t!r}",
+                                 where)
+            if not (0 <= t["dp_rank"] < dp and 0 <= t["stage"] < pp):
+                raise InputError(f"{ctx}: target {t} outside the layout dp={dp}, pp={pp}", where)
+            targets.append(Target(t["stage"] * dp + t["dp_rank"], t["dp_rank"], t["stage"]))
+        first, last = entry.get("first_step", 0), entry.get("last_step")
+        if not isinstance(first, int) or not 0 <= first < steps or \
+                (last is not None and (not isinstance(last, int) or not first <= last)):
+            raise InputError(f"{ctx}: need 0 <= first_step < run.steps={steps} and "
+                             f"last_step null or >= first_step (got {first}, {last})", where)
+        params = entry.get("params") or {}
+        if not isinstance(params, dict):
+            raise InputError(f"{ctx}: params must be a mapping", where)
+        specs.append(FaultSpec(kind, tuple(targets), first, last, dict(params)))
+    return specs
