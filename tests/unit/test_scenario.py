@@ -95,7 +95,7 @@ def test_user_config_merges_defaults_and_builtin_scenarios(tmp_path: Path):
             "clean-dp2-pp2": {"run": {"steps": 9}},
             "mine": {"description": "new one", "parallel": {"dp": 1, "pp": 4},
                      "data": {"length_distribution": "longtail"},
-                     "faults": [{"kind": "slow-worker", "targets": [{"dp_rank": 1, "stage": 0}],
+                     "faults": [{"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 1}],
                                  "params": {"factor": 2.0}}]},
         },
     })
@@ -108,7 +108,7 @@ def test_user_config_merges_defaults_and_builtin_scenarios(tmp_path: Path):
     assert mine.description == "new one"
     assert (mine.parallel.dp, mine.parallel.pp, mine.world_size) == (1, 4, 4)
     assert mine.data.length_distribution is LengthDistribution.LONGTAIL
-    assert mine.faults == [{"kind": "slow-worker", "targets": [{"dp_rank": 1, "stage": 0}],
+    assert mine.faults == [{"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 1}],
                             "params": {"factor": 2.0}}]
     assert mine.run.seed == 42
     names = [x.name for x in list_scenarios(path)]
