@@ -56,6 +56,8 @@ class Injector:
     """Whether the fault must name victim workers."""
     needs_netns: ClassVar[bool] = False
     """Whether the run should put each rank in its own network namespace."""
+    measures_trace: ClassVar[bool] = True
+    """Whether `measure` needs trace rows (else it is measured from run.json alone)."""
 
     def __init__(self, spec: FaultSpec, where: str = "scenario") -> None:
         self.spec = spec
@@ -139,7 +141,8 @@ class Injector:
     def record(self, trace: pd.DataFrame, run: dict) -> FaultRecord:
         """The faults.json entry."""
         try:
-            measured = self.measure(trace, run) if len(trace) else {}
+            measured = self.measure(trace, run) if len(trace) or not self.measures_trace \
+                else {}
         except Exception as e:  # noqa: BLE001 - a failed measurement must not lose the run
             measured = {"error": f"{type(e).__name__}: {e}"}
         return FaultRecord(self.spec.kind.value, [t.to_dict() for t in self.spec.targets],

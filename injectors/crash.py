@@ -22,6 +22,7 @@ class Crash(Injector):
     """os._exit in the victim at first_step."""
 
     kind = FaultKind.CRASH
+    measures_trace = False
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         if step == self.spec.first_step:

@@ -24,8 +24,30 @@ from injectors.base import Injector, RankContext
 from injectors.registry import register
 from stragglerlab.faults import FaultKind
 
-CALIBRATION_OBJECTS = 50_000
+CALIBRATION_OBJECTS = 100_000
 MAX_POOL = 3_000_000
+
+
+def _cyclic(i: int) -> list:
+    """A tracked container that only the cycle collector can free once dropped."""
+    obj = [i]
+    obj.append(obj)
+    return obj
+
+
+def _full_collection_cost(size: int) -> float:
+    """Seconds of a full collection over a pool of `size` with a quarter of it churned
+    (the state in which CPython's rule fires a full collection)."""
+    pool = [_cyclic(i) for i in range(size)]
+    gc.collect()
+    for i in range(size // 4):
+        pool[i] = _cyclic(i)
+    t0 = time.perf_counter()
+    gc.collect()
+    took = time.perf_counter() - t0
+    del pool
+    gc.collect()
+    return took
 
 
 @register
@@ -41,13 +63,11 @@ class GcPauses(Injector):
 
     def on_setup(self, ctx: RankContext) -> None:
         ctx.state["gc_was"] = (gc.isenabled(), gc.get_threshold())
-        probe = [[i] for i in range(CALIBRATION_OBJECTS)]
-        t0 = time.perf_counter()
-        gc.collect()
-        per_object = max((time.perf_counter() - t0) / (CALIBRATION_OBJECTS + 1), 1e-9)
-        del probe
-        size = int(min(MAX_POOL, max(1000, self.pause_s / per_object)))
-        ctx.state["pool"] = [[i] for i in range(size)]
+        size = CALIBRATION_OBJECTS
+        for _ in range(3):  # closed loop: the cost per object grows with the heap
+            took = _full_collection_cost(size)
+            size = int(min(MAX_POOL, max(1000, size * self.pause_s / max(took, 1e-6))))
+        ctx.state["pool"] = [_cyclic(i) for i in range(size)]
         gc.collect()  # the pool becomes long-lived: it is what each full collection scans
         # Churn per compute op so that ~25% of the pool is renewed every `every_steps` steps.
         per_step = size / (4 * self.every_steps)
@@ -63,8 +83,8 @@ class GcPauses(Injector):
             return
         pool, n = ctx.state["pool"], ctx.state["churn"]
         start = ctx.state["cursor"]
-        for i in range(start, start + n):  # new survivors; the old objects die
-            pool[i % len(pool)] = [i]
+        for i in range(start, start + n):  # new survivors; the old ones die as cyclic garbage
+            pool[i % len(pool)] = _cyclic(i)
         ctx.state["cursor"] = (start + n) % len(pool)
 
     def undo(self, ctx: RankContext) -> None:

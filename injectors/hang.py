@@ -25,6 +25,7 @@ class Hang(Injector):
     """Sleep 'forever' in the victim at first_step (the launcher kills it)."""
 
     kind = FaultKind.HANG
+    measures_trace = False
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         if step == self.spec.first_step:

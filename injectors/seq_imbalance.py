@@ -41,6 +41,9 @@ class SeqImbalance(Injector):
             self.param("mean_seq_len", lo=1, hi=100_000)
         if "longtail_sigma" in self.spec.params:
             self.param("longtail_sigma", lo=0.0, hi=5.0)
+        if not isinstance(self.spec.params.get("rebalance", False), bool):
+            raise InputError("seq-imbalance: params.rebalance must be true or false, "
+                             f"got {self.spec.params['rebalance']!r}", self.where)
 
     def shape_scenario(self, scenario):
         p = self.spec.params

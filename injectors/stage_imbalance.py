@@ -60,6 +60,14 @@ class StageImbalance(Injector):
             raise InputError(f"stage-imbalance: unknown params {sorted(unknown)}", self.where)
         if "vocab" in p:
             self.param("vocab", lo=2, hi=1_000_000)
+        layers = p.get("layers_per_stage")
+        if layers is not None and (not isinstance(layers, list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in layers)):
+            raise InputError("stage-imbalance: params.layers_per_stage must be a list of "
+                             f"block counts >= 0, one per stage, got {layers!r}", self.where)
+        if not isinstance(p.get("rebalance", False), bool):
+            raise InputError("stage-imbalance: params.rebalance must be true or false, "
+                             f"got {p['rebalance']!r}", self.where)
         self.rebalance = bool(p.get("rebalance", False))
         self.layout: tuple[int, int] | None = None
         self.heaviest = 0

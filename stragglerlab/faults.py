@@ -104,6 +104,11 @@ class FaultRecord:
 _SPEC_KEYS = {"kind", "targets", "first_step", "last_step", "params"}
 
 
+def _is_int(value: object) -> bool:
+    """An integer, not a bool (YAML's true/false are not step or rank numbers)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def parse_faults(raw: list, dp: int, pp: int, steps: int, where: str) -> list[FaultSpec]:
     """Validate the scenario's fault list; one InputError names the entry and the problem."""
     specs = []
@@ -121,21 +126,26 @@ def parse_faults(raw: list, dp: int, pp: int, steps: int, where: str) -> list[Fa
             allowed = ", ".join(k.value for k in FaultKind)
             raise InputError(f"{ctx}: kind {entry.get('kind')!r} is not one of {allowed}",
                              where) from None
+        raw_targets = entry.get("targets")
+        if raw_targets is not None and not isinstance(raw_targets, list):
+            raise InputError(f"{ctx}: targets must be a list of {{dp_rank: D, stage: S}}, "
+                             f"got {raw_targets!r}", where)
         targets = []
-        for t in entry.get("targets") or []:
+        for t in raw_targets or []:
             if not isinstance(t, dict) or set(t) - {"dp_rank", "stage"} or \
-                    not all(isinstance(t.get(k), int) for k in ("dp_rank", "stage")):
+                    not all(_is_int(t.get(k)) for k in ("dp_rank", "stage")):
                 raise InputError(f"{ctx}: each target is {{dp_rank: D, stage: S}}, got {t!r}",
                                  where)
             if not (0 <= t["dp_rank"] < dp and 0 <= t["stage"] < pp):
                 raise InputError(f"{ctx}: target {t} outside the layout dp={dp}, pp={pp}", where)
             targets.append(Target(t["stage"] * dp + t["dp_rank"], t["dp_rank"], t["stage"]))
         first, last = entry.get("first_step", 0), entry.get("last_step")
-        if not isinstance(first, int) or not 0 <= first < steps or \
-                (last is not None and (not isinstance(last, int) or not first <= last)):
+        if not _is_int(first) or not 0 <= first < steps or \
+                (last is not None and (not _is_int(last) or not first <= last)):
             raise InputError(f"{ctx}: need 0 <= first_step < run.steps={steps} and "
                              f"last_step null or >= first_step (got {first}, {last})", where)
-        params = entry.get("params") or {}
+        params = entry.get("params")
+        params = {} if params is None else params
         if not isinstance(params, dict):
             raise InputError(f"{ctx}: params must be a mapping", where)
         specs.append(FaultSpec(kind, tuple(targets), first, last, dict(params)))

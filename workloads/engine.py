@@ -115,7 +115,7 @@ class RankTrainer:
         self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
                                run_dir=str(self.run_dir), net=self.net,
                                compute_ops_per_step=2 * self.sc.parallel.microbatches)
-        self.faults = FaultHooks(self.fault_specs, self.ctx)
+        self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()

@@ -19,9 +19,12 @@ from workloads.tracer import now
 class FaultHooks:
     """Dispatch to the injectors that apply to this rank; undo always runs them all."""
 
-    def __init__(self, specs: list[FaultSpec], ctx: RankContext) -> None:
+    def __init__(self, specs: list[FaultSpec], ctx: RankContext, scenario=None) -> None:
         self.ctx = ctx
         self.injectors = [i for i in build_injectors(specs) if i.applies_to(ctx.rank)]
+        if scenario is not None:
+            for inj in self.injectors:  # idempotent: lets injectors read workload sizes
+                inj.shape_scenario(scenario)
         self.step = -1
 
     def __bool__(self) -> bool:

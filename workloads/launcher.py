@@ -31,6 +31,7 @@ from injectors.registry import build_injectors
 from stragglerlab.faults import parse_faults
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from workloads.isolation import CpuIsolation, cleanup_stale
+from workloads.residue import kill_orphans, mark_driver
 from workloads.run_folder import write_run_folder
 
 Progress = Callable[[str], None]
@@ -123,7 +124,12 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
                     "seed": scenario.run.seed, "versions": _versions(), "outcome": "failed",
                     "error": None, "host": platform.node()}
     t_start = time.time()
+    orphans = kill_orphans()  # first: their cgroups and namespaces can only go once empty
+    if orphans:
+        say(f"killed {len(orphans)} processes left by an earlier killed run")
+        time.sleep(0.5)
     cleanup_stale()
+    mark_driver()
     iso, summaries = None, {}
     try:
         ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),

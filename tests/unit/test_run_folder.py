@@ -167,5 +167,7 @@ def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
     assert (tmp_path / "meta.yaml").exists()
     faults = json.loads((tmp_path / "faults.json").read_text())
     assert faults == [{"kind": "crash", "targets": [{"rank": 1, "dp_rank": 1, "stage": 0}],
-                       "first_step": 2, "last_step": None, "requested": {}, "measured": {}}]
+                       "first_step": 2, "last_step": None, "requested": {},
+                       "measured": {"failed_rank": 1, "failure_kind": "worker-died",
+                                    "steps_completed": 0}}]
     assert record["trace"]["complete_steps"] == []
