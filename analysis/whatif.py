@@ -19,6 +19,7 @@ linearly with dp rather than quadratically.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,13 +53,24 @@ def attribution_type(optype: str) -> str:
     return _P2P_GROUP.get(optype, optype)
 
 
-def ideal_values(graph: DepGraph, frame: OpFrame, value: np.ndarray) -> np.ndarray:
-    """Per node: mean duration of its optype (compute-like) or median transfer (comm)."""
+class ComputeIdeal(str, enum.Enum):
+    """Statistic that idealizes compute-like ops."""
+
+    MEAN = "mean"  # the paper's and artifact's choice (the default)
+    MEDIAN = "median"  # robust when few workers: one straggler among 4 moves the mean a lot
+
+
+def ideal_values(graph: DepGraph, frame: OpFrame, value: np.ndarray,
+                 compute_ideal: ComputeIdeal = ComputeIdeal.MEAN) -> np.ndarray:
+    """Per node: mean (or median) duration of its optype (compute-like) or median transfer
+    (communication)."""
     ideal = np.empty(graph.n_nodes)
     for t in np.unique(graph.optype):
         nodes = graph.optype == t
         if t in _COMM_TYPES:
             ideal[nodes] = np.median(value[nodes])
+        elif compute_ideal is ComputeIdeal.MEDIAN:
+            ideal[nodes] = np.median(frame.duration[nodes])
         else:
             ideal[nodes] = frame.duration[nodes].mean()
     return ideal
@@ -79,16 +91,18 @@ class WhatIfRun:
 
 
 def analyze(
-    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None
+    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
+    compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
 ) -> WhatIfResult:
     """Run the full what-if analysis of one trace and return its metrics."""
-    return run_whatif(df, meta, where, progress).result
+    return run_whatif(df, meta, where, progress, compute_ideal).result
 
 
 def run_whatif(
-    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None
+    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
+    compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
 ) -> WhatIfRun:
-    """Run the full what-if analysis of one trace."""
+    """Run the full what-if analysis of one trace (compute_ideal: see ComputeIdeal)."""
     say = progress or (lambda _msg: None)
     first_step = df["step"].min()
     template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
@@ -101,7 +115,7 @@ def run_whatif(
     value = frame.sim_value(graph)
     t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
     t_nodelay = simulate(graph, value).step_time
-    ideal = ideal_values(graph, frame, value)
+    ideal = ideal_values(graph, frame, value, compute_ideal)
     t_ideal_scalar = float(simulate(graph, ideal[:, None, None]).step_time[0])
     t_ideal = np.full(n_steps, t_ideal_scalar)
     say("simulated base, no-delay and ideal frames")

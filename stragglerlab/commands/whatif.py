@@ -28,13 +28,16 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--meta", help="job meta YAML (default: the meta stored in the parquet)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-timelines", action="store_true", help="skip the Perfetto timelines")
+    p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
+                   help="statistic idealizing compute ops: mean (paper, default) or median "
+                        "(robust for jobs with few workers)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def run(args) -> int:
     """Analyse, write every output, print the summary."""
     from analysis.timeline import write_perfetto
-    from analysis.whatif import ideal_timeline, run_whatif
+    from analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from figures.fig14_heatmap import plot_worker_heatmap
     from stragglerlab.artifact_format import fix_json, result_json
     from stragglerlab.trace_io import read_trace
@@ -47,7 +50,8 @@ def run(args) -> int:
 
     df, meta = read_trace(args.trace, args.meta)
     progress(f"read {len(df):,} ops from {args.trace}")
-    wr = run_whatif(df, meta, where=str(args.trace), progress=progress)
+    wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
+                    compute_ideal=ComputeIdeal(args.compute_ideal))
     result = wr.result
     out = Path(args.out)
     atomic_write_json(out / "whatif.json", result.to_json())
