@@ -2,8 +2,10 @@
 
 The victim keeps a pool of live container objects, sized at start-up so that
 one full collection scanning it takes about `pause_ms` on this rank (measured
-with the rank's own CPU share), and churns part of the pool inside every
-compute op. New survivors pile up in the oldest generation until CPython's
+with the rank's own CPU share) and resized after every full collection it
+sees (damped feedback: the running job's heap and CPU contention differ from
+start-up), and churns part of the pool inside every compute op. New
+survivors pile up in the oldest generation until CPython's
 rule (pending > 25% of long-lived objects) fires a full collection roughly
 every `every_steps` steps — at whatever allocation happens then, as in real
 training. The engine's GC monitor (gc.callbacks) measures every pause and
@@ -74,9 +76,46 @@ class GcPauses(Injector):
         ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
         ctx.state["cursor"] = 0
         ctx.state["pool_objects"] = size
+        ctx.state["callback"] = self._watch(ctx)
+        gc.callbacks.append(ctx.state["callback"])
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         ctx.state["gc_active"] = self.active(step)
+        self._steer(ctx)
+
+    def _steer(self, ctx: RankContext) -> None:
+        """Feedback: resize the pool after each observed full collection, because a pause
+        in the running job (bigger heap, CPU contention) differs from the start-up one."""
+        seen = ctx.state.get("seen_pauses", [])
+        if not seen or "pool" not in ctx.state:
+            return
+        measured = seen[-1]
+        seen.clear()
+        pool = ctx.state["pool"]
+        scale = (self.pause_s / measured) ** 0.7 if measured > 0 else 1.0  # damped
+        want = int(min(MAX_POOL, max(1000, len(pool) * min(max(scale, 0.5), 2.0))))
+        if want < len(pool):
+            del pool[want:]
+        else:
+            pool.extend(_cyclic(i) for i in range(len(pool), want))
+        per_step = want / (4 * self.every_steps)
+        ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
+        ctx.state["cursor"] %= max(1, want)
+        ctx.state["pool_objects"] = want
+
+    def _watch(self, ctx: RankContext):
+        """A gc.callbacks hook noting the length of every full collection."""
+        t0 = [0.0]
+
+        def callback(phase: str, info: dict) -> None:
+            if info.get("generation") != 2:
+                return
+            if phase == "start":
+                t0[0] = time.perf_counter()
+            else:
+                ctx.state.setdefault("seen_pauses", []).append(time.perf_counter() - t0[0])
+
+        return callback
 
     def in_compute(self, ctx: RankContext, step: int) -> None:
         if not ctx.state.get("gc_active") or "pool" not in ctx.state:
@@ -88,6 +127,9 @@ class GcPauses(Injector):
         ctx.state["cursor"] = (start + n) % len(pool)
 
     def undo(self, ctx: RankContext) -> None:
+        callback = ctx.state.pop("callback", None)
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
         ctx.state.pop("pool", None)
         was = ctx.state.pop("gc_was", None)
         if was is not None:

@@ -115,7 +115,7 @@ class RunConfig:
     cpu_isolation: bool = True
     """Give every rank its own CPU quota (cgroup v1), so ranks behave like separate devices."""
     cores_per_rank: float | None = None
-    """CPU share per rank in cores; None = machine cores / ranks."""
+    """CPU share per rank in cores; None = 90% of the machine's cores / ranks."""
     cpu_period_us: int = 10_000
     """cgroup CFS period, microseconds."""
     planned_gc_every: int = 0

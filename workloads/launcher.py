@@ -36,6 +36,7 @@ from workloads.run_folder import write_run_folder
 
 Progress = Callable[[str], None]
 POLL_S = 0.1
+CPU_HEADROOM = 0.9
 # Extra slack over the collective timeout before a run without progress is called hung.
 HANG_SLACK_S = 30.0
 
@@ -212,7 +213,9 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
     if not ok:
         say(f"CPU isolation off ({why}): ranks share the cores unisolated")
         return None, {"enabled": False, "reason": why}
-    cores = run.cores_per_rank or (os.cpu_count() or 1) / len(pids)
+    # By default 90% of the machine is dealt out: quotas are caps, not guarantees, so the
+    # rest is left to Ray, the driver and the OS instead of being taken from the ranks.
+    cores = run.cores_per_rank or CPU_HEADROOM * (os.cpu_count() or 1) / len(pids)
     run_id = f"{run_name}-{os.getpid()}-{int(time.time())}"
     iso = CpuIsolation.create(run_id, len(pids), cores, period_us=run.cpu_period_us)
     for rank, pid in enumerate(pids):
