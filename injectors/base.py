@@ -173,7 +173,8 @@ def compute_ratio(trace: pd.DataFrame, spec: FaultSpec) -> float | None:
 def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
     """Every P2P pair of the trace with its latency: recv end minus the later of both starts.
 
-    Columns: step, dp_rank, sender_stage, direction, seq_id, latency_s. The k-th send
+    Columns: step, dp_rank, sender_stage, direction, seq_id, latency_s, receiver_waiting
+    (the recv was posted before the send: latency is then the whole transfer). The k-th send
     of a stage pairs with the k-th recv of the peer stage (same DP rank and step).
     """
     opt = trace["optype"].astype(str)
@@ -190,5 +191,6 @@ def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
         frames.append(pd.DataFrame({
             "step": pairs["step"], "dp_rank": pairs["dp_rank"], "sender_stage": pairs["stage"],
             "direction": direction, "seq_id": pairs["seq_id"],
-            "latency_s": pairs["end"] - latest}))
+            "latency_s": pairs["end"] - latest,
+            "receiver_waiting": pairs["start_ts_r"] <= pairs["start_ts_s"]}))
     return pd.concat(frames, ignore_index=True)

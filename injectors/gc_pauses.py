@@ -3,7 +3,7 @@
 The victim keeps a pool of live container objects, sized at start-up so that
 one full collection scanning it takes about `pause_ms` on this rank (measured
 with the rank's own CPU share) and resized after every full collection it
-sees (damped feedback: the running job's heap and CPU contention differ from
+sees (feedback: the running job's heap and CPU contention differ from
 start-up), and churns part of the pool inside every compute op. New
 survivors pile up in the oldest generation until CPython's
 rule (pending > 25% of long-lived objects) fires a full collection roughly
@@ -92,7 +92,7 @@ class GcPauses(Injector):
         measured = seen[-1]
         seen.clear()
         pool = ctx.state["pool"]
-        scale = (self.pause_s / measured) ** 0.7 if measured > 0 else 1.0  # damped
+        scale = self.pause_s / measured if measured > 0 else 1.0
         want = int(min(MAX_POOL, max(1000, len(pool) * min(max(scale, 0.5), 2.0))))
         if want < len(pool):
             del pool[want:]

@@ -4,9 +4,10 @@
 so this is the named in-process fallback: the victim waits `delay_ms` before
 posting each P2P op and before each collective, so data it sends arrives
 `delay_ms` later and its peers' P2P transfer time grows by that much.
-Measured: the mean latency of P2P pairs the victim sends (recv end minus the
-later of the pair's two starts) minus that of the same stage's other DP
-ranks, inside the window.
+Measured: the median latency of P2P pairs the victim sends (recv end minus
+the later of the pair's two starts) minus that of the same stage's other DP
+ranks, inside the window, over pairs whose receiver was already waiting (for
+the others the receiver's own lateness hides part of the delay).
 
     - kind: net-delay
       targets: [{dp_rank: 0, stage: 0}]
@@ -47,6 +48,8 @@ class NetDelay(Injector):
         pairs = pairs[(pairs["step"] >= self.spec.first_step) & (
             pairs["step"] <= (self.spec.last_step if self.spec.last_step is not None
                               else pairs["step"].max()))]
+        # Only pairs whose receiver already waited show the whole added latency.
+        pairs = pairs[pairs["receiver_waiting"]]
         victim = pd.Series(False, index=pairs.index)
         same_stage = pd.Series(False, index=pairs.index)
         for t in self.spec.targets:
@@ -54,6 +57,6 @@ class NetDelay(Injector):
             same_stage |= pairs["sender_stage"] == t.stage
         if not victim.any() or not (same_stage & ~victim).any():
             return {"delay_ms": None, "mechanism": MECHANISM}
-        added = pairs.loc[victim, "latency_s"].mean() - \
-            pairs.loc[same_stage & ~victim, "latency_s"].mean()
+        added = pairs.loc[victim, "latency_s"].median() - \
+            pairs.loc[same_stage & ~victim, "latency_s"].median()
         return {"delay_ms": round(1000 * float(added), 3), "mechanism": MECHANISM}

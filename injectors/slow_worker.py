@@ -1,8 +1,10 @@
 """Slow worker / slow GPU: the victim's device really gets slower by a factor.
 
-On CPU (isolated ranks) the victim's cgroup CPU quota is divided by the factor
-for the step window — the CPU analogue of capping a GPU's clock — so its
-compute takes `factor` times longer (measured ±10%). Without CPU isolation
+On CPU (isolated ranks) the victim's cgroup CPU quota is cut for the step
+window — the CPU analogue of capping a GPU's clock — so its compute takes
+`factor` times longer (measured ±10%). Only the compute part of the share is
+divided: the rank's other threads (P2P, gloo I/O, Ray) keep the CPU rate
+they were measured to use over the previous step. Without CPU isolation
 (no root / no cgroup v1) the named fallback `stretch` sleeps (factor - 1) x
 the compute's own duration inside each compute op, an exact in-process
 stretch. Measured: victim compute time over the same stages' other workers.
@@ -14,6 +16,8 @@ stretch. Measured: victim compute time over the same stages' other workers.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +26,21 @@ from injectors.registry import register
 from stragglerlab.faults import FaultKind
 
 MIN_QUOTA_US = 1000  # the kernel's floor
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _other_threads_cpu_s(compute_tid: int | None) -> float:
+    """CPU seconds used by this process's threads other than the compute thread."""
+    total = 0.0
+    for task in Path("/proc/self/task").iterdir():
+        if compute_tid is not None and task.name == str(compute_tid):
+            continue
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+    return total
 
 
 def quota_for(cores: float, base_period_us: int) -> tuple[int, int]:
@@ -52,13 +71,31 @@ class SlowWorker(Injector):
         """'cpu-quota' when the rank is isolated, else the 'stretch' fallback."""
         return "cpu-quota" if ctx.cgroup else "stretch"
 
+    def on_setup(self, ctx: RankContext) -> None:
+        ctx.state["compute_tid"] = threading.get_native_id()  # the training thread
+        ctx.state["cpu_mark"] = (_other_threads_cpu_s(ctx.state["compute_tid"]), time.monotonic())
+
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         want = self.active(step)
-        if ctx.cgroup and want != ctx.state.get("slowed", False):
-            cores = ctx.cgroup["cores"] / self.factor if want else ctx.cgroup["cores"]
-            _write_quota(ctx.cgroup, cores)
-            ctx.state["slowed"] = want
         ctx.state["stretch"] = want and not ctx.cgroup
+        if not ctx.cgroup:
+            return
+        # The rank's other threads (P2P, gloo I/O, Ray) use a roughly fixed CPU rate `o`
+        # from the same quota; dividing the whole share by `factor` would slow the
+        # compute thread by more than asked. So the compute part alone is divided:
+        # share = o + (share - o) / factor, with `o` measured over the last step.
+        tid = ctx.state.get("compute_tid")
+        others, now = _other_threads_cpu_s(tid), time.monotonic()
+        last_others, last_now = ctx.state.get("cpu_mark", (others, now))
+        ctx.state["cpu_mark"] = (others, now)
+        if now > last_now:
+            ctx.state["overhead_cores"] = min(max((others - last_others) / (now - last_now),
+                                                  0.0), 0.5 * ctx.cgroup["cores"])
+        if want or ctx.state.get("slowed", False):
+            base = ctx.cgroup["cores"]
+            o = ctx.state.get("overhead_cores", 0.0)
+            _write_quota(ctx.cgroup, o + (base - o) / self.factor if want else base)
+            ctx.state["slowed"] = want
 
     def after_compute(self, ctx: RankContext, step: int, seconds: float) -> None:
         """Fallback only: stretch the compute op by (factor - 1) x its duration."""

@@ -210,7 +210,7 @@ def test_p2p_pair_latency_pairs_kth_send_with_kth_peer_recv():
                      duration=0.5, seq_id=0))
     pairs = p2p_pair_latency(trace_of(rows))
     assert list(pairs.columns) == ["step", "dp_rank", "sender_stage", "direction", "seq_id",
-                                   "latency_s"]
+                                   "latency_s", "receiver_waiting"]
     got = {(r.step, r.dp_rank, r.sender_stage, r.direction, r.seq_id): r.latency_s
            for r in pairs.itertuples()}
     assert got == pytest.approx({(3, 0, 0, "forward", 0): 0.002, (3, 0, 0, "forward", 1): 0.004,
