@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from injectors import netns
 from injectors.registry import build_injectors
 from stragglerlab.faults import parse_faults
 from stragglerlab.scenario import Scenario, scenario_to_dict
@@ -130,6 +131,10 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         say(f"killed {len(orphans)} processes left by an earlier killed run")
         time.sleep(0.5)
     cleanup_stale()
+    try:  # every start: the killed run may have used namespaces, even if this one does not
+        netns.cleanup_stale()
+    except OSError as e:  # no iproute2 / no permission: nothing of ours can exist then
+        say(f"network namespace cleanup skipped: {e}")
     mark_driver()
     iso, summaries = None, {}
     try:
@@ -189,9 +194,6 @@ def _network(injectors: list, world: int, say: Progress):
     """Per-rank network namespaces when a fault shapes traffic, else loopback."""
     if not any(inj.needs_netns for inj in injectors):
         return None, None, {"namespaces": False, "reason": "no network fault"}
-    from injectors import netns
-
-    netns.cleanup_stale()
     ok, why = netns.available()
     if not ok:
         say(f"network namespaces unavailable ({why}): in-process fallback")
@@ -234,6 +236,8 @@ def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario
     hang_after = scenario.run.collective_timeout_s + HANG_SLACK_S
     while pending:
         done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+        # Deaths first: when a rank dies, its peers' errors may arrive in the same batch.
+        done = sorted(done, key=lambda r: not _is_dead(ray, r))
         for ref in done:
             rank = futures[ref]
             try:
@@ -244,6 +248,19 @@ def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario
                          "message": _first_line(e), "reported_by": rank,
                          "detected_after_s": round(time.time() - last_change, 3)}
                 if not dead:
+                    # A peer's error often comes first when another rank died: give Ray a
+                    # moment to report a death, which is then the root cause.
+                    others = [f for f in pending if futures[f] != rank]
+                    for ref2 in ray.wait(others, num_returns=len(others), timeout=3.0)[0]:
+                        try:
+                            ray.get(ref2)
+                        except ray.exceptions.RayActorError as e2:
+                            error.update(rank=futures[ref2], kind="worker-died",
+                                         message=_first_line(e2))
+                            say(f"rank {error['rank']} failed (worker-died); stopping the run")
+                            return error
+                        except Exception:  # noqa: BLE001, S110 - another peer's error
+                            pass
                     # A peer's timeout usually means another rank stopped: blame the laggard.
                     status = _read_status(run_dir, world)
                     started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
@@ -267,6 +284,17 @@ def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario
             return {"rank": behind[0] if behind else None, "kind": "hang",
                     "message": f"no step finished for {hang_after:.0f}s; behind: {behind}"}
     return None
+
+
+def _is_dead(ray, ref) -> bool:
+    """Whether a finished rank task failed because its actor died."""
+    try:
+        ray.get(ref, timeout=0)
+    except ray.exceptions.RayActorError:
+        return True
+    except Exception:  # noqa: BLE001 - any other outcome is not a death
+        return False
+    return False
 
 
 def _first_line(e: Exception) -> str:
