@@ -97,7 +97,7 @@ def _read_status(run_dir: Path, world: int) -> dict[int, dict]:
 def _prepare_dir(run_dir: Path) -> None:
     """Start from a clean run folder (outputs of an earlier run there are replaced)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    for sub in ("trace-parts", "status"):
+    for sub in ("trace-parts", "status", "gc"):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
     for name in ("trace.parquet", "run.json", "faults.json", "meta.yaml"):
         (run_dir / name).unlink(missing_ok=True)
