@@ -44,6 +44,8 @@ class RankContext:
     """Forward + backward compute ops of this rank per step."""
     net: dict | None = None
     """This run's network namespaces: {run_id, world}; None on loopback."""
+    dp_size: int = 1
+    """Data-parallel degree of the job (peers of this rank: same stage, other DP ranks)."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-injector scratch space."""
 

@@ -21,11 +21,17 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 from injectors.base import Injector, RankContext, compute_ratio
 from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 MIN_QUOTA_US = 1000  # the kernel's floor
+FEEDBACK_GAIN = 0.6  # < 1: damped, the per-step ratio is noisy
+_COMPUTE_CODES = (OPTYPE_VALUES.index(OpType.FORWARD_COMPUTE.value),
+                  OPTYPE_VALUES.index(OpType.BACKWARD_COMPUTE.value))
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -41,6 +47,33 @@ def _other_threads_cpu_s(compute_tid: int | None) -> float:
             continue  # the thread ended meanwhile
         total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
     return total
+
+
+def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2) -> float | None:
+    """This rank's mean compute duration over its same-stage DP peers', over the latest
+    `window` steps before `before_step` that all of them flushed; None if unknown."""
+    if ctx.dp_size < 2 or not ctx.run_dir:
+        return None
+    from workloads.tracer import read_records  # the rank side has the workloads package
+
+    parts = Path(ctx.run_dir) / "trace-parts"
+    per_rank: dict[int, dict[int, float]] = {}
+    for d in range(ctx.dp_size):
+        rank = ctx.stage * ctx.dp_size + d
+        try:
+            rec = read_records(parts / f"rank{rank}.bin")
+        except OSError:
+            return None
+        rec = rec[np.isin(rec["optype"], _COMPUTE_CODES) & (rec["step"] < before_step)]
+        steps, inverse = np.unique(rec["step"], return_inverse=True)
+        totals = np.bincount(inverse, weights=rec["end"] - rec["start"], minlength=len(steps))
+        per_rank[rank] = dict(zip(steps.tolist(), totals.tolist()))
+    common = sorted(set.intersection(*(set(m) for m in per_rank.values())))[-window:]
+    if not common or ctx.rank not in per_rank:
+        return None
+    mine = sum(per_rank[ctx.rank][s] for s in common)
+    peers = [sum(m[s] for s in common) for r, m in per_rank.items() if r != ctx.rank]
+    return mine / float(np.mean(peers)) if peers and np.mean(peers) > 0 else None
 
 
 def quota_for(cores: float, base_period_us: int) -> tuple[int, int]:
@@ -91,11 +124,25 @@ class SlowWorker(Injector):
         if now > last_now:
             ctx.state["overhead_cores"] = min(max((others - last_others) / (now - last_now),
                                                   0.0), 0.5 * ctx.cgroup["cores"])
+        if want:
+            self._steer(ctx, step)
         if want or ctx.state.get("slowed", False):
             base = ctx.cgroup["cores"]
             o = ctx.state.get("overhead_cores", 0.0)
-            _write_quota(ctx.cgroup, o + (base - o) / self.factor if want else base)
+            trim = ctx.state.get("trim", 1.0)
+            share = min(base, o + (base - o) / self.factor * trim)
+            _write_quota(ctx.cgroup, share if want else base)
             ctx.state["slowed"] = want
+
+    def _steer(self, ctx: RankContext, step: int) -> None:
+        """Feedback on the measured factor: the victim's mean compute time over its DP
+        peers' (same stage) in the latest step all of them flushed to trace-parts/,
+        i.e. exactly what faults.json reports, nudges the compute share."""
+        ratio = _peer_compute_ratio(ctx, before_step=step)
+        if ratio is None or ratio <= 0:
+            return
+        trim = ctx.state.get("trim", 1.0) * (ratio / self.factor) ** FEEDBACK_GAIN
+        ctx.state["trim"] = min(max(trim, 0.5), 2.0)
 
     def after_compute(self, ctx: RankContext, step: int, seconds: float) -> None:
         """Fallback only: stretch the compute op by (factor - 1) x its duration."""

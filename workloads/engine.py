@@ -113,7 +113,7 @@ class RankTrainer:
         self.opt = ShardedAdam(list(self.model.parameters()), self.dp, self.dp_rank,
                                self.sc.run.lr, self.device, skip_in_norm=tied_copy)
         self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
-                               run_dir=str(self.run_dir), net=self.net,
+                               run_dir=str(self.run_dir), net=self.net, dp_size=self.dp,
                                compute_ops_per_step=2 * self.sc.parallel.microbatches)
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         if self.sc.run.planned_gc_every > 0:
