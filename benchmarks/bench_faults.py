@@ -9,7 +9,7 @@ and prints Markdown tables:
 * mitigations: throughput gain of gc-planned over gc-pauses, stage-rebalanced
   over stage-imbalance, seq-rebalanced over seq-imbalance, beside the paper's.
 
-    python benchmarks/bench_faults.py [--out benchmarks/data/faults] [--only NAME ...]
+    python benchmarks/bench_faults.py [--out benchmarks/data/faults] [--only NAME ...] [--repeats N]
 """
 
 from __future__ import annotations
@@ -58,9 +58,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "data" / "faults"))
     ap.add_argument("--only", nargs="+", default=SCENARIOS)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per scenario; step times and S are averaged over them")
     args = ap.parse_args()
     out = Path(args.out)
-    rows = {n: run_one(n, out) for n in args.only}
+    rows = {}
+    for n in args.only:
+        runs = [run_one(n, out / f"r{i}" if args.repeats > 1 else out)
+                for i in range(args.repeats)]
+        rows[n] = dict(runs[0])
+        for key in ("t_actual", "slowdown", "slowdown_median"):
+            if all(key in r for r in runs):
+                rows[n][key] = sum(r[key] for r in runs) / len(runs)
     (out / "summary.json").write_text(json.dumps(rows, indent=1, default=str))
 
     print("\n| scenario | kind | requested | measured | outcome | step (ms) | what-if S |")
