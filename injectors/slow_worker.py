@@ -4,7 +4,10 @@ On CPU (isolated ranks) the victim's cgroup CPU quota is cut for the step
 window — the CPU analogue of capping a GPU's clock — so its compute takes
 `factor` times longer (measured ±10%). Only the compute part of the share is
 divided: the rank's other threads (P2P, gloo I/O, Ray) keep the CPU rate
-they were measured to use over the previous step. Without CPU isolation
+they were measured to use over the previous step; and each step the share
+is steered (damped feedback) on the factor actually measured — the victim's
+compute time over its DP peers' in the latest steps all flushed to
+trace-parts/ — which lands within ~1% of the request. Without CPU isolation
 (no root / no cgroup v1) the named fallback `stretch` sleeps (factor - 1) x
 the compute's own duration inside each compute op, an exact in-process
 stretch. Measured: victim compute time over the same stages' other workers.
