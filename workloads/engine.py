@@ -307,18 +307,21 @@ class RankTrainer:
                     self._sync()
             else:  # no DP: nothing to gather, and no DP op in the trace
                 self._gather_params()
-            checksums[step] = self.opt.fingerprint(stride=101)
             loss = self._pipeline(step, batches)
             self._tail(step)
             step_times[step] = now() - step_start
             self.p2p.drain()  # long complete: every rank passed the clip all-reduce
+            # The gathered params are untouched until the next gather: fingerprint them
+            # here, between steps, not between traced ops.
+            checksums[step] = self.opt.fingerprint(stride=101)
             self.faults.step_end(step)
             self.tracer.end_step()
             self.gc_monitor.flush()
             if self.last:
                 losses[step] = loss
+            # Reported with the next step's start (one status write per step).
             self._last = (loss if self.last else None, step_times[step])
-            self._write_status(step, started=step)
+        self._write_status(self.sc.run.steps - 1, started=self.sc.run.steps)
         self._gather_params()
         checksums[self.sc.run.steps] = self.opt.fingerprint()
         return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
