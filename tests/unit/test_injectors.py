@@ -14,7 +14,7 @@ import pytest
 
 from injectors import crash as crash_mod
 from injectors import hang as hang_mod
-from injectors.base import compute_ratio, p2p_pair_latency
+from injectors.base import RankContext, compute_ratio, p2p_pair_latency
 from injectors.crash import Crash
 from injectors.gc_pauses import GcPauses
 from injectors.hang import Hang
@@ -347,3 +347,45 @@ def test_record_turns_a_failed_measurement_into_an_error(monkeypatch):
 
     monkeypatch.setattr(inj, "measure", boom)
     assert inj.record(p2p_trace(lambda *a: 0.001), {}).measured == {"error": "RuntimeError: boom"}
+
+
+def _write_parts(run_dir: Path, per_rank_ms: dict[int, float], steps=range(3)) -> None:
+    """trace-parts/rank<r>.bin with one forward and one backward of the given duration."""
+    from stragglerlab.schema import OpType
+    from workloads.tracer import Tracer
+
+    for rank, ms in per_rank_ms.items():
+        tracer = Tracer(run_dir / "trace-parts" / f"rank{rank}.bin")
+        for step in steps:
+            tracer.begin_step(step)
+            for op in (OpType.FORWARD_COMPUTE, OpType.BACKWARD_COMPUTE):
+                tracer.record(op, 10.0 * step, 10.0 * step + ms / 1000)
+            tracer.end_step()
+        tracer.close()
+
+
+def test_peer_compute_ratio_reads_the_victims_and_peers_flushed_steps(tmp_path: Path):
+    from injectors.slow_worker import _peer_compute_ratio
+
+    _write_parts(tmp_path, {0: 10.0, 1: 25.0})  # stage 0, dp 2: rank 1 is 2.5x slower
+    ctx = RankContext(1, 1, 0, run_dir=str(tmp_path), dp_size=2)
+    assert _peer_compute_ratio(ctx, before_step=3) == pytest.approx(2.5)
+    assert _peer_compute_ratio(ctx, before_step=0) is None  # nothing flushed before step 0
+    assert _peer_compute_ratio(RankContext(1, 1, 0, run_dir=str(tmp_path)), 3) is None  # dp 1
+
+
+def test_slow_worker_steers_its_share_on_the_measured_factor(tmp_path: Path):
+    cg_dir = tmp_path / "cg"
+    cg_dir.mkdir()
+    (cg_dir / "cpu.cfs_period_us").write_text("4000")
+    (cg_dir / "cpu.cfs_quota_us").write_text("2000")
+    _write_parts(tmp_path, {0: 10.0, 1: 30.0})  # measured 3.0 while 2.0 is asked
+    inj = build(spec(FaultKind.SLOW_WORKER, [target(1, 0)], factor=2.0))
+    ctx = RankContext(1, 1, 0, cgroup={"cpu_dir": str(cg_dir), "period_us": 4000,
+                                       "cores": 0.5}, run_dir=str(tmp_path), dp_size=2)
+    inj.on_setup(ctx)
+    inj.on_step_start(ctx, 3)
+    assert ctx.state["trim"] > 1.0  # too slow: the share grows
+    period = int((cg_dir / "cpu.cfs_period_us").read_text())
+    quota = int((cg_dir / "cpu.cfs_quota_us").read_text())
+    assert 0.25 < quota / period <= 0.5
