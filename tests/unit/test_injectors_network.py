@@ -8,16 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from injectors.crash import Crash
-from injectors.gc_pauses import GcPauses
-from injectors.hang import Hang
-from injectors.net_delay import NetDelay
 from injectors.net_throttle import BYTES_PER_FLOAT, NetThrottle
-from injectors.registry import REGISTRY, build_injectors
-from injectors.seq_imbalance import SeqImbalance
-from injectors.slow_worker import SlowWorker
-from injectors.stage_imbalance import StageImbalance
-from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultSpec, Target, parse_faults
 from stragglerlab.scenario import load_scenario
 from tests.unit.injector_helpers import (
@@ -29,92 +20,6 @@ from tests.unit.injector_helpers import (
     target,
     timed,
 )
-
-# --- registry and parameter checks -----------------------------------------------------
-
-VALID = {
-    FaultKind.SLOW_WORKER: ({"factor": 2.0}, SlowWorker),
-    FaultKind.NET_THROTTLE: ({"rate_mbit": 50}, NetThrottle),
-    FaultKind.NET_DELAY: ({"delay_ms": 5}, NetDelay),
-    FaultKind.GC_PAUSES: ({"pause_ms": 100, "every_steps": 3}, GcPauses),
-    FaultKind.STAGE_IMBALANCE: ({"vocab": 4096}, StageImbalance),
-    FaultKind.SEQ_IMBALANCE: ({"mean_seq_len": 48, "longtail_sigma": 1.2}, SeqImbalance),
-    FaultKind.HANG: ({}, Hang),
-    FaultKind.CRASH: ({}, Crash),
-}
-NEEDS_TARGETS = {FaultKind.SLOW_WORKER, FaultKind.NET_THROTTLE, FaultKind.NET_DELAY,
-                 FaultKind.HANG, FaultKind.CRASH}
-
-
-def test_registry_has_the_right_class_for_every_kind():
-    specs = [spec(kind, [target(0, 1)], **params) for kind, (params, _cls) in VALID.items()]
-    injectors = build_injectors(specs, where="test.yaml")
-    assert set(VALID) == set(FaultKind) == set(REGISTRY)
-    for inj, s in zip(injectors, specs):
-        assert type(inj) is VALID[s.kind][1] and REGISTRY[s.kind] is VALID[s.kind][1]
-        assert inj.kind is s.kind and inj.spec is s and inj.where == "test.yaml"
-    assert build_injectors([]) == []
-
-
-@pytest.mark.parametrize("kind", sorted(NEEDS_TARGETS, key=lambda k: k.value))
-def test_kinds_with_victims_need_targets(kind):
-    params, cls = VALID[kind]
-    assert cls.needs_targets
-    with pytest.raises(InputError, match=f"a {kind.value} fault needs targets") as info:
-        build(spec(kind, **params))
-    assert info.value.path == "test.yaml"
-
-
-@pytest.mark.parametrize("kind", sorted(set(FaultKind) - NEEDS_TARGETS, key=lambda k: k.value))
-def test_job_wide_kinds_need_no_targets(kind):
-    params, cls = VALID[kind]
-    inj = build(spec(kind, **params))
-    assert type(inj) is cls and not cls.needs_targets
-    assert all(inj.applies_to(r) for r in range(8))  # no targets: every rank
-
-
-def test_applies_to_only_the_victims():
-    inj = build(spec(FaultKind.NET_DELAY, [target(1, 0), target(0, 1)], delay_ms=1))
-    assert [r for r in range(4) if inj.applies_to(r)] == [1, 2]
-    assert NetThrottle.needs_netns and not NetDelay.needs_netns
-
-
-@pytest.mark.parametrize("kind, params, problem", [
-    (FaultKind.SLOW_WORKER, {"factor": 0.5}, "params.factor=0.5 outside"),
-    (FaultKind.SLOW_WORKER, {}, "params.factor is required"),
-    (FaultKind.SLOW_WORKER, {"factor": 21}, "params.factor=21 outside"),
-    (FaultKind.SLOW_WORKER, {"factor": "2"}, "params.factor must be a number"),
-    (FaultKind.SLOW_WORKER, {"factor": True}, "params.factor must be a number"),
-    (FaultKind.NET_DELAY, {"delay_ms": -1}, "params.delay_ms=-1 outside"),
-    (FaultKind.NET_DELAY, {}, "params.delay_ms is required"),
-    (FaultKind.NET_THROTTLE, {"rate_mbit": 0}, "params.rate_mbit=0 outside"),
-    (FaultKind.NET_THROTTLE, {"rate_mbit": 10, "burst_kb": 1}, "params.burst_kb=1 outside"),
-    (FaultKind.GC_PAUSES, {"pause_ms": 0}, "params.pause_ms=0 outside"),
-    (FaultKind.GC_PAUSES, {"every_steps": 0}, "params.every_steps=0 outside"),
-    (FaultKind.STAGE_IMBALANCE, {"vocab": 4096, "heavy": 1}, "unknown params ['heavy']"),
-    (FaultKind.STAGE_IMBALANCE, {"vocab": 1}, "params.vocab=1 outside"),
-    (FaultKind.STAGE_IMBALANCE, {"layers_per_stage": 4}, "params.layers_per_stage must be"),
-    (FaultKind.STAGE_IMBALANCE, {"layers_per_stage": ["2", "2"]},
-     "params.layers_per_stage must be"),
-    (FaultKind.STAGE_IMBALANCE, {"rebalance": "no"}, "params.rebalance must be true or false"),
-    (FaultKind.SEQ_IMBALANCE, {"longtail_sigma": 9}, "params.longtail_sigma=9 outside"),
-    (FaultKind.SEQ_IMBALANCE, {"mean_seq_len": 0}, "params.mean_seq_len=0 outside"),
-    (FaultKind.SEQ_IMBALANCE, {"sigma": 1.0}, "unknown params ['sigma']"),
-    (FaultKind.SEQ_IMBALANCE, {"rebalance": 1}, "params.rebalance must be true or false"),
-])
-def test_bad_params_are_input_errors(kind, params, problem):
-    with pytest.raises(InputError) as info:
-        build(spec(kind, [target(0, 0)], **params))
-    assert problem in str(info.value) and kind.value in str(info.value)
-    assert info.value.path == "test.yaml"
-
-
-def test_requested_is_the_params():
-    inj = build(spec(FaultKind.NET_DELAY, [target(0, 0)], delay_ms=5))
-    assert inj.requested() == {"delay_ms": 5}
-    inj.requested()["delay_ms"] = 9  # a copy
-    assert inj.spec.params == {"delay_ms": 5}
-
 
 # --- net delay -------------------------------------------------------------------------
 
