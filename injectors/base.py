@@ -152,6 +152,13 @@ class Injector:
                            measured)
 
 
+def failure_outcome(run: dict) -> dict:
+    """What run.json says about a failed run: which rank, what kind, steps kept."""
+    err = run.get("error") or {}
+    return {"failed_rank": err.get("rank"), "failure_kind": err.get("kind"),
+            "steps_completed": len((run.get("trace") or {}).get("complete_steps", []))}
+
+
 def window(trace: pd.DataFrame, spec: FaultSpec) -> pd.Series:
     """Boolean mask of trace rows inside the fault's step window."""
     inside = trace["step"] >= spec.first_step

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from injectors.base import Injector, RankContext
+from injectors.base import Injector, RankContext, failure_outcome
 from injectors.registry import register
 from stragglerlab.faults import FaultKind
 
@@ -29,6 +29,4 @@ class Crash(Injector):
             os._exit(17)  # no cleanup on purpose: a crash does not say goodbye
 
     def measure(self, trace, run: dict) -> dict:
-        err = run.get("error") or {}
-        return {"failed_rank": err.get("rank"), "failure_kind": err.get("kind"),
-                "steps_completed": len((run.get("trace") or {}).get("complete_steps", []))}
+        return failure_outcome(run)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from injectors.base import Injector, RankContext
+from injectors.base import Injector, RankContext, failure_outcome
 from injectors.registry import register
 from stragglerlab.faults import FaultKind
 
@@ -32,7 +32,5 @@ class Hang(Injector):
             time.sleep(HANG_S)
 
     def measure(self, trace, run: dict) -> dict:
-        err = run.get("error") or {}
-        return {"failed_rank": err.get("rank"), "failure_kind": err.get("kind"),
-                "detected_after_s": err.get("detected_after_s"),
-                "steps_completed": len((run.get("trace") or {}).get("complete_steps", []))}
+        detected = (run.get("error") or {}).get("detected_after_s")
+        return dict(failure_outcome(run), detected_after_s=detected)
