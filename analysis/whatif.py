@@ -234,10 +234,11 @@ def _fix_metric(graph, value, ideal_full, mask, t_ori: float, t_ideal: float) ->
 def _fwd_bwd_correlation(graph: DepGraph, frame: OpFrame) -> float | None:
     """Pearson correlation of forward vs backward compute durations of the same microbatch.
 
-    Taken on residuals after removing, per stage, each worker's mean and each
-    step's mean: a slow stage, a slow worker or a slow step makes both passes
-    slow without any microbatch being longer, so only the sequence-length
-    signature (individual microbatches slow in both passes) remains.
+    Taken on residuals within each worker-step (each duration minus the mean
+    of the worker's ops of that kind in that step): a slow stage, a slow worker
+    or a slow step, even a worker slow only from some step on, makes all its
+    microbatches slow alike, so only the sequence-length signature (individual
+    microbatches slow in both passes) remains.
     """
     fwd = np.flatnonzero(graph.optype == OpType.FORWARD_COMPUTE.value)
     bwd = np.flatnonzero(graph.optype == OpType.BACKWARD_COMPUTE.value)
@@ -248,17 +249,16 @@ def _fwd_bwd_correlation(graph: DepGraph, frame: OpFrame) -> float | None:
     bwd = bwd[np.lexsort((graph.seq_id[bwd], graph.stage[bwd]))]
     x, y = frame.duration[fwd], frame.duration[bwd]  # [op, step, dp]
     stage = graph.stage[fwd]
-    x, y = _two_way_residual(x, stage).ravel(), _two_way_residual(y, stage).ravel()
+    x, y = _worker_step_residual(x, stage).ravel(), _worker_step_residual(y, stage).ravel()
     if x.std() == 0 or y.std() == 0:
         return None
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def _two_way_residual(values: np.ndarray, stage: np.ndarray) -> np.ndarray:
-    """values [op, step, dp] minus per-(stage, dp) and per-(stage, step) means."""
+def _worker_step_residual(values: np.ndarray, stage: np.ndarray) -> np.ndarray:
+    """values [op, step, dp] minus the mean of the same stage's ops in that (step, dp)."""
     out = np.empty_like(values)
     for p in np.unique(stage):
         sub = values[stage == p]
-        out[stage == p] = (sub - sub.mean(axis=(0, 1), keepdims=True)
-                           - sub.mean(axis=(0, 2), keepdims=True) + sub.mean())
+        out[stage == p] = sub - sub.mean(axis=0, keepdims=True)
     return out

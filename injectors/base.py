@@ -120,7 +120,7 @@ class Injector:
         """Inside every traced compute op, after the model ran for `seconds`."""
 
     def before_comm(self, ctx: RankContext, step: int) -> None:
-        """Before every P2P post and collective of the rank."""
+        """Before every P2P send post, and inside every traced collective before its call."""
 
     def before_send(self, ctx: RankContext) -> None:
         """Before each P2P send is posted (on the P2P poster thread)."""

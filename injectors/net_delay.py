@@ -2,8 +2,10 @@
 
 `netem` would add it in the kernel, but these machines' kernel has no netem,
 so this is the named in-process fallback: the victim waits `delay_ms` before
-posting each P2P op and before each collective, so data it sends arrives
-`delay_ms` later and its peers' P2P transfer time grows by that much.
+posting each P2P send, and inside each traced collective before calling it, so
+data it sends arrives `delay_ms` later and its peers' transfer time grows by
+that much (as under netem; a wait before the traced op would instead look like
+untraced launch delay, which the what-if model sets to zero).
 Measured: the median latency of P2P pairs the victim sends (recv end minus
 the later of the pair's two starts) minus that of the same stage's other DP
 ranks, inside the window, over pairs whose receiver was already waiting (for

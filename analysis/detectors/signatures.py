@@ -1,0 +1,90 @@
+"""Evidence the `whatif` detector reads off a what-if analysis and its trace.
+
+Each function is pure numpy over the analysis' arrays:
+
+* `step_worker_scores`: the per-step worker score min(S_dp, S_stage) of every
+  (stage, dp_rank) worker, [pp, dp, steps], and its ratio to the step's best
+  worker (global slowdowns such as a busy host lift every worker; a
+  straggler lifts one).
+* `flagged_steps`: per worker, the steps its relative score crosses a threshold.
+* `category_excess`: how much of the job's slowdown the what-if attributes to
+  computation vs communication op types.
+* `gc_pauses_by_rank`: measured GC pause time per rank (the trace's
+  `gc_pause_s` column, written by the testbed's GC monitor).
+
+    scores = step_worker_scores(result)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.meta import JobMeta
+from stragglerlab.results import WhatIfResult
+from stragglerlab.schema import COMMUNICATION_OPS
+
+_COMPUTE = ["forward-compute", "backward-compute"]
+_COMM_BUCKETS = {t.value for t in COMMUNICATION_OPS} | {"forward-pp-comm", "backward-pp-comm"}
+
+
+def step_worker_scores(result: WhatIfResult) -> np.ndarray:
+    """Per-step worker score min(S_dp, S_stage), [pp, dp, steps]."""
+    ideal = result.step_time_ideal.values
+    s_dp = np.array([result.by_dp_rank[d].values for d in sorted(result.by_dp_rank)]) / ideal
+    s_stage = np.array([result.by_stage[p].values for p in sorted(result.by_stage)]) / ideal
+    return np.minimum(s_stage[:, None, :], s_dp[None, :, :])
+
+
+def relative_scores(scores: np.ndarray) -> np.ndarray:
+    """Each worker's per-step score over the step's best worker's, [pp, dp, steps]."""
+    best = scores.min(axis=(0, 1), keepdims=True)
+    return scores / np.maximum(best, 1e-12)
+
+
+def flagged_steps(relative: np.ndarray, threshold: float) -> np.ndarray:
+    """[pp, dp, steps] bool: the worker's relative score is at or above threshold."""
+    return relative >= threshold
+
+
+def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
+                           steps: np.ndarray) -> np.ndarray | None:
+    """Per step, each worker's compute time over the fastest DP peer of its stage, [pp, dp, steps].
+
+    None without DP peers (dp_size 1). Compute = forward + backward durations.
+    """
+    if meta.dp_size < 2:
+        return None
+    compute = trace[trace["optype"].isin(_COMPUTE)]
+    per_cell = compute.groupby(["stage", "dp_rank", "step"])["duration"].sum()
+    grid = np.full((meta.pp_size, meta.dp_size, len(steps)), np.nan)
+    stage, dp_rank, step = (per_cell.index.get_level_values(k).to_numpy()
+                            for k in ("stage", "dp_rank", "step"))
+    grid[stage, dp_rank, np.searchsorted(steps, step)] = per_cell.to_numpy()
+    best = np.nanmin(grid, axis=1, keepdims=True)
+    return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
+
+
+def category_excess(result: WhatIfResult) -> tuple[float, float]:
+    """(compute, communication): summed S_t - 1 over op types of each category (>= 0 each)."""
+    by_type = result.slowdown_by(result.by_optype)
+    comm = sum(max(s - 1.0, 0.0) for t, s in by_type.items() if t in _COMM_BUCKETS)
+    compute = sum(max(s - 1.0, 0.0) for t, s in by_type.items() if t not in _COMM_BUCKETS)
+    return float(compute), float(comm)
+
+
+def gc_pauses_by_rank(trace: pd.DataFrame) -> pd.Series:
+    """Measured GC pause time per rank outside the `gc` op, s (empty without the column)."""
+    if "gc_pause_s" not in trace.columns:
+        return pd.Series(dtype=float)
+    # Pauses inside the planned `gc` op are the mitigation working, not a straggler.
+    pauses = trace["gc_pause_s"].fillna(0.0).where(trace["optype"] != "gc", 0.0)
+    return pauses.groupby(trace["rank"]).sum()
+
+
+def step_time_total(trace: pd.DataFrame) -> float:
+    """Sum over steps of the traced step time (latest end - earliest start), s."""
+    end = trace["start_ts"] + trace["duration"]
+    frame = pd.DataFrame({"step": trace["step"], "start": trace["start_ts"], "end": end})
+    agg = frame.groupby("step").agg(start=("start", "min"), end=("end", "max"))
+    return float((agg["end"] - agg["start"]).sum())

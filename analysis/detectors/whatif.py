@@ -1,0 +1,239 @@
+"""The `whatif` detector: the paper's diagnosis (OSDI'25 §4-5), made automatic.
+
+It runs the what-if analysis on the run and reads, in this order:
+
+1. a failed run (hang, crash): the rank the runtime saw stop (run.json's
+   error, else the rank whose progress stopped first) -> `worker`;
+2. GC: measured pauses outside the planned `gc` op (`gc_pause_s`) take at
+   least `gc_min_share` of the job's time -> `gc` on the ranks that pause;
+3. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
+   over the step's best worker's (a busy host lifts every worker, a
+   straggler lifts one). A worker is a straggler when, from its first to its
+   last step above `step_threshold` (at least `min_steps` of them), its mean
+   ratio is at least `worker_threshold`; that window is the finding's steps.
+   The stragglers are then named:
+   * communication op types carry more of the job's slowdown than
+     computation (S_t - 1 summed per category) -> `network`, on the worst
+     straggler (a slow link slows every group it is in);
+   * every DP rank of a stage straggles about equally -> `stage-imbalance`
+     on that stage;
+   * else each straggler -> `worker` (stage peers that straggle much less
+     than the worst only share its collectives and are not named);
+4. sequence imbalance: no straggler, the job straggles (S >= 1.1) and
+   forward and backward durations of the same microbatch correlate
+   (within-worker-step residuals, `seq_correlation`) -> `sequence-imbalance`
+   for the whole job.
+
+Offline it analyses the whole run; online (`stragglerlab detect --online`) it
+re-analyses the steps seen so far after every step.
+
+    stragglerlab detect --run results/slow-worker-1/0 --detector whatif --out f.json
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.detectors.base import Detector, Finding, RootCause, Run
+from analysis.detectors.signatures import (
+    category_excess,
+    compute_ratio_to_peers,
+    gc_pauses_by_rank,
+    relative_scores,
+    step_time_total,
+    step_worker_scores,
+)
+from analysis.whatif import ComputeIdeal, run_whatif
+
+
+@dataclass(frozen=True)
+class WhatIfDetectorConfig:
+    """Thresholds of the whatif detector (defaults from the paper where it has one)."""
+
+    straggling_slowdown: float = 1.1
+    """Job slowdown S at which a job straggles (paper §4)."""
+    seq_correlation: float = 0.7
+    """fwd-bwd correlation (worker-step residuals) of the sequence-imbalance signature.
+
+    The paper uses 0.9 on GPU traces; on this CPU testbed timing noise lowers it:
+    sequence-imbalanced runs measure 0.80-0.91, every other fault kind <= 0.25.
+    """
+    step_threshold: float = 1.15
+    """A step counts toward a straggler when the worker's score is this much over the best's."""
+    worker_threshold: float = 1.1
+    """Mean score over the best worker's, across the flagged window, that names a straggler."""
+    min_steps: int = 2
+    """Counted steps a straggler needs (one slow step is noise)."""
+    compute_ratio: float = 1.1
+    """A straggler whose compute time is this much over its stage peers' is a slow worker."""
+    peer_share: float = 0.6
+    """Stage peers are named too when their excess is at least this share of the worst's."""
+    mw_worker: float = 0.5
+    """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'."""
+    gc_min_share: float = 0.03
+    """Measured GC pause time over job time that makes GC a cause."""
+    gc_rank_share: float = 0.25
+    """A rank is named for GC when its pauses are at least this share of the worst rank's."""
+
+
+class WhatIfDetector(Detector):
+    """Straggler diagnosis from the what-if analysis (worker, stage, sequence, GC, network)."""
+
+    name = "whatif"
+    description = "what-if analysis: worker/stage scores, fwd-bwd correlation, GC and network"
+
+    def __init__(self, config: WhatIfDetectorConfig | None = None) -> None:
+        self.config = config or WhatIfDetectorConfig()
+
+    def detect_online(self, run: Run) -> list[Finding]:
+        """Step-by-step replay; a failed run's lost rank is reported when it stops."""
+        return super().detect_online(run) + self._failure(run)
+
+    # -- offline -----------------------------------------------------------------------
+    def detect(self, run: Run) -> list[Finding]:
+        findings = self._failure(run)
+        if run.trace.empty or run.trace["step"].nunique() < self.config.min_steps:
+            return findings
+        analysis = run_whatif(run.trace, run.meta, where=run.path,
+                              compute_ideal=ComputeIdeal.MEAN)
+        result = analysis.result
+        steps = np.asarray(result.steps)
+
+        gc = self._gc(run, result.slowdown, steps)
+        if gc is not None:
+            return findings + [gc]
+        corr = result.fwd_bwd_correlation
+        if result.slowdown >= self.config.straggling_slowdown and corr is not None \
+                and corr >= self.config.seq_correlation and result.m_w.rem < self.config.mw_worker:
+            return findings + [Finding(
+                [], int(steps[0]), int(steps[-1]), RootCause.SEQUENCE_IMBALANCE,
+                confidence=float(min(1.0, 0.5 + (corr - self.config.seq_correlation) * 2)),
+                estimated_slowdown=result.slowdown,
+                detail={"fwd_bwd_correlation": corr, "slowdown": result.slowdown,
+                        "m_w": result.m_w.rem})]
+        stage = self._stage_imbalance(run, result, steps)
+        if stage is not None:
+            return findings + [stage]
+        return findings + self._stragglers(run, result, steps)
+
+    def _stage_imbalance(self, run: Run, result, steps: np.ndarray) -> Finding | None:
+        """A stage slower than the others, all its DP ranks alike, in computation."""
+        cfg = self.config
+        s_stage = np.array(list(result.slowdown_by(result.by_stage).values()))
+        heavy = int(np.argmax(s_stage))
+        ratio = float(s_stage[heavy] / s_stage.min())
+        if len(s_stage) < 2 or ratio < cfg.worker_threshold:
+            return None
+        members = result.worker_score[heavy] - 1.0  # [dp]
+        if run.meta.dp_size > 1 and members.min() < cfg.peer_share * members.max():
+            return None  # one DP rank carries the stage: a worker, not the stage
+        compute_excess, comm_excess = category_excess(result)
+        if comm_excess > compute_excess:
+            return None  # a slow link, not a heavy stage
+        return Finding(
+            [run.worker(d, heavy) for d in range(run.meta.dp_size)],
+            int(steps[0]), int(steps[-1]), RootCause.STAGE_IMBALANCE,
+            confidence=float(min(1.0, 0.5 + (ratio - cfg.worker_threshold) * 2)),
+            estimated_slowdown=result.slowdown,
+            detail={"stage_ratio": ratio, "m_s": result.m_s.rem,
+                    "s_stage": [float(v) for v in s_stage]})
+
+    def _failure(self, run: Run) -> list[Finding]:
+        """The rank a failed run lost, as a worker finding."""
+        if run.outcome != "failed":
+            return []
+        rank = (run.error or {}).get("rank")
+        if rank is None and run.last_step_by_rank:
+            last = min(run.last_step_by_rank.values())
+            stopped = [r for r, s in run.last_step_by_rank.items() if s == last]
+            rank = stopped[0] if len(stopped) == 1 else None
+        if rank is None:
+            return []
+        step = run.last_step_by_rank.get(int(rank), int(run.trace["step"].max())
+                                         if not run.trace.empty else 0) + 1
+        return [Finding([run.rank_ref(int(rank))], step, step, RootCause.WORKER, 1.0,
+                        detected_at_step=step,
+                        detail={"failure": (run.error or {}).get("kind", "stopped")})]
+
+    def _gc(self, run: Run, slowdown: float, steps: np.ndarray) -> Finding | None:
+        pauses = gc_pauses_by_rank(run.trace)
+        if pauses.empty or pauses.max() <= 0:
+            return None
+        share = float(pauses.max() / max(step_time_total(run.trace), 1e-12))
+        if share < self.config.gc_min_share:
+            return None
+        pausing = pauses[pauses >= self.config.gc_rank_share * pauses.max()].index
+        return Finding(
+            [run.rank_ref(int(r)) for r in sorted(pausing)], int(steps[0]), int(steps[-1]),
+            RootCause.GC, confidence=float(min(1.0, 0.5 + share * 5)),
+            estimated_slowdown=slowdown,
+            detail={"gc_pause_share": share,
+                    "gc_pause_s_by_rank": {str(k): float(v) for k, v in pauses.items()}})
+
+    def _stragglers(self, run: Run, result, steps: np.ndarray) -> list[Finding]:
+        cfg = self.config
+        scores = step_worker_scores(result)  # [pp, dp, steps]
+        relative = relative_scores(scores)
+        windows: dict[tuple[int, int], tuple[int, int]] = {}
+        excess: dict[tuple[int, int], float] = {}
+        for stage, dp_rank in zip(*np.nonzero((relative >= cfg.step_threshold).any(axis=2))):
+            hit = np.flatnonzero(relative[stage, dp_rank] >= cfg.step_threshold)
+            first, last = int(hit[0]), int(hit[-1])
+            if len(hit) < cfg.min_steps:
+                continue
+            # Over its window, against the best worker over the same window: a worker that
+            # is only sometimes the slowest (sequence imbalance) does not stand out.
+            window = relative[:, :, first:last + 1].mean(axis=2)
+            ratio = float(window[stage, dp_rank] / window.min())
+            if ratio >= cfg.worker_threshold:
+                windows[(int(stage), int(dp_rank))] = (first, last)
+                excess[(int(stage), int(dp_rank))] = ratio - 1.0
+        for stage in {p for p, _ in windows}:
+            # A slow worker also slows the collectives its stage peers share with it:
+            # keep only the peers that straggle nearly as much as the stage's worst.
+            top = max(e for w, e in excess.items() if w[0] == stage)
+            for w in [w for w in windows if w[0] == stage and excess[w] < cfg.peer_share * top]:
+                del windows[w], excess[w]
+        if not windows:
+            return []
+
+        def finding(workers: list[tuple[int, int]], cause: RootCause, **evidence) -> Finding:
+            first = min(windows[w][0] for w in workers)
+            last = max(windows[w][1] for w in workers)
+            rel = float(np.mean([1.0 + excess[w] for w in workers]))
+            est = float(np.mean([scores[p, d, first:last + 1].mean() for p, d in workers]))
+            return Finding(
+                [run.worker(d, p) for p, d in sorted(workers)],
+                int(steps[first]), int(steps[last]), cause,
+                confidence=float(min(1.0, 0.5 + (rel - cfg.worker_threshold) * 2)),
+                estimated_slowdown=max(est, 1.0),
+                detail={"relative_score": rel, **evidence,
+                        "worker_score": {f"dp{d}-pp{p}": float(scores[p, d].mean())
+                                         for p, d in workers}})
+
+        found = []
+        compute = compute_ratio_to_peers(run.trace, run.meta, steps)  # [pp, dp, steps]
+        if compute is not None:  # a worker whose own compute is slow is a slow device
+            for w in sorted(windows):
+                first, last = windows[w]
+                own = float(np.median(compute[w[0], w[1], first:last + 1]))
+                if own >= cfg.compute_ratio:
+                    found.append(finding([w], RootCause.WORKER, compute_ratio=own))
+            for f in found:
+                w = (f.ranks[0].stage, f.ranks[0].dp_rank)
+                del windows[w], excess[w]
+        if not windows:
+            return found
+        compute_excess, comm_excess = category_excess(result)
+        if comm_excess > compute_excess:
+            return found + [finding([max(excess, key=excess.get)], RootCause.NETWORK,
+                                    compute_excess=compute_excess, comm_excess=comm_excess)]
+        for stage in sorted({p for p, _ in windows}):
+            members = [w for w in windows if w[0] == stage]
+            if run.meta.dp_size > 1 and len(members) == run.meta.dp_size:
+                found.append(finding(members, RootCause.STAGE_IMBALANCE))
+            else:
+                found.extend(finding([w], RootCause.WORKER) for w in members)
+        return found
