@@ -12,13 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
+from stragglerlab.commands import detect as detect_cmd
+from stragglerlab.commands import figures as figures_cmd
+from stragglerlab.commands import report as report_cmd
+from stragglerlab.commands import score as score_cmd
 from stragglerlab.commands import train as train_cmd
 from stragglerlab.commands import whatif as whatif_cmd
 from stragglerlab.errors import InputError
 
 EXIT_BAD_INPUT = 2
 
-VERBS = {"whatif": whatif_cmd, "train": train_cmd}
+VERBS = {"whatif": whatif_cmd, "train": train_cmd, "detect": detect_cmd, "score": score_cmd,
+         "figures": figures_cmd, "report": report_cmd}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frame import OpFrame, comm_mask
+from analysis.graph import DepGraph
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS
@@ -65,6 +67,24 @@ def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
     return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
 
 
+def comm_excess_by_worker(graph: DepGraph, frame: OpFrame, window: slice) -> np.ndarray:
+    """Per worker, summed transfer time over its op type's median, in its comm ops, [pp, dp], s.
+
+    A slow link slows every group its rank is in (its P2P pairs, its stage's DP
+    collectives, the embedding and clip all-reduces), so its rank collects the
+    most excess; a peer shares only some of those groups.
+    """
+    comm = comm_mask(graph) & ~(graph.noop if graph.noop is not None else False)
+    transfer = frame.transfer[:, window, :]
+    excess = np.zeros((int(graph.stage.max()) + 1, transfer.shape[2]))
+    for optype in np.unique(graph.optype[comm]):
+        nodes = np.flatnonzero(comm & (graph.optype == optype))
+        values = transfer[nodes]  # [nodes, steps, dp]
+        over = np.clip(values - np.median(values), 0.0, None).sum(axis=1)  # [nodes, dp]
+        np.add.at(excess, graph.stage[nodes], over)
+    return excess
+
+
 def category_excess(result: WhatIfResult) -> tuple[float, float]:
     """(compute, communication): summed S_t - 1 over op types of each category (>= 0 each)."""
     by_type = result.slowdown_by(result.by_optype)
@@ -80,6 +100,24 @@ def gc_pauses_by_rank(trace: pd.DataFrame) -> pd.Series:
     # Pauses inside the planned `gc` op are the mitigation working, not a straggler.
     pauses = trace["gc_pause_s"].fillna(0.0).where(trace["optype"] != "gc", 0.0)
     return pauses.groupby(trace["rank"]).sum()
+
+
+def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | None:
+    """Pearson correlation of forward compute time vs its microbatch's sum(seq_len^2).
+
+    The trace's `seq_len_sq_sum` column (the testbed records it; paper Fig. 9);
+    None without the column or when the lengths hardly vary (coefficient of
+    variation below min_cv), e.g. fixed-length sequences.
+    """
+    if "seq_len_sq_sum" not in trace.columns:
+        return None
+    fwd = trace[trace["optype"] == "forward-compute"]
+    sq = fwd["seq_len_sq_sum"].to_numpy(dtype=float)
+    keep = np.isfinite(sq)
+    sq, duration = sq[keep], fwd["duration"].to_numpy(dtype=float)[keep]
+    if len(sq) < 3 or sq.mean() <= 0 or sq.std() / sq.mean() < min_cv or duration.std() == 0:
+        return None
+    return float(np.corrcoef(sq, duration)[0, 1])
 
 
 def step_time_total(trace: pd.DataFrame) -> float:

@@ -6,23 +6,33 @@ It runs the what-if analysis on the run and reads, in this order:
    error, else the rank whose progress stopped first) -> `worker`;
 2. GC: measured pauses outside the planned `gc` op (`gc_pause_s`) take at
    least `gc_min_share` of the job's time -> `gc` on the ranks that pause;
-3. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
+3. sequence imbalance: the job straggles (S >= 1.1), not because of one
+   worker (M_W < 0.5), and long microbatches are slow: forward and backward
+   durations of the same microbatch correlate (within-worker-step residuals)
+   or forward time correlates with the microbatch's sum(seq_len^2) (the
+   trace's `seq_len_sq_sum`), either >= `seq_correlation` ->
+   `sequence-imbalance` for the whole job;
+4. stage imbalance: one stage's S_stage is `worker_threshold` over the
+   lightest's, its DP ranks straggle alike and computation carries the
+   slowdown -> `stage-imbalance` on that stage;
+5. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
    over the step's best worker's (a busy host lifts every worker, a
    straggler lifts one). A worker is a straggler when, from its first to its
    last step above `step_threshold` (at least `min_steps` of them), its mean
    ratio is at least `worker_threshold`; that window is the finding's steps.
    The stragglers are then named:
-   * communication op types carry more of the job's slowdown than
-     computation (S_t - 1 summed per category) -> `network`, on the worst
-     straggler (a slow link slows every group it is in);
-   * every DP rank of a stage straggles about equally -> `stage-imbalance`
-     on that stage;
-   * else each straggler -> `worker` (stage peers that straggle much less
-     than the worst only share its collectives and are not named);
-4. sequence imbalance: no straggler, the job straggles (S >= 1.1) and
-   forward and backward durations of the same microbatch correlate
-   (within-worker-step residuals, `seq_correlation`) -> `sequence-imbalance`
-   for the whole job.
+   * a straggler whose own compute time is `compute_ratio` over its stage
+     peers' -> `worker` (a slow device); stage peers that straggle much less
+     than the stage's worst only share its collectives and are not named;
+   * every DP rank of a stage straggling, computation carrying the slowdown
+     -> `stage-imbalance` on that stage;
+   * any other straggler waits on communication -> `network`, on the rank
+     whose comm ops collect the most transfer time over their op type's
+     median (a slow link is in every slow group; a peer in only some);
+6. no straggler, but one rank's comm ops collect `link_over_median` times
+   the median worker's excess and `link_share` of the job's time, its own
+   compute not slow -> `network` on that rank (a mild slow link that slows
+   every rank it talks to about equally).
 
 Offline it analyses the whole run; online (`stragglerlab detect --online`) it
 re-analyses the steps seen so far after every step.
@@ -39,9 +49,11 @@ import numpy as np
 from analysis.detectors.base import Detector, Finding, RootCause, Run
 from analysis.detectors.signatures import (
     category_excess,
+    comm_excess_by_worker,
     compute_ratio_to_peers,
     gc_pauses_by_rank,
     relative_scores,
+    seq_len_correlation,
     step_time_total,
     step_worker_scores,
 )
@@ -64,15 +76,19 @@ class WhatIfDetectorConfig:
     """A step counts toward a straggler when the worker's score is this much over the best's."""
     worker_threshold: float = 1.1
     """Mean score over the best worker's, across the flagged window, that names a straggler."""
-    min_steps: int = 2
-    """Counted steps a straggler needs (one slow step is noise)."""
+    min_steps: int = 3
+    """Counted steps a straggler needs (one or two slow steps are noise)."""
     compute_ratio: float = 1.1
     """A straggler whose compute time is this much over its stage peers' is a slow worker."""
     peer_share: float = 0.6
     """Stage peers are named too when their excess is at least this share of the worst's."""
+    link_share: float = 0.1
+    """A rank's comm excess over its op types' medians, as a share of job time, that..."""
+    link_over_median: float = 1.25
+    """...and over the median worker's, names a slow link when no straggler stands out."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'."""
-    gc_min_share: float = 0.03
+    gc_min_share: float = 0.01
     """Measured GC pause time over job time that makes GC a cause."""
     gc_rank_share: float = 0.25
     """A rank is named for GC when its pauses are at least this share of the worst rank's."""
@@ -104,19 +120,52 @@ class WhatIfDetector(Detector):
         gc = self._gc(run, result.slowdown, steps)
         if gc is not None:
             return findings + [gc]
-        corr = result.fwd_bwd_correlation
-        if result.slowdown >= self.config.straggling_slowdown and corr is not None \
-                and corr >= self.config.seq_correlation and result.m_w.rem < self.config.mw_worker:
-            return findings + [Finding(
-                [], int(steps[0]), int(steps[-1]), RootCause.SEQUENCE_IMBALANCE,
-                confidence=float(min(1.0, 0.5 + (corr - self.config.seq_correlation) * 2)),
-                estimated_slowdown=result.slowdown,
-                detail={"fwd_bwd_correlation": corr, "slowdown": result.slowdown,
-                        "m_w": result.m_w.rem})]
+        seq = self._sequence_imbalance(run, result, steps)
+        if seq is not None:
+            return findings + [seq]
         stage = self._stage_imbalance(run, result, steps)
         if stage is not None:
             return findings + [stage]
-        return findings + self._stragglers(run, result, steps)
+        stragglers = self._stragglers(run, analysis, steps)
+        if stragglers:
+            return findings + stragglers
+        link = self._slow_link(run, analysis, steps)
+        return findings + ([link] if link is not None else [])
+
+    def _slow_link(self, run: Run, analysis, steps: np.ndarray) -> Finding | None:
+        """No straggler stands out, but one rank's comm ops collect clearly the most excess."""
+        cfg = self.config
+        by_worker = comm_excess_by_worker(analysis.graph, analysis.frame, slice(None))
+        stage, dp_rank = (int(i) for i in np.unravel_index(np.argmax(by_worker),
+                                                           by_worker.shape))
+        top = float(by_worker[stage, dp_rank])
+        share = top / max(step_time_total(run.trace), 1e-12)
+        over_median = top / max(float(np.median(by_worker)), 1e-12)
+        if share < cfg.link_share or over_median < cfg.link_over_median:
+            return None
+        compute = compute_ratio_to_peers(run.trace, run.meta, steps)
+        if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
+            return None  # its own compute is slow: a slow device, too mild to flag
+        return Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
+                       RootCause.NETWORK,
+                       confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
+                       estimated_slowdown=analysis.result.slowdown,
+                       detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
+
+    def _sequence_imbalance(self, run: Run, result, steps: np.ndarray) -> Finding | None:
+        """The job straggles, not because of one worker, and long microbatches are slow."""
+        cfg = self.config
+        signals = {"fwd_bwd_correlation": result.fwd_bwd_correlation,
+                   "seq_len_correlation": seq_len_correlation(run.trace)}
+        strongest = max((v for v in signals.values() if v is not None), default=None)
+        if strongest is None or strongest < cfg.seq_correlation or \
+                result.slowdown < cfg.straggling_slowdown or result.m_w.rem >= cfg.mw_worker:
+            return None
+        return Finding(
+            [], int(steps[0]), int(steps[-1]), RootCause.SEQUENCE_IMBALANCE,
+            confidence=float(min(1.0, 0.5 + (strongest - cfg.seq_correlation) * 2)),
+            estimated_slowdown=result.slowdown,
+            detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
 
     def _stage_imbalance(self, run: Run, result, steps: np.ndarray) -> Finding | None:
         """A stage slower than the others, all its DP ranks alike, in computation."""
@@ -172,8 +221,9 @@ class WhatIfDetector(Detector):
             detail={"gc_pause_share": share,
                     "gc_pause_s_by_rank": {str(k): float(v) for k, v in pauses.items()}})
 
-    def _stragglers(self, run: Run, result, steps: np.ndarray) -> list[Finding]:
+    def _stragglers(self, run: Run, analysis, steps: np.ndarray) -> list[Finding]:
         cfg = self.config
+        result = analysis.result
         scores = step_worker_scores(result)  # [pp, dp, steps]
         relative = relative_scores(scores)
         windows: dict[tuple[int, int], tuple[int, int]] = {}
@@ -227,13 +277,25 @@ class WhatIfDetector(Detector):
         if not windows:
             return found
         compute_excess, comm_excess = category_excess(result)
-        if comm_excess > compute_excess:
-            return found + [finding([max(excess, key=excess.get)], RootCause.NETWORK,
-                                    compute_excess=compute_excess, comm_excess=comm_excess)]
-        for stage in sorted({p for p, _ in windows}):
-            members = [w for w in windows if w[0] == stage]
-            if run.meta.dp_size > 1 and len(members) == run.meta.dp_size:
-                found.append(finding(members, RootCause.STAGE_IMBALANCE))
-            else:
-                found.extend(finding([w], RootCause.WORKER) for w in members)
-        return found
+        if compute_excess >= comm_excess:
+            for stage in sorted({p for p, _ in windows}):
+                members = [w for w in windows if w[0] == stage]
+                if run.meta.dp_size > 1 and len(members) == run.meta.dp_size:
+                    found.append(finding(members, RootCause.STAGE_IMBALANCE))
+                    for w in members:
+                        del windows[w], excess[w]
+            if not windows or compute is None:
+                # Without DP peers a straggler's own compute cannot be told apart.
+                return found + [finding([w], RootCause.WORKER) for w in sorted(windows)]
+        # Stragglers whose own compute is not slow wait on communication: a slow link.
+        # Name the rank whose comm ops collect the most excess over the run (a link
+        # slows both ends of a P2P pair; its rank alone is in all the slow groups).
+        first = min(w[0] for w in windows.values())
+        last = max(w[1] for w in windows.values())
+        by_worker = comm_excess_by_worker(analysis.graph, analysis.frame, slice(None))
+        victim = tuple(int(i) for i in np.unravel_index(np.argmax(by_worker), by_worker.shape))
+        excess[victim] = max(excess.values())  # the straggling it explains
+        windows[victim] = (first, last)
+        return found + [finding([victim], RootCause.NETWORK, compute_excess=compute_excess,
+                                comm_excess=comm_excess,
+                                comm_excess_s=float(by_worker[victim]))]

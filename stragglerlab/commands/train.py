@@ -4,13 +4,17 @@
 
 Writes the run folder DIR (trace.parquet, meta.yaml, faults.json, run.json)
 and prints progress per step. Exit 0 when the run succeeded, 1 when it failed
-(run.json says which rank and why), 2 for bad input.
+(run.json says which rank and why), 2 for bad input. With --allow-failed-run a
+run that failed cleanly (run.json written, at least one complete step traced,
+e.g. a `hang` or `crash` scenario) exits 0 too, so a workflow analyses it.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
+from pathlib import Path
 
 from stragglerlab.scenario import load_scenario
 
@@ -24,6 +28,9 @@ def add_parser(sub, name: str) -> None:
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--seed", type=int, help="override run.seed")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--allow-failed-run", action="store_true",
+                   help="exit 0 when the run failed cleanly and kept a trace (run.json says "
+                        "failed); for workflows that analyse failed runs too")
 
 
 def run(args) -> int:
@@ -53,4 +60,15 @@ def run(args) -> int:
     err = record["error"] or {}
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
           f"{traced} complete steps kept in {args.out}", file=sys.stderr)
-    return 1
+    return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
+
+
+def failed_cleanly(out: str) -> bool:
+    """run.json says `failed` and a trace of at least one complete step was kept."""
+    run_dir = Path(out)
+    try:
+        record = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return record.get("outcome") == "failed" and (run_dir / "trace.parquet").is_file() and \
+        bool(record.get("trace", {}).get("complete_steps"))

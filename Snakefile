@@ -1,0 +1,29 @@
+# The whole study, end to end: train -> whatif -> detect -> score -> figures -> report.
+#
+#   .venv/bin/snakemake --cores 2                    # default suite -> results/report.html
+#   .venv/bin/snakemake --cores 2 --configfile config/smoke.yaml   # CI smoke suite
+#   .venv/bin/snakemake -n                           # the DAG, nothing run
+#
+# Config: config/workflow.yaml (validated at parse time, see rules/common.smk);
+# rules in rules/*.smk, each calling the `stragglerlab` CLI with a log under
+# results/logs/. Layout and --keep-going semantics: README, section Workflow.
+
+from pathlib import Path
+
+configfile: str(Path(workflow.basedir) / "config" / "workflow.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/train.smk"
+include: "rules/whatif.smk"
+include: "rules/detect.smk"
+include: "rules/score.smk"
+include: "rules/figures.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{R}/report.md",
+        f"{R}/report.html",

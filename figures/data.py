@@ -1,0 +1,234 @@
+"""Inputs of the figures, loaded once: one `RunSummary` per run folder, and the reference traces.
+
+A run folder is what `stragglerlab train` writes (`trace.parquet`, `meta.yaml`,
+`faults.json`, `run.json`) plus `whatif/whatif.json` from `stragglerlab whatif`
+(the Snakemake layout is `results/<scenario>/<seed>/`). Everything small is read
+here; the trace itself only when a figure asks for it (`RunSummary.trace()`).
+
+    from figures.data import load_figure_data
+    data = load_figure_data(["results/clean-dp2-pp2/0"], "/work/shared/reference-traces")
+    for run in data.analysed_runs():
+        print(run.scenario, run.seed, run.whatif["slowdown"], run.mean_step_time_s())
+
+This module is a library; `stragglerlab figures` is the command that uses it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+
+RUN_JSON = "run.json"
+META_YAML = "meta.yaml"
+FAULTS_JSON = "faults.json"
+TRACE_PARQUET = "trace.parquet"
+WHATIF_JSON = Path("whatif") / "whatif.json"
+
+OUTCOME_OK = "ok"
+OUTCOME_FAILED = "failed"
+
+
+def _read_json(path: Path, what: str) -> object:
+    try:
+        return json.loads(path.read_text())
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror}", str(path)) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not valid JSON ({e.msg}, line {e.lineno}); "
+                         "re-create it", str(path)) from None
+
+
+@dataclass
+class RunSummary:
+    """One run folder: its ground truth, run record and what-if result (the trace on demand)."""
+
+    path: Path
+    """The run folder."""
+    scenario: str
+    """Scenario name (run.json `scenario.name`, else `name`, else the meta's trial name)."""
+    seed: int
+    """Training seed of the run (run.json `seed`)."""
+    meta: JobMeta
+    """Parallel layout (meta.yaml)."""
+    faults: list[dict]
+    """Ground truth, faults.json records ([] for a clean run)."""
+    record: dict
+    """run.json as written by `stragglerlab train` (`record["scenario"]` is the full scenario)."""
+    whatif: dict | None
+    """whatif/whatif.json (WhatIfResult.to_json layout), None when absent or not a result."""
+    outcome: str
+    """'ok' or 'failed' (run.json `outcome`)."""
+    _trace: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """The run finished without error."""
+        return self.outcome == OUTCOME_OK
+
+    @property
+    def label(self) -> str:
+        """'scenario/seed' for messages and legends."""
+        return f"{self.scenario}/{self.seed}"
+
+    def trace(self) -> pd.DataFrame:
+        """The run's trace (read and validated on first call, cached)."""
+        if self._trace is None:
+            from stragglerlab.trace_io import read_trace
+
+            meta_path = self.path / META_YAML
+            df, _ = read_trace(self.path / TRACE_PARQUET,
+                               meta_path if meta_path.exists() else None)
+            self._trace = df
+        return self._trace
+
+    def step_times_s(self) -> dict[int, float]:
+        """Measured step time per traced step, s: run.json `step_time_s` without warm-up.
+
+        Only the steps that went into the trace (run.json `trace.complete_steps`,
+        else every step from `warmup_steps` on) count, so the warm-up step (which
+        includes one-off start-up work) never skews a mean. Falls back to the
+        what-if result's `step_time_actual_s` when run.json has no step times.
+        """
+        raw = self.record.get("step_time_s") or {}
+        times = {int(k): float(v) for k, v in raw.items() if v is not None}
+        traced = (self.record.get("trace") or {}).get("complete_steps")
+        if traced:
+            keep = set(int(s) for s in traced)
+            times = {s: t for s, t in times.items() if s in keep}
+        else:
+            warmup = int(((self.record.get("scenario") or {}).get("run") or {})
+                         .get("warmup_steps", 0) or 0)
+            times = {s: t for s, t in times.items() if s >= warmup}
+        if not times and self.whatif:
+            times = {int(k): float(v)
+                     for k, v in (self.whatif.get("step_time_actual_s") or {}).items()}
+        return dict(sorted(times.items()))
+
+    def mean_step_time_s(self) -> float | None:
+        """Mean measured step time over the traced steps, s (None when there is none)."""
+        times = self.step_times_s()
+        if times:
+            return float(np.mean(list(times.values())))
+        if self.whatif and self.whatif.get("t_actual_s") is not None:
+            return float(self.whatif["t_actual_s"])
+        return None
+
+    def gpu_time_s(self) -> float:
+        """Worker-seconds of the traced steps: world_size x sum of actual step times.
+
+        The testbed's stand-in for the paper's GPU-hours (one traced worker per
+        DP x PP cell, each a device). 0 without a what-if result.
+        """
+        if not self.whatif:
+            return 0.0
+        steps = self.whatif.get("step_time_actual_s") or {}
+        total = float(sum(steps.values())) if steps else 0.0
+        return total * self.meta.world_size
+
+    def fault_kinds(self) -> list[str]:
+        """Kinds of the injected faults (empty for a clean run)."""
+        return [str(f.get("kind")) for f in self.faults if isinstance(f, dict)]
+
+
+@dataclass
+class FigureData:
+    """Everything the figures draw from."""
+
+    runs: list[RunSummary]
+    """Run folders, in the order given."""
+    reference_dir: Path | None = None
+    """The artifact's reference traces folder (trace-AR/ST, result-*.json), if given."""
+
+    def ok_runs(self) -> list[RunSummary]:
+        """Runs that finished without error."""
+        return [r for r in self.runs if r.ok]
+
+    def analysed_runs(self) -> list[RunSummary]:
+        """The population of the population figures: ok runs with a what-if result."""
+        return [r for r in self.runs if r.ok and r.whatif is not None]
+
+    def by_scenario(self, name: str, ok_only: bool = True) -> list[RunSummary]:
+        """Runs of one scenario (ok ones only unless ok_only=False)."""
+        return [r for r in self.runs if r.scenario == name and (r.ok or not ok_only)]
+
+    def scenarios(self) -> list[str]:
+        """Scenario names present, in first-seen order."""
+        return list(dict.fromkeys(r.scenario for r in self.runs))
+
+
+def _seed(record: dict, folder: Path) -> int:
+    for value in (record.get("seed"), ((record.get("scenario") or {}).get("run") or {})
+                  .get("seed"), folder.name):
+        try:
+            return int(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+    return 0
+
+
+def _meta(folder: Path, record: dict) -> JobMeta:
+    path = folder / META_YAML
+    if path.exists():
+        return JobMeta.load(path)
+    parallel = (record.get("scenario") or {}).get("parallel") or {}
+    if record.get("outcome") != OUTCOME_OK and "dp" in parallel and "pp" in parallel:
+        # A run that died early may lack meta.yaml; its scenario still says the layout.
+        return JobMeta(dp_size=int(parallel["dp"]), pp_size=int(parallel["pp"]))
+    raise InputError(f"run folder has no {META_YAML}; re-run `stragglerlab train`", str(folder))
+
+
+def load_run(folder: str | Path) -> RunSummary:
+    """Read one run folder (not its trace). InputError when it is missing or unreadable."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise InputError("run folder not found (pass folders written by `stragglerlab train`, "
+                         "e.g. results/<scenario>/<seed>)", str(path))
+    if not (path / RUN_JSON).is_file():
+        raise InputError(f"not a run folder: no {RUN_JSON} (pass folders written by "
+                         "`stragglerlab train`, e.g. results/<scenario>/<seed>)", str(path))
+    record = _read_json(path / RUN_JSON, RUN_JSON)
+    if not isinstance(record, dict):
+        raise InputError(f"{RUN_JSON} must hold a JSON object", str(path / RUN_JSON))
+    outcome = str(record.get("outcome") or OUTCOME_FAILED)
+    meta = _meta(path, record)
+    faults_path = path / FAULTS_JSON
+    faults = _read_json(faults_path, FAULTS_JSON) if faults_path.exists() else []
+    if not isinstance(faults, list):
+        raise InputError(f"{FAULTS_JSON} must hold a JSON list", str(faults_path))
+    whatif = None
+    if (path / WHATIF_JSON).is_file():
+        raw = _read_json(path / WHATIF_JSON, "whatif.json")
+        # A marker written for a run the analysis could not handle has no slowdown.
+        if isinstance(raw, dict) and raw.get("slowdown") is not None:
+            whatif = raw
+    scenario = ((record.get("scenario") or {}).get("name") or record.get("name")
+                or meta.trial_name or path.name)
+    return RunSummary(path=path, scenario=str(scenario), seed=_seed(record, path), meta=meta,
+                      faults=faults, record=record, whatif=whatif, outcome=outcome)
+
+
+def load_figure_data(run_dirs: list[str | Path],
+                     reference_dir: str | Path | None = None) -> FigureData:
+    """Load every run folder once (duplicates dropped) and check the reference folder."""
+    runs: list[RunSummary] = []
+    seen: set[Path] = set()
+    for d in run_dirs:
+        key = Path(d).resolve()
+        if key in seen:
+            continue
+        seen.add(key)
+        runs.append(load_run(d))
+    ref = None
+    if reference_dir is not None:
+        ref = Path(reference_dir)
+        if not ref.is_dir():
+            raise InputError("reference traces folder not found (expected the artifact's "
+                             "trace-*.parquet, meta-*.yaml, result-*.json)", str(ref))
+    return FigureData(runs=runs, reference_dir=ref)

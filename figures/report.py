@@ -1,0 +1,316 @@
+"""The paper-vs-testbed report: every figure beside the paper's number, the detector scores,
+the mitigation gains and §6 table, and where the testbed agrees with the paper and why not.
+
+Inputs: a figures folder written by `stragglerlab figures` (`<NAME>.png` and
+`<NAME>.json` per figure), optionally the scores JSON of `stragglerlab score`
+and the run folders (for provenance: runs, seeds, versions). Outputs
+`report.md` (GitHub markdown, images by relative link) and `report.html`
+(self-contained: PNGs embedded as base64 data URIs, inline CSS). Both are
+rendered from one list of blocks, so they always say the same.
+
+    stragglerlab report --figures results/figures --scores results/scores.json \\
+        --runs results/*/* --out results/report
+    from figures.report import write_report
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from figures.report_blocks import Block, render_html, render_markdown
+from stragglerlab.atomic import atomic_write_text
+from stragglerlab.errors import InputError
+
+SCORE_METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
+                 "slowdown_error")
+"""Columns of the detector score tables (keys of the `stragglerlab score` JSON)."""
+TABLE_FIGURES = ("table_s6", "table_mitigation")
+"""Figure outputs shown in the 'mitigation gains and §6 table' section, not as figures."""
+MAX_LIST_ITEMS = 8
+"""Longer lists in `ours` (e.g. heatmap cells) are summarized, not printed."""
+
+
+@dataclass
+class FigureEntry:
+    """One `<NAME>.json` of the figures folder."""
+
+    name: str
+    """Output basename (the module's NAME)."""
+    title: str
+    """One-line title."""
+    images: list[str]
+    """PNG files, relative to the figures folder; the first is the figure itself."""
+    source: str
+    """Where the data came from."""
+    paper: str
+    """The paper's number(s)."""
+    ours: dict
+    """Our numbers ({} when the figure had no data)."""
+    note: str
+    """Agreement / disagreement with the paper, or why there is no data."""
+
+    @property
+    def has_data(self) -> bool:
+        """The figure was drawn from data (not the 'no data' placeholder)."""
+        return bool(self.ours)
+
+
+@dataclass
+class Provenance:
+    """How the report's inputs were produced."""
+
+    generated_utc: str
+    """When the report was written (UTC, ISO 8601)."""
+    n_runs: int = 0
+    """Run folders given."""
+    outcomes: dict[str, int] = field(default_factory=dict)
+    """Run count per outcome (ok / failed)."""
+    scenarios: dict[str, list[int]] = field(default_factory=dict)
+    """Seeds per scenario."""
+    versions: dict[str, list[str]] = field(default_factory=dict)
+    """Distinct versions per component (python, torch, ray, stragglerlab) over the runs."""
+    backends: list[str] = field(default_factory=list)
+    """torch.distributed backends used."""
+
+
+def _figure_order() -> list[str]:
+    try:
+        from figures.registry import figure_names
+
+        return figure_names()
+    except Exception:  # the report must still render if a figure module is broken
+        return []
+
+
+def load_figure_entries(fig_dir: Path) -> list[FigureEntry]:
+    """Every `<NAME>.json` in fig_dir, in the registry's figure order, unknown ones last."""
+    if not fig_dir.is_dir():
+        raise InputError("figures folder not found (run `stragglerlab figures --out DIR` "
+                         "first)", str(fig_dir))
+    entries = {}
+    for path in sorted(fig_dir.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # not a figure result; the report lists what it can read
+        if not isinstance(raw, dict) or "paper" not in raw or "name" not in raw:
+            continue
+        images = [p for p in raw.get("paths") or [] if str(p).lower().endswith(".png")]
+        entries[str(raw["name"])] = FigureEntry(
+            name=str(raw["name"]), title=str(raw.get("title") or raw["name"]), images=images,
+            source=str(raw.get("source", "")), paper=str(raw.get("paper", "")),
+            ours=raw.get("ours") or {}, note=str(raw.get("note", "")))
+    order = {n: i for i, n in enumerate(_figure_order())}
+    return sorted(entries.values(), key=lambda e: (order.get(e.name, len(order)), e.name))
+
+
+def load_scores(path: Path | None) -> tuple[dict | None, str]:
+    """(scores, '') or (None, why not scored). Never raises: the report says what is missing."""
+    if path is None:
+        return None, "not scored: no --scores file given (run `stragglerlab score`)"
+    if not path.is_file():
+        return None, f"not scored: {path} does not exist (run `stragglerlab score`)"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return None, f"not scored: {path} is not readable JSON ({e})"
+    scores = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) \
+        else {}
+    if not scores:
+        return None, f"not scored: {path} holds no detector scores"
+    return scores, ""
+
+
+def _now_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def provenance(run_dirs: list[Path]) -> Provenance:
+    """Runs, seeds, outcomes and versions from the run folders' run.json."""
+    from figures.data import load_run
+
+    prov = Provenance(generated_utc=_now_utc(), n_runs=len(run_dirs))
+    versions: dict[str, set[str]] = {}
+    for d in run_dirs:
+        run = load_run(d)
+        prov.outcomes[run.outcome] = prov.outcomes.get(run.outcome, 0) + 1
+        prov.scenarios.setdefault(run.scenario, []).append(run.seed)
+        for k, v in (run.record.get("versions") or {}).items():
+            versions.setdefault(str(k), set()).add(str(v))
+        backend = run.record.get("backend")
+        if backend and str(backend) not in prov.backends:
+            prov.backends.append(str(backend))
+    prov.versions = {k: sorted(v) for k, v in sorted(versions.items())}
+    prov.scenarios = {k: sorted(v) for k, v in sorted(prov.scenarios.items())}
+    return prov
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def flatten_ours(ours: dict, prefix: str = "", where: str = "the figure's JSON"
+                 ) -> list[tuple[str, str]]:
+    """(dotted key, printable value) rows of a nested `ours`; big lists summarized
+    (pointing to `where` for the values)."""
+    rows: list[tuple[str, str]] = []
+    for k, v in ours.items():
+        key = f"{prefix}{k}"
+        if k == "markdown":
+            continue  # tables are shown as tables
+        if isinstance(v, dict):
+            rows += flatten_ours(v, f"{key}.", where)
+        elif isinstance(v, list):
+            flat = _flat_list(v)
+            if len(flat) <= MAX_LIST_ITEMS and all(not isinstance(x, list) for x in v):
+                rows.append((key, ", ".join(_fmt(x) for x in flat)))
+            else:
+                shape = f"{len(v)}x{len(v[0])}" if v and isinstance(v[0], list) else str(len(v))
+                rows.append((key, f"[{shape} values in {where}]"))
+        else:
+            rows.append((key, _fmt(v)))
+    return rows
+
+
+def first_sentence(text: str, limit: int = 200) -> str:
+    """The text up to its first '. ' (the whole text if none), cut at `limit` characters."""
+    head = text.split(". ", 1)[0].rstrip(".")
+    return head if len(head) <= limit else head[:limit - 3].rstrip() + "..."
+
+
+def _flat_list(v: list) -> list:
+    return [y for x in v for y in (x if isinstance(x, list) else [x])]
+
+
+def parse_markdown_table(md: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a simple pipe table, as the table figures write in ours['markdown']."""
+    lines = [ln.strip() for ln in md.strip().splitlines() if ln.strip().startswith("|")]
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
+    body = [r for r in cells[1:] if not all(set(c) <= set("-: ") for c in r)]
+    return (cells[0] if cells else []), body
+
+
+def _score_blocks(scores: dict | None, why: str) -> list[Block]:
+    blocks = [Block("h2", "Detector scores")]
+    if scores is None:
+        return blocks + [Block("p", why)]
+    blocks.append(Block("p", "Each detector scored against the runs' ground truth "
+                             "(faults.json) by `stragglerlab score`."))
+    header = ["detector", *SCORE_METRICS, "runs"]
+    rows = [[name, *(_fmt(s.get(m)) for m in SCORE_METRICS), _fmt(s.get("n_runs"))]
+            for name, s in scores.items()]
+    blocks.append(Block("table", header=header, rows=rows))
+    kind_rows = [[name, kind, *(_fmt(k.get(m)) for m in SCORE_METRICS), _fmt(k.get("n_runs"))]
+                 for name, s in scores.items()
+                 for kind, k in sorted((s.get("by_kind") or {}).items()) if isinstance(k, dict)]
+    if kind_rows:
+        blocks += [Block("h3", "Per fault kind"),
+                   Block("table", header=["detector", "fault kind", *SCORE_METRICS, "runs"],
+                         rows=kind_rows)]
+    return blocks
+
+
+def _figure_blocks(e: FigureEntry, fig_dir: Path, level: str = "h3") -> list[Block]:
+    blocks = [Block(level, e.title)]
+    if e.images:
+        blocks.append(Block("img", e.title, image=fig_dir / e.images[0]))
+    if e.ours.get("markdown"):
+        header, rows = parse_markdown_table(str(e.ours["markdown"]))
+        blocks.append(Block("table", header=header, rows=rows))
+    ours = flatten_ours(e.ours, where=f"{e.name}.json")
+    rows = [["paper", e.paper]]
+    rows += [[f"ours: {k}", v] for k, v in ours] if ours else [["ours", "no data"]]
+    rows.append(["data", e.source])
+    blocks.append(Block("table", header=["", ""], rows=rows))
+    if e.note:
+        blocks.append(Block("p", e.note))
+    return blocks
+
+
+def build_blocks(entries: list[FigureEntry], fig_dir: Path, scores: dict | None,
+                 scores_why: str, prov: Provenance | None) -> list[Block]:
+    """The whole report as blocks (rendered to markdown and HTML)."""
+    blocks = [Block("h1", "stragglerlab: the OSDI'25 straggler paper vs the testbed"),
+              Block("h2", "How this report was produced")]
+    when = prov.generated_utc if prov else _now_utc()
+    facts = [f"generated {when} (UTC) by `stragglerlab report`",
+             f"figures from `{fig_dir}` ({len(entries)} figure results, "
+             f"{sum(e.has_data for e in entries)} with data)"]
+    if prov is not None and prov.n_runs:
+        outcome = ", ".join(f"{n} {k}" for k, n in sorted(prov.outcomes.items()))
+        facts.append(f"{prov.n_runs} run folders ({outcome}), {len(prov.scenarios)} scenarios: "
+                     + ", ".join(f"{s} (seeds {', '.join(map(str, seeds))})"
+                                 for s, seeds in prov.scenarios.items()))
+        if prov.versions:
+            facts.append("versions: " + ", ".join(f"{k} {'/'.join(v)}"
+                                                  for k, v in prov.versions.items()))
+        if prov.backends:
+            facts.append("torch.distributed backend: " + ", ".join(prov.backends))
+    else:
+        facts.append("run folders: not given (--runs), so versions are not listed")
+    blocks.append(Block("ul", items=facts))
+
+    figures = [e for e in entries if e.name not in TABLE_FIGURES]
+    tables = [e for e in entries if e.name in TABLE_FIGURES]
+    blocks.append(Block("h2", "At a glance"))
+    blocks.append(Block("table", header=["figure", "paper", "testbed (from the note)"], rows=[
+        [e.title, e.paper, first_sentence(e.note) if e.has_data else "no data"]
+        for e in entries]))
+    blocks.append(Block("h2", "Figures"))
+    if not figures:
+        blocks.append(Block("p", "No figure results found in the figures folder."))
+    for e in figures:
+        blocks += _figure_blocks(e, fig_dir)
+    blocks += _score_blocks(scores, scores_why)
+    blocks.append(Block("h2", "Mitigation gains and the §6 table"))
+    if not tables:
+        blocks.append(Block("p", "No table_s6.json / table_mitigation.json in the figures "
+                                 "folder."))
+    for e in tables:
+        blocks += _figure_blocks(e, fig_dir)
+    blocks.append(Block("h2", "Where the testbed agrees with the paper and where it does not, "
+                              "and why"))
+    with_data = [f"**{e.title}**: {e.note}" for e in entries if e.has_data and e.note]
+    blocks.append(Block("ul", items=with_data or ["No figure had data."]))
+    missing = [f"**{e.title}**: {e.note or 'no data'}" for e in entries if not e.has_data]
+    if missing:
+        blocks += [Block("p", "Not reproduced in this report (inputs missing):"),
+                   Block("ul", items=missing)]
+    return blocks
+
+
+def write_report(fig_dir: str | Path, scores_path: str | Path | None,
+                 run_dirs: list[str | Path], out_dir: str | Path) -> tuple[Path, Path]:
+    """Write out_dir/report.md and out_dir/report.html; returns their paths."""
+    fig_dir, out = Path(fig_dir), Path(out_dir)
+    entries = load_figure_entries(fig_dir)
+    scores, why = load_scores(Path(scores_path) if scores_path else None)
+    prov = provenance([Path(d) for d in run_dirs]) if run_dirs else None
+    blocks = build_blocks(entries, fig_dir, scores, why, prov)
+    md_path, html_path = out / "report.md", out / "report.html"
+    atomic_write_text(md_path, render_markdown(
+        blocks, lambda p: Path(os.path.relpath(p.resolve(), out.resolve())).as_posix()))
+    atomic_write_text(html_path, render_html(blocks, _data_uri,
+                                             title="stragglerlab: paper vs testbed"))
+    return md_path, html_path
+
+
+def _data_uri(path: Path) -> str | None:
+    """base64 data URI of a PNG, None when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+

@@ -1,0 +1,27 @@
+# Training runs: results/<scenario>/<seed>/{trace.parquet, meta.yaml, faults.json, run.json}.
+#
+# The scenario entry (resolved by stragglerlab/population.py) is written to the
+# run's scenario.yaml and passed as --config; it is also a param, so a changed
+# entry reruns exactly that run. Training uses the whole machine (every rank
+# gets its share of all cores), so nothing else runs beside it.
+# --allow-failed-run: a run that fails by design (hang, crash) exits 0 when it
+# failed cleanly and kept at least one complete step; run.json says `failed`.
+
+
+rule train:
+    output:
+        trace=f"{R}/{{scenario}}/{{seed}}/trace.parquet",
+        meta=f"{R}/{{scenario}}/{{seed}}/meta.yaml",
+        faults=f"{R}/{{scenario}}/{{seed}}/faults.json",
+        run=f"{R}/{{scenario}}/{{seed}}/run.json",
+        scenario=f"{R}/{{scenario}}/{{seed}}/scenario.yaml",
+    log:
+        f"{R}/logs/train/{{scenario}}/{{seed}}.log",
+    params:
+        entry=scenario_entry,
+        dir=lambda w: run_dir(w.scenario, w.seed),
+    threads: workflow.cores
+    shell:
+        "printf '%s' {params.entry:q} > {output.scenario} && "
+        "{SL} train --scenario {wildcards.scenario} --config {output.scenario} "
+        "--seed {wildcards.seed} --out {params.dir} --allow-failed-run > {log} 2>&1"

@@ -1,0 +1,73 @@
+"""`stragglerlab figures`: rebuild the paper's figures from run folders (and the reference traces).
+
+    stragglerlab figures --runs results/*/* [--reference ../shared/reference-traces] \
+        [--only fig03_waste_cdf ...] --out results/figures
+
+Each `--runs` entry is a run folder (`results/<scenario>/<seed>/`: the train
+outputs plus `whatif/whatif.json`). Writes `<NAME>.png`, `<NAME>.pdf` and
+`<NAME>.json` (paper's number, ours, source, note) per figure into `--out`,
+printing one line per figure. A figure without its data writes a "no data"
+image. Exit 2 on bad input (missing run folder, unknown figure name); exit 1
+if a figure failed to build (the others are still written).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from stragglerlab.errors import InputError
+
+
+def add_parser(sub, name: str) -> None:
+    """Register the verb's flags."""
+    p = sub.add_parser(name, help="rebuild the paper's figures from run folders")
+    p.add_argument("--runs", nargs="*", default=[], metavar="DIR",
+                   help="run folders (results/<scenario>/<seed>/ with whatif/whatif.json)")
+    p.add_argument("--reference", metavar="DIR",
+                   help="the artifact's reference traces folder (trace-AR/ST, result-*.json)")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="build only these figures (default: all; names as in the output files)")
+    p.add_argument("--out", required=True, help="output folder")
+
+
+def _summary(ours: dict, limit: int = 3) -> str:
+    items = [(k, v) for k, v in ours.items() if not isinstance(v, str)][:limit]
+    return ", ".join(f"{k}={v}" for k, v in items)
+
+
+def run(args) -> int:
+    """Load the runs once, build each figure, print one line per figure."""
+    from figures.data import load_figure_data
+    from figures.registry import build_figure, figure_names, find_module
+
+    names = figure_names()
+    if args.only:
+        # Resolve early so a typo is one clear error before any work is done.
+        names = [find_module(n).NAME for n in args.only]
+    data = load_figure_data(args.runs, args.reference)
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    n_ok = len(data.ok_runs())
+    print(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} with "
+          f"what-if), {len(names)} figures -> {out}/", file=sys.stderr, flush=True)
+    failed = []
+    for i, name in enumerate(names, 1):
+        try:
+            result = build_figure(name, data, out)
+        except InputError:
+            raise
+        except Exception as e:  # one broken figure must not cost the others
+            failed.append(name)
+            print(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc(file=sys.stderr)
+            continue
+        what = result.note if not result.ours else _summary(result.ours)
+        print(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
+              f"{result.source}; {what}", flush=True)
+    if failed:
+        print(f"figures: {len(failed)} failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,89 @@
+"""Validation of the Snakemake workflow's config, done once when the Snakefile is parsed.
+
+The Snakefile loads config/workflow.yaml (plus any `--configfile` overrides,
+e.g. config/smoke.yaml) and calls `load_workflow_config(config, detectors)`
+before any rule runs. Every problem is one InputError naming the key and the
+fix; the Snakefile prints it and stops. Keys (all optional except where noted):
+
+    results: results                 # output root (relative to the working directory)
+    reference_traces: ../shared/reference-traces   # artifact traces for the figures; null = none
+    detectors: [whatif, rank-score]  # detectors to run and score (must be registered)
+    online: true                     # also run every detector online (<name>-online.json)
+    fixed: {...}                     # paper jobs (see stragglerlab/population.py)
+    population: {...}                # sampled jobs (see stragglerlab/population.py)
+
+    wf = load_workflow_config(config, known_detectors=["whatif"])
+    wf.runs, wf.population.scenario_yaml("clean-dp2-pp2")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from stragglerlab.errors import InputError
+from stragglerlab.population import Population, Run, expand_population
+
+KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population")
+"""Top-level keys of the workflow config."""
+
+
+@dataclass(frozen=True)
+class WorkflowConfig:
+    """The validated workflow config."""
+
+    results: str
+    """Output root folder, relative to the working directory."""
+    reference_traces: str | None
+    """Folder of the artifact's reference traces passed to `figures --reference`; None = none."""
+    detectors: tuple[str, ...]
+    """Detectors run on every run and scored."""
+    online: bool
+    """Also run each detector online (writes detect/<name>-online.json)."""
+    population: Population
+    """Every run and its scenario entry."""
+
+    @property
+    def runs(self) -> tuple[Run, ...]:
+        """Every training run."""
+        return self.population.runs
+
+
+def load_workflow_config(raw: object, known_detectors: Iterable[str],
+                         where: str = "workflow config") -> WorkflowConfig:
+    """Check the merged config mapping; InputError ('<where>: ...') on the first problem."""
+    try:
+        return _load(raw, list(known_detectors))
+    except InputError as e:
+        raise InputError(str(e), where) from None
+
+
+def _load(raw: object, known: list[str]) -> WorkflowConfig:
+    if not isinstance(raw, dict):
+        raise InputError("the config must be a mapping of " + ", ".join(KEYS))
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(map(str, unknown))}; known: "
+                         f"{', '.join(KEYS)}")
+    results = raw.get("results", "results")
+    if not isinstance(results, str) or not results.strip() or results.strip() in {".", "/"}:
+        raise InputError(f"results must name an output folder (not '.' or '/'), got {results!r}")
+    reference = raw.get("reference_traces")
+    if reference is not None and (not isinstance(reference, str) or not reference):
+        raise InputError(f"reference_traces must be a folder path or null, got {reference!r}")
+    detectors = raw.get("detectors", list(known))
+    if not isinstance(detectors, list) or not detectors or \
+            not all(isinstance(d, str) for d in detectors):
+        raise InputError(f"detectors must be a non-empty list of names, got {detectors!r}")
+    missing = [d for d in detectors if d not in known]
+    if missing:
+        raise InputError(f"unknown detector(s) {', '.join(missing)}; available: "
+                         f"{', '.join(known) or 'none'} (`stragglerlab detect --list`)")
+    if len(set(detectors)) != len(detectors):
+        raise InputError(f"detectors {detectors} name a detector twice")
+    online = raw.get("online", True)
+    if not isinstance(online, bool):
+        raise InputError(f"online must be true or false, got {online!r}")
+    population = expand_population(raw.get("fixed"), raw.get("population"))
+    return WorkflowConfig(results.strip().rstrip("/"), reference, tuple(detectors), online,
+                          population)

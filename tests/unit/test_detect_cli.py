@@ -1,0 +1,105 @@
+"""`stragglerlab detect` / `score` on run folders, and the ground truth they are scored against."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis.detectors import RootCause
+from analysis.ground_truth import CLEAN, load_truths
+from stragglerlab.cli import main
+from stragglerlab.errors import InputError
+from stragglerlab.trace_io import write_trace
+from workloads.synthetic import SlowWorker, SyntheticConfig, ground_truth, synthesize_trace
+
+
+def make_run(path, faults=None, **kwargs):
+    """A run folder (trace.parquet, meta.yaml, faults.json) of a synthetic job."""
+    cfg = SyntheticConfig(**{"dp_size": 2, "pp_size": 2, "n_steps": 12, **kwargs})
+    df, meta = synthesize_trace(cfg)
+    path.mkdir(parents=True)
+    write_trace(df, meta, path / "trace.parquet")
+    meta.dump(path / "meta.yaml")
+    records = ground_truth(df, cfg) if faults is None else faults
+    (path / "faults.json").write_text(json.dumps(records))
+    return path
+
+
+def test_ground_truth_of_clean_windowed_job_wide_and_mitigation_runs(tmp_path):
+    clean = make_run(tmp_path / "clean")
+    slow = make_run(tmp_path / "slow", slow_workers=(SlowWorker(1, 1, 1.8, first_step=6),))
+    gc = make_run(tmp_path / "gc", faults=[{"kind": "gc-pauses", "targets": [],
+                                             "first_step": 0, "last_step": None,
+                                             "requested": {"pause_ms": 100}, "measured": {}}])
+    mitigated = make_run(tmp_path / "mit", faults=[{
+        "kind": "stage-imbalance", "targets": [], "first_step": 0, "last_step": None,
+        "requested": {"vocab": 4096, "rebalance": True}, "measured": {}}])
+    t_clean, t_slow, t_gc, t_mit = load_truths([clean, slow, gc, mitigated])
+    assert (t_clean.kind, t_clean.cause, t_clean.ranks) == (CLEAN, RootCause.NONE, frozenset())
+    assert (t_slow.cause, t_slow.ranks, t_slow.fault_start_step) == (
+        RootCause.WORKER, frozenset({3}), 6)
+    assert t_slow.measured_slowdown > 1.2  # windowed: measured within the run
+    assert "within the run" in t_slow.note
+    assert t_gc.ranks == frozenset({0, 1, 2, 3}) and t_gc.cause is RootCause.GC
+    assert not t_mit.scored
+
+
+def test_missing_ground_truth_is_a_clear_error(tmp_path):
+    run = make_run(tmp_path / "r")
+    (run / "faults.json").unlink()
+    with pytest.raises(InputError, match="faults.json"):
+        load_truths([run])
+
+
+def test_detect_writes_findings_and_score_writes_a_table_and_json(tmp_path, capsys):
+    slow = make_run(tmp_path / "slow", slow_workers=(SlowWorker(0, 1, 1.8, first_step=4),))
+    clean = make_run(tmp_path / "clean", seed=3)
+    out = tmp_path / "f.json"
+    assert main(["detect", "--run", str(slow), "--detector", "whatif", "--online",
+                 "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["detector"] == "whatif" and doc["online"] is True
+    (finding,) = doc["findings"]
+    assert finding["ranks"] == [{"rank": 2, "dp_rank": 0, "stage": 1}]
+    assert finding["root_cause"] == "worker" and finding["detected_at_step"] >= 4
+
+    scores = tmp_path / "scores.json"
+    assert main(["score", "--runs", str(slow), str(clean), "--detector", "whatif",
+                 "--out", str(scores), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "whatif" in table and "f1" in table
+    s = json.loads(scores.read_text())["whatif"]
+    for key in ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
+                "slowdown_error", "by_kind", "confusion"):
+        assert key in s
+    assert s["f1"] == 1.0 and s["root_cause_accuracy"] == 1.0
+    assert s["by_kind"]["slow-worker"]["median_latency_steps"] <= 2
+
+
+def test_score_uses_findings_the_workflow_wrote(tmp_path, capsys):
+    run = make_run(tmp_path / "clean")
+    (run / "detect").mkdir()
+    fake = {"detector": "whatif", "findings": [
+        {"ranks": [{"rank": 0, "dp_rank": 0, "stage": 0}], "first_step": 0, "last_step": 1,
+         "root_cause": "gc", "confidence": 1.0}]}
+    (run / "detect" / "whatif.json").write_text(json.dumps(fake))
+    scores = tmp_path / "s.json"
+    assert main(["score", "--runs", str(run), "--detector", "whatif", "--offline-only",
+                 "--out", str(scores), "--quiet"]) == 0
+    assert json.loads(scores.read_text())["whatif"]["fp"] == 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["detect", "--run", "{tmp}/nope", "--out", "{tmp}/f.json"], "no trace.parquet"),
+    (["detect", "--run", "{run}", "--detector", "nosuch", "--out", "{tmp}/f.json"],
+     "unknown detector"),
+    (["score", "--runs", "{tmp}/nope", "--out", "{tmp}/s.json"], "not a run folder"),
+    (["detect", "--run", "{run}"], "--out"),
+])
+def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
+    run = make_run(tmp_path / "run")
+    argv = [a.format(tmp=tmp_path, run=run) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]

@@ -1,0 +1,86 @@
+"""Scoring findings against ground truth: rank-level P/R/F1, root cause, latency, slowdown error."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.detectors.base import Finding, RankRef, RootCause
+from analysis.ground_truth import CLEAN, RunTruth
+from analysis.scoring import score_run, score_suite
+
+
+def _truth(run: str, kind: str, cause: RootCause, ranks: set[int], start: int | None = 4,
+           measured: float | None = None) -> RunTruth:
+    return RunTruth(run, kind, cause, frozenset(ranks), 4, start, measured)
+
+
+def _finding(ranks: list[int], cause: RootCause, confidence: float = 0.9,
+             estimate: float | None = None, at: int | None = None) -> Finding:
+    return Finding([RankRef(r, r % 2, r // 2) for r in ranks], 0, 9, cause, confidence,
+                   estimate, at)
+
+
+def test_exact_finding_is_one_true_positive_and_the_right_cause():
+    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}),
+                  [_finding([1], RootCause.WORKER)])
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 0, 0)
+    assert s.predicted_cause is RootCause.WORKER
+
+
+def test_any_finding_on_a_clean_run_is_a_false_positive():
+    s = score_run(_truth("c", CLEAN, RootCause.NONE, set(), start=None),
+                  [_finding([2], RootCause.WORKER)])
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (0, 1, 0)
+    assert s.predicted_cause is RootCause.WORKER and s.true_cause is RootCause.NONE
+
+
+def test_job_level_finding_names_every_rank():
+    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {3}),
+                  [_finding([], RootCause.WORKER)])
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 3, 0)
+
+
+def test_most_confident_finding_sets_the_predicted_cause():
+    s = score_run(_truth("a", "gc-pauses", RootCause.GC, {0, 1, 2, 3}),
+                  [_finding([0], RootCause.WORKER, 0.4), _finding([0, 1, 2, 3], RootCause.GC)])
+    assert s.predicted_cause is RootCause.GC
+    assert (s.true_positives, s.false_positives, s.false_negatives) == (4, 0, 0)
+
+
+def test_latency_counts_the_first_true_finding_at_or_after_the_fault_start():
+    online = [_finding([0], RootCause.WORKER, at=2),   # before the fault: a false alarm
+              _finding([1], RootCause.WORKER, at=6),   # the victim, 2 steps in
+              _finding([1], RootCause.WORKER, at=9)]
+    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}, start=4), [], online)
+    assert s.latency_steps == 2
+
+
+def test_slowdown_error_is_relative_to_the_measured_slowdown():
+    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}, measured=1.5),
+                  [_finding([1], RootCause.WORKER, estimate=1.2)])
+    assert s.slowdown_error == pytest.approx(0.2)
+
+
+def test_suite_metrics_confusion_and_per_kind_breakdown():
+    truths = [_truth("a", "slow-worker", RootCause.WORKER, {1}),
+              _truth("b", "slow-worker", RootCause.WORKER, {2}),
+              _truth("c", CLEAN, RootCause.NONE, set(), start=None)]
+    findings = {"a": [_finding([1], RootCause.WORKER)],
+                "b": [_finding([3], RootCause.NETWORK)],
+                "c": []}
+    out = score_suite(truths, findings).to_json()
+    assert (out["tp"], out["fp"], out["fn"]) == (1, 1, 1)
+    assert out["precision"] == pytest.approx(0.5) and out["recall"] == pytest.approx(0.5)
+    assert out["f1"] == pytest.approx(0.5)
+    assert out["root_cause_accuracy"] == pytest.approx(2 / 3)
+    assert out["confusion"] == {"none": {"none": 1}, "worker": {"network": 1, "worker": 1}}
+    assert out["by_kind"]["clean"]["precision"] == 1.0
+    assert out["by_kind"]["slow-worker"]["f1"] == pytest.approx(0.5)
+    assert out["median_latency_steps"] is None
+
+
+def test_unscored_runs_are_left_out():
+    mitigation = _truth("m", "gc-pauses", RootCause.GC, {0, 1, 2, 3})
+    mitigation.scored = False
+    out = score_suite([mitigation], {"m": []}).to_json()
+    assert out["n_runs"] == 0
