@@ -1,4 +1,4 @@
-"""A third-party detector package, installed with pip, is discovered and scored without changes here."""
+"""A third-party detector package, installed with pip, is discovered and scored."""
 
 from __future__ import annotations
 
