@@ -46,6 +46,8 @@ class RankContext:
     """This run's network namespaces: {run_id, world}; None on loopback."""
     dp_size: int = 1
     """Data-parallel degree of the job (peers of this rank: same stage, other DP ranks)."""
+    device: str = "cpu"
+    """The rank's torch device (`cpu` or `cuda:N`)."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-injector scratch space."""
 

@@ -10,7 +10,10 @@ compute time over its DP peers' in the latest steps all flushed to
 trace-parts/ — which lands within ~1% of the request. Without CPU isolation
 (no root / no cgroup v1) the named fallback `stretch` sleeps (factor - 1) x
 the compute's own duration inside each compute op, an exact in-process
-stretch. Measured: victim compute time over the same stages' other workers.
+stretch. On CUDA ranks the victim's GPU itself is slowed instead
+(`gpu-sleep`, injectors/gpu_sleep.py): after each compute op a GPU-side spin
+of (factor - 1) x the op's GPU time on the victim's stream. Measured: victim
+compute time over the same stages' other workers.
 
     - kind: slow-worker
       targets: [{dp_rank: 0, stage: 1}]
@@ -104,7 +107,9 @@ class SlowWorker(Injector):
         self.factor = self.param("factor", lo=1.0, hi=20.0)
 
     def mechanism(self, ctx: RankContext) -> str:
-        """'cpu-quota' when the rank is isolated, else the 'stretch' fallback."""
+        """'gpu-sleep' on a CUDA rank, 'cpu-quota' when isolated, else the 'stretch' fallback."""
+        if ctx.device.startswith("cuda"):
+            return "gpu-sleep"
         return "cpu-quota" if ctx.cgroup else "stretch"
 
     def on_setup(self, ctx: RankContext) -> None:
@@ -113,6 +118,13 @@ class SlowWorker(Injector):
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         want = self.active(step)
+        if self.mechanism(ctx) == "gpu-sleep":  # the GPU is the device: leave the CPU alone
+            if want and "gpu" not in ctx.state:
+                from injectors.gpu_sleep import GpuStretch
+
+                ctx.state["gpu"] = GpuStretch(self.factor)
+            ctx.state["gpu_active"] = want
+            return
         ctx.state["stretch"] = want and not ctx.cgroup
         if not ctx.cgroup:
             return
@@ -147,9 +159,15 @@ class SlowWorker(Injector):
         trim = ctx.state.get("trim", 1.0) * (ratio / self.factor) ** FEEDBACK_GAIN
         ctx.state["trim"] = min(max(trim, 0.5), 2.0)
 
+    def in_compute(self, ctx: RankContext, step: int) -> None:
+        if ctx.state.get("gpu_active"):
+            ctx.state["gpu"].start()
+
     def after_compute(self, ctx: RankContext, step: int, seconds: float) -> None:
-        """Fallback only: stretch the compute op by (factor - 1) x its duration."""
-        if ctx.state.get("stretch"):
+        """CUDA: spin the GPU; CPU fallback: stretch the op by (factor - 1) x its duration."""
+        if ctx.state.get("gpu_active"):
+            ctx.state["gpu"].finish()
+        elif ctx.state.get("stretch"):
             time.sleep((self.factor - 1.0) * seconds)
 
     def undo(self, ctx: RankContext) -> None:
@@ -162,5 +180,8 @@ class SlowWorker(Injector):
 
     def measure(self, trace, run: dict) -> dict:
         ratio = compute_ratio(trace, self.spec)
-        mech = "cpu-quota" if (run.get("isolation") or {}).get("enabled") else "stretch"
+        if run.get("backend") == "nccl":
+            mech = "gpu-sleep"
+        else:
+            mech = "cpu-quota" if (run.get("isolation") or {}).get("enabled") else "stretch"
         return {"factor": None if ratio is None else round(ratio, 4), "mechanism": mech}

@@ -114,7 +114,8 @@ class RankTrainer:
                                self.sc.run.lr, self.device, skip_in_norm=tied_copy)
         self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
                                run_dir=str(self.run_dir), net=self.net, dp_size=self.dp,
-                               compute_ops_per_step=2 * self.sc.parallel.microbatches)
+                               compute_ops_per_step=2 * self.sc.parallel.microbatches,
+                               device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()

@@ -224,8 +224,14 @@ def share(cg: dict) -> tuple[int, int]:
     return int((d / "cpu.cfs_period_us").read_text()), int((d / "cpu.cfs_quota_us").read_text())
 
 
+@pytest.fixture
+def quiet_threads(monkeypatch):
+    """The test process's other threads use no CPU (else the overhead term is noise)."""
+    monkeypatch.setattr("injectors.slow_worker._other_threads_cpu_s", lambda tid: 0.0)
+
+
 @pytest.mark.parametrize("factor", [2.0, 8.0])
-def test_slow_worker_divides_the_cgroup_share_in_the_window(cgroup, factor):
+def test_slow_worker_divides_the_cgroup_share_in_the_window(cgroup, factor, quiet_threads):
     victim = target(1, 0)
     inj = build(spec(FaultKind.SLOW_WORKER, [victim], first=2, last=3, factor=factor))
     ctx = ctx_for(victim, cgroup=cgroup)
@@ -243,7 +249,7 @@ def test_slow_worker_divides_the_cgroup_share_in_the_window(cgroup, factor):
     assert not ctx.state["slowed"]
 
 
-def test_slow_worker_undo_restores_the_share(cgroup):
+def test_slow_worker_undo_restores_the_share(cgroup, quiet_threads):
     victim = target(0, 1)
     inj = build(spec(FaultKind.SLOW_WORKER, [victim], first=0, factor=4.0))
     ctx = ctx_for(victim, cgroup=cgroup)
