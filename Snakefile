@@ -22,8 +22,13 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
+# Every run's files are targets too: snakemake does not rebuild a missing intermediate
+# file whose consumers are up to date, and a deleted trace must rerun its run.
 rule all:
     default_target: True
     input:
         f"{R}/report.md",
         f"{R}/report.html",
+        all_runs("{dir}/trace.parquet"),
+        all_runs("{dir}/whatif/whatif.json"),
+        [f"{d}/detect/{n}.json" for d in run_dirs() for n in detect_names()],
