@@ -26,8 +26,8 @@ NAME = "fig12_long_context"
 TITLE = "Fig. 12: long-context jobs vs other jobs"
 PAPER = ("sequence imbalance is worse in long-context jobs (§5.3: it affects 21.4% of "
          "jobs, mean S 1.34)")
-LONG_CONTEXT_TOKENS = 1024
-"""max_seq_len (tokens) from which a testbed job counts as long-context (4x the default 256)."""
+LONG_CONTEXT_TOKENS = 2048
+"""max_seq_len (tokens) from which a testbed job counts as long-context (8x the default 256)."""
 STRAGGLING_S = 1.1
 """A job straggles from this S on (paper)."""
 CORRELATION_THRESHOLD = 0.9

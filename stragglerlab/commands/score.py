@@ -1,6 +1,7 @@
 """`stragglerlab score`: score detectors against the runs' ground truth (faults.json).
 
     stragglerlab score --runs results/*/* --detector all --out results/scores.json
+    stragglerlab score --runs results/*/* --detector whatif rank-score --out scores.json
 
 For each run and detector it uses `<run>/detect/<name>.json` (offline) and
 `<run>/detect/<name>-online.json` (online) when the workflow wrote them, and
@@ -28,7 +29,8 @@ def add_parser(sub, name: str) -> None:
     """Register the verb's flags."""
     p = sub.add_parser(name, help="score detectors against ground truth over run folders")
     p.add_argument("--runs", nargs="+", required=True, help="run folders")
-    p.add_argument("--detector", default="all", help="detector name, or `all`")
+    p.add_argument("--detector", nargs="+", default=["all"],
+                   help="detector name(s), or `all` (every registered detector)")
     p.add_argument("--out", required=True, help="scores JSON file to write")
     p.add_argument("--offline-only", action="store_true",
                    help="skip online replays that are not already on disk (no latency)")
@@ -96,7 +98,7 @@ def run(args) -> int:
     from analysis.ground_truth import load_truths
     from analysis.scoring import score_suite
 
-    names = detector_names() if args.detector == "all" else [args.detector]
+    names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:
         if name not in detector_names():
             raise InputError(f"unknown detector {name!r}; available: "

@@ -250,10 +250,10 @@ def test_fig12_groups_by_max_seq_len(tmp_path):
     root = tmp_path / "runs"
     seq_fault = [{"kind": "seq-imbalance", "targets": []}]
     runs = [
-        stub_run(root, "a", "seq-imbalance", whatif_stub(1.4, 0.95), seq_fault, max_seq_len=1024),
+        stub_run(root, "a", "seq-imbalance", whatif_stub(1.4, 0.95), seq_fault, max_seq_len=2048),
         stub_run(root, "b", "seq-imbalance", whatif_stub(1.2, 0.85), seq_fault, max_seq_len=2048),
         stub_run(root, "c", "seq-rebalanced", whatif_stub(1.0, 0.2), seq_fault,
-                 max_seq_len=1024, rebalance=True),  # a mitigation: left out
+                 max_seq_len=2048, rebalance=True),  # a mitigation: left out
         stub_run(root, "d", "clean", whatif_stub(1.02, 0.1), []),
         stub_run(root, "e", "slow", whatif_stub(1.3, None), []),
     ]
