@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import shutil
@@ -31,7 +32,7 @@ from injectors import netns
 from injectors.registry import build_injectors
 from stragglerlab.faults import parse_faults
 from stragglerlab.scenario import Scenario, scenario_to_dict
-from workloads.isolation import CpuIsolation, cleanup_stale
+from workloads.isolation import MIN_QUOTA_US, CpuIsolation, cleanup_stale
 from workloads.residue import kill_orphans, mark_driver
 from workloads.run_folder import write_run_folder
 
@@ -157,7 +158,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         for inj in injectors:
             inj.on_launch(driver)
         cgroups = [None if iso is None else {
-            "cpu_dir": str(iso.rank_cpu_dir(r)), "period_us": scenario.run.cpu_period_us,
+            "cpu_dir": str(iso.rank_cpu_dir(r)), "period_us": record["isolation"]["period_us"],
             "cores": record["isolation"]["cores_per_rank"]} for r in range(world)]
         topo, net, record["network"] = _network(injectors, world, say)
         futures = {a.run.remote(cgroups[rank], net): rank for rank, a in enumerate(actors)}
@@ -218,12 +219,15 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
     # By default 90% of the machine is dealt out: quotas are caps, not guarantees, so the
     # rest is left to Ray, the driver and the OS instead of being taken from the ranks.
     cores = run.cores_per_rank or CPU_HEADROOM * (os.cpu_count() or 1) / len(pids)
+    # Many ranks on few cores: the period grows so each quota stays above the kernel's
+    # 1 ms floor (the share is the same, the throttling granularity coarser).
+    period_us = max(run.cpu_period_us, math.ceil(MIN_QUOTA_US / cores))
     run_id = f"{run_name}-{os.getpid()}-{int(time.time())}"
-    iso = CpuIsolation.create(run_id, len(pids), cores, period_us=run.cpu_period_us)
+    iso = CpuIsolation.create(run_id, len(pids), cores, period_us=period_us)
     for rank, pid in enumerate(pids):
         iso.assign(rank, pid)
-    say(f"each rank isolated at {cores:.2f} cores (cgroup v1 quota)")
-    return iso, {"enabled": True, "cores_per_rank": cores, "period_us": run.cpu_period_us,
+    say(f"each rank isolated at {cores:.2f} cores (cgroup v1 quota, period {period_us} us)")
+    return iso, {"enabled": True, "cores_per_rank": cores, "period_us": period_us,
                  "cgroup_run_id": run_id}
 
 

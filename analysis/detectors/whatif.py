@@ -12,8 +12,8 @@ It runs the what-if analysis on the run and reads, in this order:
    or forward time correlates with the microbatch's sum(seq_len^2) (the
    trace's `seq_len_sq_sum`), either >= `seq_correlation` ->
    `sequence-imbalance` for the whole job;
-4. stage imbalance: one stage's S_stage is `worker_threshold` over the
-   lightest's, its DP ranks straggle alike and computation carries the
+4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
+   `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
    slowdown -> `stage-imbalance` on that stage;
 5. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
    over the step's best worker's (a busy host lifts every worker, a
@@ -35,7 +35,8 @@ It runs the what-if analysis on the run and reads, in this order:
    every rank it talks to about equally).
 
 Offline it analyses the whole run; online (`stragglerlab detect --online`) it
-re-analyses the steps seen so far after every step.
+re-analyses the latest `online_window_steps` steps after every step, so the
+cost per step stays flat however long the run.
 
     stragglerlab detect --run results/slow-worker-1/0 --detector whatif --out f.json
 """
@@ -45,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analysis.detectors.base import Detector, Finding, RootCause, Run
 from analysis.detectors.signatures import (
@@ -88,6 +90,8 @@ class WhatIfDetectorConfig:
     """...and over the median worker's, names a slow link when no straggler stands out."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'."""
+    online_window_steps: int = 12
+    """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01
     """Measured GC pause time over job time that makes GC a cause."""
     gc_rank_share: float = 0.25
@@ -106,6 +110,13 @@ class WhatIfDetector(Detector):
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
         return super().detect_online(run) + self._failure(run)
+
+    def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
+        """Online: analyse the latest `online_window_steps` steps (cost per step stays flat)."""
+        self._seen.append(step_trace)
+        del self._seen[:-self.config.online_window_steps]
+        window = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
+        return self.detect(window)
 
     # -- offline -----------------------------------------------------------------------
     def detect(self, run: Run) -> list[Finding]:
@@ -173,8 +184,9 @@ class WhatIfDetector(Detector):
         s_stage = np.array(list(result.slowdown_by(result.by_stage).values()))
         heavy = int(np.argmax(s_stage))
         ratio = float(s_stage[heavy] / s_stage.min())
-        if len(s_stage) < 2 or ratio < cfg.worker_threshold:
-            return None
+        if len(s_stage) < 2 or ratio < cfg.worker_threshold \
+                or result.slowdown < cfg.straggling_slowdown:
+            return None  # stages always differ a little; only a straggling job is imbalanced
         members = result.worker_score[heavy] - 1.0  # [dp]
         if run.meta.dp_size > 1 and members.min() < cfg.peer_share * members.max():
             return None  # one DP rank carries the stage: a worker, not the stage

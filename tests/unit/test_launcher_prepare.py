@@ -17,3 +17,31 @@ def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
     _prepare_dir(run)
     left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
     assert left == ["notes.txt"]
+
+
+def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
+    import workloads.launcher as launcher
+    from stragglerlab.scenario import load_scenario
+
+    made = {}
+
+    class FakeIsolation:
+        @staticmethod
+        def available():
+            return True, ""
+
+        @staticmethod
+        def create(run_id, n_ranks, cores, period_us):
+            made.update(n=n_ranks, cores=cores, period=period_us)
+            return FakeIsolation()
+
+        def assign(self, rank, pid):
+            pass
+
+    monkeypatch.setattr(launcher, "CpuIsolation", FakeIsolation)
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: 2)
+    scenario = load_scenario("clean-dp2-pp4")  # 8 ranks on 2 cores: 0.225 cores each
+    _iso, record = launcher._isolate(scenario, "run", list(range(8)), lambda msg: None)
+    assert made["cores"] == record["cores_per_rank"] == 0.225
+    assert made["period"] == record["period_us"] > scenario.run.cpu_period_us
+    assert round(made["cores"] * made["period"]) >= launcher.MIN_QUOTA_US
