@@ -94,7 +94,7 @@ class WhatIfDetectorConfig:
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01
     """Measured GC pause time over job time that makes GC a cause."""
-    gc_rank_share: float = 0.25
+    gc_rank_share: float = 0.1
     """A rank is named for GC when its pauses are at least this share of the worst rank's."""
 
 
