@@ -6,8 +6,8 @@ with the rank's own CPU share) and resized after every full collection it
 sees (feedback: the running job's heap and CPU contention differ from
 start-up), and churns part of the pool inside every compute op. New
 survivors pile up in the oldest generation until CPython's
-rule (pending > 25% of long-lived objects) fires a full collection roughly
-every `every_steps` steps — at whatever allocation happens then, as in real
+rule (pending > 25% of all long-lived objects, torch's included) fires a full
+collection roughly every `every_steps` steps — at whatever allocation happens then, as in real
 training. The engine's GC monitor (gc.callbacks) measures every pause and
 writes it to run.json and the trace's `gc_pause_s` column. With planned GC
 (run.planned_gc_every, the paper's mitigation) automatic GC is off and the
@@ -71,13 +71,20 @@ class GcPauses(Injector):
             size = int(min(MAX_POOL, max(1000, size * self.pause_s / max(took, 1e-6))))
         ctx.state["pool"] = [_cyclic(i) for i in range(size)]
         gc.collect()  # the pool becomes long-lived: it is what each full collection scans
-        # Churn per compute op so that ~25% of the pool is renewed every `every_steps` steps.
-        per_step = size / (4 * self.every_steps)
-        ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
+        # CPython counts every long-lived object (torch's too), not only the pool's.
+        ctx.state["others"] = max(0, len(gc.get_objects(generation=2)) - size)
+        self._set_churn(ctx, size)
         ctx.state["cursor"] = 0
         ctx.state["pool_objects"] = size
         ctx.state["callback"] = self._watch(ctx)
         gc.callbacks.append(ctx.state["callback"])
+
+    def _set_churn(self, ctx: RankContext, pool_size: int) -> None:
+        """Survivors per compute op so that they reach 25% of all long-lived objects (the
+        full-collection rule) every `every_steps` steps."""
+        long_lived = pool_size + ctx.state.get("others", 0)
+        per_step = long_lived / (4 * self.every_steps)
+        ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
         ctx.state["gc_active"] = self.active(step)
@@ -98,8 +105,7 @@ class GcPauses(Injector):
             del pool[want:]
         else:
             pool.extend(_cyclic(i) for i in range(len(pool), want))
-        per_step = want / (4 * self.every_steps)
-        ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
+        self._set_churn(ctx, want)
         ctx.state["cursor"] %= max(1, want)
         ctx.state["pool_objects"] = want
 
@@ -144,5 +150,11 @@ class GcPauses(Injector):
         if not pauses:
             return {"pause_ms": None, "pauses": 0}
         ms = sorted(1000 * p["duration_s"] for p in pauses)
+        # Mean steps between full collections on a rank, over the window's traced steps.
+        steps = sum(1 for s in (run.get("step_time_s") or {}) if self.active(int(s)))
+        parallel = (run.get("scenario") or {}).get("parallel") or {}
+        ranks = len(self.spec.targets) or int(parallel.get("dp", 0)) * int(parallel.get("pp", 0)) \
+            or len((run.get("gc") or {}).get("pauses", {}))
+        every = steps * ranks / len(ms) if steps else None
         return {"pause_ms": round(sum(ms) / len(ms), 3), "pause_ms_max": round(ms[-1], 3),
-                "pauses": len(ms)}
+                "pauses": len(ms), "every_steps": None if every is None else round(every, 2)}
