@@ -28,6 +28,7 @@ from stragglerlab.faults import FaultKind
 
 CALIBRATION_OBJECTS = 100_000
 MAX_POOL = 3_000_000
+FULL_GC_MARGIN = 1.1  # allocations above the generation thresholds' product, so it is met
 
 
 def _cyclic(i: int) -> list:
@@ -80,10 +81,14 @@ class GcPauses(Injector):
         gc.callbacks.append(ctx.state["callback"])
 
     def _set_churn(self, ctx: RankContext, pool_size: int) -> None:
-        """Survivors per compute op so that they reach 25% of all long-lived objects (the
-        full-collection rule) every `every_steps` steps."""
+        """Survivors per compute op so that a full collection is due every `every_steps`
+        steps. CPython needs both: survivors above 25% of the long-lived objects, and
+        threshold0 x threshold1 x threshold2 net allocations (70,000 by default) since the
+        last full collection; the larger of the two sets the pace."""
         long_lived = pool_size + ctx.state.get("others", 0)
-        per_step = long_lived / (4 * self.every_steps)
+        t0, t1, t2 = gc.get_threshold()
+        per_cycle = max(long_lived / 4, FULL_GC_MARGIN * t0 * max(t1, 1) * max(t2, 1))
+        per_step = per_cycle / self.every_steps
         ctx.state["churn"] = max(1, int(per_step / max(1, ctx.compute_ops_per_step)))
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:
