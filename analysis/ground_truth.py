@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.detectors.base import RootCause
+from analysis.steps import step_times
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
 from stragglerlab.meta import JobMeta
@@ -94,13 +95,10 @@ def _fault_ranks(fault: dict, world: int) -> set[int]:
     return {int(t["rank"]) for t in targets} if targets else set(range(world))
 
 
-def step_times(run_dir: Path) -> pd.Series:
-    """Traced step time per step (latest end - earliest start over all ranks), s."""
-    trace = pd.read_parquet(run_dir / "trace.parquet", columns=["step", "start_ts", "duration"])
-    end = trace["start_ts"] + trace["duration"]
-    grouped = pd.DataFrame({"step": trace["step"], "start": trace["start_ts"], "end": end})
-    agg = grouped.groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    return agg["end"] - agg["start"]
+def run_step_times(run_dir: Path) -> pd.Series:
+    """Traced step time per step of a run folder's trace, s."""
+    return step_times(pd.read_parquet(run_dir / "trace.parquet",
+                                      columns=["step", "start_ts", "duration"]))
 
 
 def _layout_key(record: dict) -> str:
@@ -118,7 +116,7 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         # run.json is optional: traces from elsewhere (e.g. workloads.synthetic) have none.
         record = (_read_json(run_dir / "run.json", "run record")
                   if (run_dir / "run.json").is_file() else {"outcome": "ok"})
-        times = step_times(run_dir) if (run_dir / "trace.parquet").is_file() else pd.Series()
+        times = run_step_times(run_dir) if (run_dir / "trace.parquet").is_file() else pd.Series()
         raw.append((run_dir, faults, record, times))
 
     # Mean step time of clean runs per layout: the baseline of faults active from the start.

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
+from analysis.steps import step_times
 from figures.data import FigureData
 from figures.registry import FigureResult, no_data
 from figures.style import figure_style, new_figure, save_figure, source_note
@@ -98,12 +99,6 @@ def gc_pauses(run, df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rank": comp["rank"], "step": comp["step"],
                          "start_s": comp["start_ts"], "duration_s": comp["gc_pause_s"]}
                         ).reset_index(drop=True)
-
-
-def step_times(df: pd.DataFrame) -> pd.Series:
-    """Per step: latest op end - earliest op start over all workers, s."""
-    end = df["start_ts"] + df["duration"]
-    return end.groupby(df["step"]).max() - df.groupby("step")["start_ts"].min()
 
 
 def gc_numbers(pauses: pd.DataFrame, steps: pd.Series, world: int) -> dict:

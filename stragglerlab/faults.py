@@ -37,7 +37,7 @@ class FaultKind(str, enum.Enum):
     CRASH = "crash"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Target:
     """One victim worker."""
 

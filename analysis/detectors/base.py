@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
+from stragglerlab.faults import Target
 from stragglerlab.meta import JobMeta
 
 
@@ -43,20 +44,8 @@ class RootCause(str, enum.Enum):
     NONE = "none"
 
 
-@dataclass(frozen=True, order=True)
-class RankRef:
-    """One traced worker."""
-
-    rank: int
-    """Global rank (stage * dp_size + dp_rank in our runs)."""
-    dp_rank: int
-    """Data-parallel rank."""
-    stage: int
-    """Pipeline stage."""
-
-    def to_dict(self) -> dict:
-        """{rank, dp_rank, stage}."""
-        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage}
+RankRef = Target
+"""One traced worker a finding names: the same {rank, dp_rank, stage} record as a fault's target."""
 
 
 @dataclass
@@ -138,11 +127,6 @@ class Run:
         """RankRef of a (dp_rank, stage) worker."""
         return RankRef(int(stage * self.meta.dp_size + dp_rank), int(dp_rank), int(stage))
 
-    def up_to(self, step: int) -> Run:
-        """The run as seen after `step` finished (online replay)."""
-        return Run(self.trace[self.trace["step"] <= step], self.meta, self.path,
-                   "ok", None, {})
-
 
 def load_run(run_dir: str | Path) -> Run:
     """Read a run folder (trace.parquet, meta.yaml, run.json if present)."""
@@ -185,6 +169,9 @@ class Detector(abc.ABC):
     def detect(self, run: Run) -> list[Finding]:
         """Findings for the whole run (offline)."""
 
+    online_window_steps: int | None = None
+    """Online mode: how many latest steps the default `observe_step` re-analyses (None: all)."""
+
     def reset(self, meta: JobMeta) -> None:
         """Online mode: forget everything, a new run with this layout starts."""
         self._seen: list[pd.DataFrame] = []
@@ -193,10 +180,12 @@ class Detector(abc.ABC):
     def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
         """Online mode: one more step's ops arrived; return the findings known so far.
 
-        The default re-runs `detect` on every step seen so far; override for an
-        incremental detector.
+        The default re-runs `detect` on the steps seen so far (the latest
+        `online_window_steps` of them when set); override for an incremental detector.
         """
         self._seen.append(step_trace)
+        if self.online_window_steps is not None:
+            del self._seen[:-self.online_window_steps]
         seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
         return self.detect(seen)
 

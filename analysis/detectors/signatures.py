@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.frame import OpFrame, comm_mask
 from analysis.graph import DepGraph
+from analysis.steps import step_times
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS
@@ -122,7 +123,4 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
 
 def step_time_total(trace: pd.DataFrame) -> float:
     """Sum over steps of the traced step time (latest end - earliest start), s."""
-    end = trace["start_ts"] + trace["duration"]
-    frame = pd.DataFrame({"step": trace["step"], "start": trace["start_ts"], "end": end})
-    agg = frame.groupby("step").agg(start=("start", "min"), end=("end", "max"))
-    return float((agg["end"] - agg["start"]).sum())
+    return float(step_times(trace).sum())

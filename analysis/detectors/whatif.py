@@ -46,7 +46,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from analysis.detectors.base import Detector, Finding, RootCause, Run
 from analysis.detectors.signatures import (
@@ -106,17 +105,13 @@ class WhatIfDetector(Detector):
 
     def __init__(self, config: WhatIfDetectorConfig | None = None) -> None:
         self.config = config or WhatIfDetectorConfig()
+        # Online: a sliding window keeps the cost per step flat however long the run.
+        self.online_window_steps = self.config.online_window_steps
 
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
         return super().detect_online(run) + self._failure(run)
 
-    def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
-        """Online: analyse the latest `online_window_steps` steps (cost per step stays flat)."""
-        self._seen.append(step_trace)
-        del self._seen[:-self.config.online_window_steps]
-        window = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
-        return self.detect(window)
 
     # -- offline -----------------------------------------------------------------------
     def detect(self, run: Run) -> list[Finding]:
