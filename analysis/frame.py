@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.graph import DepGraph
+from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import OPTYPE_VALUES

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.p2p import match_stream
+from stragglerlab.analysis.p2p import match_stream
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.detectors.base import RootCause
-from analysis.steps import step_times
+from stragglerlab.analysis.detectors.base import RootCause
+from stragglerlab.analysis.steps import step_times
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
 from stragglerlab.meta import JobMeta

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.detectors.base import Finding, RootCause
-from analysis.ground_truth import RunTruth
+from stragglerlab.analysis.detectors.base import Finding, RootCause
+from stragglerlab.analysis.ground_truth import RunTruth
 
 
 @dataclass

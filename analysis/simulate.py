@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.graph import DepGraph
+from stragglerlab.analysis.graph import DepGraph
 
 # Elements per array chunk: bounds memory of the [n_nodes, batch, lanes] working set.
 CHUNK_ELEMENTS = 4_000_000

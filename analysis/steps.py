@@ -4,7 +4,7 @@ The traced step time that ground truth, detectors and figures all measure
 against. Works on either clock in use (job-wide in our runs, per-step relative
 in the artifact's and synthetic traces).
 
-    from analysis.steps import step_times
+    from stragglerlab.analysis.steps import step_times
     step_times(trace)  # pd.Series indexed by step, seconds
 """
 

@@ -31,7 +31,7 @@ max_events caps the number of op events by keeping whole steps in step order
 (if the first step alone is larger, its earliest max_events ops); otherData
 then says truncated=true and how many steps/events were kept.
 
-    from analysis.timeline import write_perfetto
+    from stragglerlab.analysis.timeline import write_perfetto
     write_perfetto(frame, "out/timeline.json.gz", title="trace-ST")
 
     python -m analysis.timeline TRACE.parquet OUT.json.gz [--title T] [--max-events N]

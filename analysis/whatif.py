@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.frame import OpFrame, build_frame
-from analysis.graph import DepGraph, build_graph
-from analysis.simulate import CHUNK_ELEMENTS, simulate
+from stragglerlab.analysis.frame import OpFrame, build_frame
+from stragglerlab.analysis.graph import DepGraph, build_graph
+from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import FixMetric, StepSeries, WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS, OpType

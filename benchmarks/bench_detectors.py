@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from analysis.detectors import Run, detector_names, get_detector
-from workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+from stragglerlab.analysis.detectors import Run, detector_names, get_detector
+from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 
 def make_run(dp: int, steps: int) -> tuple[Run, tuple[int, int]]:

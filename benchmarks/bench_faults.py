@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.whatif import ComputeIdeal, analyze
+from stragglerlab.analysis.whatif import ComputeIdeal, analyze
 from stragglerlab.scenario import load_scenario
 from stragglerlab.trace_io import read_trace
-from workloads.launcher import launch
+from stragglerlab.workloads.launcher import launch
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = ["clean-dp2-pp2", "slow-worker-1", "slow-worker-2", "slow-worker-3",

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from stragglerlab.scenario import load_scenario
-from workloads.launcher import launch
+from stragglerlab.workloads.launcher import launch
 
 
 def mean_step_time(record: dict, warmup: int) -> float:
@@ -31,7 +31,7 @@ def mean_step_time(record: dict, warmup: int) -> float:
 def tracer_cost_per_step(ops_per_step: int, steps: int = 2000) -> float:
     """Seconds the tracer itself adds per step (record every op + flush), measured in-process."""
     from stragglerlab.schema import OpType
-    from workloads.tracer import Tracer
+    from stragglerlab.workloads.tracer import Tracer
 
     with tempfile.TemporaryDirectory() as tmp:
         tracer = Tracer(Path(tmp) / "rank0.bin")

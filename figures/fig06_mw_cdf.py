@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from figures import population as pop
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures import population as pop
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 
 NAME = "fig06_mw_cdf"
 TITLE = "Fig. 6: CDF of M_W (fixing the worst 3% workers) over straggling jobs"

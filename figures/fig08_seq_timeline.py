@@ -8,7 +8,7 @@ rank's compute gives that rank's sum(seq_len^2) for the step: the rank that
 drew the long sequences computes longest and everyone waits for it.
 
     stragglerlab figures --runs RUN... --out DIR        # via the registry
-    from figures.fig08_seq_timeline import build; build(data, Path("out"))
+    from stragglerlab.figures.fig08_seq_timeline import build; build(data, Path("out"))
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.style import SMALL_FONT_SIZE, figure_style, new_figure, save_figure, source_note
-from figures.trace_common import (
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import (
+    SMALL_FONT_SIZE,
+    figure_style,
+    new_figure,
+    save_figure,
+    source_note,
+)
+from stragglerlab.figures.trace_common import (
     COMM_COLOR,
     COMPUTE_COLORS,
     draw_lanes,

@@ -6,7 +6,7 @@ compute op); forward and backward of the same microbatch are summed. A
 least-squares line and its R^2 per run show the cost is linear in sum(s^2), as
 in the paper.
 
-    from figures.fig09_mb_time_vs_seqsq import build, microbatch_costs, linear_fit
+    from stragglerlab.figures.fig09_mb_time_vs_seqsq import build, microbatch_costs, linear_fit
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.style import figure_style, new_figure, save_figure, source_note
-from figures.trace_common import (
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures.trace_common import (
     ok_runs,
     pearson,
     scenario_section,

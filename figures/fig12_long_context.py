@@ -8,7 +8,7 @@ had no such mitigation. Left panel: S per job; right panel: the Pearson
 correlation of forward and backward compute durations, whose >= 0.9 is the
 paper's sequence-imbalance signature.
 
-    from figures.fig12_long_context import build, group_stats
+    from stragglerlab.figures.fig12_long_context import build, group_stats
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.style import figure_style, new_figure, save_figure, source_note
-from figures.trace_common import ok_runs, scenario_section
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures.trace_common import ok_runs, scenario_section
 
 NAME = "fig12_long_context"
 TITLE = "Fig. 12: long-context jobs vs other jobs"

@@ -10,7 +10,7 @@ records `<run>/gc/rank<r>.jsonl` (times put on the trace clock with run.json
 `trace.clock_origin_monotonic_s`); without them, from the trace's
 `gc_pause_s` column.
 
-    from figures.fig13_gc_timeline import build, gc_pauses, gc_numbers
+    from stragglerlab.figures.fig13_gc_timeline import build, gc_pauses, gc_numbers
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.patches import Patch
 
-from analysis.steps import step_times
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.style import figure_style, new_figure, save_figure, source_note
-from figures.trace_common import (
+from stragglerlab.analysis.steps import step_times
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures.trace_common import (
     COMM_COLOR,
     COMPUTE_COLORS,
     op_colors,

@@ -9,7 +9,7 @@ stays bounded.
 
 Library use:
 
-    from figures.fig14_heatmap import plot_worker_heatmap
+    from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
     plot_worker_heatmap(scores, "out/heatmap.png", title="AR", source="reference traces")
 
 Command line (scores as a .npy file or a comma-separated .csv/.txt, one row per PP rank):
@@ -29,7 +29,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from figures.style import (
+from stragglerlab.figures.style import (
     FONT_SIZE,
     MAX_FIGURE_WIDTH,
     SMALL_FONT_SIZE,

@@ -14,7 +14,7 @@ the artifact's heatmap is min(blocking_decompose_by_dp_rank[d],
 blocking_decompose_by_stage[p]) of `result-<job>.json`. Both, and their
 largest difference, are in `ours["reference"]`.
 
-    from figures.fig14_heatmaps import artifact_cells, reference_cells
+    from stragglerlab.figures.fig14_heatmaps import artifact_cells, reference_cells
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 from matplotlib.image import imread
 
-from figures.data import FigureData
-from figures.fig14_heatmap import plot_worker_heatmap
-from figures.registry import FigureResult, no_data
-from figures.style import figure_style, new_figure, save_figure, source_note
-from figures.trace_common import runs_with_fault
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures.trace_common import runs_with_fault
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"
@@ -61,7 +61,7 @@ def artifact_cells(result: dict) -> np.ndarray:
 
 def reference_cells(reference_dir: Path, job: str) -> np.ndarray:
     """Our worker scores [pp, dp] for a reference trace (what-if analysis run on it)."""
-    from analysis.whatif import run_whatif
+    from stragglerlab.analysis.whatif import run_whatif
     from stragglerlab.trace_io import read_trace
 
     df, meta = read_trace(reference_dir / f"trace-{job}.parquet",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.axes import Axes
 
-from figures.data import FigureData, RunSummary
+from stragglerlab.figures.data import FigureData, RunSummary
 
 STRAGGLING_S = 1.1
 """A job straggles when S >= 1.1 (paper §3)."""

@@ -12,7 +12,7 @@ and writes `out_dir/<NAME>.png` and `.pdf`. `build_figure` also writes
 that folder). A figure without the data it needs still writes an image saying
 "no data: needs ..." (`no_data`) and returns ours = {}; it never crashes.
 
-    from figures.registry import build_figure, figure_names
+    from stragglerlab.figures.registry import build_figure, figure_names
     for name in figure_names():
         result = build_figure(name, data, Path("results/figures"))
 """
@@ -28,21 +28,21 @@ from stragglerlab.atomic import atomic_write_json
 from stragglerlab.errors import InputError
 
 FIGURES: list[str] = [
-    "figures.fig03_waste_cdf",
-    "figures.fig04_step_slowdown_cdf",
-    "figures.fig05_waste_by_optype",
-    "figures.fig06_mw_cdf",
-    "figures.fig07_ms_cdf",
-    "figures.fig08_seq_timeline",
-    "figures.fig09_mb_time_vs_seqsq",
-    "figures.fig10_seq_len_hist",
-    "figures.fig11_fwd_bwd_correlation",
-    "figures.fig12_long_context",
-    "figures.fig13_gc_timeline",
-    "figures.fig14_heatmaps",
-    "figures.sim_discrepancy_cdf",
-    "figures.table_s6",
-    "figures.table_mitigation",
+    "stragglerlab.figures.fig03_waste_cdf",
+    "stragglerlab.figures.fig04_step_slowdown_cdf",
+    "stragglerlab.figures.fig05_waste_by_optype",
+    "stragglerlab.figures.fig06_mw_cdf",
+    "stragglerlab.figures.fig07_ms_cdf",
+    "stragglerlab.figures.fig08_seq_timeline",
+    "stragglerlab.figures.fig09_mb_time_vs_seqsq",
+    "stragglerlab.figures.fig10_seq_len_hist",
+    "stragglerlab.figures.fig11_fwd_bwd_correlation",
+    "stragglerlab.figures.fig12_long_context",
+    "stragglerlab.figures.fig13_gc_timeline",
+    "stragglerlab.figures.fig14_heatmaps",
+    "stragglerlab.figures.sim_discrepancy_cdf",
+    "stragglerlab.figures.table_s6",
+    "stragglerlab.figures.table_mitigation",
 ]
 """Figure modules in figure order (B2's trace-based figures are added here as they land)."""
 
@@ -135,7 +135,7 @@ def build_figure(name: str, data, out_dir: Path) -> FigureResult:
 def no_data(name: str, title: str, paper: str, out_dir: Path, needs: str,
             source: str = "") -> FigureResult:
     """Write the 'no data: needs ...' image for a figure that lacks its inputs."""
-    from figures.style import figure_style, new_figure, save_figure, source_note
+    from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 
     message = f"no data: needs {needs}"
     with figure_style():

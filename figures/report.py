@@ -10,7 +10,7 @@ rendered from one list of blocks, so they always say the same.
 
     stragglerlab report --figures results/figures --scores results/scores.json \\
         --runs results/*/* --out results/report
-    from figures.report import write_report
+    from stragglerlab.figures.report import write_report
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from figures.report_blocks import Block, render_html, render_markdown
 from stragglerlab.atomic import atomic_write_text
 from stragglerlab.errors import InputError
+from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
 
 SCORE_METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
                  "slowdown_error")
@@ -80,7 +80,7 @@ class Provenance:
 
 def _figure_order() -> list[str]:
     try:
-        from figures.registry import figure_names
+        from stragglerlab.figures.registry import figure_names
 
         return figure_names()
     except Exception:  # the report must still render if a figure module is broken
@@ -132,7 +132,7 @@ def _now_utc() -> str:
 
 def provenance(run_dirs: list[Path]) -> Provenance:
     """Runs, seeds, outcomes and versions from the run folders' run.json."""
-    from figures.data import load_run
+    from stragglerlab.figures.data import load_run
 
     prov = Provenance(generated_utc=_now_utc(), n_runs=len(run_dirs))
     versions: dict[str, set[str]] = {}

@@ -6,7 +6,7 @@ embeds them (the caller's `embed(path)` returns a data URI) and inlines its
 CSS, so the HTML file needs nothing beside it. Inline markup in text is the
 small markdown subset both understand: `code` and **bold**.
 
-    from figures.report_blocks import Block, render_markdown, render_html
+    from stragglerlab.figures.report_blocks import Block, render_markdown, render_html
     md = render_markdown([Block("h1", "Title"), Block("p", "text")], relpath)
 
 This module is a library; it has nothing to run on its own.

@@ -6,7 +6,7 @@ data came from with `source_note(fig, "testbed runs")`. Figures are built on
 `matplotlib.figure.Figure` directly (no pyplot), so nothing needs a display and
 nothing leaks between calls.
 
-    from figures.style import figure_style, new_figure, save_figure, source_note
+    from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
     with figure_style():
         fig = new_figure(4.0, 3.0)
         ax = fig.add_subplot()

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from figures.data import FigureData
-from figures.registry import FigureResult, no_data
-from figures.tables import draw_table, markdown_table, paired_ratio
+from stragglerlab.figures.data import FigureData
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.tables import draw_table, markdown_table, paired_ratio
 
 NAME = "table_mitigation"
 TITLE = "Mitigation gains: throughput vs the straggling baseline"

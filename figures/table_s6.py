@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.whatif import ComputeIdeal, analyze
-from figures.data import FigureData, RunSummary
-from figures.registry import FigureResult, no_data
-from figures.tables import draw_table, markdown_table, paired_ratio
+from stragglerlab.analysis.whatif import ComputeIdeal, analyze
 from stragglerlab.errors import InputError
+from stragglerlab.figures.data import FigureData, RunSummary
+from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.tables import draw_table, markdown_table, paired_ratio
 
 NAME = "table_s6"
 TITLE = "§6: injected slow worker, measured vs estimated job slowdown"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from figures.data import RunSummary
-from figures.style import figure_style, new_figure, save_figure, source_note
+from stragglerlab.figures.data import RunSummary
+from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 
 
 @dataclass

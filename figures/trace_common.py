@@ -4,7 +4,7 @@ Picking runs out of a FigureData by the fault they carry, reading a run's
 trace, laying several steps of a trace end to end on one time axis, drawing
 per-worker lanes of op bars.
 
-    from figures.trace_common import runs_with_fault, trace_of
+    from stragglerlab.figures.trace_common import runs_with_fault, trace_of
     runs = runs_with_fault(data, "seq-imbalance")
 
 This module is a library; it has nothing to run on its own.

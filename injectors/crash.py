@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from injectors.base import Injector, RankContext, failure_outcome
-from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
+from stragglerlab.injectors.registry import register
 
 
 @register

@@ -22,9 +22,9 @@ from __future__ import annotations
 import gc
 import time
 
-from injectors.base import Injector, RankContext
-from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.base import Injector, RankContext
+from stragglerlab.injectors.registry import register
 
 CALIBRATION_OBJECTS = 100_000
 MAX_POOL = 3_000_000

@@ -22,9 +22,9 @@ import time
 
 import pandas as pd
 
-from injectors.base import Injector, RankContext, p2p_pair_latency
-from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
+from stragglerlab.injectors.registry import register
 
 MECHANISM = "in-process delay (this kernel has no netem)"
 

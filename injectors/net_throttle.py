@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from injectors.base import Injector, RankContext, p2p_pair_latency
-from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
+from stragglerlab.injectors.registry import register
 
 BYTES_PER_FLOAT = 4
 
@@ -62,7 +62,7 @@ class NetThrottle(Injector):
     def _topology(self, ctx: RankContext):
         if not ctx.net:
             return None
-        from injectors.netns import NetTopology
+        from stragglerlab.host.netns import NetTopology
 
         ctx.state["topology"] = NetTopology(ctx.net["run_id"], ctx.net["world"])
         return ctx.state["topology"]

@@ -5,8 +5,8 @@
 
 from __future__ import annotations
 
-from injectors.base import Injector
 from stragglerlab.faults import FaultKind, FaultSpec
+from stragglerlab.injectors.base import Injector
 
 REGISTRY: dict[FaultKind, type[Injector]] = {}
 
@@ -19,7 +19,7 @@ def register(cls: type[Injector]) -> type[Injector]:
 
 def _load_builtins() -> None:
     # Importing the modules registers them; kept here so `injectors.registry` is the one entry.
-    from injectors import (  # noqa: F401
+    from stragglerlab.injectors import (  # noqa: F401
         crash,
         gc_pauses,
         hang,

@@ -19,10 +19,10 @@ import dataclasses
 
 import pandas as pd
 
-from injectors.base import Injector
-from injectors.registry import register
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.base import Injector
+from stragglerlab.injectors.registry import register
 from stragglerlab.scenario import LengthDistribution
 
 

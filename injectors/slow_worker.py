@@ -29,12 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
-from injectors.base import Injector, RankContext, compute_ratio
-from injectors.registry import register
 from stragglerlab.faults import FaultKind
+from stragglerlab.host.cgroups import quota_for
+from stragglerlab.injectors.base import Injector, RankContext, compute_ratio
+from stragglerlab.injectors.registry import register
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
-MIN_QUOTA_US = 1000  # the kernel's floor
 FEEDBACK_GAIN = 0.6  # < 1: damped, the per-step ratio is noisy
 _COMPUTE_CODES = (OPTYPE_VALUES.index(OpType.FORWARD_COMPUTE.value),
                   OPTYPE_VALUES.index(OpType.BACKWARD_COMPUTE.value))
@@ -60,7 +60,7 @@ def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2) -> 
     `window` steps before `before_step` that all of them flushed; None if unknown."""
     if ctx.dp_size < 2 or not ctx.run_dir:
         return None
-    from workloads.tracer import read_records  # the rank side has the workloads package
+    from stragglerlab.trace_parts import read_records
 
     parts = Path(ctx.run_dir) / "trace-parts"
     per_rank: dict[int, dict[int, float]] = {}
@@ -80,13 +80,6 @@ def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2) -> 
     mine = sum(per_rank[ctx.rank][s] for s in common)
     peers = [sum(m[s] for s in common) for r, m in per_rank.items() if r != ctx.rank]
     return mine / float(np.mean(peers)) if peers and np.mean(peers) > 0 else None
-
-
-def quota_for(cores: float, base_period_us: int) -> tuple[int, int]:
-    """(period, quota) in us giving `cores`; the period grows when the quota would fall
-    below the kernel's 1 ms floor (a deep slowdown of an already small share)."""
-    period = max(base_period_us, int(-(-MIN_QUOTA_US // cores)))
-    return period, max(MIN_QUOTA_US, int(round(cores * period)))
 
 
 def _write_quota(cgroup: dict, cores: float) -> None:
@@ -120,7 +113,7 @@ class SlowWorker(Injector):
         want = self.active(step)
         if self.mechanism(ctx) == "gpu-sleep":  # the GPU is the device: leave the CPU alone
             if want and "gpu" not in ctx.state:
-                from injectors.gpu_sleep import GpuStretch
+                from stragglerlab.injectors.gpu_sleep import GpuStretch
 
                 ctx.state["gpu"] = GpuStretch(self.factor)
             ctx.state["gpu_active"] = want

@@ -19,10 +19,10 @@ import itertools
 
 import pandas as pd
 
-from injectors.base import Injector
-from injectors.registry import register
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord, Target
+from stragglerlab.injectors.base import Injector
+from stragglerlab.injectors.registry import register
 
 
 def stage_costs(layers: list[int], hidden: int, vocab: int, tokens: int) -> list[float]:

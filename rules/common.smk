@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 from stragglerlab.errors import InputError
-from stragglerlab.workflow_config import load_workflow_config
+from stragglerlab.workflow.config import load_workflow_config
 
 
 def _known_detectors():
     """Registered detector names; analysis/ is imported only here (it pulls in pandas)."""
-    from analysis.detectors.registry import detector_names
+    from stragglerlab.analysis.detectors.registry import detector_names
 
     return detector_names()
 

@@ -1,6 +1,6 @@
 # Training runs: results/<scenario>/<seed>/{trace.parquet, meta.yaml, faults.json, run.json}.
 #
-# The scenario entry (resolved by stragglerlab/population.py) is written to the
+# The scenario entry (resolved by stragglerlab/workflow/population.py) is written to the
 # run's scenario.yaml and passed as --config; it is also a param, so a changed
 # entry reruns exactly that run. Training uses the whole machine (every rank
 # gets its share of all cores), so nothing else runs beside it.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.resources
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,8 @@ import yaml
 
 from stragglerlab.errors import InputError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "config" / "scenarios.yaml"
+DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))
+"""The built-in scenarios: package data (the repository's config/scenarios.yaml)."""
 
 
 class LengthDistribution(str, enum.Enum):

@@ -32,19 +32,19 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from injectors.base import RankContext
 from stragglerlab.atomic import atomic_write_text
+from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
+from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
-from workloads.data import rank_microbatches
-from workloads.dist_optimizer import ShardedAdam
-from workloads.fault_hooks import FaultHooks
-from workloads.gc_monitor import GcMonitor
-from workloads.model import StageModel
-from workloads.p2p import AsyncP2P
-from workloads.schedule import ActionKind, Direction, one_f_one_b
-from workloads.tracer import Tracer, now
+from stragglerlab.workloads.dist_optimizer import ShardedAdam
+from stragglerlab.workloads.fault_hooks import FaultHooks
+from stragglerlab.workloads.gc_monitor import GcMonitor
+from stragglerlab.workloads.model import StageModel
+from stragglerlab.workloads.p2p import AsyncP2P
+from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
+from stragglerlab.workloads.tracer import Tracer, now
 
 
 class RankTrainer:
@@ -83,7 +83,7 @@ class RankTrainer:
             torch.cuda.set_device(self.device)
         init_method = self.init_method
         if self.net:  # gloo over this rank's own veth (network namespaces, for real shaping)
-            from injectors.netns import NetTopology
+            from stragglerlab.host.netns import NetTopology
 
             topo = NetTopology(self.net["run_id"], self.net["world"])
             topo.enter(self.rank)  # this thread and the threads it starts from now on

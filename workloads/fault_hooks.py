@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 
-from injectors.base import RankContext
-from injectors.registry import build_injectors
 from stragglerlab.faults import FaultSpec
-from workloads.tracer import now
+from stragglerlab.injectors.base import RankContext
+from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.workloads.tracer import now
 
 
 class FaultHooks:

@@ -15,7 +15,7 @@ import gc
 import json
 from pathlib import Path
 
-from workloads.tracer import now
+from stragglerlab.workloads.tracer import now
 
 
 class GcMonitor:

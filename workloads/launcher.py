@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import platform
 import shutil
@@ -28,13 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from injectors import netns
-from injectors.registry import build_injectors
 from stragglerlab.faults import parse_faults
+from stragglerlab.host import netns
+from stragglerlab.host.cgroups import CpuIsolation, cleanup_stale, quota_for
+from stragglerlab.host.residue import kill_orphans, mark_driver
+from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.scenario import Scenario, scenario_to_dict
-from workloads.isolation import MIN_QUOTA_US, CpuIsolation, cleanup_stale
-from workloads.residue import kill_orphans, mark_driver
-from workloads.run_folder import write_run_folder
+from stragglerlab.workloads.run_folder import write_run_folder
 
 Progress = Callable[[str], None]
 POLL_S = 0.1
@@ -69,7 +68,7 @@ def _rank_actor_class():
 
         def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
                      fault_specs: list):
-            from workloads.engine import RankTrainer
+            from stragglerlab.workloads.engine import RankTrainer
 
             self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs)
 
@@ -221,7 +220,7 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
     cores = run.cores_per_rank or CPU_HEADROOM * (os.cpu_count() or 1) / len(pids)
     # Many ranks on few cores: the period grows so each quota stays above the kernel's
     # 1 ms floor (the share is the same, the throttling granularity coarser).
-    period_us = max(run.cpu_period_us, math.ceil(MIN_QUOTA_US / cores))
+    period_us, _ = quota_for(cores, run.cpu_period_us)
     run_id = f"{run_name}-{os.getpid()}-{int(time.time())}"
     iso = CpuIsolation.create(run_id, len(pids), cores, period_us=period_us)
     for rank, pid in enumerate(pids):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from workloads.tracer import now
+from stragglerlab.workloads.tracer import now
 
 
 class AsyncP2P:

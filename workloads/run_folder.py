@@ -28,8 +28,8 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.scenario import Scenario
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace_io import write_trace
-from workloads.gc_monitor import read_pauses
-from workloads.tracer import read_records
+from stragglerlab.trace_parts import read_records
+from stragglerlab.workloads.gc_monitor import read_pauses
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
 

@@ -17,7 +17,7 @@ receives a backward (a combined op shrinks to its remaining half). No torch, no
 I/O: the synthetic trace generator and the real torch workload both walk these
 actions.
 
-    from workloads.schedule import one_f_one_b
+    from stragglerlab.workloads.schedule import one_f_one_b
     for action in one_f_one_b(stage=1, pp_size=4, n_microbatches=8):
         print(action)
 """

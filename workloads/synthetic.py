@@ -37,7 +37,7 @@ import pandas as pd
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import OPTYPE_VALUES
 from stragglerlab.schema import OpType as Op
-from workloads.schedule import Action, ActionKind, Direction, one_f_one_b
+from stragglerlab.workloads.schedule import Action, ActionKind, Direction, one_f_one_b
 
 _F, _B = Direction.FORWARD, Direction.BACKWARD
 _P2P_OPTYPE = {(_F, True): Op.FORWARD_SEND, (_F, False): Op.FORWARD_RECV,

@@ -24,12 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace_parts import RECORD
 
-RECORD = np.dtype([
-    ("step", "<i8"), ("optype", "<i2"), ("seq_id", "<i4"), ("mb_id", "<i4"),
-    ("mc", "<i2"), ("gmc", "<i2"), ("start", "<f8"), ("end", "<f8"),
-    ("seq_len_sq_sum", "<f8"),
-])
 _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 
 now = time.monotonic
@@ -94,9 +90,3 @@ class Tracer:
             self.end_step()
             self._file.close()
 
-
-def read_records(path: str | Path) -> np.ndarray:
-    """All whole records of a rank file (a torn trailing record is dropped)."""
-    raw = Path(path).read_bytes()
-    usable = len(raw) - len(raw) % RECORD.itemsize
-    return np.frombuffer(raw[:usable], dtype=RECORD)

@@ -1,7 +1,14 @@
 """Straggler detectors: the plug-in API (base), the registry, built-in detectors."""
 
-from analysis.detectors.base import Detector, Finding, RankRef, RootCause, Run, load_run
-from analysis.detectors.registry import detector_names, get_detector
+from stragglerlab.analysis.detectors.base import (
+           Detector,
+           Finding,
+           RankRef,
+           RootCause,
+           Run,
+           load_run,
+)
+from stragglerlab.analysis.detectors.registry import detector_names, get_detector
 
 __all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run",
            "detector_names", "get_detector"]

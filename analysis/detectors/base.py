@@ -8,7 +8,7 @@ finding carries the step at which it was first reported; the default replays
 `detect` on the steps seen so far, a detector with a cheaper incremental form
 overrides `observe_step`.
 
-    from analysis.detectors import load_run, get_detector
+    from stragglerlab.analysis.detectors import load_run, get_detector
     findings = get_detector("whatif").detect(load_run("results/slow-worker-1/0"))
 
 Third-party detectors subclass `Detector` and register through the

@@ -4,7 +4,7 @@ Per-step job time, fixed-size step windows (the "reporting interval" of the
 field's detectors) and turning per-window flags into step spans. Pure pandas /
 numpy; no detector logic lives here.
 
-    from analysis.detectors.baseline_common import step_times, window_ids
+    from stragglerlab.analysis.detectors.baseline_common import step_times, window_ids
 """
 
 from __future__ import annotations

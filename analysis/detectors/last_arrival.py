@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.detectors.base import Detector, Finding, RootCause, Run
-from analysis.detectors.baseline_common import step_times
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.baseline_common import step_times
 from stragglerlab.schema import DP_COLLECTIVE_OPS
 
 _DP_OPS = tuple(o.value for o in DP_COLLECTIVE_OPS)

@@ -41,8 +41,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.detectors.base import Detector, Finding, RootCause, Run
-from analysis.detectors.baseline_common import step_times, window_ids
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.baseline_common import step_times, window_ids
 from stragglerlab.schema import DP_COLLECTIVE_OPS, OpType
 
 _WORKER_OPS = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value,

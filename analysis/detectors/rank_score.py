@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.detectors.base import Detector, Finding, RootCause, Run
-from analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
 
 
 @dataclass(frozen=True)

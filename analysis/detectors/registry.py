@@ -9,7 +9,7 @@ pyproject.toml,
 where MyDetector subclasses analysis.detectors.base.Detector. The entry point
 name is the detector's name (`stragglerlab detect --detector mydet`).
 
-    from analysis.detectors.registry import get_detector, detector_names
+    from stragglerlab.analysis.detectors.registry import get_detector, detector_names
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from analysis.detectors.base import Detector
+from stragglerlab.analysis.detectors.base import Detector
 from stragglerlab.errors import InputError
 
 ENTRY_POINT_GROUP = "stragglerlab.detectors"
 
 # name -> "module:Class"; imported on first use so listing detectors stays cheap.
 BUILTIN: dict[str, str] = {
-    "whatif": "analysis.detectors.whatif:WhatIfDetector",
-    "rank-score": "analysis.detectors.rank_score:RankScoreDetector",
-    "op-minmax": "analysis.detectors.op_minmax:OpMinMaxDetector",
-    "last-arrival": "analysis.detectors.last_arrival:LastArrivalDetector",
-    "step-changepoint": "analysis.detectors.step_changepoint:StepChangepointDetector",
+    "whatif": "stragglerlab.analysis.detectors.whatif:WhatIfDetector",
+    "rank-score": "stragglerlab.analysis.detectors.rank_score:RankScoreDetector",
+    "op-minmax": "stragglerlab.analysis.detectors.op_minmax:OpMinMaxDetector",
+    "last-arrival": "stragglerlab.analysis.detectors.last_arrival:LastArrivalDetector",
+    "step-changepoint": "stragglerlab.analysis.detectors.step_changepoint:StepChangepointDetector",
 }
 
 
@@ -41,7 +41,7 @@ def _load(spec: str, where: str) -> type[Detector]:
                          "reinstall the package that provides it") from e
     if not (isinstance(cls, type) and issubclass(cls, Detector)):
         raise InputError(f"detector {where} ({spec}) is not a subclass of "
-                         "analysis.detectors.base.Detector")
+                         "stragglerlab.analysis.detectors.base.Detector")
     return cls
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.frame import OpFrame, comm_mask
-from analysis.graph import DepGraph
-from analysis.steps import step_times
+from stragglerlab.analysis.frame import OpFrame, comm_mask
+from stragglerlab.analysis.graph import DepGraph
+from stragglerlab.analysis.steps import step_times
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS

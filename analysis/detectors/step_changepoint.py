@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from analysis.detectors.base import Detector, Finding, RootCause, Run
-from analysis.detectors.baseline_common import step_times
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.baseline_common import step_times
 from stragglerlab.meta import JobMeta
 
 

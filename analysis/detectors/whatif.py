@@ -47,8 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.detectors.base import Detector, Finding, RootCause, Run
-from analysis.detectors.signatures import (
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.signatures import (
     category_excess,
     comm_excess_by_worker,
     compute_ratio_to_peers,
@@ -58,7 +58,7 @@ from analysis.detectors.signatures import (
     step_time_total,
     step_worker_scores,
 )
-from analysis.whatif import ComputeIdeal, run_whatif
+from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
 
 
 @dataclass(frozen=True)

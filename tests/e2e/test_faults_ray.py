@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from stragglerlab.host.cgroups import CpuIsolation
 from stragglerlab.trace_io import read_trace
-from workloads.isolation import CpuIsolation
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def our_cgroups() -> list[str]:
 
 def processes_of(pid: int) -> list[int]:
     """Live processes marked as started by driver `pid` (Ray's and the rank actors)."""
-    from workloads.residue import _marks
+    from stragglerlab.host.residue import _marks
 
     return [p for p, mark in _marks().items() if mark.split(":")[0] == str(pid)]
 

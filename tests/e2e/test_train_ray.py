@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.whatif import analyze
+from stragglerlab.analysis.whatif import analyze
 from stragglerlab.trace_io import read_trace
 
 pytestmark = pytest.mark.slow

@@ -22,8 +22,8 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from analysis.detectors.registry import detector_names
-from stragglerlab.workflow_config import load_workflow_config
+from stragglerlab.analysis.detectors.registry import detector_names
+from stragglerlab.workflow.config import load_workflow_config
 
 pytestmark = pytest.mark.slow
 

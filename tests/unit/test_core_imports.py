@@ -7,8 +7,9 @@ import sys
 
 CORE = [
     "stragglerlab.cli", "stragglerlab.trace_io", "stragglerlab.validate",
-    "analysis.graph", "analysis.frame", "analysis.simulate", "analysis.whatif",
-    "analysis.timeline", "figures.fig14_heatmap",
+    "stragglerlab.analysis.graph", "stragglerlab.analysis.frame",
+    "stragglerlab.analysis.simulate", "stragglerlab.analysis.whatif",
+    "stragglerlab.analysis.timeline", "stragglerlab.figures.fig14_heatmap",
 ]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stragglerlab.dataset import IGNORE_INDEX, draw_lengths, make_microbatch
 from stragglerlab.scenario import DataConfig, LengthDistribution
-from workloads.data import IGNORE_INDEX, draw_lengths, make_microbatch
 
 VOCAB, MAX_LEN = 512, 256
 

@@ -6,12 +6,17 @@ import json
 
 import pytest
 
-from analysis.detectors import RootCause
-from analysis.ground_truth import CLEAN, load_truths
+from stragglerlab.analysis.detectors import RootCause
+from stragglerlab.analysis.ground_truth import CLEAN, load_truths
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
 from stragglerlab.trace_io import write_trace
-from workloads.synthetic import SlowWorker, SyntheticConfig, ground_truth, synthesize_trace
+from stragglerlab.workloads.synthetic import (
+    SlowWorker,
+    SyntheticConfig,
+    ground_truth,
+    synthesize_trace,
+)
 
 
 def make_run(path, faults=None, **kwargs):

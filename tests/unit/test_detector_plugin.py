@@ -11,12 +11,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+from stragglerlab.workloads.synthetic import SlowWorker
 from tests.unit.test_detect_cli import make_run
-from workloads.synthetic import SlowWorker
 
 PLUGIN_SOURCE = '''
 """A toy detector: blames rank 0 of every run."""
-from analysis.detectors.base import Detector, Finding, RootCause
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause
 
 
 class BlameRankZero(Detector):

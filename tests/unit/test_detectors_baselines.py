@@ -13,14 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.detectors.base import Finding, RankRef, RootCause, Run
-from analysis.detectors.last_arrival import LastArrivalDetector, binomial_sf
-from analysis.detectors.op_minmax import OpMinMaxConfig, OpMinMaxDetector
-from analysis.detectors.rank_score import RankScoreDetector
-from analysis.detectors.registry import BUILTIN, detector_names, get_detector
-from analysis.detectors.step_changepoint import StepChangepointDetector
+from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause, Run
+from stragglerlab.analysis.detectors.last_arrival import LastArrivalDetector, binomial_sf
+from stragglerlab.analysis.detectors.op_minmax import OpMinMaxConfig, OpMinMaxDetector
+from stragglerlab.analysis.detectors.rank_score import RankScoreDetector
+from stragglerlab.analysis.detectors.registry import BUILTIN, detector_names, get_detector
+from stragglerlab.analysis.detectors.step_changepoint import StepChangepointDetector
 from stragglerlab.meta import JobMeta
-from workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 BASELINES = ("rank-score", "op-minmax", "last-arrival", "step-changepoint")
 VICTIM = RankRef(rank=2, dp_rank=2, stage=0)  # global rank = stage * dp + dp_rank, dp = 4

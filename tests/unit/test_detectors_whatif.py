@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.detectors import RootCause, Run, get_detector
+from stragglerlab.analysis.detectors import RootCause, Run, get_detector
 from stragglerlab.trace_io import read_trace
+from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 from tests.unit.refdata import reference
-from workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 
 def _run(**kwargs) -> Run:

@@ -10,8 +10,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from figures.fig14_heatmap import plot_worker_heatmap  # noqa: E402
-from figures.style import MAX_FIGURE_WIDTH, save_figure, source_note  # noqa: E402
+from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap  # noqa: E402
+from stragglerlab.figures.style import MAX_FIGURE_WIDTH, save_figure, source_note  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -87,7 +87,7 @@ def test_bad_shape_rejected(tmp_path):
 
 
 def test_save_figure_png_and_pdf_atomic(tmp_path):
-    from figures.style import figure_style, new_figure
+    from stragglerlab.figures.style import figure_style, new_figure
 
     with figure_style():
         fig = new_figure(3, 2)

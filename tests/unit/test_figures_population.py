@@ -21,9 +21,9 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from figures.data import load_figure_data, load_run  # noqa: E402
-from figures.registry import FIGURES, FigureResult, build_figure, figure_names  # noqa: E402
 from stragglerlab.errors import InputError  # noqa: E402
+from stragglerlab.figures.data import load_figure_data, load_run  # noqa: E402
+from stragglerlab.figures.registry import FIGURES, FigureResult, build_figure, figure_names  # noqa: E402
 
 MINE = ["fig03_waste_cdf", "fig04_step_slowdown_cdf", "fig05_waste_by_optype", "fig06_mw_cdf",
         "fig07_ms_cdf", "fig11_fwd_bwd_correlation", "sim_discrepancy_cdf", "table_s6",
@@ -154,7 +154,7 @@ def test_fig04_step_ratio_numbers(population):
 
 
 def test_fig05_waste_split_by_group(population):
-    from figures.fig05_waste_by_optype import OpGroup, group_waste
+    from stragglerlab.figures.fig05_waste_by_optype import OpGroup, group_waste
 
     data, _, results = population
     split = group_waste(data.by_scenario("slow")[0])

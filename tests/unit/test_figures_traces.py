@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from figures import (  # noqa: E402
+from stragglerlab.figures import (  # noqa: E402
     fig08_seq_timeline,
     fig09_mb_time_vs_seqsq,
     fig10_seq_len_hist,
@@ -29,11 +29,11 @@ from figures import (  # noqa: E402
     fig13_gc_timeline,
     fig14_heatmaps,
 )
-from figures.data import FigureData, load_figure_data  # noqa: E402
-from figures.registry import FIGURES, build_figure  # noqa: E402
+from stragglerlab.figures.data import FigureData, load_figure_data  # noqa: E402
+from stragglerlab.figures.registry import FIGURES, build_figure  # noqa: E402
 from stragglerlab.trace_io import write_trace  # noqa: E402
+from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace  # noqa: E402
 from tests.unit.refdata import REFERENCE, reference  # noqa: E402
-from workloads.synthetic import SyntheticConfig, synthesize_trace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MINE = [fig08_seq_timeline, fig09_mb_time_vs_seqsq, fig10_seq_len_hist, fig12_long_context,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from injectors.gpu_sleep import spin_cycles
 from stragglerlab.faults import FaultKind
+from stragglerlab.injectors.gpu_sleep import spin_cycles
 from tests.unit.injector_helpers import build, ctx_for, spec, target
 
 
@@ -32,7 +32,7 @@ def test_gpu_sleep_stretches_compute_by_the_factor():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    from injectors.gpu_sleep import GpuStretch
+    from stragglerlab.injectors.gpu_sleep import GpuStretch
 
     a = torch.randn(4096, 4096, device="cuda")
 

@@ -12,20 +12,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from injectors import crash as crash_mod
-from injectors import hang as hang_mod
-from injectors.base import RankContext, compute_ratio, p2p_pair_latency
-from injectors.crash import Crash
-from injectors.gc_pauses import GcPauses
-from injectors.hang import Hang
-from injectors.net_delay import NetDelay
-from injectors.net_throttle import NetThrottle
-from injectors.registry import REGISTRY, build_injectors
-from injectors.seq_imbalance import SeqImbalance
-from injectors.slow_worker import MIN_QUOTA_US, SlowWorker, quota_for
-from injectors.stage_imbalance import StageImbalance
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
+from stragglerlab.host.cgroups import MIN_QUOTA_US, quota_for
+from stragglerlab.injectors import crash as crash_mod
+from stragglerlab.injectors import hang as hang_mod
+from stragglerlab.injectors.base import RankContext, compute_ratio, p2p_pair_latency
+from stragglerlab.injectors.crash import Crash
+from stragglerlab.injectors.gc_pauses import GcPauses
+from stragglerlab.injectors.hang import Hang
+from stragglerlab.injectors.net_delay import NetDelay
+from stragglerlab.injectors.net_throttle import NetThrottle
+from stragglerlab.injectors.registry import REGISTRY, build_injectors
+from stragglerlab.injectors.seq_imbalance import SeqImbalance
+from stragglerlab.injectors.slow_worker import SlowWorker
+from stragglerlab.injectors.stage_imbalance import StageImbalance
 from tests.unit.injector_helpers import (
     SLEEP_SLACK_S,
     build,
@@ -227,7 +228,7 @@ def share(cg: dict) -> tuple[int, int]:
 @pytest.fixture
 def quiet_threads(monkeypatch):
     """The test process's other threads use no CPU (else the overhead term is noise)."""
-    monkeypatch.setattr("injectors.slow_worker._other_threads_cpu_s", lambda tid: 0.0)
+    monkeypatch.setattr("stragglerlab.injectors.slow_worker._other_threads_cpu_s", lambda tid: 0.0)
 
 
 @pytest.mark.parametrize("factor", [2.0, 8.0])
@@ -358,7 +359,7 @@ def test_record_turns_a_failed_measurement_into_an_error(monkeypatch):
 def _write_parts(run_dir: Path, per_rank_ms: dict[int, float], steps=range(3)) -> None:
     """trace-parts/rank<r>.bin with one forward and one backward of the given duration."""
     from stragglerlab.schema import OpType
-    from workloads.tracer import Tracer
+    from stragglerlab.workloads.tracer import Tracer
 
     for rank, ms in per_rank_ms.items():
         tracer = Tracer(run_dir / "trace-parts" / f"rank{rank}.bin")
@@ -371,7 +372,7 @@ def _write_parts(run_dir: Path, per_rank_ms: dict[int, float], steps=range(3)) -
 
 
 def test_peer_compute_ratio_reads_the_victims_and_peers_flushed_steps(tmp_path: Path):
-    from injectors.slow_worker import _peer_compute_ratio
+    from stragglerlab.injectors.slow_worker import _peer_compute_ratio
 
     _write_parts(tmp_path, {0: 10.0, 1: 25.0})  # stage 0, dp 2: rank 1 is 2.5x slower
     ctx = RankContext(1, 1, 0, run_dir=str(tmp_path), dp_size=2)

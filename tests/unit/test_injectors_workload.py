@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from injectors.registry import build_injectors
-from injectors.stage_imbalance import balanced_partition, stage_costs
+from stragglerlab.dataset import deal_by_square_sum, draw_lengths, rank_microbatches
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, parse_faults
+from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.injectors.stage_imbalance import balanced_partition, stage_costs
 from stragglerlab.scenario import DataConfig, LengthDistribution, load_scenario
 from tests.unit.injector_helpers import (
     build,
@@ -26,7 +27,6 @@ from tests.unit.injector_helpers import (
     target,
     trace_of,
 )
-from workloads.data import deal_by_square_sum, draw_lengths, rank_microbatches
 
 # --- GC pauses -------------------------------------------------------------------------
 

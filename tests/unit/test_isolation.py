@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.errors import InputError
-from workloads.isolation import STATE_DIR, CpuIsolation, cleanup_stale
+from stragglerlab.host.cgroups import STATE_DIR, CpuIsolation, cleanup_stale
 
 OK, WHY = CpuIsolation.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"CPU isolation unavailable: {WHY}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workloads.launcher import _prepare_dir
+from stragglerlab.workloads.launcher import _prepare_dir
 
 
 def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
@@ -20,7 +20,7 @@ def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
 
 
 def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
-    import workloads.launcher as launcher
+    import stragglerlab.workloads.launcher as launcher
     from stragglerlab.scenario import load_scenario
 
     made = {}
@@ -44,4 +44,6 @@ def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
     _iso, record = launcher._isolate(scenario, "run", list(range(8)), lambda msg: None)
     assert made["cores"] == record["cores_per_rank"] == 0.225
     assert made["period"] == record["period_us"] > scenario.run.cpu_period_us
-    assert round(made["cores"] * made["period"]) >= launcher.MIN_QUOTA_US
+    from stragglerlab.host.cgroups import MIN_QUOTA_US
+
+    assert round(made["cores"] * made["period"]) >= MIN_QUOTA_US

@@ -1,4 +1,4 @@
-"""injectors.netns: per-rank namespaces, tbf throttling, cleanup, gloo over veths.
+"""stragglerlab.injectors.netns: per-rank namespaces, tbf throttling, cleanup, gloo over veths.
 
 Needs root and iproute2; skipped otherwise. Traffic is bounded (a few MB per probe)
 and stays inside namespaces the tests create.
@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from injectors import netns
+from stragglerlab.host import netns
 
 OK, WHY = netns.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"netns unavailable: {WHY}")

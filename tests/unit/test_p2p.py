@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.p2p import match_stream
+from stragglerlab.analysis.p2p import match_stream
 from stragglerlab.errors import InputError
 
 

@@ -9,14 +9,14 @@ import yaml
 
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
-from stragglerlab.population import (
+from stragglerlab.scenario import load_scenario, scenario_to_dict
+from stragglerlab.workflow.population import (
     TARGETED_KINDS,
     coverage,
     expand_group,
     expand_population,
     parse_layout,
 )
-from stragglerlab.scenario import load_scenario, scenario_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER_JOBS = {"clean-dp2-pp2", "slow-worker-1", "slow-worker-2", "slow-worker-3", "gc-pauses",

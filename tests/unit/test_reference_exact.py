@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.whatif import analyze
+from stragglerlab.analysis.whatif import analyze
 from stragglerlab.artifact_format import fix_json, result_json
 from stragglerlab.meta import JobMeta
 from tests.unit.refdata import reference

@@ -14,8 +14,8 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.scenario import load_scenario
 from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
 from stragglerlab.trace_io import read_trace
-from workloads.run_folder import assemble_trace, job_meta, read_run, write_run_folder
-from workloads.tracer import Tracer
+from stragglerlab.workloads.run_folder import assemble_trace, job_meta, read_run, write_run_folder
+from stragglerlab.workloads.tracer import Tracer
 
 STEPS, WARMUP, DP, PP = 4, 1, 2, 2
 CLOCK0 = 5000.0  # a monotonic-clock origin far from 0: start_ts must be made relative
@@ -156,8 +156,8 @@ def test_write_run_folder(tmp_path: Path, scenario):
 
 
 def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
-    from injectors.registry import build_injectors
     from stragglerlab.faults import parse_faults
+    from stragglerlab.injectors.registry import build_injectors
 
     specs = parse_faults([{"kind": "crash", "targets": [{"dp_rank": 1, "stage": 0}],
                            "first_step": 2}], dp=DP, pp=PP, steps=STEPS, where="t")

@@ -301,7 +301,7 @@ def test_cli_train_unknown_scenario_exits_2(tmp_path: Path):
 
 def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, capsys):
     # If the launcher were reached, importing it would raise ImportError instead of exit 2.
-    monkeypatch.setitem(sys.modules, "workloads.launcher", None)
+    monkeypatch.setitem(sys.modules, "stragglerlab.workloads.launcher", None)
     path = write_config(tmp_path, {"scenarios": {"x": {"run": {"stepz": 1}}}})
     rc = main(["train", "--scenario", "x", "--config", str(path), "--out",
                str(tmp_path / "run")])

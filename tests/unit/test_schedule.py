@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.schedule import Action, ActionKind, Direction, one_f_one_b, warmup_count
+from stragglerlab.workloads.schedule import Action, ActionKind, Direction, one_f_one_b, warmup_count
 
 K = ActionKind
 SHAPES = [(pp, mb) for pp in range(1, 7) for mb in range(1, 11)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.detectors.base import Finding, RankRef, RootCause
-from analysis.ground_truth import CLEAN, RunTruth
-from analysis.scoring import score_run, score_suite
+from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
+from stragglerlab.analysis.ground_truth import CLEAN, RunTruth
+from stragglerlab.analysis.scoring import score_run, score_suite
 
 
 def _truth(run: str, kind: str, cause: RootCause, ranks: set[int], start: int | None = 4,

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import analysis.simulate as simulate_mod
-from analysis.frame import build_frame
-from analysis.graph import DepGraph, Group, build_graph
-from analysis.simulate import simulate
-from analysis.whatif import _restore_each_dp_rank, ideal_values
+import stragglerlab.analysis.simulate as simulate_mod
+from stragglerlab.analysis.frame import build_frame
+from stragglerlab.analysis.graph import DepGraph, Group, build_graph
+from stragglerlab.analysis.simulate import simulate
+from stragglerlab.analysis.whatif import _restore_each_dp_rank, ideal_values
 from stragglerlab.meta import JobMeta
 from tests.unit.refdata import reference
 
@@ -98,7 +98,7 @@ def test_simulation_with_launch_delays_replays_the_trace(ar_job):
 
 
 def test_dp_attribution_chunks_give_the_same_answer(ar_job, monkeypatch):
-    import analysis.whatif as whatif_mod
+    import stragglerlab.analysis.whatif as whatif_mod
 
     graph, frame = ar_job
     value = frame.sim_value(graph)

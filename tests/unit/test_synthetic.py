@@ -9,11 +9,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.whatif import analyze
+from stragglerlab.analysis.whatif import analyze
 from stragglerlab.meta import JobMeta
 from stragglerlab.trace_io import read_trace
 from stragglerlab.validate import validate_trace
-from workloads.synthetic import SlowWorker, SyntheticConfig, main, synthesize_trace, write_run
+from stragglerlab.workloads.synthetic import (
+    SlowWorker,
+    SyntheticConfig,
+    main,
+    synthesize_trace,
+    write_run,
+)
 
 SMALL = dict(dp_size=4, pp_size=4, n_microbatches=4, n_steps=4)
 

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from analysis.timeline import STREAMS, write_perfetto
+from stragglerlab.analysis.timeline import STREAMS, write_perfetto
 from stragglerlab.errors import InputError
 
 OPS = [  # (optype, start_s, duration_s, seq_id, mb_id) for one worker and one step

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.schema import OPTYPE_VALUES, OpType
-from workloads.tracer import RECORD, Tracer, read_records
+from stragglerlab.trace_parts import RECORD, read_records
+from stragglerlab.workloads.tracer import Tracer
 
 F, B, OPT = OpType.FORWARD_COMPUTE, OpType.BACKWARD_COMPUTE, OpType.OPTIMIZER
 

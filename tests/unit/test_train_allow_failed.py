@@ -39,7 +39,7 @@ def fake_launcher(outcome: str, keep_trace: bool, steps: list[int]):
     ("ok", True, [1, 2], True, 0),
 ])
 def test_allow_failed_run(tmp_path, monkeypatch, capsys, outcome, keep_trace, steps, flag, code):
-    monkeypatch.setitem(sys.modules, "workloads.launcher",
+    monkeypatch.setitem(sys.modules, "stragglerlab.workloads.launcher",
                         fake_launcher(outcome, keep_trace, steps))
     out = tmp_path / "run"
     argv = ["train", "--scenario", "crash", "--out", str(out), "--quiet"]

@@ -11,7 +11,7 @@ import yaml
 from snakemake.utils import update_config
 
 from stragglerlab.errors import InputError
-from stragglerlab.workflow_config import load_workflow_config
+from stragglerlab.workflow.config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ["whatif", "rank-score", "op-minmax", "last-arrival", "step-changepoint"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stragglerlab.commands import detect as detect_cmd
-from stragglerlab.commands import figures as figures_cmd
-from stragglerlab.commands import report as report_cmd
-from stragglerlab.commands import score as score_cmd
-from stragglerlab.commands import train as train_cmd
-from stragglerlab.commands import whatif as whatif_cmd
+from stragglerlab.cli import detect as detect_cmd
+from stragglerlab.cli import figures as figures_cmd
+from stragglerlab.cli import report as report_cmd
+from stragglerlab.cli import score as score_cmd
+from stragglerlab.cli import train as train_cmd
+from stragglerlab.cli import whatif as whatif_cmd
 from stragglerlab.errors import InputError
 
 EXIT_BAD_INPUT = 2

@@ -40,8 +40,8 @@ def _summary(ours: dict, limit: int = 3) -> str:
 
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
-    from figures.data import load_figure_data
-    from figures.registry import build_figure, figure_names, find_module
+    from stragglerlab.figures.data import load_figure_data
+    from stragglerlab.figures.registry import build_figure, figure_names, find_module
 
     names = figure_names()
     if args.only:

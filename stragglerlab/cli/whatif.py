@@ -36,10 +36,10 @@ def add_parser(sub, name: str) -> None:
 
 def run(args) -> int:
     """Analyse, write every output, print the summary."""
-    from analysis.timeline import write_perfetto
-    from analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
-    from figures.fig14_heatmap import plot_worker_heatmap
+    from stragglerlab.analysis.timeline import write_perfetto
+    from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
+    from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
     from stragglerlab.trace_io import read_trace
 
     t0 = time.perf_counter()

@@ -9,8 +9,8 @@ fix; the Snakefile prints it and stops. Keys (all optional except where noted):
     reference_traces: ../shared/reference-traces   # artifact traces for the figures; null = none
     detectors: [whatif, rank-score]  # detectors to run and score (must be registered)
     online: true                     # also run every detector online (<name>-online.json)
-    fixed: {...}                     # paper jobs (see stragglerlab/population.py)
-    population: {...}                # sampled jobs (see stragglerlab/population.py)
+    fixed: {...}                     # paper jobs (see stragglerlab/workflow/population.py)
+    population: {...}                # sampled jobs (see stragglerlab/workflow/population.py)
 
     wf = load_workflow_config(config, known_detectors=["whatif"])
     wf.runs, wf.population.scenario_yaml("clean-dp2-pp2")
@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stragglerlab.errors import InputError
-from stragglerlab.population import Population, Run, expand_population
+from stragglerlab.workflow.population import Population, Run, expand_population
 
 KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population")
 """Top-level keys of the workflow config."""

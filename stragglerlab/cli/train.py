@@ -41,7 +41,7 @@ def run(args) -> int:
     if args.seed is not None:
         overrides["run"]["seed"] = args.seed
     scenario = load_scenario(args.scenario, args.config, overrides)
-    from workloads.launcher import launch  # torch and ray only for this verb
+    from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
 
     t0 = time.perf_counter()
 

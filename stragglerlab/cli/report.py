@@ -28,7 +28,7 @@ def add_parser(sub, name: str) -> None:
 
 def run(args) -> int:
     """Write the report and print where it went."""
-    from figures.report import write_report
+    from stragglerlab.figures.report import write_report
 
     md, page = write_report(Path(args.figures), args.scores, args.runs, Path(args.out))
     print(f"report: {md}\nreport: {page}")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import time
@@ -52,6 +53,17 @@ MIN_QUOTA_US = 1000
 MAX_PERIOD_US = 1_000_000
 """The kernel rejects CFS periods above 1 s."""
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def quota_for(cores: float, base_period_us: int) -> tuple[int, int]:
+    """(period, quota) in us giving `cores`: the one home of the quota/period rule.
+
+    The period grows past `base_period_us` when the quota would fall below the
+    kernel's 1 ms floor (many ranks on few cores, or a deep slowdown of an
+    already small share); the quota never goes below that floor.
+    """
+    period = max(base_period_us, math.ceil(MIN_QUOTA_US / cores))
+    return period, max(MIN_QUOTA_US, int(round(cores * period)))
 
 
 class IsolationError(RuntimeError):

@@ -38,7 +38,7 @@ def add_parser(sub, name: str) -> None:
 
 
 def _load_findings(path: Path, detector: str):
-    from analysis.detectors import Finding
+    from stragglerlab.analysis.detectors import Finding
 
     try:
         doc = json.loads(path.read_text())
@@ -52,7 +52,7 @@ def _load_findings(path: Path, detector: str):
 
 
 def _findings(run_dir: str, name: str, online: bool, compute: bool, cache: dict):
-    from analysis.detectors import get_detector, load_run
+    from stragglerlab.analysis.detectors import get_detector, load_run
 
     path = Path(run_dir) / "detect" / f"{name}{'-online' if online else ''}.json"
     if path.is_file():
@@ -94,9 +94,9 @@ def table(scores: dict) -> str:
 
 def run(args) -> int:
     """Score every requested detector over the runs."""
-    from analysis.detectors import detector_names
-    from analysis.ground_truth import load_truths
-    from analysis.scoring import score_suite
+    from stragglerlab.analysis.detectors import detector_names
+    from stragglerlab.analysis.ground_truth import load_truths
+    from stragglerlab.analysis.scoring import score_suite
 
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:

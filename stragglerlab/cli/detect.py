@@ -39,7 +39,7 @@ def findings_document(detector: str, run_dir: str, online: bool, findings: list)
 
 def run(args) -> int:
     """Detect and write the findings."""
-    from analysis.detectors import detector_names, get_detector, load_run
+    from stragglerlab.analysis.detectors import detector_names, get_detector, load_run
 
     if args.list:
         for name in detector_names():

@@ -1,1 +1,0 @@
-"""One module per CLI verb: `add_parser(subparsers, name)` and `run(args) -> int`."""

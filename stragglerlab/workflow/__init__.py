@@ -1,0 +1,1 @@
+"""The workflow floor: the sampled job population and the validated workflow config."""
