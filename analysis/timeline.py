@@ -34,15 +34,13 @@ then says truncated=true and how many steps/events were kept.
     from stragglerlab.analysis.timeline import write_perfetto
     write_perfetto(frame, "out/timeline.json.gz", title="trace-ST")
 
-    python -m analysis.timeline TRACE.parquet OUT.json.gz [--title T] [--max-events N]
+    stragglerlab whatif --run results/x/0 --timelines   # timeline.json.gz + ideal-timeline.json.gz
 """
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -252,32 +250,3 @@ def write_perfetto(
     atomic_write(target, _write)
     return trace["otherData"]
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("trace", type=Path, help="trace .parquet (or .csv)")
-    ap.add_argument("out", type=Path, help="output .json or .json.gz")
-    ap.add_argument("--title", default="")
-    ap.add_argument("--max-events", type=int, default=None)
-    ap.add_argument("--layout", choices=LAYOUTS, default="auto")
-    ap.add_argument("--step-gap", type=float, default=0.1)
-    args = ap.parse_args(argv)
-    read = pd.read_csv if args.trace.suffix == ".csv" else pd.read_parquet
-    try:
-        frame = read(args.trace)
-    except (OSError, ValueError) as err:  # pyarrow's errors derive from these
-        print(f"error: {args.trace}: cannot read the trace ({err})", file=sys.stderr)
-        return 2
-    try:
-        info = write_perfetto(frame, args.out, args.title or args.trace.stem,
-                              args.max_events, args.layout, args.step_gap)
-    except InputError as err:
-        print(f"error: {args.trace}: {err}", file=sys.stderr)
-        return 2
-    print(f"{args.out}: {info['events_written']} events, {info['steps_written']} steps, "
-          f"layout {info['step_layout']}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -31,6 +31,12 @@ def _load_builtins() -> None:
     )
 
 
+def injector_classes() -> dict[FaultKind, type[Injector]]:
+    """Every fault kind with its injector class, in FaultKind order."""
+    _load_builtins()
+    return {kind: REGISTRY[kind] for kind in FaultKind if kind in REGISTRY}
+
+
 def build_injectors(specs: list[FaultSpec], where: str = "scenario") -> list[Injector]:
     """One injector per spec (parameters checked)."""
     _load_builtins()

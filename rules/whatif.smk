@@ -12,5 +12,4 @@ rule whatif:
     params:
         dir=lambda w: f"{run_dir(w.scenario, w.seed)}/whatif",
     shell:
-        "{SL} whatif --trace {input.trace} --meta {input.meta} --out {params.dir} "
-        "--no-timelines > {log} 2>&1"
+        "{SL} whatif --trace {input.trace} --meta {input.meta} --out {params.dir} > {log} 2>&1"

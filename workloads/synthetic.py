@@ -20,13 +20,12 @@ by (step, rank, optype, seq_id). A slow worker's factor multiplies its forward,
 backward and optimizer durations.
 
     df, meta = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=4))
-    python -m workloads.synthetic --out DIR --dp 2 --pp 4 --microbatches 4 --steps 8 \\
+    stragglerlab synth --out DIR --dp 2 --pp 4 --microbatches 4 --steps 8 \\
         --slow 1,1,1.5          # writes DIR/trace.parquet, DIR/meta.yaml, DIR/faults.json
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,47 +351,3 @@ def write_run(config: SyntheticConfig, out: str | Path) -> list[dict]:
     meta.dump(out / "meta.yaml")
     atomic_write_json(out / "faults.json", faults)
     return faults
-
-
-def _parse_slow(text: str) -> SlowWorker:
-    parts = text.split(",")
-    if not 3 <= len(parts) <= 5:
-        raise argparse.ArgumentTypeError(f"--slow wants DP,STAGE,FACTOR[,FIRST[,LAST]], got {text}")
-    try:
-        dp, stage, factor = int(parts[0]), int(parts[1]), float(parts[2])
-        first = int(parts[3]) if len(parts) > 3 else 0
-        last = int(parts[4]) if len(parts) > 4 else None
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--slow wants numbers, got {text}") from None
-    return SlowWorker(dp, stage, factor, first, last)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: write one synthetic run folder."""
-    p = argparse.ArgumentParser(prog="python -m workloads.synthetic",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--dp", type=int, default=2, help="data-parallel degree")
-    p.add_argument("--pp", type=int, default=4, help="pipeline stages")
-    p.add_argument("--microbatches", type=int, default=4, help="microbatches per step")
-    p.add_argument("--steps", type=int, default=8, help="traced steps")
-    p.add_argument("--seed", type=int, default=0, help="noise seed")
-    p.add_argument("--jitter", type=float, default=0.02, help="relative duration noise")
-    p.add_argument("--last-stage-factor", type=float, default=1.0,
-                   help="multiplier on the last stage's compute (stage imbalance)")
-    p.add_argument("--slow", type=_parse_slow, action="append", default=[],
-                   metavar="DP,STAGE,FACTOR[,FIRST[,LAST]]", help="a slow worker (repeatable)")
-    args = p.parse_args(argv)
-    cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
-                          n_steps=args.steps, seed=args.seed, jitter=args.jitter,
-                          slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)
-    try:
-        faults = write_run(cfg, args.out)
-    except ValueError as e:
-        p.error(str(e))
-    print(f"wrote {args.out}/trace.parquet, meta.yaml, faults.json ({len(faults)} faults)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

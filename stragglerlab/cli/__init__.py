@@ -1,40 +1,67 @@
-"""The one command line: `stragglerlab <verb>`.
+"""The one command line: `stragglerlab <verb>`, one module per verb in this package.
 
-Every verb uses the same flags with the same meaning: `--trace` (a trace
-parquet), `--meta` (its job-meta YAML), `--out` (the only place outputs go),
-`--config` and `--scenario`. Bad input prints one clear message and exits 2.
+Every verb follows one convention: `--run DIR` names one run folder and
+`--runs DIR...` several; `--out DIR` is always a folder, and the file names a
+verb writes inside it are fixed (each verb's help says which); `--quiet`
+silences progress output. Bad input prints one clear message and exits 2.
 
+    stragglerlab --version
+    stragglerlab list scenarios
     stragglerlab whatif --trace trace.parquet --meta meta.yaml --out results/job1
+
+Verb modules are imported lazily: `stragglerlab whatif` never imports torch,
+Ray or matplotlib, and `--help` imports none of the analysis.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from stragglerlab.cli import detect as detect_cmd
-from stragglerlab.cli import figures as figures_cmd
-from stragglerlab.cli import report as report_cmd
-from stragglerlab.cli import score as score_cmd
-from stragglerlab.cli import train as train_cmd
-from stragglerlab.cli import whatif as whatif_cmd
 from stragglerlab.errors import InputError
 
 EXIT_BAD_INPUT = 2
 
-VERBS = {"whatif": whatif_cmd, "train": train_cmd, "detect": detect_cmd, "score": score_cmd,
-         "figures": figures_cmd, "report": report_cmd}
+VERBS: dict[str, str] = {
+    "train": "stragglerlab.cli.train",
+    "whatif": "stragglerlab.cli.whatif",
+    "detect": "stragglerlab.cli.detect",
+    "score": "stragglerlab.cli.score",
+    "figures": "stragglerlab.cli.figures",
+    "report": "stragglerlab.cli.report",
+    "synth": "stragglerlab.cli.synth",
+    "list": "stragglerlab.cli.listing",
+}
+"""Verb name -> module with `add_parser(sub, name) -> ArgumentParser` and `run(args) -> int`."""
+
+
+def version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("stragglerlab")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _verb(name: str):
+    return importlib.import_module(VERBS[name])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with one sub-parser per verb."""
+    """The argument parser with one sub-parser per verb, each with `--quiet`."""
     parser = argparse.ArgumentParser(
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
     )
+    parser.add_argument("--version", action="version", version=f"stragglerlab {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for name, module in VERBS.items():
-        module.add_parser(sub, name)
+    for name in VERBS:
+        p = _verb(name).add_parser(sub, name)
+        p.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
 
 
@@ -42,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     args = build_parser().parse_args(argv)
     try:
-        return VERBS[args.verb].run(args) or 0
+        return _verb(args.verb).run(args) or 0
     except InputError as e:
         print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

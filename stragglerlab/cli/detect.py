@@ -1,34 +1,44 @@
 """`stragglerlab detect`: run one straggler detector on one run folder.
 
-    stragglerlab detect --run results/slow-worker-1/0 --detector whatif [--online] --out f.json
-    stragglerlab detect --list
+    stragglerlab detect --run results/slow-worker-1/0 --detector whatif [--online] \
+        --out results/slow-worker-1/0/detect
+    stragglerlab list detectors
 
-Writes FILE: {"schema", "detector", "run", "online", "findings": [...]}, each
+Writes `<detector>.json` (offline) or `<detector>-online.json` into the --out
+folder: {"schema", "detector", "run", "online", "findings": [...]}, each
 finding as analysis.detectors.base.Finding.to_dict (ranks, first/last step,
 root cause, confidence, estimated slowdown, step first reported at online).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.errors import InputError
+from stragglerlab.cli.common import out_folder
 
 FINDINGS_SCHEMA = "stragglerlab.findings/1"
 
 
-def add_parser(sub, name: str) -> None:
-    """Register the verb's flags."""
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="run a straggler detector on a run folder (findings JSON)")
-    p.add_argument("--run", help="run folder (trace.parquet, meta.yaml, run.json)")
-    p.add_argument("--detector", default="whatif", help="detector name (see --list)")
+    p.add_argument("--run", required=True, metavar="DIR",
+                   help="run folder (trace.parquet, meta.yaml, run.json)")
+    p.add_argument("--detector", default="whatif",
+                   help="detector name (see `stragglerlab list detectors`)")
     p.add_argument("--online", action="store_true",
                    help="replay the run step by step; findings carry the step they appeared at")
-    p.add_argument("--out", help="findings JSON file to write")
-    p.add_argument("--list", action="store_true", help="list the available detectors and exit")
-    p.add_argument("--quiet", action="store_true", help="no summary output")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder; writes <detector>.json or <detector>-online.json")
+    return p
+
+
+def findings_name(detector: str, online: bool) -> str:
+    """The fixed file name of a detector's findings inside the --out folder."""
+    return f"{detector}-online.json" if online else f"{detector}.json"
 
 
 def findings_document(detector: str, run_dir: str, online: bool, findings: list) -> dict:
@@ -39,23 +49,18 @@ def findings_document(detector: str, run_dir: str, online: bool, findings: list)
 
 def run(args) -> int:
     """Detect and write the findings."""
-    from stragglerlab.analysis.detectors import detector_names, get_detector, load_run
+    out = out_folder(args.out) / findings_name(args.detector, args.online)
+    from stragglerlab.analysis.detectors import get_detector, load_run
 
-    if args.list:
-        for name in detector_names():
-            print(f"{name:20s} {get_detector(name).description}")
-        return 0
-    if not args.run or not args.out:
-        raise InputError("detect needs --run DIR and --out FILE (or --list)")
     detector = get_detector(args.detector)
     run_data = load_run(args.run)
     t0 = time.perf_counter()
     findings = detector.detect_online(run_data) if args.online else detector.detect(run_data)
-    atomic_write_json(args.out, findings_document(args.detector, args.run, args.online, findings))
+    atomic_write_json(out, findings_document(args.detector, args.run, args.online, findings))
     if not args.quiet:
         mode = "online" if args.online else "offline"
         print(f"{args.detector} ({mode}) on {args.run}: {len(findings)} finding(s) "
-              f"in {time.perf_counter() - t0:.1f}s -> {args.out}", file=sys.stderr)
+              f"in {time.perf_counter() - t0:.1f}s -> {out}", file=sys.stderr)
         for f in findings:
             ranks = ", ".join(f"(DP {r.dp_rank}, PP {r.stage})" for r in f.ranks) or "whole job"
             est = f", est. slowdown {f.estimated_slowdown:.2f}" if f.estimated_slowdown else ""

@@ -13,16 +13,17 @@ if a figure failed to build (the others are still written).
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 import traceback
-from pathlib import Path
 
+from stragglerlab.cli.common import out_folder
 from stragglerlab.errors import InputError
 
 
-def add_parser(sub, name: str) -> None:
-    """Register the verb's flags."""
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="rebuild the paper's figures from run folders")
     p.add_argument("--runs", nargs="*", default=[], metavar="DIR",
                    help="run folders (results/<scenario>/<seed>/ with whatif/whatif.json)")
@@ -30,7 +31,9 @@ def add_parser(sub, name: str) -> None:
                    help="the artifact's reference traces folder (trace-AR/ST, result-*.json)")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="build only these figures (default: all; names as in the output files)")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder; writes <NAME>.png, .pdf and .json per figure")
+    return p
 
 
 def _summary(ours: dict, limit: int = 3) -> str:
@@ -47,11 +50,12 @@ def run(args) -> int:
     if args.only:
         # Resolve early so a typo is one clear error before any work is done.
         names = [find_module(n).NAME for n in args.only]
+    out = out_folder(args.out)
     data = load_figure_data(args.runs, args.reference)
-    out = Path(args.out)
     t0 = time.perf_counter()
     n_ok = len(data.ok_runs())
-    print(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} with "
+    say = (lambda *a, **k: None) if args.quiet else print
+    say(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} with "
           f"what-if), {len(names)} figures -> {out}/", file=sys.stderr, flush=True)
     failed = []
     for i, name in enumerate(names, 1):
@@ -65,7 +69,7 @@ def run(args) -> int:
             traceback.print_exc(file=sys.stderr)
             continue
         what = result.note if not result.ours else _summary(result.ours)
-        print(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
+        say(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
               f"{result.source}; {what}", flush=True)
     if failed:
         print(f"figures: {len(failed)} failed: {', '.join(failed)}", file=sys.stderr)

@@ -1,40 +1,47 @@
 """`stragglerlab score`: score detectors against the runs' ground truth (faults.json).
 
-    stragglerlab score --runs results/*/* --detector all --out results/scores.json
-    stragglerlab score --runs results/*/* --detector whatif rank-score --out scores.json
+    stragglerlab score --runs results/*/* --detector all --out results
+    stragglerlab score --runs results/*/* --detector whatif rank-score --out results
 
-For each run and detector it uses `<run>/detect/<name>.json` (offline) and
-`<run>/detect/<name>-online.json` (online) when the workflow wrote them, and
-runs the detector otherwise. Prints a detector x metric table and a per-fault-
-kind table; writes JSON keyed by detector name, each with precision, recall,
-f1, root_cause_accuracy, median_latency_steps, slowdown_error, confusion,
-by_kind and per-run rows (analysis/scoring.py says how each is counted).
+For each run and detector it reads `<run>/detect/<name>.json` (offline) and
+`<run>/detect/<name>-online.json` (online), as `stragglerlab detect` (or the
+workflow's detect rule) wrote them. Prints a detector x metric table and a
+per-fault-kind table; writes `scores.json` into --out: JSON keyed by detector
+name, each with precision, recall, f1, root_cause_accuracy,
+median_latency_steps, slowdown_error, confusion, by_kind and per-run rows
+(analysis/scoring.py says how each is counted).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
+from stragglerlab.cli.common import out_folder
 from stragglerlab.errors import InputError
+
+SCORES_NAME = "scores.json"
+"""The file `score` writes inside its --out folder."""
 
 METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
            "slowdown_error")
 
 
-def add_parser(sub, name: str) -> None:
-    """Register the verb's flags."""
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="score detectors against ground truth over run folders")
     p.add_argument("--runs", nargs="+", required=True, help="run folders")
     p.add_argument("--detector", nargs="+", default=["all"],
                    help="detector name(s), or `all` (every registered detector)")
-    p.add_argument("--out", required=True, help="scores JSON file to write")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder; writes scores.json")
     p.add_argument("--offline-only", action="store_true",
                    help="skip online replays that are not already on disk (no latency)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
 
 
 def _load_findings(path: Path, detector: str):
@@ -98,6 +105,7 @@ def run(args) -> int:
     from stragglerlab.analysis.ground_truth import load_truths
     from stragglerlab.analysis.scoring import score_suite
 
+    out = out_folder(args.out) / SCORES_NAME
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:
         if name not in detector_names():
@@ -125,6 +133,6 @@ def run(args) -> int:
         scores[name]["skipped_runs"] = [t.run for t in truths if not t.scored]
         say(f"scored {name}: F1 {_fmt(scores[name]['f1'])}, "
             f"root cause {_fmt(scores[name]['root_cause_accuracy'])}")
-    atomic_write_json(args.out, scores)
+    atomic_write_json(out, scores)
     print(table(scores))
     return 0

@@ -11,30 +11,34 @@ e.g. a `hang` or `crash` scenario) exits 0 too, so a workflow analyses it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from stragglerlab.cli.common import out_folder
 from stragglerlab.scenario import load_scenario
 
 
-def add_parser(sub, name: str) -> None:
-    """Register the verb's flags."""
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="run a scenario's training job on Ray, traced")
     p.add_argument("--scenario", required=True, help="scenario name (config/scenarios.yaml)")
     p.add_argument("--config", help="YAML merged over the built-in scenarios")
-    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="run folder to write (trace.parquet, meta.yaml, faults.json, run.json)")
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--seed", type=int, help="override run.seed")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--allow-failed-run", action="store_true",
                    help="exit 0 when the run failed cleanly and kept a trace (run.json says "
                         "failed); for workflows that analyse failed runs too")
+    return p
 
 
 def run(args) -> int:
     """Load the scenario, launch, summarise."""
+    out_folder(args.out)
     overrides: dict = {"run": {}}
     if args.steps is not None:
         overrides["run"]["steps"] = args.steps

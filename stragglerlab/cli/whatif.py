@@ -1,6 +1,7 @@
 """`stragglerlab whatif`: run the what-if analysis of one trace.
 
-    stragglerlab whatif --trace T.parquet --meta M.yaml --out DIR
+    stragglerlab whatif --trace T.parquet --meta M.yaml --out DIR [--timelines]
+    stragglerlab whatif --run results/slow-worker-1/0        # -> results/slow-worker-1/0/whatif
 
 Writes into DIR: `whatif.json` (our field names, see README), `heatmap.png`
 (Fig. 14 style worker scores), `timeline.json.gz` and
@@ -10,28 +11,40 @@ in the OSDI'25 artifact's own layout. Prints a short summary.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
+from stragglerlab.cli.common import out_folder
+from stragglerlab.errors import InputError
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
 MAX_TIMELINE_EVENTS = 100_000
 
 
-def add_parser(sub, name: str) -> None:
-    """Register the verb's flags."""
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="what-if analysis of a trace (slowdown, attribution, M_W, M_S)")
-    p.add_argument("--trace", required=True, help="trace parquet file")
-    p.add_argument("--meta", help="job meta YAML (default: the meta stored in the parquet)")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--no-timelines", action="store_true", help="skip the Perfetto timelines")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", metavar="FILE", help="trace parquet file")
+    src.add_argument("--run", metavar="DIR",
+                     help="run folder: its trace.parquet and meta.yaml; "
+                          "--out defaults to DIR/whatif")
+    p.add_argument("--meta", metavar="FILE",
+                   help="job meta YAML (default: the run folder's, else the meta in the parquet)")
+    p.add_argument("--out", metavar="DIR",
+                   help="output folder (required with --trace); writes whatif.json and "
+                        "artifact-format/{result,mw,ms}.json, with --timelines also "
+                        "timeline.json.gz and ideal-timeline.json.gz")
+    p.add_argument("--timelines", action="store_true",
+                   help="also write Perfetto timelines of the traced and the ideal job")
     p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
                    help="statistic idealizing compute ops: mean (paper, default) or median "
                         "(robust for jobs with few workers)")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
 
 
 def run(args) -> int:
@@ -42,6 +55,14 @@ def run(args) -> int:
     from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
     from stragglerlab.trace_io import read_trace
 
+    if args.run:
+        run_dir = Path(args.run)
+        args.trace = str(run_dir / "trace.parquet")
+        args.meta = args.meta or str(run_dir / "meta.yaml")
+        args.out = args.out or str(run_dir / "whatif")
+    elif not args.out:
+        raise InputError("whatif --trace needs --out DIR (the output folder)")
+    out = out_folder(args.out)
     t0 = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -53,7 +74,6 @@ def run(args) -> int:
     wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
                     compute_ideal=ComputeIdeal(args.compute_ideal))
     result = wr.result
-    out = Path(args.out)
     atomic_write_json(out / "whatif.json", result.to_json())
     atomic_write_json(out / "artifact-format" / "result.json", result_json(result))
     atomic_write_json(out / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
@@ -64,7 +84,7 @@ def run(args) -> int:
         title=f"{name}: worker slowdown min(S_dp, S_stage)", source=f"trace {args.trace}",
     )
     progress("wrote whatif.json, artifact-format/, heatmap.png")
-    if not args.no_timelines:
+    if args.timelines:
         write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), out / "timeline.json.gz",
                        title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)
         write_perfetto(ideal_timeline(wr), out / "ideal-timeline.json.gz",

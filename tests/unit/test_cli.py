@@ -23,9 +23,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_whatif_writes_every_output(tiny_parquet: Path, tmp_path: Path):
     out = tmp_path / "out"
-    proc = run_cli("whatif", "--trace", str(tiny_parquet), "--out", str(out))
+    proc = run_cli("whatif", "--trace", str(tiny_parquet), "--out", str(out), "--timelines")
     assert proc.returncode == 0, proc.stderr
-    for name in ["whatif.json", "heatmap.png", "timeline.json.gz", "ideal-timeline.json.gz",
+    for name in ["whatif.json", "timeline.json.gz", "ideal-timeline.json.gz",
                  "artifact-format/result.json", "artifact-format/mw.json",
                  "artifact-format/ms.json"]:
         assert (out / name).stat().st_size > 0, name

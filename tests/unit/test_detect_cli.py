@@ -60,10 +60,9 @@ def test_missing_ground_truth_is_a_clear_error(tmp_path):
 def test_detect_writes_findings_and_score_writes_a_table_and_json(tmp_path, capsys):
     slow = make_run(tmp_path / "slow", slow_workers=(SlowWorker(0, 1, 1.8, first_step=4),))
     clean = make_run(tmp_path / "clean", seed=3)
-    out = tmp_path / "f.json"
     assert main(["detect", "--run", str(slow), "--detector", "whatif", "--online",
-                 "--out", str(out), "--quiet"]) == 0
-    doc = json.loads(out.read_text())
+                 "--out", str(tmp_path / "det"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "det" / "whatif-online.json").read_text())
     assert doc["detector"] == "whatif" and doc["online"] is True
     (finding,) = doc["findings"]
     assert finding["ranks"] == [{"rank": 2, "dp_rank": 0, "stage": 1}]
@@ -71,7 +70,7 @@ def test_detect_writes_findings_and_score_writes_a_table_and_json(tmp_path, caps
 
     scores = tmp_path / "scores.json"
     assert main(["score", "--runs", str(slow), str(clean), "--detector", "whatif",
-                 "--out", str(scores), "--quiet"]) == 0
+                 "--out", str(tmp_path), "--quiet"]) == 0
     table = capsys.readouterr().out
     assert "whatif" in table and "f1" in table
     s = json.loads(scores.read_text())["whatif"]
@@ -89,18 +88,20 @@ def test_score_uses_findings_the_workflow_wrote(tmp_path, capsys):
         {"ranks": [{"rank": 0, "dp_rank": 0, "stage": 0}], "first_step": 0, "last_step": 1,
          "root_cause": "gc", "confidence": 1.0}]}
     (run / "detect" / "whatif.json").write_text(json.dumps(fake))
-    scores = tmp_path / "s.json"
+    scores = tmp_path / "scores.json"
     assert main(["score", "--runs", str(run), "--detector", "whatif", "--offline-only",
-                 "--out", str(scores), "--quiet"]) == 0
+                 "--out", str(tmp_path), "--quiet"]) == 0
     assert json.loads(scores.read_text())["whatif"]["fp"] == 1
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["detect", "--run", "{tmp}/nope", "--out", "{tmp}/f.json"], "no trace.parquet"),
-    (["detect", "--run", "{run}", "--detector", "nosuch", "--out", "{tmp}/f.json"],
+    (["detect", "--run", "{tmp}/nope", "--out", "{tmp}/det"], "no trace.parquet"),
+    (["detect", "--run", "{run}", "--detector", "nosuch", "--out", "{tmp}/det"],
      "unknown detector"),
-    (["score", "--runs", "{tmp}/nope", "--out", "{tmp}/s.json"], "not a run folder"),
-    (["detect", "--run", "{run}"], "--out"),
+    (["score", "--runs", "{tmp}/nope", "--out", "{tmp}"], "not a run folder"),
+    (["detect", "--run", "{run}", "--out", "{run}/trace.parquet"], "is a file, not a folder"),
+    (["score", "--runs", "{run}", "--out", ""], "--out is empty"),
+    (["detect", "--run", "{run}", "--out", "{run}/trace.parquet/x"], "is a file, so no folder"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     run = make_run(tmp_path / "run")

@@ -60,7 +60,7 @@ def test_installed_plugin_is_listed_run_and_scored(tmp_path):
         [str(site), str(Path(__file__).resolve().parents[2])])}
     cli = [sys.executable, "-m", "stragglerlab"]
 
-    listing = subprocess.run(cli + ["detect", "--list"], env=env, check=True,
+    listing = subprocess.run(cli + ["list", "detectors"], env=env, check=True,
                              capture_output=True, text=True).stdout
     assert "blame-zero" in listing and "toy plug-in" in listing
 

@@ -1,0 +1,42 @@
+"""Flag checks shared by the verbs: `--out` folders, checked before any work starts.
+
+    out = out_folder(args.out)      # InputError now, not a traceback after the work
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stragglerlab.errors import InputError
+
+MAX_PATH_CHARS = 4096
+"""Longest --out accepted (Linux PATH_MAX)."""
+
+
+def out_folder(path: str | None, flag: str = "--out") -> Path:
+    """`path` as an output folder that exists or can be created and written.
+
+    Refuses an empty name, an existing file, a path below a file, an over-long
+    name and a folder that cannot be written, each with one message saying what
+    to pass instead.
+    """
+    if path is None or not str(path).strip():
+        raise InputError(f"{flag} is empty: give the output folder, e.g. {flag} results/job1")
+    text = str(path)
+    if len(text) > MAX_PATH_CHARS or any(len(part) > 255 for part in Path(text).parts):
+        raise InputError(f"{flag} {text[:80]!r}...: the name is too long; use a shorter path")
+    if "\0" in text:
+        raise InputError(f"{flag}: the path contains a NUL byte")
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{flag} {out}: is a file, not a folder; {flag} names the output folder "
+                         "(its file names are fixed), so give a folder path")
+    probe = out
+    while not probe.exists():  # the nearest existing ancestor must be a writable folder
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"{flag} {out}: {probe} is a file, so no folder can be made below it")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{flag} {out}: {probe} is not writable; choose a folder you can write")
+    return out

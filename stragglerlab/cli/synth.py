@@ -1,0 +1,86 @@
+"""`stragglerlab synth`: write a synthetic run folder (a simulated DP x PP job, no training).
+
+    stragglerlab synth --out examples/slow-worker --dp 2 --pp 4 --microbatches 4 --steps 8 \
+        --slow 1,1,2.0
+
+Writes `trace.parquet`, `meta.yaml` and `faults.json` (one slow-worker record
+per --slow) into --out: a trace with known stragglers for trying the what-if
+analysis and detectors in seconds (stragglerlab/workloads/synthetic.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from stragglerlab.cli.common import out_folder
+from stragglerlab.errors import InputError
+
+MAX_WORKERS = 65_536
+"""Largest dp * pp accepted: far past any trace the analysis is benchmarked on."""
+
+
+def _slow(text: str):
+    from stragglerlab.workloads.synthetic import SlowWorker
+
+    parts = text.split(",")
+    if not 3 <= len(parts) <= 5:
+        raise argparse.ArgumentTypeError(f"--slow wants DP,STAGE,FACTOR[,FIRST[,LAST]], got {text}")
+    try:
+        dp, stage, factor = int(parts[0]), int(parts[1]), float(parts[2])
+        first = int(parts[3]) if len(parts) > 3 else 0
+        last = int(parts[4]) if len(parts) > 4 else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--slow wants numbers, got {text}") from None
+    return SlowWorker(dp, stage, factor, first, last)
+
+
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
+    p = sub.add_parser(name, help="write a synthetic run folder (simulated job with known faults)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder; writes trace.parquet, meta.yaml, faults.json")
+    p.add_argument("--dp", type=int, default=2, help="data-parallel degree")
+    p.add_argument("--pp", type=int, default=4, help="pipeline stages")
+    p.add_argument("--microbatches", type=int, default=4, help="microbatches per step")
+    p.add_argument("--steps", type=int, default=8, help="traced steps")
+    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument("--jitter", type=float, default=0.02, help="relative duration noise")
+    p.add_argument("--last-stage-factor", type=float, default=1.0,
+                   help="multiplier on the last stage's compute (stage imbalance)")
+    p.add_argument("--slow", type=_slow, action="append", default=[],
+                   metavar="DP,STAGE,FACTOR[,FIRST[,LAST]]", help="a slow worker (repeatable)")
+    return p
+
+
+def run(args) -> int:
+    """Check the shape, synthesize, write."""
+    import math
+
+    from stragglerlab.workloads.synthetic import SyntheticConfig, write_run
+
+    for flag in ("dp", "pp", "microbatches", "steps"):
+        if getattr(args, flag) < 1:
+            raise InputError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.dp * args.pp > MAX_WORKERS or args.steps * args.microbatches > 100_000:
+        raise InputError(f"--dp x --pp is at most {MAX_WORKERS} and --steps x --microbatches at "
+                         "most 100000: a larger synthetic job would not fit in memory")
+    for value, flag in ((args.jitter, "--jitter"), (args.last_stage_factor, "--last-stage-factor")):
+        if not math.isfinite(value) or value < 0:
+            raise InputError(f"{flag} must be a finite number >= 0, got {value}")
+    for w in args.slow:
+        if not (0 <= w.dp_rank < args.dp and 0 <= w.stage < args.pp):
+            raise InputError(f"--slow {w.dp_rank},{w.stage},...: the worker is outside "
+                             f"DP {args.dp} x PP {args.pp}")
+        if not (math.isfinite(w.factor) and w.factor > 0):
+            raise InputError(f"--slow factor must be a finite number > 0, got {w.factor}")
+    out = out_folder(args.out)
+    cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
+                          n_steps=args.steps, seed=args.seed, jitter=args.jitter,
+                          slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)
+    try:
+        faults = write_run(cfg, out)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if not args.quiet:
+        print(f"wrote {out}/trace.parquet, meta.yaml, faults.json ({len(faults)} faults)")
+    return 0
