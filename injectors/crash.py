@@ -14,10 +14,8 @@ import os
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
-from stragglerlab.injectors.registry import register
 
 
-@register
 class Crash(Injector):
     """os._exit in the victim at first_step."""
 

@@ -24,7 +24,6 @@ import time
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext
-from stragglerlab.injectors.registry import register
 
 CALIBRATION_OBJECTS = 100_000
 MAX_POOL = 3_000_000
@@ -53,7 +52,6 @@ def _full_collection_cost(size: int) -> float:
     return took
 
 
-@register
 class GcPauses(Injector):
     """Grow and churn a tracked-object pool so automatic full collections pause the rank."""
 

@@ -15,12 +15,10 @@ import time
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
-from stragglerlab.injectors.registry import register
 
 HANG_S = 24 * 3600.0
 
 
-@register
 class Hang(Injector):
     """Sleep 'forever' in the victim at first_step (the launcher kills it)."""
 

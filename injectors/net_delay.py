@@ -24,12 +24,10 @@ import pandas as pd
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
-from stragglerlab.injectors.registry import register
 
 MECHANISM = "in-process delay (this kernel has no netem)"
 
 
-@register
 class NetDelay(Injector):
     """Sleep delay_ms before each of the victim's P2P posts and collectives."""
 

@@ -23,12 +23,10 @@ import numpy as np
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
-from stragglerlab.injectors.registry import register
 
 BYTES_PER_FLOAT = 4
 
 
-@register
 class NetThrottle(Injector):
     """tc tbf on the victim's veth during the window (in-process pacing as fallback)."""
 

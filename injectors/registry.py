@@ -1,43 +1,53 @@
-"""Injector registry: fault kind -> injector class, and building injectors from specs.
+"""Injector registry: fault kind -> injector class (lazy), plus plug-ins by entry point.
+
+Built-in injectors are named by their fault kind; a package adds one under the
+entry-point group `stragglerlab.injectors` (its class subclasses
+`stragglerlab.injectors.base.Injector`).
 
     injectors = build_injectors(specs, where="config/scenarios.yaml")
+    injector_classes()[FaultKind.SLOW_WORKER]
 """
 
 from __future__ import annotations
 
 from stragglerlab.faults import FaultKind, FaultSpec
 from stragglerlab.injectors.base import Injector
+from stragglerlab.plugins import Registry
 
-REGISTRY: dict[FaultKind, type[Injector]] = {}
+_PKG = "stragglerlab.injectors"
 
 
-def register(cls: type[Injector]) -> type[Injector]:
-    """Class decorator: make cls the injector of cls.kind."""
-    REGISTRY[cls.kind] = cls
+def _is_injector(obj: object) -> str | None:
+    if not (isinstance(obj, type) and issubclass(obj, Injector)):
+        return "is not a subclass of stragglerlab.injectors.base.Injector"
+    return None
+
+
+INJECTORS = Registry(kind="injector", group="stragglerlab.injectors", check=_is_injector, builtin={
+    FaultKind.SLOW_WORKER.value: f"{_PKG}.slow_worker:SlowWorker",
+    FaultKind.NET_THROTTLE.value: f"{_PKG}.net_throttle:NetThrottle",
+    FaultKind.NET_DELAY.value: f"{_PKG}.net_delay:NetDelay",
+    FaultKind.GC_PAUSES.value: f"{_PKG}.gc_pauses:GcPauses",
+    FaultKind.STAGE_IMBALANCE.value: f"{_PKG}.stage_imbalance:StageImbalance",
+    FaultKind.SEQ_IMBALANCE.value: f"{_PKG}.seq_imbalance:SeqImbalance",
+    FaultKind.HANG.value: f"{_PKG}.hang:Hang",
+    FaultKind.CRASH.value: f"{_PKG}.crash:Crash",
+})
+"""Fault kind value -> injector class."""
+
+
+def injector_class(kind: FaultKind) -> type[Injector]:
+    """The injector class of one fault kind."""
+    cls = INJECTORS.load(kind.value)
+    assert cls.kind == kind, f"{cls.__name__}.kind is {cls.kind}, registered as {kind}"
     return cls
-
-
-def _load_builtins() -> None:
-    # Importing the modules registers them; kept here so `injectors.registry` is the one entry.
-    from stragglerlab.injectors import (  # noqa: F401
-        crash,
-        gc_pauses,
-        hang,
-        net_delay,
-        net_throttle,
-        seq_imbalance,
-        slow_worker,
-        stage_imbalance,
-    )
 
 
 def injector_classes() -> dict[FaultKind, type[Injector]]:
     """Every fault kind with its injector class, in FaultKind order."""
-    _load_builtins()
-    return {kind: REGISTRY[kind] for kind in FaultKind if kind in REGISTRY}
+    return {kind: injector_class(kind) for kind in FaultKind if kind.value in INJECTORS.builtin}
 
 
 def build_injectors(specs: list[FaultSpec], where: str = "scenario") -> list[Injector]:
     """One injector per spec (parameters checked)."""
-    _load_builtins()
-    return [REGISTRY[spec.kind](spec, where) for spec in specs]
+    return [injector_class(spec.kind)(spec, where) for spec in specs]

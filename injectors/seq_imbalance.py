@@ -22,11 +22,9 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector
-from stragglerlab.injectors.registry import register
 from stragglerlab.scenario import LengthDistribution
 
 
-@register
 class SeqImbalance(Injector):
     """Long-tailed packed sequences; optionally rebalanced across DP ranks."""
 

@@ -32,7 +32,6 @@ import numpy as np
 from stragglerlab.faults import FaultKind
 from stragglerlab.host.cgroups import quota_for
 from stragglerlab.injectors.base import Injector, RankContext, compute_ratio
-from stragglerlab.injectors.registry import register
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 FEEDBACK_GAIN = 0.6  # < 1: damped, the per-step ratio is noisy
@@ -90,7 +89,6 @@ def _write_quota(cgroup: dict, cores: float) -> None:
     (cpu_dir / "cpu.cfs_quota_us").write_text(str(quota))
 
 
-@register
 class SlowWorker(Injector):
     """Divide the victim's CPU share by `factor` during the window."""
 

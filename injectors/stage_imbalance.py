@@ -22,7 +22,6 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord, Target
 from stragglerlab.injectors.base import Injector
-from stragglerlab.injectors.registry import register
 
 
 def stage_costs(layers: list[int], hidden: int, vocab: int, tokens: int) -> list[float]:
@@ -46,7 +45,6 @@ def balanced_partition(n_layers: int, pp: int, hidden: int, vocab: int,
     return best
 
 
-@register
 class StageImbalance(Injector):
     """Uneven layers per stage / heavy loss layer; optionally re-partitioned."""
 

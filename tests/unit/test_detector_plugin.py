@@ -68,7 +68,7 @@ def test_installed_plugin_is_listed_run_and_scored(tmp_path):
     clean = make_run(tmp_path / "clean")
     out = tmp_path / "scores.json"
     subprocess.run(cli + ["score", "--runs", str(slow), str(clean), "--detector", "all",
-                          "--offline-only", "--out", str(out), "--quiet"],
+                          "--offline-only", "--out", str(tmp_path), "--quiet"],
                    env=env, check=True, capture_output=True)
     scores = json.loads(out.read_text())
     assert "blame-zero" in scores and "whatif" in scores

@@ -17,7 +17,7 @@ from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause, Ru
 from stragglerlab.analysis.detectors.last_arrival import LastArrivalDetector, binomial_sf
 from stragglerlab.analysis.detectors.op_minmax import OpMinMaxConfig, OpMinMaxDetector
 from stragglerlab.analysis.detectors.rank_score import RankScoreDetector
-from stragglerlab.analysis.detectors.registry import BUILTIN, detector_names, get_detector
+from stragglerlab.analysis.detectors.registry import DETECTORS, detector_names, get_detector
 from stragglerlab.analysis.detectors.step_changepoint import StepChangepointDetector
 from stragglerlab.meta import JobMeta
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
@@ -52,7 +52,7 @@ def _flagged(findings: list[Finding]) -> set[RankRef]:
 def test_registry_lists_and_instantiates_the_baselines():
     names = detector_names()
     for name in BASELINES:
-        assert name in BUILTIN and name in names
+        assert name in DETECTORS.builtin and name in names
         det = get_detector(name)
         assert det.name == name and det.description
     assert isinstance(get_detector("rank-score"), RankScoreDetector)

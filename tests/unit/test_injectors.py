@@ -23,7 +23,7 @@ from stragglerlab.injectors.gc_pauses import GcPauses
 from stragglerlab.injectors.hang import Hang
 from stragglerlab.injectors.net_delay import NetDelay
 from stragglerlab.injectors.net_throttle import NetThrottle
-from stragglerlab.injectors.registry import REGISTRY, build_injectors
+from stragglerlab.injectors.registry import build_injectors, injector_classes
 from stragglerlab.injectors.seq_imbalance import SeqImbalance
 from stragglerlab.injectors.slow_worker import SlowWorker
 from stragglerlab.injectors.stage_imbalance import StageImbalance
@@ -59,9 +59,10 @@ NEEDS_TARGETS = {FaultKind.SLOW_WORKER, FaultKind.NET_THROTTLE, FaultKind.NET_DE
 def test_registry_has_the_right_class_for_every_kind():
     specs = [spec(kind, [target(0, 1)], **params) for kind, (params, _cls) in VALID.items()]
     injectors = build_injectors(specs, where="test.yaml")
-    assert set(VALID) == set(FaultKind) == set(REGISTRY)
+    registry = injector_classes()
+    assert set(VALID) == set(FaultKind) == set(registry)
     for inj, s in zip(injectors, specs):
-        assert type(inj) is VALID[s.kind][1] and REGISTRY[s.kind] is VALID[s.kind][1]
+        assert type(inj) is VALID[s.kind][1] and registry[s.kind] is VALID[s.kind][1]
         assert inj.kind is s.kind and inj.spec is s and inj.where == "test.yaml"
     assert build_injectors([]) == []
 
