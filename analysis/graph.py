@@ -62,6 +62,11 @@ class DepGraph:
     """Per node: True for a P2P record without a peer."""
 
     @property
+    def step_end_nodes(self) -> np.ndarray:
+        """Nodes whose end ends a simulated step: the optimizer ops (empty if there are none)."""
+        return np.flatnonzero(self.optype == "optimizer")
+
+    @property
     def n_nodes(self) -> int:
         """Number of ops per (step, DP rank)."""
         return len(self.optype)

@@ -12,6 +12,7 @@ from stragglerlab.analysis.graph import DepGraph, Group, build_graph
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.analysis.whatif import _restore_each_dp_rank, ideal_values
 from stragglerlab.meta import JobMeta
+from tests.unit.conftest import DATA
 from tests.unit.refdata import reference
 
 
@@ -108,3 +109,22 @@ def test_dp_attribution_chunks_give_the_same_answer(ar_job, monkeypatch):
     one_rank_a_chunk = _restore_each_dp_rank(graph, value, ideal)
     for d in whole:
         np.testing.assert_array_equal(whole[d], one_rank_a_chunk[d])
+
+
+def test_a_send_completing_after_the_optimizer_does_not_lengthen_the_step(tiny_df, tiny_meta):
+    """The artifact's rule (design.md §4.3): a simulated step ends at the latest optimizer end.
+
+    tests/data/trailing_send_trace.csv is tiny_trace.csv with one forward-send
+    (step 8, stage 0, DP rank 1, its last) completing 0.2 s later, after that
+    step's optimizer: its receiver was held up (a GC pause, say) and nothing
+    waits for the send. The traced step is longer; the simulated one is not.
+    """
+    from stragglerlab.analysis.whatif import analyze
+
+    trailing = pd.read_csv(DATA / "trailing_send_trace.csv")
+    plain = analyze(tiny_df, tiny_meta, where="tiny").step_time_nodelay.values
+    late = analyze(trailing, tiny_meta, where="trailing").step_time_nodelay.values
+    np.testing.assert_allclose(late, plain, rtol=0, atol=1e-12)
+    ends = trailing.start_ts + trailing.duration
+    step8 = trailing.step == 8
+    assert ends[step8].max() > ends[step8 & (trailing.optype == "optimizer")].max() + 0.1
