@@ -4,9 +4,16 @@
 #   .venv/bin/snakemake --cores 2 --configfile config/smoke.yaml   # CI smoke suite
 #   .venv/bin/snakemake -n                           # the DAG, nothing run
 #
-# Config: config/workflow.yaml (validated at parse time, see rules/common.smk);
-# rules in rules/*.smk, each calling the `stragglerlab` CLI with a log under
-# results/logs/. Layout and --keep-going semantics: README, section Workflow.
+# Config: config/workflow.yaml (checked at parse time against
+# config/workflow.schema.yaml, then semantically, see rules/common.smk); rules in
+# rules/*.smk, each a thin call of one `stragglerlab` verb with quoted paths and a
+# log under results/logs/. Every computation is one DAG step, computed once:
+#
+#   train -> whatif (the only what-if analysis of a run) -> detect {offline,online}
+#         -> score;  whatif (+ whatif_reference for the artifact's traces)
+#         -> figure_<NAME> (one rule per figure) -> report
+#
+# Layout and --keep-going semantics: README, section Workflow.
 
 from pathlib import Path
 
@@ -31,4 +38,4 @@ rule all:
         f"{R}/report.html",
         all_runs("{dir}/trace.parquet"),
         all_runs("{dir}/whatif/whatif.json"),
-        [f"{d}/detect/{n}.json" for d in run_dirs() for n in detect_names()],
+        detect_files(),

@@ -8,8 +8,12 @@ Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
   is a false negative. Clean runs count: any finding there is a false positive.
   Precision, recall and F1 are micro-averaged over the pairs.
 * Root cause: the run's predicted label is the label of its most confident
-  finding (`none` without findings); accuracy over all scored runs, clean ones
-  included, with a confusion matrix truth -> predicted.
+  finding (`none` without findings); labels are fault kinds (one vocabulary,
+  stragglerlab.findings), a prediction is right when it names the true kind
+  or one no trace tells apart from it (`same_cause`: net-throttle ~ net-delay,
+  hang ~ crash);
+  accuracy over all scored runs, clean ones included, with a confusion matrix
+  truth -> predicted.
 * Latency (online mode): steps from the fault's first traced step to the first
   finding that names a truth rank, reported at or after that step; 0 = caught
   in the first faulty step.
@@ -27,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.base import Finding, RootCause
 from stragglerlab.analysis.ground_truth import RunTruth
+from stragglerlab.findings import Finding, RootCause, same_cause
 
 
 @dataclass
@@ -119,7 +123,7 @@ class SuiteScore:
         return {
             "n_runs": len(runs),
             "precision": precision, "recall": recall, "f1": f1,
-            "root_cause_accuracy": (float(np.mean([r.predicted_cause == r.true_cause
+            "root_cause_accuracy": (float(np.mean([same_cause(r.true_cause, r.predicted_cause)
                                                    for r in runs])) if runs else None),
             "median_latency_steps": float(np.median(latencies)) if latencies else None,
             "detected_online": f"{len(latencies)}/{len(faulty_online)}",

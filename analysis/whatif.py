@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.frame import OpFrame, build_frame
+from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.meta import JobMeta
@@ -101,24 +101,49 @@ def analyze(
 def run_whatif(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
+    other_ideals: Iterable[ComputeIdeal] = (),
 ) -> WhatIfRun:
-    """Run the full what-if analysis of one trace (compute_ideal: see ComputeIdeal)."""
+    """Run the full what-if analysis of one trace (compute_ideal: see ComputeIdeal).
+
+    The graph and frame are built once; each of `other_ideals` is evaluated on
+    them too and lands in `result.variants` (what `stragglerlab whatif` writes
+    into whatif.json, so nothing downstream re-analyses the trace).
+    """
     say = progress or (lambda _msg: None)
     first_step = df["step"].min()
     template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
     graph = build_graph(template, meta, where)
     say(f"graph: {graph.n_nodes} ops per worker-step, {len(graph.groups)} groups")
     frame = build_frame(df, graph, meta, where)
-    n_steps, dp = len(frame.steps), meta.dp_size
-    say(f"frame: {n_steps} steps x {dp} DP ranks x {meta.pp_size} stages")
+    say(f"frame: {len(frame.steps)} steps x {meta.dp_size} DP ranks x {meta.pp_size} stages")
 
     value = frame.sim_value(graph)
     t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
     t_nodelay = simulate(graph, value).step_time
+    say("simulated base and no-delay frames")
+    correlation = _fwd_bwd_correlation(graph, frame)
+    excess = comm_excess_by_worker(graph, frame, slice(None))
+    ideal, result = _evaluate(graph, frame, meta, value, t_base, t_nodelay, compute_ideal, say)
+    for other in dict.fromkeys(ComputeIdeal(o) for o in other_ideals):
+        if other is not compute_ideal:
+            result.variants[other.value] = _evaluate(graph, frame, meta, value, t_base,
+                                                     t_nodelay, other, say)[1]
+    for r in (result, *result.variants.values()):
+        r.fwd_bwd_correlation = correlation
+        r.comm_excess_by_worker = excess
+        r.n_ops = int(df.shape[0])
+    return WhatIfRun(graph, frame, ideal, result)
+
+
+def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
+              t_base: np.ndarray, t_nodelay: np.ndarray, compute_ideal: ComputeIdeal,
+              say: Progress) -> tuple[np.ndarray, WhatIfResult]:
+    """Ideal, attributions, worker scores, M_W and M_S of one compute ideal."""
+    n_steps, dp = len(frame.steps), meta.dp_size
     ideal = ideal_values(graph, frame, value, compute_ideal)
     t_ideal_scalar = float(simulate(graph, ideal[:, None, None]).step_time[0])
     t_ideal = np.full(n_steps, t_ideal_scalar)
-    say("simulated base, no-delay and ideal frames")
+    say(f"simulated the ideal ({compute_ideal.value} compute)")
 
     slowdown = t_nodelay.mean() / t_ideal_scalar
     ideal_full = np.broadcast_to(ideal[:, None, None], value.shape)
@@ -172,10 +197,30 @@ def run_whatif(
         top_workers=top_workers,
         m_w=m_w,
         m_s=m_s,
-        fwd_bwd_correlation=_fwd_bwd_correlation(graph, frame),
-        n_ops=int(df.shape[0]),
+        fwd_bwd_correlation=None,
+        n_ops=0,
+        compute_ideal=compute_ideal.value,
     )
-    return WhatIfRun(graph, frame, ideal, result)
+    return ideal, result
+
+
+def comm_excess_by_worker(graph: DepGraph, frame: OpFrame, window: slice) -> np.ndarray:
+    """Per worker, summed transfer time over its op type's median, in its comm ops, [pp, dp], s.
+
+    A slow link slows every group its rank is in (its P2P pairs, its stage's DP
+    collectives, the embedding and clip all-reduces), so its rank collects the
+    most excess; a peer shares only some of those groups. Written to
+    whatif.json (`comm_excess_by_worker_s`) for the `whatif` detector.
+    """
+    comm = comm_mask(graph) & ~(graph.noop if graph.noop is not None else False)
+    transfer = frame.transfer[:, window, :]
+    excess = np.zeros((int(graph.stage.max()) + 1, transfer.shape[2]))
+    for optype in np.unique(graph.optype[comm]):
+        nodes = np.flatnonzero(comm & (graph.optype == optype))
+        values = transfer[nodes]  # [nodes, steps, dp]
+        over = np.clip(values - np.median(values), 0.0, None).sum(axis=1)  # [nodes, dp]
+        np.add.at(excess, graph.stage[nodes], over)
+    return excess
 
 
 def ideal_timeline(run: WhatIfRun) -> pd.DataFrame:

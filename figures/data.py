@@ -15,7 +15,6 @@ This module is a library; `stragglerlab figures` is the command that uses it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,25 +23,15 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
+from stragglerlab.run_folder import META_YAML, RUN_JSON, RunFolder
 
-RUN_JSON = "run.json"
-META_YAML = "meta.yaml"
-FAULTS_JSON = "faults.json"
-TRACE_PARQUET = "trace.parquet"
-WHATIF_JSON = Path("whatif") / "whatif.json"
+REFERENCE_WHATIF_JSON = "whatif.json"
+"""File name of a reference trace's what-if result inside `<reference_whatif_dir>/<job>/`."""
+REFERENCE_WHATIF_DIR = "reference"
+"""The reference traces' what-if results below the results root (`results/reference/<job>/`)."""
 
 OUTCOME_OK = "ok"
 OUTCOME_FAILED = "failed"
-
-
-def _read_json(path: Path, what: str) -> object:
-    try:
-        return json.loads(path.read_text())
-    except OSError as e:
-        raise InputError(f"cannot read {what}: {e.strerror}", str(path)) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{what} is not valid JSON ({e.msg}, line {e.lineno}); "
-                         "re-create it", str(path)) from None
 
 
 @dataclass
@@ -65,7 +54,7 @@ class RunSummary:
     """whatif/whatif.json (WhatIfResult.to_json layout), None when absent or not a result."""
     outcome: str
     """'ok' or 'failed' (run.json `outcome`)."""
-    _trace: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    _folder: RunFolder | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -79,14 +68,9 @@ class RunSummary:
 
     def trace(self) -> pd.DataFrame:
         """The run's trace (read and validated on first call, cached)."""
-        if self._trace is None:
-            from stragglerlab.trace_io import read_trace
-
-            meta_path = self.path / META_YAML
-            df, _ = read_trace(self.path / TRACE_PARQUET,
-                               meta_path if meta_path.exists() else None)
-            self._trace = df
-        return self._trace
+        if self._folder is None:
+            self._folder = RunFolder(path=self.path)
+        return self._folder.trace()
 
     def step_times_s(self) -> dict[int, float]:
         """Measured step time per traced step, s: run.json `step_time_s` without warm-up.
@@ -145,6 +129,16 @@ class FigureData:
     """Run folders, in the order given."""
     reference_dir: Path | None = None
     """The artifact's reference traces folder (trace-AR/ST, result-*.json), if given."""
+    reference_whatif_dir: Path | None = None
+    """Folder of the reference traces' what-if results, `<job>/whatif.json` (the workflow's
+    `results/reference/`, written by `stragglerlab whatif --trace ... --out DIR/<job>`)."""
+
+    def reference_whatif(self, job: str) -> Path | None:
+        """The what-if result of reference trace `job` (e.g. AR), None when not written."""
+        if self.reference_whatif_dir is None:
+            return None
+        path = Path(self.reference_whatif_dir) / job / REFERENCE_WHATIF_JSON
+        return path if path.is_file() else None
 
     def ok_runs(self) -> list[RunSummary]:
         """Runs that finished without error."""
@@ -173,49 +167,42 @@ def _seed(record: dict, folder: Path) -> int:
     return 0
 
 
-def _meta(folder: Path, record: dict) -> JobMeta:
-    path = folder / META_YAML
-    if path.exists():
-        return JobMeta.load(path)
+def _meta(folder: RunFolder, record: dict) -> JobMeta:
+    if folder.has_meta:
+        return folder.meta
     parallel = (record.get("scenario") or {}).get("parallel") or {}
     if record.get("outcome") != OUTCOME_OK and "dp" in parallel and "pp" in parallel:
         # A run that died early may lack meta.yaml; its scenario still says the layout.
         return JobMeta(dp_size=int(parallel["dp"]), pp_size=int(parallel["pp"]))
-    raise InputError(f"run folder has no {META_YAML}; re-run `stragglerlab train`", str(folder))
+    raise InputError(f"run folder has no {META_YAML}; re-run `stragglerlab train`",
+                     str(folder.path))
 
 
 def load_run(folder: str | Path) -> RunSummary:
-    """Read one run folder (not its trace). InputError when it is missing or unreadable."""
-    path = Path(folder)
-    if not path.is_dir():
-        raise InputError("run folder not found (pass folders written by `stragglerlab train`, "
-                         "e.g. results/<scenario>/<seed>)", str(path))
-    if not (path / RUN_JSON).is_file():
+    """Read one run folder (not its trace) through RunFolder. InputError when it is bad."""
+    run = RunFolder.open(folder)
+    if not run.has_record:
         raise InputError(f"not a run folder: no {RUN_JSON} (pass folders written by "
-                         "`stragglerlab train`, e.g. results/<scenario>/<seed>)", str(path))
-    record = _read_json(path / RUN_JSON, RUN_JSON)
-    if not isinstance(record, dict):
-        raise InputError(f"{RUN_JSON} must hold a JSON object", str(path / RUN_JSON))
-    outcome = str(record.get("outcome") or OUTCOME_FAILED)
-    meta = _meta(path, record)
-    faults_path = path / FAULTS_JSON
-    faults = _read_json(faults_path, FAULTS_JSON) if faults_path.exists() else []
-    if not isinstance(faults, list):
-        raise InputError(f"{FAULTS_JSON} must hold a JSON list", str(faults_path))
+                         "`stragglerlab train`, e.g. results/<scenario>/<seed>)", str(run.path))
+    record = run.record.to_json()  # validated; error.rank against the layout when known
+    meta = _meta(run, record)
+    faults = [f.to_json() for f in run.faults] if run.has_faults else []
     whatif = None
-    if (path / WHATIF_JSON).is_file():
-        raw = _read_json(path / WHATIF_JSON, "whatif.json")
+    if run.has_whatif:
+        raw = run.whatif
         # A marker written for a run the analysis could not handle has no slowdown.
-        if isinstance(raw, dict) and raw.get("slowdown") is not None:
+        if raw.get("slowdown") is not None:
             whatif = raw
     scenario = ((record.get("scenario") or {}).get("name") or record.get("name")
-                or meta.trial_name or path.name)
-    return RunSummary(path=path, scenario=str(scenario), seed=_seed(record, path), meta=meta,
-                      faults=faults, record=record, whatif=whatif, outcome=outcome)
+                or meta.trial_name or run.path.name)
+    return RunSummary(path=run.path, scenario=str(scenario), seed=_seed(record, run.path),
+                      meta=meta, faults=faults, record=record, whatif=whatif,
+                      outcome=record["outcome"], _folder=run)
 
 
 def load_figure_data(run_dirs: list[str | Path],
-                     reference_dir: str | Path | None = None) -> FigureData:
+                     reference_dir: str | Path | None = None,
+                     reference_whatif_dir: str | Path | None = None) -> FigureData:
     """Load every run folder once (duplicates dropped) and check the reference folder."""
     runs: list[RunSummary] = []
     seen: set[Path] = set()
@@ -231,4 +218,6 @@ def load_figure_data(run_dirs: list[str | Path],
         if not ref.is_dir():
             raise InputError("reference traces folder not found (expected the artifact's "
                              "trace-*.parquet, meta-*.yaml, result-*.json)", str(ref))
-    return FigureData(runs=runs, reference_dir=ref)
+    return FigureData(runs=runs, reference_dir=ref,
+                      reference_whatif_dir=(None if reference_whatif_dir is None
+                                            else Path(reference_whatif_dir)))

@@ -26,6 +26,8 @@ PAPER_STRAGGLING_PCT = 42.5
 PAPER_GPU_WASTED_PCT = 10.4
 PAPER_P90_PCT = 21.3
 PAPER_P99_PCT = 45.0
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def waste_numbers(slowdown: np.ndarray, gpu_time_s: np.ndarray) -> dict[str, float]:

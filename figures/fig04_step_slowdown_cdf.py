@@ -23,6 +23,8 @@ TITLE = "Fig. 4: CDF of per-step slowdown / job slowdown"
 PAPER = "median 1.0, P90 1.06"
 PAPER_MEDIAN = 1.0
 PAPER_P90 = 1.06
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def step_ratios(runs: list[RunSummary]) -> np.ndarray:

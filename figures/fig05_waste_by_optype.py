@@ -24,6 +24,8 @@ from stragglerlab.figures.style import figure_style, new_figure, save_figure, so
 NAME = "fig05_waste_by_optype"
 TITLE = "Fig. 5: waste attributed to op types (straggling jobs)"
 PAPER = "compute dominates the waste; PP comm > DP comm"
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 class OpGroup(str, Enum):

@@ -25,6 +25,8 @@ TITLE = "Fig. 6: CDF of M_W (fixing the worst 3% workers) over straggling jobs"
 PAPER = "M_W > 0.5 in 1.7% of straggling jobs; their mean S 3.04 vs 1.28 for the rest"
 THRESHOLD = 0.5
 PAPER_SHARE_PCT = 1.7
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def mw_numbers(mw: np.ndarray, s: np.ndarray) -> dict[str, float | None]:

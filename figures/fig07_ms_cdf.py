@@ -23,6 +23,8 @@ TITLE = "Fig. 7: CDF of M_S (fixing the last stage) over straggling PP jobs"
 PAPER = "M_S >= 0.5 in 39.3% of jobs"
 THRESHOLD = 0.5
 PAPER_SHARE_PCT = 39.3
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def build(data: FigureData, out_dir: Path) -> FigureResult:

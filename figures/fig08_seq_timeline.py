@@ -47,6 +47,8 @@ PAPER = ("DP ranks that drew long sequences compute longest; the others wait at 
 N_STEPS = 3
 """Consecutive steps drawn (the window with the largest compute imbalance)."""
 WAIT_COLOR = "#C44E52"
+INPUTS = ("runs", "traces")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def pick_run(data: FigureData):

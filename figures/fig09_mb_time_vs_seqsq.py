@@ -33,6 +33,8 @@ PAPER = "microbatch time grows linearly with sum(seq_len^2) (linear fit)"
 MAX_RUNS_DRAWN = 4
 """Runs drawn in the scatter (all fitted runs are in `ours`)."""
 MARKERS = "osD^"
+INPUTS = ("runs", "traces")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 @dataclass

@@ -31,6 +31,8 @@ TITLE = "Fig. 10: sequence-length histogram and CDF"
 PAPER = "long-tailed: most sequences short, a few very long (histogram + CDF, log x)"
 N_BINS = 40
 """Log-spaced histogram bins."""
+INPUTS = ("runs", "traces")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def data_config(scenario: dict) -> DataConfig:

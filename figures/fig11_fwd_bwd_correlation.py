@@ -25,6 +25,8 @@ TITLE = "Fig. 11: CDF of forward-backward duration correlation"
 PAPER = "correlation >= 0.9 (sequence imbalance) in 21.4% of jobs, mean S 1.34"
 THRESHOLD = 0.9
 PAPER_SHARE_PCT = 21.4
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def correlation_numbers(corr: np.ndarray, s: np.ndarray,

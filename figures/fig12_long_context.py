@@ -34,6 +34,8 @@ CORRELATION_THRESHOLD = 0.9
 """fwd-bwd correlation from which the paper calls a job sequence-imbalanced."""
 GROUPS = ("long-context", "other")
 COLORS = {"long-context": "#C44E52", "other": "#4C72B0"}
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def jobs(data: FigureData) -> list[dict]:

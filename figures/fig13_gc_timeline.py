@@ -45,6 +45,8 @@ MIN_DRAWN_PAUSE_S = 1e-3
 """Shorter pauses are not drawn on the timeline (invisible at its scale)."""
 GC_COLOR = "#C44E52"
 PAUSE_COLUMNS = ["rank", "step", "start_s", "duration_s"]
+INPUTS = ("runs", "traces")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def pick_runs(data: FigureData) -> dict[str, object]:

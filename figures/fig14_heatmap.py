@@ -7,19 +7,15 @@ each cell annotated with its value; large grids (e.g. dp=1024) drop the
 annotations and cell borders and thin the tick labels, and the figure width
 stays bounded.
 
-Library use:
+A plotting library; the registered figure that uses it is
+`figures/fig14_heatmaps.py` (`stragglerlab figures --only fig14_heatmaps`):
 
     from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
     plot_worker_heatmap(scores, "out/heatmap.png", title="AR", source="reference traces")
-
-Command line (scores as a .npy file or a comma-separated .csv/.txt, one row per PP rank):
-
-    python -m figures.fig14_heatmap SCORES.npy OUT.png [--title T] [--source S] [--pdf]
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
@@ -150,26 +146,3 @@ def plot_worker_heatmap(
         source_note(fig, source)
         save_figure(fig, out_path, pdf=pdf)
     return fig
-
-
-def _load(path: Path) -> np.ndarray:
-    if path.suffix == ".npy":
-        return np.load(path)
-    return np.loadtxt(path, delimiter=",", ndmin=2)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scores", type=Path, help=".npy or .csv array shaped [pp_size, dp_size]")
-    ap.add_argument("out", type=Path, help="output PNG")
-    ap.add_argument("--title", default="")
-    ap.add_argument("--source", default="")
-    ap.add_argument("--pdf", action="store_true", help="also write a PDF beside the PNG")
-    args = ap.parse_args(argv)
-    plot_worker_heatmap(_load(args.scores), args.out, args.title, args.source, pdf=args.pdf)
-    print(args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

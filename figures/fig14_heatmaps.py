@@ -3,11 +3,15 @@ imbalance, from testbed runs and from the artifact's reference traces.
 
 Top row: three testbed runs, one per root cause (a slow-worker run, a
 stage-imbalance run, a seq-imbalance run, each unmitigated), from their
-`whatif/whatif.json` `worker_score`. Bottom row: the same heatmap rebuilt from
-the reference traces trace-AR (one slowed worker) and trace-ST (stage
-imbalance) by running the what-if analysis on them. Each panel is drawn by
-`figures.fig14_heatmap.plot_worker_heatmap` into `<NAME>-<panel>.png` and the
-panels are assembled into `<NAME>.png`/`.pdf`.
+`whatif/whatif.json` `worker_score`. Bottom row: the same heatmap of the
+reference traces trace-AR (one slowed worker) and trace-ST (stage imbalance),
+from their what-if results `<reference_whatif_dir>/<job>/whatif.json` (the
+workflow's `results/reference/<job>/whatif.json`, written by `stragglerlab
+whatif`; this figure never re-runs the analysis), mean ideal as the artifact.
+Each panel is drawn by `figures.fig14_heatmap.plot_worker_heatmap` into
+`<NAME>-<panel>.png` and the panels are assembled into `<NAME>.png`/`.pdf`.
+Built by `stragglerlab figures --runs ... --reference DIR --only fig14_heatmaps
+--out results/figures` (reference what-if looked up in results/reference/).
 
 The reference cells are checked against the artifact's own result: a cell of
 the artifact's heatmap is min(blocking_decompose_by_dp_rank[d],
@@ -30,12 +34,15 @@ from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import runs_with_fault
+from stragglerlab.results import WhatIfRecord
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"
 PAPER = ("worker issue: one hot cell; stage imbalance: a hot last-stage row; sequence "
          "imbalance: a hot DP column varying by step (artifact: AR cell (DP0,PP0)=1.97, "
          "ST last stage 1.17/1.18)")
+INPUTS = ("runs", "whatif", "reference")
+"""Run-folder files this figure reads, plus the reference traces' what-if (figures/registry.py)."""
 REFERENCE_JOBS = ("AR", "ST")
 """The artifact's sample traces in the reference folder."""
 REFERENCE_ROLE = {"AR": "worker issue", "ST": "stage imbalance"}
@@ -59,14 +66,17 @@ def artifact_cells(result: dict) -> np.ndarray:
     return np.minimum(stage[:, None], dp[None, :])
 
 
-def reference_cells(reference_dir: Path, job: str) -> np.ndarray:
-    """Our worker scores [pp, dp] for a reference trace (what-if analysis run on it)."""
-    from stragglerlab.analysis.whatif import run_whatif
-    from stragglerlab.trace_io import read_trace
+def reference_cells(whatif_json: Path) -> np.ndarray:
+    """Our worker scores [pp, dp] of a reference trace, from its whatif.json (mean ideal)."""
+    return WhatIfRecord.read(whatif_json).ideal("mean").worker_score
 
-    df, meta = read_trace(reference_dir / f"trace-{job}.parquet",
-                          reference_dir / f"meta-{job}.yaml")
-    return np.asarray(run_whatif(df, meta, where=f"trace-{job}.parquet").result.worker_score)
+
+def whatif_command(ref_dir: Path, job: str, data: FigureData) -> str:
+    """The command that writes the what-if result this figure reads for reference job `job`."""
+    out = (Path(data.reference_whatif_dir) if data.reference_whatif_dir is not None
+           else Path("results") / "reference") / job
+    return (f"stragglerlab whatif --trace {ref_dir / f'trace-{job}.parquet'} "
+            f"--meta {ref_dir / f'meta-{job}.yaml'} --out {out}")
 
 
 def _unmitigated(run, kind: str) -> bool:
@@ -111,11 +121,17 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
     if testbed:
         ours["testbed"] = testbed
     reference = {}
+    not_analysed = []
     ref_dir = Path(data.reference_dir) if data.reference_dir is not None else None
     for job in REFERENCE_JOBS:
         if ref_dir is None or not (ref_dir / f"trace-{job}.parquet").exists():
             continue
-        cells = reference_cells(ref_dir, job)
+        whatif_json = data.reference_whatif(job)
+        if whatif_json is None:
+            not_analysed.append(f"trace-{job} has no what-if result; run "
+                                f"`{whatif_command(ref_dir, job, data)}` first.")
+            continue
+        cells = reference_cells(whatif_json)
         entry = {"cells": cells.tolist(), **_hottest(cells)}
         result_path = ref_dir / f"result-{job}.json"
         if result_path.exists():
@@ -135,7 +151,8 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         ours["reference"] = reference
     if not panels:
         return no_data(NAME, TITLE, PAPER, out_dir, "slow-worker / stage-imbalance / "
-                       "seq-imbalance runs with whatif.json, or the reference traces")
+                       "seq-imbalance runs with whatif.json, or the reference traces with "
+                       "their what-if results" + "".join(f" ({m})" for m in not_analysed))
     paths = _assemble(panels, out_dir)
     paths += [p.with_suffix(s) for _, p in panels for s in (".png", ".pdf")]
     sources = []
@@ -143,8 +160,9 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         sources.append("testbed runs " + ", ".join(v["run"] for v in testbed.values()))
     if reference:
         sources.append("reference traces " + ", ".join(f"trace-{j}" for j in reference))
+    note = " ".join([_note(testbed, reference), *not_analysed])
     return FigureResult(name=NAME, paths=paths, source="; ".join(sources), paper=PAPER,
-                        ours=ours, note=_note(testbed, reference))
+                        ours=ours, note=note)
 
 
 def _note(testbed: dict, reference: dict) -> str:
@@ -185,5 +203,5 @@ def _assemble(panels: list[tuple[str, Path]], out_dir: Path) -> list[Path]:
                 if j < len(r):
                     ax.imshow(r[j], interpolation="lanczos")
         source_note(fig, "top: testbed runs (whatif.json); bottom: reference traces "
-                    "trace-AR / trace-ST (artifact), re-analysed")
+                    "trace-AR / trace-ST (artifact), their whatif.json")
         return save_figure(fig, out_dir / NAME, pdf=True)

@@ -5,6 +5,7 @@ Every figure module defines
     NAME: str    # output basename, e.g. "fig03_waste_cdf"
     TITLE: str   # one line, shown in the report
     PAPER: str   # the paper's number(s) for it, short (design.md §6)
+    INPUTS: tuple[str, ...]   # optional, what it reads (INPUT_KINDS); default: all of them
     def build(data: FigureData, out_dir: Path) -> FigureResult
 
 and writes `out_dir/<NAME>.png` and `.pdf`. `build_figure` also writes
@@ -48,6 +49,14 @@ FIGURES: list[str] = [
 
 REQUIRED = ("NAME", "TITLE", "PAPER", "build")
 """What a figure module must define."""
+
+INPUT_KINDS = {
+    "runs": "every run's run.json, meta.yaml and faults.json",
+    "whatif": "every run's whatif/whatif.json",
+    "traces": "every run's trace.parquet (and the files train writes beside it, e.g. gc/)",
+    "reference": "the artifact's reference traces and their what-if results",
+}
+"""What a figure can read; the workflow gives each figure's rule only its INPUTS."""
 
 
 @dataclass
@@ -106,6 +115,17 @@ def load_module(module_path: str) -> ModuleType:
 def figure_names() -> list[str]:
     """NAME of every registered figure, in figure order."""
     return [load_module(m).NAME for m in FIGURES]
+
+
+def figure_inputs(name: str) -> tuple[str, ...]:
+    """The INPUT_KINDS figure `name` reads (all of them when its module does not say)."""
+    module = find_module(name)
+    kinds = tuple(getattr(module, "INPUTS", tuple(INPUT_KINDS)))
+    unknown = [k for k in kinds if k not in INPUT_KINDS]
+    if unknown:
+        raise TypeError(f"figure module {module.__name__} INPUTS names unknown kind(s) "
+                        f"{', '.join(unknown)}; known: {', '.join(INPUT_KINDS)}")
+    return kinds
 
 
 def find_module(name: str) -> ModuleType:

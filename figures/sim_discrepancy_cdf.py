@@ -24,6 +24,8 @@ PAPER = "median 1.3%, P90 5.5%; jobs above 5% dropped"
 CUTOFF_PCT = 5.0
 PAPER_MEDIAN_PCT = 1.3
 PAPER_P90_PCT = 5.5
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 def build(data: FigureData, out_dir: Path) -> FigureResult:

@@ -21,6 +21,8 @@ from stragglerlab.figures.tables import draw_table, markdown_table, paired_ratio
 NAME = "table_mitigation"
 TITLE = "Mitigation gains: throughput vs the straggling baseline"
 PAPER = "planned GC +12.6%, stage rebalancing +9.9%, sequence rebalancing +23.9%"
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
 
 
 @dataclass(frozen=True)

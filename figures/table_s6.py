@@ -4,9 +4,10 @@ For `slow-worker-1/2/3` against `clean-dp2-pp2` over matching seeds:
 measured = mean step time of the slow run / mean step time of the clean run
 (run.json step times of the traced steps, replicas of a seed averaged);
 estimated = the what-if S of the slow run (mean over its runs); error =
-estimated / measured - 1; beside it the same with `--compute-ideal median`
-(re-analysed here), the option that keeps one slow worker of few from
-moving the ideal. Paper: measured 1.16/1.40/2.03, estimated 1.21/1.42/1.98.
+estimated / measured - 1; beside it the same with the median compute ideal
+(whatif.json `compute_ideals.median`, written by `stragglerlab whatif`; the
+analysis is not re-run here), the option that keeps one slow worker of few
+from moving the ideal. Paper: measured 1.16/1.40/2.03, estimated 1.21/1.42/1.98.
 
 Built by `stragglerlab figures --runs ... --only table_s6 --out DIR`.
 """
@@ -17,8 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.analysis.whatif import ComputeIdeal, analyze
-from stragglerlab.errors import InputError
 from stragglerlab.figures.data import FigureData, RunSummary
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.tables import draw_table, markdown_table, paired_ratio
@@ -51,15 +50,17 @@ def _factor(runs: list[RunSummary]) -> str:
     return f"{np.mean(req):.2f}" + (f" ({np.mean(meas):.2f})" if meas else "")
 
 
+INPUTS = ("runs", "whatif")
+"""Run-folder files this figure reads (figures/registry.py)."""
+
+
 def median_ideal_slowdown(run: RunSummary) -> float | None:
-    """What-if S of a run with compute ops idealized by their median instead of the mean
-    (None when its trace cannot be read)."""
-    try:
-        trace = run.trace()
-    except (InputError, OSError):
-        return None
-    return analyze(trace, run.meta, where=str(run.path),
-                   compute_ideal=ComputeIdeal.MEDIAN).slowdown
+    """What-if S of a run with compute ops idealized by their median instead of the mean,
+    from its whatif.json (None when the file predates `compute_ideals`)."""
+    ideals = (run.whatif or {}).get("compute_ideals")
+    median = ideals.get("median") if isinstance(ideals, dict) else None
+    value = median.get("slowdown") if isinstance(median, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def level_row(data: FigureData, level: int

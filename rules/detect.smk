@@ -1,35 +1,29 @@
-# Detectors on every run, offline and online:
-# results/<scenario>/<seed>/detect/<detector>.json and <detector>-online.json.
+# Detectors on every run, one job per (run, detector, mode):
+#   results/<scenario>/<seed>/detect/<detector>{mode}.json
+# {mode} is the suffix of the CLI's fixed file name: "" offline, "-online" online
+# (common.smk MODES). An offline detector that reads the what-if (the `whatif`
+# detector, `reads_whatif`) depends on the run's whatif.json and never recomputes it.
 
 
-def _run_files(wildcards):
+def _detect_inputs(wildcards):
     d = run_dir(wildcards.scenario, wildcards.seed)
-    return {"trace": f"{d}/trace.parquet", "meta": f"{d}/meta.yaml", "run": f"{d}/run.json"}
+    files = {"trace": f"{d}/trace.parquet", "meta": f"{d}/meta.yaml", "run": f"{d}/run.json"}
+    if wildcards.mode == MODES["offline"] and wildcards.detector in READS_WHATIF:
+        files["whatif"] = f"{d}/whatif/whatif.json"
+    return files
 
 
 rule detect:
     input:
-        unpack(_run_files),
+        unpack(_detect_inputs),
     output:
-        f"{R}/{{scenario}}/{{seed}}/detect/{{detector}}.json",
+        f"{R}/{{scenario}}/{{seed}}/detect/{{detector}}{{mode}}.json",
     log:
-        f"{R}/logs/detect/{{scenario}}/{{seed}}/{{detector}}.log",
+        f"{R}/logs/detect/{{scenario}}/{{seed}}/{{detector}}{{mode}}.log",
     params:
-        dir=lambda w: run_dir(w.scenario, w.seed),
+        run=lambda w: run_dir(w.scenario, w.seed),
+        out=lambda w: f"{run_dir(w.scenario, w.seed)}/detect",
+        online=lambda w: "--online" if w.mode == MODES["online"] else "",
     shell:
-        "{SL} detect --run {params.dir} --detector {wildcards.detector} --out {output} "
-        "> {log} 2>&1"
-
-
-rule detect_online:
-    input:
-        unpack(_run_files),
-    output:
-        f"{R}/{{scenario}}/{{seed}}/detect/{{detector}}-online.json",
-    log:
-        f"{R}/logs/detect/{{scenario}}/{{seed}}/{{detector}}-online.log",
-    params:
-        dir=lambda w: run_dir(w.scenario, w.seed),
-    shell:
-        "{SL} detect --run {params.dir} --detector {wildcards.detector} --online "
-        "--out {output} > {log} 2>&1"
+        "{SL} detect --run {params.run:q} --detector {wildcards.detector:q} {params.online} "
+        "--out {params.out:q} > {log:q} 2>&1"

@@ -1,18 +1,49 @@
-# The paper's figures from every run (and the artifact's reference traces): results/figures/.
+# The paper's figures, one rule per figure (figure_<NAME>), each building one figure
+# (`stragglerlab figures --only NAME`) into results/figures/<NAME>.{png,pdf,json} from
+# only what that figure reads (the module's INPUTS, see figures/registry.py): run
+# records, what-if results, traces, and for Fig. 14 the reference traces' what-if.
+# A new or changed run rebuilds only the figures whose inputs it touches.
+
+from stragglerlab.figures.registry import figure_inputs, figure_names
+
+FIGURES = figure_names()
 
 
-rule figures:
-    input:
-        whatif=all_runs("{dir}/whatif/whatif.json"),
-        traces=all_runs("{dir}/trace.parquet"),
-        runs=all_runs("{dir}/run.json"),
-        faults=all_runs("{dir}/faults.json"),
-    output:
-        directory(f"{R}/figures"),
-    log:
-        f"{R}/logs/figures.log",
-    params:
-        runs=run_dirs(),
-        reference=f"--reference {shlex.quote(REFERENCE)}" if REFERENCE else "",
-    shell:
-        "{SL} figures --runs {params.runs} {params.reference} --out {output} > {log} 2>&1"
+def _figure_files(kinds):
+    """Input files of a figure that reads the given INPUT_KINDS."""
+    files = {"record": all_runs("{dir}/run.json"), "meta": all_runs("{dir}/meta.yaml"),
+             "faults": all_runs("{dir}/faults.json")}
+    if "whatif" in kinds:
+        files["whatif"] = all_runs("{dir}/whatif/whatif.json")
+    if "traces" in kinds:
+        files["traces"] = all_runs("{dir}/trace.parquet")
+    if "reference" in kinds and REFERENCE_JOBS:
+        files["reference"] = [f"{R}/reference/{j}/whatif.json" for j in REFERENCE_JOBS]
+    return files
+
+
+def figure_outputs(name):
+    """The files figure `name` is declared to write (panels of Fig. 14 come beside them)."""
+    return [f"{R}/figures/{name}.{ext}" for ext in ("png", "pdf", "json")]
+
+
+for _name in FIGURES:
+    _kinds = figure_inputs(_name)
+
+    rule:
+        name:
+            f"figure_{_name}"
+        input:
+            **_figure_files(_kinds),
+        output:
+            figure_outputs(_name),
+        log:
+            f"{R}/logs/figures/{_name}.log",
+        params:
+            name=_name,
+            runs=run_dirs(),
+            reference=["--reference", REFERENCE] if "reference" in _kinds and REFERENCE else [],
+            out=f"{R}/figures",
+        shell:
+            "{SL} figures --only {params.name:q} --runs {params.runs:q} "
+            "{params.reference:q} --out {params.out:q} > {log:q} 2>&1"

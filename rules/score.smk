@@ -1,9 +1,11 @@
 # Detector scores against ground truth over every run: results/scores.json.
+# score only reads the findings the detect jobs wrote (it never runs a detector);
+# without online replays (`online: false`) it is told so with --offline-only.
 
 
 rule score:
     input:
-        detect=[f"{d}/detect/{n}.json" for d in run_dirs() for n in detect_names()],
+        detect=detect_files(),
         faults=all_runs("{dir}/faults.json"),
         runs=all_runs("{dir}/run.json"),
     output:
@@ -13,8 +15,9 @@ rule score:
     params:
         runs=run_dirs(),
         # `all` = every registered detector; a subset is passed by name.
-        detectors="all" if set(WF.detectors) == set(_known_detectors()) else " ".join(
-            WF.detectors),
+        detectors=["all"] if set(WF.detectors) == set(_known_detectors()) else list(WF.detectors),
+        offline_only="" if WF.online else "--offline-only",
+        out=R,
     shell:
-        "{SL} score --runs {params.runs} --detector {params.detectors} --out {output} "
-        "> {log} 2>&1"
+        "{SL} score --runs {params.runs:q} --detector {params.detectors:q} "
+        "{params.offline_only} --out {params.out:q} > {log:q} 2>&1"

@@ -22,6 +22,6 @@ rule train:
         dir=lambda w: run_dir(w.scenario, w.seed),
     threads: workflow.cores
     shell:
-        "printf '%s' {params.entry:q} > {output.scenario} && "
-        "{SL} train --scenario {wildcards.scenario} --config {output.scenario} "
-        "--seed {wildcards.seed} --out {params.dir} --allow-failed-run > {log} 2>&1"
+        "printf '%s' {params.entry:q} > {output.scenario:q} && "
+        "{SL} train --scenario {wildcards.scenario:q} --config {output.scenario:q} "
+        "--seed {wildcards.seed:q} --out {params.dir:q} --allow-failed-run > {log:q} 2>&1"

@@ -1,4 +1,6 @@
-# What-if analysis of every run: results/<scenario>/<seed>/whatif/whatif.json (+ heatmap.png).
+# What-if analysis, computed once per trace; everything downstream reads its whatif.json:
+#   results/<scenario>/<seed>/whatif/whatif.json (+ artifact-format/) for every run,
+#   results/reference/<job>/whatif.json for the artifact's reference traces (Fig. 14).
 
 
 rule whatif:
@@ -10,6 +12,22 @@ rule whatif:
     log:
         f"{R}/logs/whatif/{{scenario}}/{{seed}}.log",
     params:
-        dir=lambda w: f"{run_dir(w.scenario, w.seed)}/whatif",
+        out=lambda w: f"{run_dir(w.scenario, w.seed)}/whatif",
     shell:
-        "{SL} whatif --trace {input.trace} --meta {input.meta} --out {params.dir} > {log} 2>&1"
+        "{SL} whatif --trace {input.trace:q} --meta {input.meta:q} --out {params.out:q} "
+        "> {log:q} 2>&1"
+
+
+rule whatif_reference:
+    input:
+        trace=f"{REFERENCE}/trace-{{job}}.parquet",
+        meta=f"{REFERENCE}/meta-{{job}}.yaml",
+    output:
+        f"{R}/reference/{{job}}/whatif.json",
+    log:
+        f"{R}/logs/whatif/reference/{{job}}.log",
+    params:
+        out=lambda w: f"{R}/reference/{w.job}",
+    shell:
+        "{SL} whatif --trace {input.trace:q} --meta {input.meta:q} --out {params.out:q} "
+        "> {log:q} 2>&1"

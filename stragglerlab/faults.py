@@ -14,14 +14,24 @@ kind, targets [{rank, dp_rank, stage}], first_step, last_step, requested and
 measured magnitudes with units in the keys. A clean run writes [].
 
     specs = parse_faults(scenario.faults, dp=2, pp=2, steps=31, where="scenarios.yaml")
+    records = read_faults("results/x/0/faults.json", meta)   # validated FaultRecords
+    write_faults("results/x/0/faults.json", records)
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from stragglerlab.atomic import atomic_write_text
 from stragglerlab.errors import InputError
+from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json
+from stragglerlab.meta import JobMeta
+
+FAULTS_FIX = "rewrite it as a JSON list of fault records (design.md §3) or rerun the training"
+"""The fix a bad faults.json message suggests."""
 
 
 class FaultKind(str, enum.Enum):
@@ -51,6 +61,23 @@ class Target:
     def to_dict(self) -> dict:
         """JSON form."""
         return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage}
+
+    @classmethod
+    def from_dict(cls, raw: object, chk: Checker, where: str,
+                  meta: JobMeta | None = None) -> Target:
+        """Validate {rank, dp_rank, stage}; with meta, inside the job's DP x PP layout."""
+        raw = chk.mapping(raw, where)
+        dp = meta.dp_size if meta else None
+        pp = meta.pp_size if meta else None
+        dp_rank = chk.integer(raw.get("dp_rank"), f"{where}.dp_rank", 0,
+                              None if dp is None else dp - 1)
+        stage = chk.integer(raw.get("stage"), f"{where}.stage", 0, None if pp is None else pp - 1)
+        rank = chk.integer(raw.get("rank"), f"{where}.rank", 0,
+                           None if dp is None else dp * pp - 1)
+        if dp is not None and rank != stage * dp + dp_rank:
+            chk.fail(f"{where}.rank", f"{rank} is not stage * dp_size + dp_rank = "
+                                      f"{stage} * {dp} + {dp_rank}")
+        return cls(rank, dp_rank, stage)
 
 
 @dataclass(frozen=True)
@@ -94,11 +121,60 @@ class FaultRecord:
     measured: dict
     """Measured magnitudes (same units), empty when nothing could be measured."""
 
-    def to_dict(self) -> dict:
-        """JSON form."""
-        return {"kind": self.kind, "targets": self.targets, "first_step": self.first_step,
-                "last_step": self.last_step, "requested": self.requested,
-                "measured": self.measured}
+    def to_json(self) -> dict:
+        """JSON form; non-finite magnitudes are written as null (unknown)."""
+        return {"kind": str(getattr(self.kind, "value", self.kind)),
+                "targets": [dict(t) for t in self.targets],
+                "first_step": self.first_step, "last_step": self.last_step,
+                "requested": finite_or_none(self.requested),
+                "measured": finite_or_none(self.measured)}
+
+    to_dict = to_json
+
+    @classmethod
+    def from_json(cls, raw: object, chk: Checker, where: str,
+                  meta: JobMeta | None = None) -> FaultRecord:
+        """Validate one record: known kind, targets in the layout, a step window, magnitudes."""
+        raw = chk.mapping(raw, where)
+        kind = chk.string(raw.get("kind"), f"{where}.kind")
+        if kind not in FaultKind._value2member_map_:
+            chk.fail(f"{where}.kind", f"{echo(kind)} is not one of "
+                                      f"{', '.join(k.value for k in FaultKind)}")
+        targets = raw.get("targets")
+        targets = chk.listing([] if targets is None else targets, f"{where}.targets")
+        parsed = [Target.from_dict(t, chk, f"{where}.targets[{i}]", meta).to_dict()
+                  for i, t in enumerate(targets)]
+        first = chk.integer(raw.get("first_step", 0), f"{where}.first_step", minimum=0)
+        last = chk.integer(raw.get("last_step"), f"{where}.last_step", optional=True)
+        if last is not None and last < first:
+            chk.fail(f"{where}.last_step", f"{last} < first_step {first} (null = to the end)")
+        magnitudes = {}
+        for key in ("requested", "measured"):
+            value = raw.get(key)
+            value = {} if value is None else value
+            chk.mapping(value, f"{where}.{key}")
+            chk.finite_tree(value, f"{where}.{key}")
+            magnitudes[key] = value
+        return cls(kind, parsed, first, last, magnitudes["requested"], magnitudes["measured"])
+
+
+def read_faults(path: str | Path, meta: JobMeta | None = None) -> list[FaultRecord]:
+    """faults.json: the validated ground truth ([] for a clean run); ranks checked against meta."""
+    chk = Checker(path, FAULTS_FIX)
+    raw = chk.listing(load_json(path, "ground truth (faults.json)", FAULTS_FIX), "faults.json")
+    return [FaultRecord.from_json(r, chk, f"faults[{i}]", meta) for i, r in enumerate(raw)]
+
+
+def write_faults(path: str | Path, records: list[FaultRecord | dict]) -> None:
+    """Write faults.json (atomically): a JSON list, as design.md §3 fixes it.
+
+    The file stays a bare list for compatibility; the run folder's layout
+    version is run.json's `schema`.
+    """
+    out = [r.to_json() if isinstance(r, FaultRecord) else
+           FaultRecord.from_json(finite_or_none(r), Checker(path, "fix the caller"), "record")
+           .to_json() for r in records]
+    atomic_write_text(path, json.dumps(out, indent=2, allow_nan=False) + "\n")
 
 
 _SPEC_KEYS = {"kind", "targets", "first_step", "last_step", "params"}

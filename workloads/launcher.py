@@ -27,11 +27,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stragglerlab import run_folder as rf
 from stragglerlab.faults import parse_faults
 from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, cleanup_stale, quota_for
 from stragglerlab.host.residue import kill_orphans, mark_driver
 from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.run_folder import RunFolder
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from stragglerlab.workloads.run_folder import write_run_folder
 
@@ -82,24 +84,16 @@ def _rank_actor_class():
 
 
 def _read_status(run_dir: Path, world: int) -> dict[int, dict]:
-    import json
-
-    status = {}
-    for rank in range(world):
-        path = run_dir / "status" / f"rank{rank}.json"
-        try:
-            status[rank] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            pass
-    return status
+    """Per-rank progress of the ranks of this run (status files mid-write are skipped)."""
+    return {r: s for r, s in RunFolder(path=run_dir).status().items() if r < world}
 
 
 def _prepare_dir(run_dir: Path) -> None:
     """Start from a clean run folder (outputs of an earlier run there are replaced)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    for sub in ("trace-parts", "status", "gc"):
+    for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
-    for name in ("trace.parquet", "run.json", "faults.json", "meta.yaml"):
+    for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
         (run_dir / name).unlink(missing_ok=True)
 
 

@@ -13,18 +13,24 @@ trace is complete step by step and analysable; run.json says how many ops of
 unfinished steps were left out.
 
     df, info = assemble_trace(run_dir, scenario)
+    record = write_run_folder(run_dir, scenario, run_record, injectors)
+
+The files are written through the run-folder contract's writers
+(stragglerlab.run_folder.RunFolder), so what is written is what every reader
+accepts.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from stragglerlab.atomic import atomic_write_json
+from stragglerlab.filecheck import Checker
 from stragglerlab.meta import JobMeta
+from stragglerlab.run_folder import RunFolder
+from stragglerlab.run_record import RunRecord
 from stragglerlab.scenario import Scenario
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace_io import write_trace
@@ -45,7 +51,7 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
     dp = scenario.parallel.dp
     parts = []
     for rank in range(scenario.world_size):
-        path = run_dir / "trace-parts" / f"rank{rank}.bin"
+        path = RunFolder(path=run_dir).trace_part_path(rank)
         records = read_records(path) if path.exists() else np.zeros(0, dtype=object)
         if len(records):
             frame = pd.DataFrame(records)
@@ -82,7 +88,8 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
 
 def gc_pauses(run_dir: Path, world: int) -> dict[str, list[dict]]:
     """Every rank's logged GC pauses, by rank."""
-    return {str(r): read_pauses(run_dir / "gc" / f"rank{r}.jsonl") for r in range(world)}
+    folder = RunFolder(path=run_dir)
+    return {str(r): read_pauses(folder.gc_log_path(r)) for r in range(world)}
 
 
 def add_gc_pause_column(df: pd.DataFrame, pauses: dict[str, list[dict]], t0: float) -> None:
@@ -103,24 +110,25 @@ def add_gc_pause_column(df: pd.DataFrame, pauses: dict[str, list[dict]], t0: flo
 def write_run_folder(run_dir: Path, scenario: Scenario, run_record: dict,
                      injectors: list | None = None) -> dict:
     """Write trace.parquet, meta.yaml, faults.json and run.json; returns run.json's dict."""
+    folder = RunFolder(path=Path(run_dir))
     meta = job_meta(scenario)
-    df, info = assemble_trace(run_dir, scenario)
-    pauses = gc_pauses(run_dir, scenario.world_size)
+    df, info = assemble_trace(folder.path, scenario)
+    pauses = gc_pauses(folder.path, scenario.world_size)
     if len(df):
         add_gc_pause_column(df, pauses, info["clock_origin_monotonic_s"])
-        write_trace(df, meta, run_dir / "trace.parquet")
-    meta.dump(run_dir / "meta.yaml")
+        write_trace(df, meta, folder.trace_path)
+    folder.write_meta(meta)
     full = [p for ps in pauses.values() for p in ps if p["generation"] == 2]
     record = dict(run_record, trace=info, gc={
         "pauses": pauses, "full_collections": len(full),
         "mean_full_pause_ms": round(1000 * float(np.mean([p["duration_s"] for p in full])), 3)
         if full else None})
-    faults = [inj.record(df, record).to_dict() for inj in injectors or []]
-    atomic_write_json(run_dir / "faults.json", faults)
-    atomic_write_json(run_dir / "run.json", record)
-    return record
+    folder.write_faults([inj.record(df, record) for inj in injectors or []])
+    # Validated like any reader would (a bug here fails loudly, not in a later reader).
+    typed = RunRecord.from_json(record, Checker(folder.record_path, "a bug in the writer"), meta)
+    return folder.write_record(typed)
 
 
 def read_run(run_dir: str | Path) -> dict:
-    """run.json of a run folder."""
-    return json.loads((Path(run_dir) / "run.json").read_text())
+    """run.json of a run folder (validated), as a dict."""
+    return RunFolder(path=Path(run_dir)).record.to_json()

@@ -341,13 +341,13 @@ def ground_truth(df: pd.DataFrame, config: SyntheticConfig) -> list[dict]:
 
 def write_run(config: SyntheticConfig, out: str | Path) -> list[dict]:
     """Synthesize and write out/trace.parquet, out/meta.yaml, out/faults.json; returns faults."""
-    from stragglerlab.atomic import atomic_write_json
+    from stragglerlab.run_folder import RunFolder
     from stragglerlab.trace_io import write_trace
 
-    out = Path(out)
+    folder = RunFolder(path=Path(out))
     df, meta = synthesize_trace(config)
     faults = ground_truth(df, config)
-    write_trace(df, meta, out / "trace.parquet")
-    meta.dump(out / "meta.yaml")
-    atomic_write_json(out / "faults.json", faults)
+    write_trace(df, meta, folder.trace_path)
+    folder.write_meta(meta)
+    folder.write_faults(faults)
     return faults

@@ -19,8 +19,6 @@ Pure: no torch, no ray.
 from __future__ import annotations
 
 import abc
-import enum
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -28,73 +26,13 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import Target
+# The finding records and the root-cause vocabulary are contracts (stragglerlab.findings),
+# so readers below `analysis` parse findings too; the plug-in API re-exports them here.
+from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.meta import JobMeta
+from stragglerlab.run_folder import RunFolder
 
-
-class RootCause(str, enum.Enum):
-    """The closed set of root-cause labels a finding can carry."""
-
-    WORKER = "worker"
-    STAGE_IMBALANCE = "stage-imbalance"
-    SEQUENCE_IMBALANCE = "sequence-imbalance"
-    GC = "gc"
-    NETWORK = "network"
-    NONE = "none"
-
-
-RankRef = Target
-"""One traced worker a finding names: the same {rank, dp_rank, stage} record as a fault's target."""
-
-
-@dataclass
-class Finding:
-    """One straggler a detector reports."""
-
-    ranks: list[RankRef]
-    """Workers blamed; empty = the whole job (e.g. sequence imbalance)."""
-    first_step: int
-    """First step the straggling is seen in (inclusive)."""
-    last_step: int
-    """Last step it is seen in (inclusive)."""
-    root_cause: RootCause
-    """Why, as one of the closed labels."""
-    confidence: float
-    """0..1, how sure the detector is."""
-    estimated_slowdown: float | None = None
-    """Job slowdown (ratio >= 1) the detector attributes to this finding, if it estimates one."""
-    detected_at_step: int | None = None
-    """Online mode: the step after which the finding was first reported."""
-    detail: dict = field(default_factory=dict)
-    """Detector-specific evidence (scores, thresholds), JSON-serializable."""
-
-    def to_dict(self) -> dict:
-        """JSON form (the `findings` entries of `stragglerlab detect`)."""
-        return {
-            "ranks": [r.to_dict() for r in self.ranks],
-            "first_step": int(self.first_step),
-            "last_step": int(self.last_step),
-            "root_cause": self.root_cause.value,
-            "confidence": float(self.confidence),
-            "estimated_slowdown": (None if self.estimated_slowdown is None
-                                   else float(self.estimated_slowdown)),
-            "detected_at_step": (None if self.detected_at_step is None
-                                 else int(self.detected_at_step)),
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> Finding:
-        """Inverse of to_dict."""
-        return cls(
-            ranks=[RankRef(int(r["rank"]), int(r["dp_rank"]), int(r["stage"]))
-                   for r in raw.get("ranks", [])],
-            first_step=int(raw["first_step"]), last_step=int(raw["last_step"]),
-            root_cause=RootCause(raw["root_cause"]), confidence=float(raw["confidence"]),
-            estimated_slowdown=raw.get("estimated_slowdown"),
-            detected_at_step=raw.get("detected_at_step"), detail=raw.get("detail", {}),
-        )
+__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run"]
 
 
 @dataclass
@@ -129,31 +67,14 @@ class Run:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """Read a run folder (trace.parquet, meta.yaml, run.json if present)."""
-    from stragglerlab.trace_io import read_trace
-
-    run_dir = Path(run_dir)
-    trace_path = run_dir / "trace.parquet"
-    if not trace_path.is_file():
-        raise InputError(f"{run_dir}: no trace.parquet; pass a run folder written by "
-                         "`stragglerlab train` (or one holding trace.parquet + meta.yaml)")
-    meta_path = run_dir / "meta.yaml"
-    trace, meta = read_trace(str(trace_path), str(meta_path) if meta_path.is_file() else None)
-    run = Run(trace, meta, str(run_dir))
-    record_path = run_dir / "run.json"
-    if record_path.is_file():
-        try:
-            record = json.loads(record_path.read_text())
-        except json.JSONDecodeError as e:
-            raise InputError(f"{record_path}: not valid JSON ({e}); rerun the training") from e
-        run.outcome = record.get("outcome", "ok")
-        run.error = record.get("error")
-    for path in sorted((run_dir / "status").glob("rank*.json")):
-        try:
-            status = json.loads(path.read_text())
-            run.last_step_by_rank[int(path.stem[4:])] = int(status.get("step", -1))
-        except (ValueError, json.JSONDecodeError):
-            continue  # a status file caught mid-write says nothing
+    """Read a run folder (trace.parquet, meta.yaml, run.json if present) through RunFolder."""
+    folder = RunFolder(path=Path(run_dir))
+    run = Run(folder.trace(), folder.meta, str(folder.path))
+    if folder.has_record:
+        record = folder.record
+        run.outcome = record.outcome
+        run.error = None if record.error is None else record.error.to_json()
+    run.last_step_by_rank = folder.last_step_by_rank()
     return run
 
 
@@ -163,7 +84,7 @@ class Detector(abc.ABC):
     name: ClassVar[str] = ""
     """Registry key, e.g. `whatif`."""
     description: ClassVar[str] = ""
-    """One line for `stragglerlab detect --list`."""
+    """One line for `stragglerlab list detectors`."""
 
     @abc.abstractmethod
     def detect(self, run: Run) -> list[Finding]:

@@ -12,14 +12,14 @@ optimizer-clip-main-grad in every clean run (counting them blamed stage 0 of our
 clean dp2-pp2 runs). P2P pairs are left out too (their matching needs the
 dependency model; the what-if detector has it). Per rank: how often it arrived last against its fair
 share (1/group size per instance) and the wait it caused (latest start - median
-start of the group, summed). A rank is flagged (root cause `worker`) when a
+start of the group, summed). A rank is flagged (root cause `slow-worker`) when a
 binomial test says it is last far more often than chance (p < `alpha`) *and*
 the wait it causes is at least `min_wait_fraction` of a step.
 
 Failed runs (hang/crash): HTA sees each rank's trace, and a rank whose trace
 stops early is the one every peer waits for at its next collective. So the ranks
 with strictly the fewest finished steps in `run.last_step_by_rank` (the runs'
-status files) are flagged as well, at the step the job stalled in (the first
+status files) are flagged as well (root cause `hang`), at the step the job stalled in (the first
 step the other ranks did not finish); the error
 record of run.json is not read (that would be the ground truth, not an
 observation).
@@ -159,7 +159,7 @@ class LastArrivalDetector(Detector):
             findings.append(Finding(
                 ranks=[run.rank_ref(int(rank))],
                 first_step=min(_onset(flag, steps), last_step), last_step=last_step,
-                root_cause=RootCause.WORKER,
+                root_cause=RootCause.SLOW_WORKER,
                 confidence=float((1.0 - row["p_value"]) * strength),
                 estimated_slowdown=1.0 + float(row["wait_fraction"]),
                 detail={
@@ -185,7 +185,7 @@ class LastArrivalDetector(Detector):
         stalled = max(last.values()) + 1
         return [Finding(
             ranks=[run.rank_ref(r) for r in stopped], first_step=stalled, last_step=stalled,
-            root_cause=RootCause.WORKER,
+            root_cause=RootCause.HANG,  # a trace that stops looks the same for a crash
             confidence=float(1.0 - len(stopped) / len(last)),
             detail={"last_step_by_rank": {str(r): int(s) for r, s in sorted(last.items())},
                     "reason": "trace stops early: the others wait for it at the next collective"},

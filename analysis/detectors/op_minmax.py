@@ -9,24 +9,24 @@ in cost) and per op type, the per-rank time is the rank's mean time in that op
 type per step; when max/min exceeds the threshold *and* the gap is worth at
 least `min_excess_fraction` of a step, the outlier rank is reported:
 
-* compute and optimizer ops: the max rank, root cause `worker`;
+* compute and optimizer ops: the max rank, root cause `slow-worker`;
 * P2P ops and embedding-grads-all-reduce (pairs across stages): the max rank,
-  root cause `network`;
+  root cause `net-throttle`;
 * DP collectives and clip-main-grad (one group across the compared ranks): the
-  *min* rank, root cause `network`. In a collective the early ranks absorb the
+  *min* rank, root cause `net-throttle`. In a collective the early ranks absorb the
   wait, so the shortest duration marks the rank the others waited for; blaming the
   max rank would name the victims.
 
 Communication time includes waiting, so its natural spread is wide (our clean runs
 reach max/min 2.4 in grads-reduce-scatter); communication uses its own, higher
-threshold, and a `network` outlier is dropped in an interval where a compute or GC
+threshold, and a `net-throttle` outlier is dropped in an interval where a compute or GC
 outlier exists (that straggler explains the waiting). Only whole intervals are
 compared (a shorter tail joins the one before), and a rank is reported once it is
 an outlier for the same root cause in `min_intervals` intervals.
 
 GC: `gc_pause_s` (our runs' measured pauses; the `gc` op's duration when the
 column is absent) is compared against zero: a rank pausing at least
-`gc_min_fraction` of a step on average is reported with root cause `gc`, and the
+`gc_min_fraction` of a step on average is reported with root cause `gc-pauses`, and the
 pause time is subtracted from the op it fell into before the op comparisons.
 
     python -c "from analysis.detectors import get_detector, load_run; \
@@ -109,8 +109,9 @@ class OpMinMaxDetector(Detector):
                            self._gc_flags(trace, win, st_win, n_steps)], ignore_index=True)
         if flags.empty:
             return []
-        explained = flags.loc[flags["cause"] != RootCause.NETWORK.value, "win"].unique()
-        flags = flags[(flags["cause"] != RootCause.NETWORK.value) | ~flags["win"].isin(explained)]
+        link = flags["cause"] == RootCause.NET_THROTTLE.value
+        explained = flags.loc[~link, "win"].unique()
+        flags = flags[~link | ~flags["win"].isin(explained)]
         return [self._finding(run, cause, int(rank), rows, win_steps, st_win)
                 for (cause, rank), rows in flags.groupby(["cause", "rank"], sort=True)
                 if rows["win"].nunique() >= self.config.min_intervals]
@@ -144,7 +145,7 @@ class OpMinMaxDetector(Detector):
         hit = (ratio >= threshold) & (excess >= cfg.min_excess_fraction * step)
         return pd.DataFrame({
             "win": stats["win"], "rank": np.where(min_rank, stats["argmin"], stats["argmax"]),
-            "cause": np.where(worker, RootCause.WORKER.value, RootCause.NETWORK.value),
+            "cause": np.where(worker, RootCause.SLOW_WORKER.value, RootCause.NET_THROTTLE.value),
             "optype": stats["optype"], "ratio": ratio, "threshold": threshold,
             "excess_s": excess,
         })[hit.to_numpy()].astype({"rank": np.int64})
@@ -164,7 +165,7 @@ class OpMinMaxDetector(Detector):
         hit = per[(per >= floor) & (per > 0)].reset_index(name="excess_s")
         hit_floor = floor[((per >= floor) & (per > 0)).to_numpy()]
         # Compared against zero (no pause): the ratio to the floor plays the ratio's part.
-        return hit.assign(cause=RootCause.GC.value, optype="gc-pause",
+        return hit.assign(cause=RootCause.GC_PAUSES.value, optype="gc-pause",
                           ratio=hit["excess_s"].to_numpy() / hit_floor, threshold=1.0)
 
     def _finding(self, run: Run, cause: str, rank: int, rows: pd.DataFrame,

@@ -6,7 +6,7 @@ backward-compute) the reference is the minimum over ranks of the per-rank median
 duration; a rank's op score is reference / its median; the rank's score is the
 mean of its op scores weighted by the total time spent in each op (nvrx: count x
 mean). 1 = as fast as the best rank; a rank scoring below `threshold` is a
-straggler (root cause `worker`). nvrx leaves communication kernels out, so do we.
+straggler (root cause `slow-worker`). nvrx leaves communication kernels out, so do we.
 
 Two changes for pipeline-parallel jobs: ranks are compared only with ranks of
 the same pipeline stage (stages legitimately differ in cost: stage 1 of our clean
@@ -119,7 +119,7 @@ class RankScoreDetector(Detector):
             all_scores = by_win.xs(rank, level="rank").droplevel("stage")
             findings.append(Finding(
                 ranks=[run.rank_ref(int(rank))], first_step=first, last_step=last,
-                root_cause=RootCause.WORKER,
+                root_cause=RootCause.SLOW_WORKER,
                 confidence=_confidence(typical, cfg.threshold),
                 estimated_slowdown=1.0 / max(typical, 1e-9),
                 detail={

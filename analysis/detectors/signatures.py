@@ -1,6 +1,9 @@
-"""Evidence the `whatif` detector reads off a what-if analysis and its trace.
+"""Evidence the `whatif` detector reads off a what-if result and its trace.
 
-Each function is pure numpy over the analysis' arrays:
+The what-if side comes as a `stragglerlab.results.IdealView` (one compute
+ideal's metrics, read from whatif.json offline or taken from a fresh
+analysis of the window online); the trace side is cheap pandas over the run's
+trace. Each function is pure:
 
 * `step_worker_scores`: the per-step worker score min(S_dp, S_stage) of every
   (stage, dp_rank) worker, [pp, dp, steps], and its ratio to the step's best
@@ -11,8 +14,10 @@ Each function is pure numpy over the analysis' arrays:
   computation vs communication op types.
 * `gc_pauses_by_rank`: measured GC pause time per rank (the trace's
   `gc_pause_s` column, written by the testbed's GC monitor).
+* `comm_excess_by_worker` (computed by the analysis, written to whatif.json):
+  re-exported from stragglerlab.analysis.whatif.
 
-    scores = step_worker_scores(result)
+    scores = step_worker_scores(record.ideal("mean"))
 """
 
 from __future__ import annotations
@@ -20,23 +25,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.frame import OpFrame, comm_mask
-from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.analysis.steps import step_times
+from stragglerlab.analysis.whatif import comm_excess_by_worker
 from stragglerlab.meta import JobMeta
-from stragglerlab.results import WhatIfResult
+from stragglerlab.results import IdealView
 from stragglerlab.schema import COMMUNICATION_OPS
+
+__all__ = ["category_excess", "comm_excess_by_worker", "compute_ratio_to_peers",
+           "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
+           "step_time_total", "step_worker_scores"]
 
 _COMPUTE = ["forward-compute", "backward-compute"]
 _COMM_BUCKETS = {t.value for t in COMMUNICATION_OPS} | {"forward-pp-comm", "backward-pp-comm"}
 
 
-def step_worker_scores(result: WhatIfResult) -> np.ndarray:
+def step_worker_scores(view: IdealView) -> np.ndarray:
     """Per-step worker score min(S_dp, S_stage), [pp, dp, steps]."""
-    ideal = result.step_time_ideal.values
-    s_dp = np.array([result.by_dp_rank[d].values for d in sorted(result.by_dp_rank)]) / ideal
-    s_stage = np.array([result.by_stage[p].values for p in sorted(result.by_stage)]) / ideal
-    return np.minimum(s_stage[:, None, :], s_dp[None, :, :])
+    return view.step_worker_score()
 
 
 def relative_scores(scores: np.ndarray) -> np.ndarray:
@@ -68,27 +73,9 @@ def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
     return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
 
 
-def comm_excess_by_worker(graph: DepGraph, frame: OpFrame, window: slice) -> np.ndarray:
-    """Per worker, summed transfer time over its op type's median, in its comm ops, [pp, dp], s.
-
-    A slow link slows every group its rank is in (its P2P pairs, its stage's DP
-    collectives, the embedding and clip all-reduces), so its rank collects the
-    most excess; a peer shares only some of those groups.
-    """
-    comm = comm_mask(graph) & ~(graph.noop if graph.noop is not None else False)
-    transfer = frame.transfer[:, window, :]
-    excess = np.zeros((int(graph.stage.max()) + 1, transfer.shape[2]))
-    for optype in np.unique(graph.optype[comm]):
-        nodes = np.flatnonzero(comm & (graph.optype == optype))
-        values = transfer[nodes]  # [nodes, steps, dp]
-        over = np.clip(values - np.median(values), 0.0, None).sum(axis=1)  # [nodes, dp]
-        np.add.at(excess, graph.stage[nodes], over)
-    return excess
-
-
-def category_excess(result: WhatIfResult) -> tuple[float, float]:
+def category_excess(view: IdealView) -> tuple[float, float]:
     """(compute, communication): summed S_t - 1 over op types of each category (>= 0 each)."""
-    by_type = result.slowdown_by(result.by_optype)
+    by_type = view.slowdown_by_optype
     comm = sum(max(s - 1.0, 0.0) for t, s in by_type.items() if t in _COMM_BUCKETS)
     compute = sum(max(s - 1.0, 0.0) for t, s in by_type.items() if t not in _COMM_BUCKETS)
     return float(compute), float(comm)

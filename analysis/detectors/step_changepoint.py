@@ -14,7 +14,7 @@ fail-slow alarm at a change point. This baseline does the same with a one-sided
 
 The step time is the latest optimizer end minus the step's earliest start (over
 all ranks). A finding is job-level (ranks = [], the method cannot tell who),
-root cause `worker`, first_step = the estimated change step, estimated_slowdown
+root cause `slow-worker`, first_step = the estimated change step, estimated_slowdown
 = mean step time since the change / baseline mean. One (the first upward)
 change per run. A slowdown present from the first step has no change point and
 is not seen; neither are failed runs (hang/crash), which return [].
@@ -147,7 +147,7 @@ class StepChangepointDetector(Detector):
             return []
         return [Finding(
             ranks=[], first_step=st.start_step, last_step=st.last_step,
-            root_cause=RootCause.WORKER,
+            root_cause=RootCause.SLOW_WORKER,
             # 0.5 at the alarm level, -> 1 as the evidence S keeps growing.
             confidence=float(1.0 - 0.5 * cfg.threshold / max(st.s_peak, cfg.threshold)),
             estimated_slowdown=float(post / st.mu),

@@ -1,17 +1,23 @@
 """The `whatif` detector: the paper's diagnosis (OSDI'25 §4-5), made automatic.
 
-It runs the what-if analysis on the run and reads, in this order:
+Offline it reads the run's what-if result, `<run>/whatif/whatif.json`, as
+`stragglerlab whatif` wrote it (the mean ideal's metrics, per-step S_dp /
+S_stage and the comm excess per worker): the analysis is computed once per
+run, by the whatif step, never again here. Without that file it stops with an
+InputError saying to run `stragglerlab whatif` first. From it and the trace it
+reads, in this order:
 
 1. a failed run (hang, crash): the rank the runtime saw stop (run.json's
-   error, else the rank whose progress stopped first) -> `worker`;
+   error, else the rank whose progress stopped first) -> `crash` when its
+   process died, else `hang`;
 2. GC: measured pauses outside the planned `gc` op (`gc_pause_s`) take at
-   least `gc_min_share` of the job's time -> `gc` on the ranks that pause;
+   least `gc_min_share` of the job's time -> `gc-pauses` on the ranks that pause;
 3. sequence imbalance: the job straggles (S >= 1.1), not because of one
    worker (M_W < 0.5), and long microbatches are slow: forward and backward
    durations of the same microbatch correlate (within-worker-step residuals)
    or forward time correlates with the microbatch's sum(seq_len^2) (the
    trace's `seq_len_sq_sum`), either >= `seq_correlation` ->
-   `sequence-imbalance` for the whole job;
+   `seq-imbalance` for the whole job;
 4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
    `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
    slowdown -> `stage-imbalance` on that stage;
@@ -22,35 +28,42 @@ It runs the what-if analysis on the run and reads, in this order:
    ratio is at least `worker_threshold`; that window is the finding's steps.
    The stragglers are then named:
    * a straggler whose own compute time is `compute_ratio` over its stage
-     peers' -> `worker` (a slow device); stage peers that straggle much less
+     peers' -> `slow-worker` (a slow device); stage peers that straggle much less
      than the stage's worst only share its collectives and are not named;
    * every DP rank of a stage straggling, computation carrying the slowdown
      -> `stage-imbalance` on that stage;
-   * any other straggler waits on communication -> `network`, on the rank
+   * any other straggler waits on communication -> `net-throttle` (a slow link), on the rank
      whose comm ops collect the most transfer time over their op type's
      median (a slow link is in every slow group; a peer in only some);
 6. no straggler, but one rank's comm ops collect `link_over_median` times
    the median worker's excess and `link_share` of the job's time, its own
-   compute not slow -> `network` on that rank (a mild slow link that slows
+   compute not slow -> `net-throttle` on that rank (a mild slow link that slows
    every rank it talks to about equally).
 
-Offline it analyses the whole run; online (`stragglerlab detect --online`) it
-re-analyses the latest `online_window_steps` steps after every step, so the
-cost per step stays flat however long the run.
+Online (`stragglerlab detect --online`) it re-analyses the latest
+`online_window_steps` steps after every step, so the cost per step stays flat
+however long the run. This is the one place the analysis is recomputed, and
+only online: an online detector may see only the steps so far, while every
+number in whatif.json is taken against the whole run's ideal (each op type's
+mean over all steps, future ones included) and M_W / top workers need a fresh
+simulation of the window.
 
-    stragglerlab detect --run results/slow-worker-1/0 --detector whatif --out f.json
+    stragglerlab whatif --run results/slow-worker-1/0
+    stragglerlab detect --run results/slow-worker-1/0 --detector whatif \
+        --out results/slow-worker-1/0/detect
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import (
     category_excess,
-    comm_excess_by_worker,
     compute_ratio_to_peers,
     gc_pauses_by_rank,
     relative_scores,
@@ -59,6 +72,48 @@ from stragglerlab.analysis.detectors.signatures import (
     step_worker_scores,
 )
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
+from stragglerlab.errors import InputError
+from stragglerlab.results import IdealView, WhatIfRecord
+from stragglerlab.run_folder import WHATIF_JSON, RunFolder
+
+
+@dataclass
+class Evidence:
+    """What the diagnosis reads off the what-if analysis (mean ideal, the paper's)."""
+
+    steps: np.ndarray
+    """Analysed step numbers, ascending."""
+    view: IdealView
+    """Slowdown, S_t, S_dp, S_stage (mean and per step), worker scores, M_W, M_S."""
+    fwd_bwd_correlation: float | None
+    """Sequence-imbalance signature."""
+    comm_excess_by_worker: np.ndarray
+    """[pp, dp], s: comm transfer time over the op type's median."""
+
+    @classmethod
+    def from_record(cls, record: WhatIfRecord) -> Evidence:
+        """From whatif.json (offline)."""
+        return cls(np.asarray(record.steps), record.ideal(ComputeIdeal.MEAN.value),
+                   record.fwd_bwd_correlation, record.comm_excess_by_worker)
+
+    @classmethod
+    def analyse(cls, run: Run) -> Evidence:
+        """From a fresh analysis of the run's trace (online: the sliding window)."""
+        result = run_whatif(run.trace, run.meta, where=run.path,
+                            compute_ideal=ComputeIdeal.MEAN).result
+        return cls(np.asarray(result.steps), result.ideal_view(), result.fwd_bwd_correlation,
+                   np.asarray(result.comm_excess_by_worker))
+
+
+def read_evidence(run: Run) -> Evidence:
+    """The run folder's whatif.json as Evidence; InputError when it was not written yet."""
+    folder = RunFolder(path=Path(run.path))
+    if not folder.has_whatif:
+        raise InputError(f"no {WHATIF_JSON} in this run folder: the whatif detector reads the "
+                         f"what-if result; run `stragglerlab whatif --run {run.path}` first",
+                         run.path or None)
+    # RunFolder reads and checks the file; WhatIfRecord checks the layout this reader needs.
+    return Evidence.from_record(WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path)))
 
 
 @dataclass(frozen=True)
@@ -102,6 +157,8 @@ class WhatIfDetector(Detector):
 
     name = "whatif"
     description = "what-if analysis: worker/stage scores, fwd-bwd correlation, GC and network"
+    reads_whatif = True
+    """Offline it reads <run>/whatif/whatif.json (the workflow's detect job depends on it)."""
 
     def __init__(self, config: WhatIfDetectorConfig | None = None) -> None:
         self.config = config or WhatIfDetectorConfig()
@@ -112,36 +169,45 @@ class WhatIfDetector(Detector):
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
         return super().detect_online(run) + self._failure(run)
 
+    def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
+        """Online: re-analyse the latest `online_window_steps` steps (only the steps so far)."""
+        self._seen.append(step_trace)
+        del self._seen[:-self.online_window_steps]
+        seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
+        if seen.trace["step"].nunique() < self.config.min_steps:
+            return []
+        return self.diagnose(seen, Evidence.analyse(seen))
 
     # -- offline -----------------------------------------------------------------------
     def detect(self, run: Run) -> list[Finding]:
+        """Findings of the whole run, from its whatif/whatif.json and its trace."""
         findings = self._failure(run)
         if run.trace.empty or run.trace["step"].nunique() < self.config.min_steps:
             return findings
-        analysis = run_whatif(run.trace, run.meta, where=run.path,
-                              compute_ideal=ComputeIdeal.MEAN)
-        result = analysis.result
-        steps = np.asarray(result.steps)
+        return findings + self.diagnose(run, read_evidence(run))
 
-        gc = self._gc(run, result.slowdown, steps)
+    def diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
+        """Straggler findings from the what-if evidence and the run's trace (not failures)."""
+        steps = evidence.steps
+        gc = self._gc(run, evidence.view.slowdown, steps)
         if gc is not None:
-            return findings + [gc]
-        seq = self._sequence_imbalance(run, result, steps)
+            return [gc]
+        seq = self._sequence_imbalance(run, evidence, steps)
         if seq is not None:
-            return findings + [seq]
-        stage = self._stage_imbalance(run, result, steps)
+            return [seq]
+        stage = self._stage_imbalance(run, evidence.view, steps)
         if stage is not None:
-            return findings + [stage]
-        stragglers = self._stragglers(run, analysis, steps)
+            return [stage]
+        stragglers = self._stragglers(run, evidence, steps)
         if stragglers:
-            return findings + stragglers
-        link = self._slow_link(run, analysis, steps)
-        return findings + ([link] if link is not None else [])
+            return stragglers
+        link = self._slow_link(run, evidence, steps)
+        return [link] if link is not None else []
 
-    def _slow_link(self, run: Run, analysis, steps: np.ndarray) -> Finding | None:
+    def _slow_link(self, run: Run, evidence: Evidence, steps: np.ndarray) -> Finding | None:
         """No straggler stands out, but one rank's comm ops collect clearly the most excess."""
         cfg = self.config
-        by_worker = comm_excess_by_worker(analysis.graph, analysis.frame, slice(None))
+        by_worker = evidence.comm_excess_by_worker
         stage, dp_rank = (int(i) for i in np.unravel_index(np.argmax(by_worker),
                                                            by_worker.shape))
         top = float(by_worker[stage, dp_rank])
@@ -153,30 +219,33 @@ class WhatIfDetector(Detector):
         if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
             return None  # its own compute is slow: a slow device, too mild to flag
         return Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
-                       RootCause.NETWORK,
+                       RootCause.NET_THROTTLE,
                        confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
-                       estimated_slowdown=analysis.result.slowdown,
+                       estimated_slowdown=evidence.view.slowdown,
                        detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
 
-    def _sequence_imbalance(self, run: Run, result, steps: np.ndarray) -> Finding | None:
+    def _sequence_imbalance(self, run: Run, evidence: Evidence,
+                            steps: np.ndarray) -> Finding | None:
         """The job straggles, not because of one worker, and long microbatches are slow."""
         cfg = self.config
-        signals = {"fwd_bwd_correlation": result.fwd_bwd_correlation,
+        result = evidence.view
+        signals = {"fwd_bwd_correlation": evidence.fwd_bwd_correlation,
                    "seq_len_correlation": seq_len_correlation(run.trace)}
         strongest = max((v for v in signals.values() if v is not None), default=None)
         if strongest is None or strongest < cfg.seq_correlation or \
                 result.slowdown < cfg.straggling_slowdown or result.m_w.rem >= cfg.mw_worker:
             return None
         return Finding(
-            [], int(steps[0]), int(steps[-1]), RootCause.SEQUENCE_IMBALANCE,
+            [], int(steps[0]), int(steps[-1]), RootCause.SEQ_IMBALANCE,
             confidence=float(min(1.0, 0.5 + (strongest - cfg.seq_correlation) * 2)),
             estimated_slowdown=result.slowdown,
             detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
 
-    def _stage_imbalance(self, run: Run, result, steps: np.ndarray) -> Finding | None:
+    def _stage_imbalance(self, run: Run, result: IdealView,
+                         steps: np.ndarray) -> Finding | None:
         """A stage slower than the others, all its DP ranks alike, in computation."""
         cfg = self.config
-        s_stage = np.array(list(result.slowdown_by(result.by_stage).values()))
+        s_stage = np.asarray(result.s_stage, dtype=float)
         heavy = int(np.argmax(s_stage))
         ratio = float(s_stage[heavy] / s_stage.min())
         if len(s_stage) < 2 or ratio < cfg.worker_threshold \
@@ -209,7 +278,10 @@ class WhatIfDetector(Detector):
             return []
         step = run.last_step_by_rank.get(int(rank), int(run.trace["step"].max())
                                          if not run.trace.empty else 0) + 1
-        return [Finding([run.rank_ref(int(rank))], step, step, RootCause.WORKER, 1.0,
+        # A dead process is a crash; a rank that stopped progressing (or timed out) hung.
+        died = (run.error or {}).get("kind") == "worker-died"
+        cause = RootCause.CRASH if died else RootCause.HANG
+        return [Finding([run.rank_ref(int(rank))], step, step, cause, 1.0,
                         detected_at_step=step,
                         detail={"failure": (run.error or {}).get("kind", "stopped")})]
 
@@ -223,14 +295,14 @@ class WhatIfDetector(Detector):
         pausing = pauses[pauses >= self.config.gc_rank_share * pauses.max()].index
         return Finding(
             [run.rank_ref(int(r)) for r in sorted(pausing)], int(steps[0]), int(steps[-1]),
-            RootCause.GC, confidence=float(min(1.0, 0.5 + share * 5)),
+            RootCause.GC_PAUSES, confidence=float(min(1.0, 0.5 + share * 5)),
             estimated_slowdown=slowdown,
             detail={"gc_pause_share": share,
                     "gc_pause_s_by_rank": {str(k): float(v) for k, v in pauses.items()}})
 
-    def _stragglers(self, run: Run, analysis, steps: np.ndarray) -> list[Finding]:
+    def _stragglers(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
         cfg = self.config
-        result = analysis.result
+        result = evidence.view
         scores = step_worker_scores(result)  # [pp, dp, steps]
         relative = relative_scores(scores)
         windows: dict[tuple[int, int], tuple[int, int]] = {}
@@ -277,7 +349,7 @@ class WhatIfDetector(Detector):
                 first, last = windows[w]
                 own = float(np.median(compute[w[0], w[1], first:last + 1]))
                 if own >= cfg.compute_ratio:
-                    found.append(finding([w], RootCause.WORKER, compute_ratio=own))
+                    found.append(finding([w], RootCause.SLOW_WORKER, compute_ratio=own))
             for f in found:
                 w = (f.ranks[0].stage, f.ranks[0].dp_rank)
                 del windows[w], excess[w]
@@ -293,16 +365,16 @@ class WhatIfDetector(Detector):
                         del windows[w], excess[w]
             if not windows or compute is None:
                 # Without DP peers a straggler's own compute cannot be told apart.
-                return found + [finding([w], RootCause.WORKER) for w in sorted(windows)]
+                return found + [finding([w], RootCause.SLOW_WORKER) for w in sorted(windows)]
         # Stragglers whose own compute is not slow wait on communication: a slow link.
         # Name the rank whose comm ops collect the most excess over the run (a link
         # slows both ends of a P2P pair; its rank alone is in all the slow groups).
         first = min(w[0] for w in windows.values())
         last = max(w[1] for w in windows.values())
-        by_worker = comm_excess_by_worker(analysis.graph, analysis.frame, slice(None))
+        by_worker = evidence.comm_excess_by_worker
         victim = tuple(int(i) for i in np.unravel_index(np.argmax(by_worker), by_worker.shape))
         excess[victim] = max(excess.values())  # the straggling it explains
         windows[victim] = (first, last)
-        return found + [finding([victim], RootCause.NETWORK, compute_excess=compute_excess,
+        return found + [finding([victim], RootCause.NET_THROTTLE, compute_excess=compute_excess,
                                 comm_excess=comm_excess,
                                 comm_excess_s=float(by_worker[victim]))]

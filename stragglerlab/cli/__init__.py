@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"stragglerlab {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `stragglerlab ... | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -16,10 +16,10 @@ import argparse
 import sys
 import time
 
-from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import out_folder
+from stragglerlab.findings import FINDINGS_SCHEMA, FindingsDocument, write_findings
 
-FINDINGS_SCHEMA = "stragglerlab.findings/1"
+__all__ = ["FINDINGS_SCHEMA", "findings_document", "run"]
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -42,9 +42,9 @@ def findings_name(detector: str, online: bool) -> str:
 
 
 def findings_document(detector: str, run_dir: str, online: bool, findings: list) -> dict:
-    """The JSON document `detect` writes."""
-    return {"schema": FINDINGS_SCHEMA, "detector": detector, "run": str(run_dir),
-            "online": online, "findings": [f.to_dict() for f in findings]}
+    """The JSON document `detect` writes (stragglerlab.findings.FindingsDocument)."""
+    return FindingsDocument(detector=detector, run=str(run_dir), online=online,
+                            findings=list(findings)).to_json()
 
 
 def run(args) -> int:
@@ -56,7 +56,8 @@ def run(args) -> int:
     run_data = load_run(args.run)
     t0 = time.perf_counter()
     findings = detector.detect_online(run_data) if args.online else detector.detect(run_data)
-    atomic_write_json(out, findings_document(args.detector, args.run, args.online, findings))
+    write_findings(out, FindingsDocument(detector=args.detector, run=str(args.run),
+                                         online=args.online, findings=findings))
     if not args.quiet:
         mode = "online" if args.online else "offline"
         print(f"{args.detector} ({mode}) on {args.run}: {len(findings)} finding(s) "

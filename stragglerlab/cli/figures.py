@@ -6,9 +6,14 @@
 Each `--runs` entry is a run folder (`results/<scenario>/<seed>/`: the train
 outputs plus `whatif/whatif.json`). Writes `<NAME>.png`, `<NAME>.pdf` and
 `<NAME>.json` (paper's number, ours, source, note) per figure into `--out`,
-printing one line per figure. A figure without its data writes a "no data"
-image. Exit 2 on bad input (missing run folder, unknown figure name); exit 1
-if a figure failed to build (the others are still written).
+printing one line per figure. Figures read the what-if results; none re-runs
+the analysis. The reference traces' what-if results are looked up beside the
+figures folder, in `<out>/../reference/<job>/whatif.json` (the workflow's
+`results/reference/`; write one with `stragglerlab whatif --trace
+REF/trace-AR.parquet --meta REF/meta-AR.yaml --out results/reference/AR`).
+A figure without its data writes a "no data" image. Exit 2 on bad input
+(missing run folder, unknown figure name); exit 1 if a figure failed to build
+(the others are still written).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def _summary(ours: dict, limit: int = 3) -> str:
 
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
-    from stragglerlab.figures.data import load_figure_data
+    from stragglerlab.figures.data import REFERENCE_WHATIF_DIR, load_figure_data
     from stragglerlab.figures.registry import build_figure, figure_names, find_module
 
     names = figure_names()
@@ -51,7 +56,9 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = [find_module(n).NAME for n in args.only]
     out = out_folder(args.out)
-    data = load_figure_data(args.runs, args.reference)
+    # The results root's reference/<job>/whatif.json: the workflow's whatif_reference rule.
+    data = load_figure_data(args.runs, args.reference,
+                            reference_whatif_dir=out.parent / REFERENCE_WHATIF_DIR)
     t0 = time.perf_counter()
     n_ok = len(data.ok_runs())
     say = (lambda *a, **k: None) if args.quiet else print

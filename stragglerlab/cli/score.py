@@ -5,17 +5,19 @@
 
 For each run and detector it reads `<run>/detect/<name>.json` (offline) and
 `<run>/detect/<name>-online.json` (online), as `stragglerlab detect` (or the
-workflow's detect rule) wrote them. Prints a detector x metric table and a
-per-fault-kind table; writes `scores.json` into --out: JSON keyed by detector
-name, each with precision, recall, f1, root_cause_accuracy,
-median_latency_steps, slowdown_error, confusion, by_kind and per-run rows
-(analysis/scoring.py says how each is counted).
+workflow's detect rule) wrote them; it never runs a detector itself, so a
+missing findings file is an error naming the `detect` command to run
+(`--offline-only`: online files are used where present, else skipped).
+Prints a detector x metric table and a per-fault-kind table; writes
+`scores.json` into --out: JSON keyed by detector name, each with precision,
+recall, f1, root_cause_accuracy, median_latency_steps, slowdown_error,
+confusion, by_kind and per-run rows (analysis/scoring.py says how each is
+counted).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from pathlib import Path
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import out_folder
 from stragglerlab.errors import InputError
+from stragglerlab.run_folder import RunFolder
 
 SCORES_NAME = "scores.json"
 """The file `score` writes inside its --out folder."""
@@ -45,32 +48,27 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 
 def _load_findings(path: Path, detector: str):
-    from stragglerlab.analysis.detectors import Finding
+    """The findings of a findings file (validated: one InputError naming file and field)."""
+    from stragglerlab.findings import read_findings
 
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("detector") != detector:
-            raise InputError(f"{path}: findings of {doc.get('detector')!r}, expected "
-                             f"{detector!r}; rerun `stragglerlab detect`")
-        return [Finding.from_dict(f) for f in doc["findings"]]
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise InputError(f"{path}: not a findings file ({e}); rerun `stragglerlab detect`") \
-            from None
+    return read_findings(path, detector).findings
 
 
-def _findings(run_dir: str, name: str, online: bool, compute: bool, cache: dict):
-    from stragglerlab.analysis.detectors import get_detector, load_run
-
-    path = Path(run_dir) / "detect" / f"{name}{'-online' if online else ''}.json"
-    if path.is_file():
-        return _load_findings(path, name)
-    if not compute:
+def _findings(run_dir: str, name: str, online: bool, required: bool):
+    """A run's findings of one detector as `detect` wrote them; None when absent and not
+    required. Scoring never runs a detector: a required file that is missing is an error."""
+    folder = RunFolder(path=Path(run_dir))
+    if folder.has_findings(name, online):
+        return folder.findings(name, online)  # validated against the run's layout
+    if not required:
         return None
-    if run_dir not in cache:
-        cache[run_dir] = load_run(run_dir)
-    detector = get_detector(name)
-    run_data = cache[run_dir]
-    return detector.detect_online(run_data) if online else detector.detect(run_data)
+    flag = " --online" if online else ""
+    skip = " (or score without latency: --offline-only)" if online else ""
+    raise InputError(
+        f"no {folder.findings_path(name, online).name} findings of detector {name!r}; "
+        f"score reads what `stragglerlab detect` wrote and never runs detectors: run "
+        f"`stragglerlab detect --run {run_dir} --detector {name}{flag} "
+        f"--out {folder.detect_dir}` first{skip}", str(folder.detect_dir))
 
 
 def _fmt(value) -> str:
@@ -121,11 +119,10 @@ def run(args) -> int:
         (lambda msg: print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
                            flush=True))
     say(f"{len(scored)} runs scored, {len(truths) - len(scored)} skipped (mitigation runs)")
-    cache: dict = {}
     scores = {}
     for name in names:
-        offline = {t.run: _findings(t.run, name, False, True, cache) for t in scored}
-        online = {t.run: _findings(t.run, name, True, not args.offline_only, cache)
+        offline = {t.run: _findings(t.run, name, False, required=True) for t in scored}
+        online = {t.run: _findings(t.run, name, True, required=not args.offline_only)
                   for t in scored}
         online = {k: v for k, v in online.items() if v is not None}
         suite = score_suite(scored, offline, online if online else None)

@@ -12,7 +12,6 @@ e.g. a `hang` or `crash` scenario) exits 0 too, so a workflow analyses it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -69,10 +68,12 @@ def run(args) -> int:
 
 def failed_cleanly(out: str) -> bool:
     """run.json says `failed` and a trace of at least one complete step was kept."""
-    run_dir = Path(out)
+    from stragglerlab.errors import InputError
+    from stragglerlab.run_folder import RunFolder
+
+    folder = RunFolder(path=Path(out))
     try:
-        record = json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return record.get("outcome") == "failed" and (run_dir / "trace.parquet").is_file() and \
-        bool(record.get("trace", {}).get("complete_steps"))
+        record = folder.record
+    except InputError:
+        return False  # no readable run.json: not a clean failure
+    return record.outcome == "failed" and folder.has_trace and bool(record.complete_steps)

@@ -3,10 +3,15 @@
     stragglerlab whatif --trace T.parquet --meta M.yaml --out DIR [--timelines]
     stragglerlab whatif --run results/slow-worker-1/0        # -> results/slow-worker-1/0/whatif
 
-Writes into DIR: `whatif.json` (our field names, see README), `heatmap.png`
-(Fig. 14 style worker scores), `timeline.json.gz` and
-`ideal-timeline.json.gz` (Perfetto), and `artifact-format/{result,mw,ms}.json`
-in the OSDI'25 artifact's own layout. Prints a short summary.
+The one step of the workflow that analyses a trace: it computes the what-if
+once and writes into DIR `whatif.json` (our field names, see README; the
+top-level keys use --compute-ideal, `compute_ideals` holds both the mean and
+the median ideal, plus what the `whatif` detector and the figures read, see
+stragglerlab/results.py), `artifact-format/{result,mw,ms}.json` in the
+OSDI'25 artifact's own layout and, with --timelines, `timeline.json.gz` and
+`ideal-timeline.json.gz` (Perfetto). Prints a short summary. The Fig. 14
+heatmap is a figure (`stragglerlab figures --only fig14_heatmaps`), drawn
+from whatif.json.
 """
 
 from __future__ import annotations
@@ -52,7 +57,6 @@ def run(args) -> int:
     from stragglerlab.analysis.timeline import write_perfetto
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
-    from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
     from stragglerlab.trace_io import read_trace
 
     if args.run:
@@ -71,19 +75,18 @@ def run(args) -> int:
 
     df, meta = read_trace(args.trace, args.meta)
     progress(f"read {len(df):,} ops from {args.trace}")
+    # Every compute ideal at once (one graph, one frame): figures and detectors read them
+    # from whatif.json instead of re-analysing the trace.
     wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
-                    compute_ideal=ComputeIdeal(args.compute_ideal))
+                    compute_ideal=ComputeIdeal(args.compute_ideal),
+                    other_ideals=list(ComputeIdeal))
     result = wr.result
     atomic_write_json(out / "whatif.json", result.to_json())
     atomic_write_json(out / "artifact-format" / "result.json", result_json(result))
     atomic_write_json(out / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
     atomic_write_json(out / "artifact-format" / "ms.json", fix_json(result.m_s, "Ms"))
     name = meta.trial_name or Path(args.trace).stem
-    plot_worker_heatmap(
-        result.worker_score, out / "heatmap.png",
-        title=f"{name}: worker slowdown min(S_dp, S_stage)", source=f"trace {args.trace}",
-    )
-    progress("wrote whatif.json, artifact-format/, heatmap.png")
+    progress("wrote whatif.json, artifact-format/")
     if args.timelines:
         write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), out / "timeline.json.gz",
                        title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)

@@ -1,9 +1,12 @@
 """Validation of the Snakemake workflow's config, done once when the Snakefile is parsed.
 
 The Snakefile loads config/workflow.yaml (plus any `--configfile` overrides,
-e.g. config/smoke.yaml) and calls `load_workflow_config(config, detectors)`
-before any rule runs. Every problem is one InputError naming the key and the
-fix; the Snakefile prints it and stops. Keys (all optional except where noted):
+e.g. config/smoke.yaml), checks it against the JSON Schema `SCHEMA`
+(config/workflow.schema.yaml) with snakemake's `validate()` (a schema error
+becomes one line through `schema_error_message`), then calls
+`load_workflow_config(config, detectors)` for the semantic checks, before any
+rule runs. Every problem is one InputError naming the key and the fix; the
+Snakefile prints it and stops. Keys (all optional except where noted):
 
     results: results                 # output root (relative to the working directory)
     reference_traces: ../shared/reference-traces   # artifact traces for the figures; null = none
@@ -18,14 +21,35 @@ fix; the Snakefile prints it and stops. Keys (all optional except where noted):
 
 from __future__ import annotations
 
+import importlib.resources
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from stragglerlab.errors import InputError
 from stragglerlab.workflow.population import Population, Run, expand_population
 
 KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population")
 """Top-level keys of the workflow config."""
+
+SCHEMA = Path(str(importlib.resources.files("stragglerlab") / "config" / "workflow.schema.yaml"))
+"""JSON Schema of the workflow config (snakemake `validate(config, SCHEMA)`)."""
+
+
+def schema_error_message(error: object) -> str:
+    """One line for a jsonschema ValidationError: the schema's description of the failing
+    key (written as the message to show) and the bad value, else jsonschema's own message."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}"
+                   for p in getattr(error, "absolute_path", ())).lstrip(".")
+    schema = getattr(error, "schema", None)
+    description = schema.get("description") if isinstance(schema, dict) else None
+    if description and getattr(error, "validator", None) != "additionalProperties":
+        value = repr(getattr(error, "instance", None))
+        message = f"{description}, got {value if len(value) <= 60 else value[:57] + '...'}"
+    else:
+        message = str(getattr(error, "message", error))
+    where = f" (at {path})" if path else ""
+    return f"{message}{where}; see {SCHEMA.name}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +102,7 @@ def _load(raw: object, known: list[str]) -> WorkflowConfig:
     missing = [d for d in detectors if d not in known]
     if missing:
         raise InputError(f"unknown detector(s) {', '.join(missing)}; available: "
-                         f"{', '.join(known) or 'none'} (`stragglerlab detect --list`)")
+                         f"{', '.join(known) or 'none'} (`stragglerlab list detectors`)")
     if len(set(detectors)) != len(detectors):
         raise InputError(f"detectors {detectors} name a detector twice")
     online = raw.get("online", True)

@@ -59,7 +59,8 @@ def installed(tmp_path_factory) -> dict:
 def test_site_packages_holds_one_namespace(installed):
     names = {p.name for p in installed["site"].iterdir()}
     assert "stragglerlab" in names
-    assert not names & set(OURS), f"top-level packages of ours in site-packages: {names & set(OURS)}"
+    stray = names & set(OURS)
+    assert not stray, f"top-level packages of ours in site-packages: {stray}"
     pkg = installed["site"] / "stragglerlab"
     for sub in (*OURS, "cli", "host", "workflow"):
         assert (pkg / sub / "__init__.py").is_file() or sub == "config", sub

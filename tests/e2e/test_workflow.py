@@ -1,9 +1,10 @@
 """The Snakemake workflow for real on the smoke config (slow tier).
 
 Runs config/smoke.yaml (clean, slow worker, crash; 8 steps each) end to end
-into a temporary working directory, then checks: the report exists and the
-crashed run was recorded and analysed; a second run right after does nothing;
-deleting one run's trace reruns only what depends on it; `snakemake -n` on the
+into a temporary working directory, then checks: the report exists, every
+figure was built by its own rule and the crashed run was recorded and
+analysed; a second run right after does nothing; deleting one run's trace
+reruns only what depends on it; `snakemake -n` on the
 default config lists the full DAG in seconds.
 
     .venv/bin/python -m pytest -m slow tests/e2e/test_workflow.py
@@ -23,11 +24,13 @@ import yaml
 from snakemake.utils import update_config
 
 from stragglerlab.analysis.detectors.registry import detector_names
+from stragglerlab.figures.registry import figure_names
 from stragglerlab.workflow.config import load_workflow_config
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+FIGURES = figure_names()
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
@@ -72,11 +75,14 @@ def test_smoke_workflow_produces_the_report(done, smoke_runs):
     assert "<img" in html and "data:image/png;base64," in html  # figures embedded
     scores = json.loads((res / "scores.json").read_text())
     assert set(detector_names()) <= set(scores)
-    assert any((res / "figures").glob("*.png"))
+    for name in FIGURES:  # one rule per figure
+        assert (res / "figures" / f"{name}.json").is_file(), name
+        assert (res / "logs" / "figures" / f"{name}.log").is_file(), name
     for key in smoke_runs:
         run = res / key
         assert (run / "whatif" / "whatif.json").is_file(), key
         assert (run / "detect" / "whatif-online.json").is_file(), key
+        assert not (run / "whatif" / "heatmap.png").exists(), key  # a figure now
         assert (res / "logs" / "train" / f"{key}.log").is_file(), key
     crashed = [k for k in smoke_runs if "crash" in k]
     assert crashed
@@ -103,12 +109,15 @@ def test_deleting_one_trace_reruns_only_what_depends_on_it(done, smoke_runs):
     assert dry.returncode == 0, dry.stderr[-3000:]
     out = dry.stdout + dry.stderr
     n_det = len(detector_names())
-    assert job_counts(out) == {"train": 1, "whatif": 1, "detect": n_det, "detect_online": n_det,
-                               "score": 1, "figures": 1, "report": 1, "all": 1}
+    # Every figure reads the run's record or trace, so each figure rule reruns once; the
+    # reference traces' what-if and the other runs' jobs do not.
+    assert job_counts(out) == {"train": 1, "whatif": 1, "detect": 2 * n_det, "score": 1,
+                               "report": 1, "all": 1, **{f"figure_{n}": 1 for n in FIGURES}}
     scenario, seed = victim.split("/")
     assert set(re.findall(r"wildcards: (.*)", out)) == {
         f"scenario={scenario}, seed={seed}"} | {
-        f"scenario={scenario}, seed={seed}, detector={d}" for d in detector_names()}
+        f"scenario={scenario}, seed={seed}, detector={d}, mode={m}"
+        for d in detector_names() for m in ("", "-online")}
 
     proc = smoke(done)
     assert proc.returncode == 0, proc.stderr[-6000:]
@@ -126,7 +135,8 @@ def test_default_dag_lists_in_seconds(tmp_path):
     merged = yaml.safe_load((ROOT / "config" / "workflow.yaml").read_text())
     n_runs = len(load_workflow_config(merged, detector_names()).runs)
     assert counts["train"] == counts["whatif"] == n_runs >= 24
-    assert counts["detect"] == counts["detect_online"] == n_runs * len(detector_names())
-    assert counts["score"] == counts["figures"] == counts["report"] == 1
+    assert counts["detect"] == 2 * n_runs * len(detector_names())  # offline and online
+    assert counts["score"] == counts["report"] == 1
+    assert all(counts[f"figure_{n}"] == 1 for n in FIGURES)
     assert wall < 30, f"snakemake -n took {wall:.1f}s"
     assert not (tmp_path / "results").exists()  # a dry run writes nothing

@@ -43,10 +43,10 @@ def test_ground_truth_of_clean_windowed_job_wide_and_mitigation_runs(tmp_path):
     t_clean, t_slow, t_gc, t_mit = load_truths([clean, slow, gc, mitigated])
     assert (t_clean.kind, t_clean.cause, t_clean.ranks) == (CLEAN, RootCause.NONE, frozenset())
     assert (t_slow.cause, t_slow.ranks, t_slow.fault_start_step) == (
-        RootCause.WORKER, frozenset({3}), 6)
+        RootCause.SLOW_WORKER, frozenset({3}), 6)
     assert t_slow.measured_slowdown > 1.2  # windowed: measured within the run
     assert "within the run" in t_slow.note
-    assert t_gc.ranks == frozenset({0, 1, 2, 3}) and t_gc.cause is RootCause.GC
+    assert t_gc.ranks == frozenset({0, 1, 2, 3}) and t_gc.cause is RootCause.GC_PAUSES
     assert not t_mit.scored
 
 
@@ -66,8 +66,21 @@ def test_detect_writes_findings_and_score_writes_a_table_and_json(tmp_path, caps
     assert doc["detector"] == "whatif" and doc["online"] is True
     (finding,) = doc["findings"]
     assert finding["ranks"] == [{"rank": 2, "dp_rank": 0, "stage": 1}]
-    assert finding["root_cause"] == "worker" and finding["detected_at_step"] >= 4
+    assert finding["root_cause"] == "slow-worker" and finding["detected_at_step"] >= 4
 
+    # score reads findings and never runs a detector: missing ones are a clear error.
+    capsys.readouterr()
+    assert main(["score", "--runs", str(slow), str(clean), "--detector", "whatif",
+                 "--out", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"run `stragglerlab detect --run {slow} --detector whatif --out" in err
+    assert not (tmp_path / "scores.json").exists()
+    for run in (slow, clean):  # what the workflow runs: whatif, then detect offline and online
+        assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+        for mode in ([], ["--online"]):
+            assert main(["detect", "--run", str(run), "--detector", "whatif", *mode,
+                         "--out", str(run / "detect"), "--quiet"]) == 0
+    capsys.readouterr()
     scores = tmp_path / "scores.json"
     assert main(["score", "--runs", str(slow), str(clean), "--detector", "whatif",
                  "--out", str(tmp_path), "--quiet"]) == 0

@@ -25,7 +25,7 @@ class BlameRankZero(Detector):
     def detect(self, run):
         steps = run.steps
         return [Finding([run.rank_ref(0)], int(steps[0]), int(steps[-1]),
-                        RootCause.WORKER, 0.5)]
+                        RootCause.SLOW_WORKER, 0.5)]
 '''
 
 
@@ -67,8 +67,15 @@ def test_installed_plugin_is_listed_run_and_scored(tmp_path):
     slow = make_run(tmp_path / "slow", slow_workers=(SlowWorker(1, 1, 1.8),))
     clean = make_run(tmp_path / "clean")
     out = tmp_path / "scores.json"
-    subprocess.run(cli + ["score", "--runs", str(slow), str(clean), "--detector", "all",
-                          "--offline-only", "--out", str(tmp_path), "--quiet"],
+    for run in (slow, clean):  # the workflow's steps: what-if, then each detector, then score
+        subprocess.run(cli + ["whatif", "--run", str(run), "--quiet"], env=env, check=True,
+                       capture_output=True)
+        for name in ("blame-zero", "whatif"):
+            subprocess.run(cli + ["detect", "--run", str(run), "--detector", name, "--out",
+                                  str(run / "detect"), "--quiet"],
+                           env=env, check=True, capture_output=True)
+    subprocess.run(cli + ["score", "--runs", str(slow), str(clean), "--detector", "blame-zero",
+                          "whatif", "--offline-only", "--out", str(tmp_path), "--quiet"],
                    env=env, check=True, capture_output=True)
     scores = json.loads(out.read_text())
     assert "blame-zero" in scores and "whatif" in scores

@@ -69,7 +69,7 @@ def test_slow_worker_is_flagged_as_worker(name, slow_run):
     findings = get_detector(name).detect(slow_run)
     assert VICTIM in _flagged(findings)
     mine = [f for f in findings if VICTIM in f.ranks]
-    assert all(f.root_cause is RootCause.WORKER for f in mine)
+    assert all(f.root_cause is RootCause.SLOW_WORKER for f in mine)
     assert all(0.5 <= f.confidence <= 1.0 for f in mine)
     # JSON-serializable, as `stragglerlab detect` writes them.
     json.dumps([f.to_dict() for f in findings])
@@ -145,7 +145,7 @@ def test_op_minmax_reports_gc_pauses_as_gc(clean_run):
     trace.loc[fwd, "duration"] += 0.03
     findings = OpMinMaxDetector().detect(Run(trace, clean_run.meta))
     assert [(f.root_cause, f.ranks) for f in findings] == [
-        (RootCause.GC, [clean_run.rank_ref(5)])]
+        (RootCause.GC_PAUSES, [clean_run.rank_ref(5)])]
 
 
 def test_op_minmax_blames_a_slow_sender_on_the_network(clean_run):
@@ -154,7 +154,7 @@ def test_op_minmax_blames_a_slow_sender_on_the_network(clean_run):
     trace.loc[send, "duration"] += 0.05  # 4 sends a step: +0.2 s on ~0.04 s
     findings = OpMinMaxDetector().detect(Run(trace, clean_run.meta))
     assert [(f.root_cause, f.ranks) for f in findings] == [
-        (RootCause.NETWORK, [clean_run.rank_ref(1)])]
+        (RootCause.NET_THROTTLE, [clean_run.rank_ref(1)])]
     assert findings[0].detail["ops"] == ["forward-send"]
 
 
@@ -165,7 +165,7 @@ def test_op_minmax_blames_the_shortest_rank_of_a_collective(clean_run):
     trace.loc[rs & (trace["rank"] != 6), "duration"] += 0.05
     findings = OpMinMaxDetector().detect(Run(trace, clean_run.meta))
     assert _flagged(findings) == {clean_run.rank_ref(6)}
-    assert findings[0].root_cause is RootCause.NETWORK
+    assert findings[0].root_cause is RootCause.NET_THROTTLE
 
 
 # -- last-arrival ----------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _collective_frame(late_rank: int, n_steps: int, late_s: float) -> pd.DataFra
 def test_last_arrival_flags_the_rank_the_others_wait_for():
     run = Run(_collective_frame(late_rank=3, n_steps=12, late_s=0.1), JobMeta(4, 1))
     (f,) = LastArrivalDetector().detect(run)
-    assert f.ranks == [run.rank_ref(3)] and f.root_cause is RootCause.WORKER
+    assert f.ranks == [run.rank_ref(3)] and f.root_cause is RootCause.SLOW_WORKER
     assert f.detail["last_arrivals"] == 12 and f.detail["fair_share"] == pytest.approx(3.0)
     assert (f.first_step, f.last_step) == (0, 11)
 
@@ -239,7 +239,7 @@ def test_step_changepoint_detects_a_jump_within_two_steps():
     times = list(1.0 + rng.normal(0, 0.03, 20))
     times[12:] = [1.5 * x for x in times[12:]]
     (f,) = StepChangepointDetector().detect_online(_step_frame(times))
-    assert f.ranks == [] and f.root_cause is RootCause.WORKER
+    assert f.ranks == [] and f.root_cause is RootCause.SLOW_WORKER
     assert f.first_step == 12 and f.last_step == 19
     assert 12 <= f.detected_at_step <= 14
     assert f.estimated_slowdown == pytest.approx(1.5, abs=0.08)

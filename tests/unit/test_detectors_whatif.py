@@ -1,47 +1,76 @@
-"""The `whatif` detector on synthetic jobs with known stragglers and on the reference traces."""
+"""The `whatif` detector on synthetic jobs with known stragglers and on the reference traces.
+
+Offline the detector reads the run folder's whatif/whatif.json, so each test
+first runs `stragglerlab whatif` on the trace (as the workflow does).
+"""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run, get_detector
-from stragglerlab.trace_io import read_trace
+from stragglerlab.analysis.detectors.whatif import Evidence
+from stragglerlab.cli import main
+from stragglerlab.errors import InputError
+from stragglerlab.trace_io import read_trace, write_trace
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 from tests.unit.refdata import reference
 
+_FOLDERS = itertools.count()
 
-def _run(**kwargs) -> Run:
-    cfg = SyntheticConfig(**{"dp_size": 2, "pp_size": 2, "n_steps": 10, **kwargs})
-    df, meta = synthesize_trace(cfg)
-    return Run(df, meta, "synthetic")
+
+def analysed(run: Run, root) -> Run:
+    """`run` as a run folder under root with whatif/whatif.json written by `stragglerlab whatif`."""
+    folder = root / f"run{next(_FOLDERS)}"
+    folder.mkdir()
+    write_trace(run.trace, run.meta, folder / "trace.parquet")
+    run.meta.dump(folder / "meta.yaml")
+    assert main(["whatif", "--trace", str(folder / "trace.parquet"), "--meta",
+                 str(folder / "meta.yaml"), "--out", str(folder / "whatif"), "--quiet"]) == 0
+    run.path = str(folder)
+    return run
+
+
+@pytest.fixture
+def _run(tmp_path, capsys):
+    """Synthetic run (dp 2 x pp 2, 10 steps unless overridden), analysed into tmp_path."""
+    def make(**kwargs) -> Run:
+        cfg = SyntheticConfig(**{"dp_size": 2, "pp_size": 2, "n_steps": 10, **kwargs})
+        df, meta = synthesize_trace(cfg)
+        run = analysed(Run(df, meta, "synthetic"), tmp_path)
+        capsys.readouterr()  # the verb's summary
+        return run
+    return make
 
 
 def _cells(finding) -> list[tuple[int, int]]:
     return [(r.dp_rank, r.stage) for r in finding.ranks]
 
 
-def test_clean_job_has_no_findings():
+def test_clean_job_has_no_findings(_run):
     assert get_detector("whatif").detect(_run()) == []
 
 
-def test_slow_worker_is_named_as_a_worker_issue():
+def test_slow_worker_is_named_as_a_worker_issue(_run):
     run = _run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
     (finding,) = get_detector("whatif").detect(run)
-    assert finding.root_cause is RootCause.WORKER
+    assert finding.root_cause is RootCause.SLOW_WORKER
     assert _cells(finding) == [(2, 1)]
     assert finding.ranks[0].rank == 1 * 4 + 2
     assert finding.estimated_slowdown > 1.1
 
 
-def test_heavy_last_stage_is_stage_imbalance_on_every_dp_rank_of_it():
+def test_heavy_last_stage_is_stage_imbalance_on_every_dp_rank_of_it(_run):
     run = _run(pp_size=3, last_stage_factor=1.6)
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.STAGE_IMBALANCE
     assert sorted(_cells(finding)) == [(0, 2), (1, 2)]
 
 
-def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_steps():
+def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_steps(_run):
     run = _run(n_steps=14, slow_workers=(SlowWorker(dp_rank=1, stage=0, factor=1.8,
                                                     first_step=6),))
     (offline,) = get_detector("whatif").detect(run)
@@ -51,7 +80,7 @@ def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_step
     assert 6 <= online.detected_at_step <= 8
 
 
-def test_measured_gc_pauses_make_gc_the_cause():
+def test_measured_gc_pauses_make_gc_the_cause(_run):
     run = _run()
     rng = np.random.default_rng(0)
     pauses = np.zeros(len(run.trace))
@@ -60,27 +89,42 @@ def test_measured_gc_pauses_make_gc_the_cause():
     pauses[hit] = 0.05
     run.trace["gc_pause_s"] = pauses
     (finding,) = get_detector("whatif").detect(run)
-    assert finding.root_cause is RootCause.GC
+    assert finding.root_cause is RootCause.GC_PAUSES
     paused = set(run.trace.loc[hit, "rank"])
     assert {r.rank for r in finding.ranks} <= paused
 
 
-def test_failed_run_names_the_rank_the_runtime_lost():
+def test_failed_run_names_the_rank_the_runtime_lost(_run):
     run = _run()
     run.outcome, run.error = "failed", {"rank": 3, "kind": "hang", "message": "no progress"}
     run.last_step_by_rank = {0: 9, 1: 9, 2: 9, 3: 9}
     findings = get_detector("whatif").detect(run)
-    assert [(f.root_cause, f.ranks[0].rank) for f in findings] == [(RootCause.WORKER, 3)]
+    assert [(f.root_cause, f.ranks[0].rank) for f in findings] == [(RootCause.HANG, 3)]
     online = get_detector("whatif").detect_online(run)
     assert [f.detected_at_step for f in online] == [10]
 
 
 @pytest.mark.parametrize("name,cause,cells", [
-    ("AR", RootCause.WORKER, [(0, 0)]),
+    ("AR", RootCause.SLOW_WORKER, [(0, 0)]),
     ("ST", RootCause.STAGE_IMBALANCE, [(0, 3), (1, 3)]),
 ])
-def test_reference_traces_are_diagnosed_as_in_the_paper(name, cause, cells):
+def test_reference_traces_are_diagnosed_as_in_the_paper(name, cause, cells, tmp_path, capsys):
     df, meta = read_trace(str(reference(f"trace-{name}.parquet")),
                           str(reference(f"meta-{name}.yaml")))
-    findings = get_detector("whatif").detect(Run(df, meta, name))
+    findings = get_detector("whatif").detect(analysed(Run(df, meta, name), tmp_path))
     assert [(f.root_cause, sorted(_cells(f))) for f in findings] == [(cause, cells)]
+
+
+def test_whatif_json_gives_the_same_findings_as_a_fresh_analysis(_run):
+    """The JSON round trip loses nothing the diagnosis reads."""
+    run = _run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
+    detector = get_detector("whatif")
+    from_file = [f.to_dict() for f in detector.detect(run)]
+    fresh = [f.to_dict() for f in detector.diagnose(run, Evidence.analyse(run))]
+    assert from_file == fresh and from_file
+
+
+def test_missing_whatif_json_says_to_run_whatif_first(tmp_path):
+    df, meta = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=2, n_steps=10))
+    with pytest.raises(InputError, match="run `stragglerlab whatif --run .*` first"):
+        get_detector("whatif").detect(Run(df, meta, str(tmp_path)))

@@ -321,8 +321,21 @@ def _expected_reference_cells(job: str) -> np.ndarray:
     return np.array([[min(by_dp[str(d)], by_st[str(p)]) for d in range(dp)] for p in range(pp)])
 
 
-def test_fig14_reference_cells_equal_artifact(tmp_path):
+def analyse_reference(root: Path) -> Path:
+    """The reference traces' what-if results in root/<job>/whatif.json, as the workflow's
+    whatif_reference rule writes them."""
+    from stragglerlab.cli import main
+
+    for job in ("AR", "ST"):
+        assert main(["whatif", "--trace", str(reference(f"trace-{job}.parquet")),
+                     "--meta", str(reference(f"meta-{job}.yaml")),
+                     "--out", str(root / job), "--quiet"]) == 0
+    return root
+
+
+def test_fig14_reference_cells_equal_artifact(tmp_path, capsys):
     reference("trace-AR.parquet")
+    ref_whatif = analyse_reference(tmp_path / "reference")
     root = tmp_path / "runs"
     slow = stub_run(root, "slow", "slow-worker-3", whatif_stub(1.5, 0.0, [[1.0, 1.6],
                                                                            [0.95, 0.95]]),
@@ -334,7 +347,7 @@ def test_fig14_reference_cells_equal_artifact(tmp_path):
                                                                               [1.0, 1.0]]),
                      [{"kind": "stage-imbalance", "targets": [],
                        "requested": {"rebalance": True}}])
-    data = load_figure_data([slow, stage, rebal], REFERENCE)
+    data = load_figure_data([slow, stage, rebal], REFERENCE, reference_whatif_dir=ref_whatif)
     out = tmp_path / "fig"
     result = build_figure(fig14_heatmaps.NAME, data, out)
     ours = check_outputs(result, out)["ours"]
@@ -351,6 +364,17 @@ def test_fig14_reference_cells_equal_artifact(tmp_path):
     assert tb["worker issue"]["max_cell_dp_rank"] == 1 and tb["worker issue"]["max_cell"] == 1.6
     assert tb["stage imbalance"]["run"] == "stage-imbalance/3"  # the mitigated run is not used
     assert "sequence imbalance" in result.note
+
+
+def test_fig14_reference_without_its_whatif_says_which_command_to_run(tmp_path):
+    reference("trace-AR.parquet")
+    seq = stub_run(tmp_path / "runs", "seq", "seq-imbalance",
+                   whatif_stub(1.3, 0.9, [[1.1, 1.3]]), [{"kind": "seq-imbalance"}])
+    data = load_figure_data([seq], REFERENCE, reference_whatif_dir=tmp_path / "reference")
+    result = build_figure(fig14_heatmaps.NAME, data, tmp_path / "fig")
+    assert "reference" not in result.ours and "testbed" in result.ours
+    assert "trace-AR has no what-if result; run `stragglerlab whatif --trace" in result.note
+    assert str(tmp_path / "reference" / "AR") in result.note
 
 
 def test_fig14_testbed_only_without_reference(tmp_path):

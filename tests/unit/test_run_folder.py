@@ -128,7 +128,7 @@ def test_assemble_no_parts(tmp_path: Path, scenario):
 
 def test_write_run_folder(tmp_path: Path, scenario):
     fake_run(tmp_path)
-    record_in = {"outcome": "failed", "scenario": "clean-dp2-pp2", "seed": 0,
+    record_in = {"outcome": "failed", "scenario": {"name": "clean-dp2-pp2"}, "seed": 0,
                  "error": {"rank": 3, "kind": "killed", "message": "SIGKILL"}}
     record = write_run_folder(tmp_path, scenario, record_in)
     assert set(p.name for p in tmp_path.iterdir()) >= {

@@ -21,66 +21,80 @@ def _finding(ranks: list[int], cause: RootCause, confidence: float = 0.9,
 
 
 def test_exact_finding_is_one_true_positive_and_the_right_cause():
-    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}),
-                  [_finding([1], RootCause.WORKER)])
+    s = score_run(_truth("a", "slow-worker", RootCause.SLOW_WORKER, {1}),
+                  [_finding([1], RootCause.SLOW_WORKER)])
     assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 0, 0)
-    assert s.predicted_cause is RootCause.WORKER
+    assert s.predicted_cause is RootCause.SLOW_WORKER
 
 
 def test_any_finding_on_a_clean_run_is_a_false_positive():
     s = score_run(_truth("c", CLEAN, RootCause.NONE, set(), start=None),
-                  [_finding([2], RootCause.WORKER)])
+                  [_finding([2], RootCause.SLOW_WORKER)])
     assert (s.true_positives, s.false_positives, s.false_negatives) == (0, 1, 0)
-    assert s.predicted_cause is RootCause.WORKER and s.true_cause is RootCause.NONE
+    assert s.predicted_cause is RootCause.SLOW_WORKER and s.true_cause is RootCause.NONE
 
 
 def test_job_level_finding_names_every_rank():
-    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {3}),
-                  [_finding([], RootCause.WORKER)])
+    s = score_run(_truth("a", "slow-worker", RootCause.SLOW_WORKER, {3}),
+                  [_finding([], RootCause.SLOW_WORKER)])
     assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 3, 0)
 
 
 def test_most_confident_finding_sets_the_predicted_cause():
-    s = score_run(_truth("a", "gc-pauses", RootCause.GC, {0, 1, 2, 3}),
-                  [_finding([0], RootCause.WORKER, 0.4), _finding([0, 1, 2, 3], RootCause.GC)])
-    assert s.predicted_cause is RootCause.GC
+    s = score_run(_truth("a", "gc-pauses", RootCause.GC_PAUSES, {0, 1, 2, 3}),
+                  [_finding([0], RootCause.SLOW_WORKER, 0.4),
+                   _finding([0, 1, 2, 3], RootCause.GC_PAUSES)])
+    assert s.predicted_cause is RootCause.GC_PAUSES
     assert (s.true_positives, s.false_positives, s.false_negatives) == (4, 0, 0)
 
 
 def test_latency_counts_the_first_true_finding_at_or_after_the_fault_start():
-    online = [_finding([0], RootCause.WORKER, at=2),   # before the fault: a false alarm
-              _finding([1], RootCause.WORKER, at=6),   # the victim, 2 steps in
-              _finding([1], RootCause.WORKER, at=9)]
-    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}, start=4), [], online)
+    online = [_finding([0], RootCause.SLOW_WORKER, at=2),   # before the fault: a false alarm
+              _finding([1], RootCause.SLOW_WORKER, at=6),   # the victim, 2 steps in
+              _finding([1], RootCause.SLOW_WORKER, at=9)]
+    s = score_run(_truth("a", "slow-worker", RootCause.SLOW_WORKER, {1}, start=4), [], online)
     assert s.latency_steps == 2
 
 
 def test_slowdown_error_is_relative_to_the_measured_slowdown():
-    s = score_run(_truth("a", "slow-worker", RootCause.WORKER, {1}, measured=1.5),
-                  [_finding([1], RootCause.WORKER, estimate=1.2)])
+    s = score_run(_truth("a", "slow-worker", RootCause.SLOW_WORKER, {1}, measured=1.5),
+                  [_finding([1], RootCause.SLOW_WORKER, estimate=1.2)])
     assert s.slowdown_error == pytest.approx(0.2)
 
 
 def test_suite_metrics_confusion_and_per_kind_breakdown():
-    truths = [_truth("a", "slow-worker", RootCause.WORKER, {1}),
-              _truth("b", "slow-worker", RootCause.WORKER, {2}),
+    truths = [_truth("a", "slow-worker", RootCause.SLOW_WORKER, {1}),
+              _truth("b", "slow-worker", RootCause.SLOW_WORKER, {2}),
               _truth("c", CLEAN, RootCause.NONE, set(), start=None)]
-    findings = {"a": [_finding([1], RootCause.WORKER)],
-                "b": [_finding([3], RootCause.NETWORK)],
+    findings = {"a": [_finding([1], RootCause.SLOW_WORKER)],
+                "b": [_finding([3], RootCause.NET_THROTTLE)],
                 "c": []}
     out = score_suite(truths, findings).to_json()
     assert (out["tp"], out["fp"], out["fn"]) == (1, 1, 1)
     assert out["precision"] == pytest.approx(0.5) and out["recall"] == pytest.approx(0.5)
     assert out["f1"] == pytest.approx(0.5)
     assert out["root_cause_accuracy"] == pytest.approx(2 / 3)
-    assert out["confusion"] == {"none": {"none": 1}, "worker": {"network": 1, "worker": 1}}
+    assert out["confusion"] == {"none": {"none": 1},
+                                 "slow-worker": {"net-throttle": 1, "slow-worker": 1}}
     assert out["by_kind"]["clean"]["precision"] == 1.0
     assert out["by_kind"]["slow-worker"]["f1"] == pytest.approx(0.5)
     assert out["median_latency_steps"] is None
 
 
 def test_unscored_runs_are_left_out():
-    mitigation = _truth("m", "gc-pauses", RootCause.GC, {0, 1, 2, 3})
+    mitigation = _truth("m", "gc-pauses", RootCause.GC_PAUSES, {0, 1, 2, 3})
     mitigation.scored = False
     out = score_suite([mitigation], {"m": []}).to_json()
     assert out["n_runs"] == 0
+
+
+def test_cause_accuracy_compares_kinds_a_trace_can_tell_apart():
+    truths = [_truth("d", "net-delay", RootCause.NET_DELAY, {1}),
+              _truth("h", "crash", RootCause.CRASH, {2}),
+              _truth("s", "slow-worker", RootCause.SLOW_WORKER, {3})]
+    findings = {"d": [_finding([1], RootCause.NET_THROTTLE)],   # same cause: a slow link
+                "h": [_finding([2], RootCause.HANG)],           # same cause: the rank stopped
+                "s": [_finding([3], RootCause.NET_THROTTLE)]}   # wrong cause
+    out = score_suite(truths, findings).to_json()
+    assert out["root_cause_accuracy"] == pytest.approx(2 / 3)
+    assert out["confusion"]["net-delay"] == {"net-throttle": 1}

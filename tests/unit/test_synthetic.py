@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from stragglerlab.analysis.whatif import analyze
+from stragglerlab.cli import main
 from stragglerlab.meta import JobMeta
 from stragglerlab.trace_io import read_trace
 from stragglerlab.validate import validate_trace
 from stragglerlab.workloads.synthetic import (
     SlowWorker,
     SyntheticConfig,
-    main,
     synthesize_trace,
     write_run,
 )
@@ -160,18 +160,18 @@ def test_bad_config_raises():
         synthesize_trace(SyntheticConfig(jitter_dist="uniform"))
 
 
-def test_command_line(tmp_path, capsys):
+def test_synth_verb(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["--out", str(out), "--dp", "2", "--pp", "2", "--microbatches", "2",
+    assert main(["synth", "--out", str(out), "--dp", "2", "--pp", "2", "--microbatches", "2",
                  "--steps", "2", "--slow", "0,1,2.0,0,0", "--last-stage-factor", "1.2"]) == 0
     faults = json.loads((out / "faults.json").read_text())
     assert [f["kind"] for f in faults] == ["slow-worker", "stage-imbalance"]
     assert faults[0]["last_step"] == 0
     read_trace(out / "trace.parquet", out / "meta.yaml")
-    assert main(["--out", str(tmp_path / "clean"), "--steps", "2"]) == 0
+    assert main(["synth", "--out", str(tmp_path / "clean"), "--steps", "2"]) == 0
     assert json.loads((tmp_path / "clean" / "faults.json").read_text()) == []
-    with pytest.raises(SystemExit):
-        main(["--out", str(out), "--slow", "1,x"])
-    with pytest.raises(SystemExit):
-        main(["--out", str(out), "--slow", "9,0,2"])
+    with pytest.raises(SystemExit):  # argparse: not numbers
+        main(["synth", "--out", str(out), "--slow", "1,x"])
     capsys.readouterr()
+    assert main(["synth", "--out", str(out), "--slow", "9,0,2"]) == 2  # outside the layout
+    assert "outside DP 2 x PP 4" in capsys.readouterr().err

@@ -1,0 +1,176 @@
+"""Bounded, validated reading of the small JSON/YAML files of a run folder.
+
+Every reader of the run-folder contract (run.json, faults.json, findings,
+whatif.json, meta.yaml) goes through here, so any bad file (missing, too big,
+not UTF-8, not JSON/YAML, wrong shape or type, non-finite number) becomes ONE
+`InputError` whose message names the file, the field and the fix, never a
+traceback. Values echoed in messages are truncated.
+
+    raw = load_json(path, what="run record", fix="rerun `stragglerlab train`")
+    chk = Checker(path, fix="rerun `stragglerlab train`")
+    steps = chk.integer(raw.get("first_step"), "faults[0].first_step", minimum=0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import NoReturn
+
+import yaml
+
+from stragglerlab.errors import InputError
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""Largest JSON file a run-folder reader opens (a findings or whatif.json is far smaller)."""
+MAX_YAML_BYTES = 4 * 1024 * 1024
+"""Largest YAML file (meta.yaml, scenario.yaml) a run-folder reader opens."""
+ECHO_CHARS = 60
+"""Longest echo of a bad value in a message."""
+
+
+def echo(value: object, limit: int = ECHO_CHARS) -> str:
+    """repr(value), cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
+    """The file's text; InputError when missing, unreadable, too large or not UTF-8."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what} is a folder, not a file; {fix}", str(p))
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise InputError(f"{what} is {size:,} bytes, over the {max_bytes:,}-byte limit; "
+                             f"{fix}", str(p))
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"no {what} here; {fix}", str(p)) from None
+    except OSError as e:
+        raise InputError(f"cannot read {what}: {e.strerror}; {fix}", str(p)) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} is not UTF-8 text (bad byte at offset {e.start}); {fix}",
+                         str(p)) from None
+
+
+def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
+    """Parse a JSON file (NaN/Infinity literals are kept; typed fields reject them later)."""
+    text = read_text(path, what, fix, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{what} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno});"
+                         f" {fix}", str(path)) from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be JSON we wrote; {fix}",
+                         str(path)) from None
+
+
+def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
+    """Parse a YAML file with the safe loader."""
+    text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{what} is not valid YAML{where}; {fix}", str(path)) from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply; {fix}", str(path)) from None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class Checker:
+    """Field checks of one file: every failure is one InputError naming file, field and fix."""
+
+    def __init__(self, path: str | Path, fix: str) -> None:
+        self.path = str(path)
+        self.fix = fix
+
+    def fail(self, field: str, problem: str) -> NoReturn:
+        """Raise the one error of this file."""
+        raise InputError(f"{field}: {problem}; {self.fix}", self.path)
+
+    def mapping(self, value: object, field: str) -> dict:
+        """A JSON object / YAML mapping."""
+        if not isinstance(value, dict):
+            self.fail(field, f"expected an object, got {echo(value)}")
+        return value
+
+    def listing(self, value: object, field: str) -> list:
+        """A JSON list."""
+        if not isinstance(value, list):
+            self.fail(field, f"expected a list, got {echo(value)}")
+        return value
+
+    def string(self, value: object, field: str, optional: bool = False) -> str | None:
+        """A string (None allowed when optional)."""
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            self.fail(field, f"expected a string, got {echo(value)}")
+        return value
+
+    def boolean(self, value: object, field: str) -> bool:
+        """true or false."""
+        if not isinstance(value, bool):
+            self.fail(field, f"expected true or false, got {echo(value)}")
+        return value
+
+    def integer(self, value: object, field: str, minimum: int | None = None,
+                maximum: int | None = None, optional: bool = False) -> int | None:
+        """An integer in [minimum, maximum] (None allowed when optional)."""
+        if value is None and optional:
+            return None
+        if not _is_int(value):
+            self.fail(field, f"expected an integer, got {echo(value)}")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            lo = "" if minimum is None else f">= {minimum}"
+            hi = "" if maximum is None else f"<= {maximum}"
+            bounds = " and ".join(b for b in (lo, hi) if b)
+            self.fail(field, f"{value} is out of range (must be {bounds})")
+        return value
+
+    def number(self, value: object, field: str, minimum: float | None = None,
+               maximum: float | None = None, optional: bool = False) -> float | None:
+        """A finite number in [minimum, maximum] (None allowed when optional)."""
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(field, f"expected a number, got {echo(value)}")
+        if not math.isfinite(value):
+            self.fail(field, f"{value} is not a finite number")
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            self.fail(field, f"{value} is out of range [{minimum}, {maximum}]")
+        return float(value)
+
+    def finite_tree(self, value: object, field: str) -> None:
+        """Every number nested in value is finite (strings, None, bools pass)."""
+        stack = [(value, field)]
+        while stack:
+            v, f = stack.pop()
+            if isinstance(v, float) and not math.isfinite(v):
+                self.fail(f, f"{v} is not a finite number (write null for unknown)")
+            elif isinstance(v, dict):
+                stack.extend((x, f"{f}.{k}") for k, x in v.items())
+            elif isinstance(v, list):
+                stack.extend((x, f"{f}[{i}]") for i, x in enumerate(v))
+
+
+def finite_or_none(value: object) -> object:
+    """value with every non-finite float nested in it replaced by None (for writers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
