@@ -29,9 +29,10 @@ import pandas as pd
 
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
+from stragglerlab.analysis.launch import launch_decomposition
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.meta import JobMeta
-from stragglerlab.results import FixMetric, StepSeries, WhatIfResult
+from stragglerlab.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS, OpType
 
 TOP_WORKER_PERCENT = 3
@@ -128,7 +129,16 @@ def run_whatif(
         if other is not compute_ideal:
             result.variants[other.value] = _evaluate(graph, frame, meta, value, t_base,
                                                      t_nodelay, other, say)[1]
+    launch = launch_decomposition(graph, frame, value, meta.pp_size, attribution_type,
+                                  float(t_base.mean() / t_nodelay.mean()))
+    if launch is not None:
+        say("attributed launch delays")
+    steps = [int(s) for s in frame.steps]
+    launch_by = None if launch is None else {
+        name: {k: StepSeries(steps, v) for k, v in getattr(launch, f"by_{name}").items()}
+        for name in LAUNCH_TABLES}
     for r in (result, *result.variants.values()):
+        r.launch_by = launch_by
         r.fwd_bwd_correlation = correlation
         r.comm_excess_by_worker = excess
         r.n_ops = int(df.shape[0])

@@ -3,8 +3,9 @@
 Anyone can diff these files against the paper's tool output, e.g. with
 `../shared/tools/compare_results.py EXPECTED ACTUAL`. Keys and conventions are
 the artifact's: "blocking" is the straggler slowdown S, "launch" the
-actual/no-delay ratio; "noblk" is the ideal; decompositions are only filled
-when S >= 1.03; dict entries of slowdowns are ordered by decreasing value.
+actual/no-delay ratio; "noblk" is the ideal; blocking decompositions are only
+filled when S >= 1.03, launch decompositions when the launch slowdown is >= 1.03
+(analysis/launch.py); dict entries of slowdowns are ordered by decreasing value.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def result_json(r: WhatIfResult) -> dict:
             _desc({str(k): float(v) for k, v in r.slowdown_by(table).items()})
             if attribute else None
         )
-        out[f"launch_decompose_by_{name}"] = None
+        launch = r.launch_slowdown_by(name)
+        out[f"launch_decompose_by_{name}"] = None if launch is None else _desc(launch)
     for name, table in tables:
         if attribute:
             per_step = {}
@@ -51,7 +53,9 @@ def result_json(r: WhatIfResult) -> dict:
             )
         else:
             out[f"blocking_decompose_by_{name}_per_step"] = None
-        out[f"launch_decompose_by_{name}_per_step"] = None
+        launch_per_step = r.launch_step_slowdown_by(name)
+        out[f"launch_decompose_by_{name}_per_step"] = None if launch_per_step is None else {
+            s: _desc(launch_per_step[s]) for s in launch_step}
     return out
 
 

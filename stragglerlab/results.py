@@ -30,6 +30,8 @@ SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2
 """Version of the whatif.json layout (2: compute_ideals and the detector's evidence added)."""
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+LAUNCH_TABLES = ("optype", "stage", "dp_rank")
+"""Groupings of the launch-delay attribution (`launch_slowdown_by_<name>` in whatif.json)."""
 """The `schema` value of whatif.json."""
 COMPUTE_IDEALS = ("mean", "median")
 """Compute ideals whatif.json carries under `compute_ideals` (mean: the paper's default)."""
@@ -121,6 +123,26 @@ class WhatIfResult:
     """The same analysis under the other compute ideals, by name (written to whatif.json)."""
     comm_excess_by_worker: np.ndarray | None = None
     """Per worker [pp, dp]: its comm ops' transfer time over their op type's median, s."""
+    launch_by: dict[str, dict] | None = None
+    """Launch-delay attribution, computed when the launch slowdown is >= 1.03 (else None):
+    {"optype" | "stage" | "dp_rank": {group: StepSeries of the no-delay frame with that
+    group's launch delays restored, s}}; op types include the artifact's `first-op`."""
+
+    def launch_slowdown_by(self, name: str) -> dict | None:
+        """Mean launch slowdown per group of `name` (optype, stage, dp_rank), or None."""
+        if self.launch_by is None:
+            return None
+        t = self.step_time_nodelay.mean()
+        return {str(k): float(v.mean() / t) for k, v in self.launch_by[name].items()}
+
+    def launch_step_slowdown_by(self, name: str) -> dict | None:
+        """Per step {step: {group: launch slowdown}}, or None."""
+        if self.launch_by is None:
+            return None
+        t = self.step_time_nodelay.values
+        table = self.launch_by[name]
+        return {str(s): {str(k): float(v.values[i] / t[i]) for k, v in table.items()}
+                for i, s in enumerate(self.steps)}
 
     @property
     def waste(self) -> float:
@@ -207,6 +229,9 @@ class WhatIfResult:
                                for name in sorted(ideals, key=_ideal_order)},
             "comm_excess_by_worker_s": (None if self.comm_excess_by_worker is None
                                         else np.asarray(self.comm_excess_by_worker).tolist()),
+            **{f"launch_slowdown_by_{n}": self.launch_slowdown_by(n) for n in LAUNCH_TABLES},
+            **{f"step_launch_slowdown_by_{n}": self.launch_step_slowdown_by(n)
+               for n in LAUNCH_TABLES},
         }
 
     def ideal_view(self) -> IdealView:
