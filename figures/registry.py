@@ -20,35 +20,44 @@ that folder). A figure without the data it needs still writes an image saying
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.errors import InputError
-
-FIGURES: list[str] = [
-    "stragglerlab.figures.fig03_waste_cdf",
-    "stragglerlab.figures.fig04_step_slowdown_cdf",
-    "stragglerlab.figures.fig05_waste_by_optype",
-    "stragglerlab.figures.fig06_mw_cdf",
-    "stragglerlab.figures.fig07_ms_cdf",
-    "stragglerlab.figures.fig08_seq_timeline",
-    "stragglerlab.figures.fig09_mb_time_vs_seqsq",
-    "stragglerlab.figures.fig10_seq_len_hist",
-    "stragglerlab.figures.fig11_fwd_bwd_correlation",
-    "stragglerlab.figures.fig12_long_context",
-    "stragglerlab.figures.fig13_gc_timeline",
-    "stragglerlab.figures.fig14_heatmaps",
-    "stragglerlab.figures.sim_discrepancy_cdf",
-    "stragglerlab.figures.table_s6",
-    "stragglerlab.figures.table_mitigation",
-]
-"""Figure modules in figure order (B2's trace-based figures are added here as they land)."""
+from stragglerlab.plugins import Registry
 
 REQUIRED = ("NAME", "TITLE", "PAPER", "build")
 """What a figure module must define."""
+
+
+def _is_figure(module: object) -> str | None:
+    missing = [a for a in REQUIRED if not hasattr(module, a)]
+    if missing:
+        return f"lacks {', '.join(missing)} (a figure module defines {', '.join(REQUIRED)})"
+    return None
+
+
+_PKG = "stragglerlab.figures"
+FIGURES = Registry(kind="figure", group="stragglerlab.figures", check=_is_figure, builtin={
+    "fig03_waste_cdf": f"{_PKG}.fig03_waste_cdf",
+    "fig04_step_slowdown_cdf": f"{_PKG}.fig04_step_slowdown_cdf",
+    "fig05_waste_by_optype": f"{_PKG}.fig05_waste_by_optype",
+    "fig06_mw_cdf": f"{_PKG}.fig06_mw_cdf",
+    "fig07_ms_cdf": f"{_PKG}.fig07_ms_cdf",
+    "fig08_seq_timeline": f"{_PKG}.fig08_seq_timeline",
+    "fig09_mb_time_vs_seqsq": f"{_PKG}.fig09_mb_time_vs_seqsq",
+    "fig10_seq_len_hist": f"{_PKG}.fig10_seq_len_hist",
+    "fig11_fwd_bwd_correlation": f"{_PKG}.fig11_fwd_bwd_correlation",
+    "fig12_long_context": f"{_PKG}.fig12_long_context",
+    "fig13_gc_timeline": f"{_PKG}.fig13_gc_timeline",
+    "fig14_heatmaps": f"{_PKG}.fig14_heatmaps",
+    "sim_discrepancy_cdf": f"{_PKG}.sim_discrepancy_cdf",
+    "table_s6": f"{_PKG}.table_s6",
+    "table_mitigation": f"{_PKG}.table_mitigation",
+})
+"""Figure NAME -> module, in figure order; plug-in figures register under the entry-point
+group `stragglerlab.figures` (a module defining NAME, TITLE, PAPER, build, INPUTS)."""
 
 INPUT_KINDS = {
     "runs": "every run's run.json, meta.yaml and faults.json",
@@ -99,22 +108,14 @@ class FigureResult:
         }
 
 
-def _short(module_path: str) -> str:
-    return module_path.rsplit(".", 1)[-1]
-
-
-def load_module(module_path: str) -> ModuleType:
-    """Import a figure module and check it defines NAME, TITLE, PAPER and build."""
-    module = importlib.import_module(module_path)
-    missing = [a for a in REQUIRED if not hasattr(module, a)]
-    if missing:
-        raise TypeError(f"figure module {module_path} lacks {', '.join(missing)}")
-    return module
+def load_module(name: str) -> ModuleType:
+    """The figure module registered as `name`, checked to define NAME, TITLE, PAPER, build."""
+    return FIGURES.load(name)
 
 
 def figure_names() -> list[str]:
-    """NAME of every registered figure, in figure order."""
-    return [load_module(m).NAME for m in FIGURES]
+    """NAME of every registered figure, in figure order (built-ins, then plug-ins)."""
+    return FIGURES.names()
 
 
 def figure_inputs(name: str) -> tuple[str, ...]:
@@ -129,15 +130,8 @@ def figure_inputs(name: str) -> tuple[str, ...]:
 
 
 def find_module(name: str) -> ModuleType:
-    """The figure module whose NAME (or module name) is `name`; InputError if none."""
-    for m in FIGURES:
-        if _short(m) == name:
-            return load_module(m)
-    for m in FIGURES:
-        module = load_module(m)
-        if module.NAME == name:
-            return module
-    raise InputError(f"unknown figure {name!r}; known: {', '.join(figure_names())}")
+    """The figure module called `name`; InputError listing the known figures if none."""
+    return load_module(name)
 
 
 def build_figure(name: str, data, out_dir: Path) -> FigureResult:

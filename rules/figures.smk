@@ -42,7 +42,8 @@ for _name in FIGURES:
         params:
             name=_name,
             runs=run_dirs(),
-            reference=["--reference", REFERENCE] if "reference" in _kinds and REFERENCE else [],
+            reference=(["--reference", REFERENCE, "--reference-whatif", f"{R}/reference"]
+                       if "reference" in _kinds and REFERENCE else []),
             out=f"{R}/figures",
         shell:
             "{SL} figures --only {params.name:q} --runs {params.runs:q} "

@@ -1,14 +1,14 @@
 """`stragglerlab figures`: rebuild the paper's figures from run folders (and the reference traces).
 
     stragglerlab figures --runs results/*/* [--reference ../shared/reference-traces] \
-        [--only fig03_waste_cdf ...] --out results/figures
+        [--reference-whatif results/reference] [--only fig03_waste_cdf ...] --out results/figures
 
 Each `--runs` entry is a run folder (`results/<scenario>/<seed>/`: the train
 outputs plus `whatif/whatif.json`). Writes `<NAME>.png`, `<NAME>.pdf` and
 `<NAME>.json` (paper's number, ours, source, note) per figure into `--out`,
 printing one line per figure. Figures read the what-if results; none re-runs
-the analysis. The reference traces' what-if results are looked up beside the
-figures folder, in `<out>/../reference/<job>/whatif.json` (the workflow's
+the analysis. The reference traces' what-if results are read from
+`--reference-whatif DIR`, as `DIR/<job>/whatif.json` (the workflow's
 `results/reference/`; write one with `stragglerlab whatif --trace
 REF/trace-AR.parquet --meta REF/meta-AR.yaml --out results/reference/AR`).
 A figure without its data writes a "no data" image. Exit 2 on bad input
@@ -34,6 +34,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="run folders (results/<scenario>/<seed>/ with whatif/whatif.json)")
     p.add_argument("--reference", metavar="DIR",
                    help="the artifact's reference traces folder (trace-AR/ST, result-*.json)")
+    p.add_argument("--reference-whatif", metavar="DIR",
+                   help="what-if results of the reference traces, DIR/<job>/whatif.json "
+                        "(e.g. results/reference/AR/whatif.json)")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="build only these figures (default: all; names as in the output files)")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -48,7 +51,7 @@ def _summary(ours: dict, limit: int = 3) -> str:
 
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
-    from stragglerlab.figures.data import REFERENCE_WHATIF_DIR, load_figure_data
+    from stragglerlab.figures.data import load_figure_data
     from stragglerlab.figures.registry import build_figure, figure_names, find_module
 
     names = figure_names()
@@ -56,9 +59,8 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = [find_module(n).NAME for n in args.only]
     out = out_folder(args.out)
-    # The results root's reference/<job>/whatif.json: the workflow's whatif_reference rule.
     data = load_figure_data(args.runs, args.reference,
-                            reference_whatif_dir=out.parent / REFERENCE_WHATIF_DIR)
+                            reference_whatif_dir=args.reference_whatif)
     t0 = time.perf_counter()
     n_ok = len(data.ok_runs())
     say = (lambda *a, **k: None) if args.quiet else print

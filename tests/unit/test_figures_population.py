@@ -261,7 +261,7 @@ def test_no_data_writes_placeholder(tmp_path, name):
 def test_registry_lists_mine_in_order():
     names = figure_names()
     assert [n for n in names if n in MINE] == MINE
-    assert len(names) == len(FIGURES) == len(set(names))
+    assert len(names) == len(FIGURES.builtin) == len(set(names))
     with pytest.raises(InputError, match="unknown figure"):
         build_figure("fig99_nothing", load_figure_data([]), Path("/nonexistent"))
 
