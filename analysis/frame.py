@@ -62,7 +62,7 @@ def comm_mask(graph: DepGraph) -> np.ndarray:
 def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) -> OpFrame:
     """Scatter trace rows into [node, step, dp] arrays and derive transfers and delays."""
     n_nodes, dp = graph.n_nodes, meta.dp_size
-    steps, step_idx = np.unique(df["step"].to_numpy(), return_inverse=True)
+    steps, step_idx = _step_ids(df["step"].to_numpy(np.int64))
     node_idx = _node_of_rows(df, graph, where)
     flat = (node_idx * len(steps) + step_idx) * dp + df["dp_rank"].to_numpy(np.int64)
     size = n_nodes * len(steps) * dp
@@ -77,12 +77,23 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     start, duration = start.reshape(shape), duration.reshape(shape)
 
     worker_rank = np.zeros((meta.pp_size, dp), dtype=np.int64)
-    cells = df.groupby(["stage", "dp_rank"], sort=False)["rank"].first()
-    worker_rank[cells.index.get_level_values(0), cells.index.get_level_values(1)] = cells.values
+    # Every row of a (stage, dp_rank) cell carries the same rank: one scatter, no groupby.
+    worker_rank[df["stage"].to_numpy(np.int64), df["dp_rank"].to_numpy(np.int64)] = (
+        df["rank"].to_numpy(np.int64))
 
     transfer = _transfer_durations(graph, start, duration)
     delay = _launch_delays(graph, start, duration)
     return OpFrame(steps, start, duration, transfer, delay, worker_rank)
+
+
+def _step_ids(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct steps, index of each row's step): O(n) for a compact step range."""
+    lo, hi = int(step.min()), int(step.max())
+    if hi - lo <= 4 * len(step) + 1_000_000:
+        present = np.bincount(step - lo, minlength=hi - lo + 1) > 0
+        remap = np.cumsum(present) - 1
+        return np.flatnonzero(present) + lo, remap[step - lo]
+    return np.unique(step, return_inverse=True)
 
 
 def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
@@ -94,7 +105,12 @@ def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
     lookup = np.full((n_stage, len(OPTYPE_VALUES), n_seq), -1, dtype=np.int64)
     g_codes = np.array([code_of[t] for t in graph.optype], dtype=np.int64)
     lookup[graph.stage, g_codes, graph.seq_id] = np.arange(graph.n_nodes)
-    codes = pd.Categorical(df["optype"], categories=OPTYPE_VALUES).codes.astype(np.int64)
+    optype = df["optype"]
+    if isinstance(optype.dtype, pd.CategoricalDtype) and tuple(
+            optype.cat.categories) == OPTYPE_VALUES:
+        codes = optype.cat.codes.to_numpy(np.int64)  # read_trace's normalized form: no re-coding
+    else:
+        codes = pd.Categorical(optype, categories=OPTYPE_VALUES).codes.astype(np.int64)
     node = lookup[df["stage"].to_numpy(np.int64), codes, seq]
     if (node < 0).any():
         bad = df.loc[node < 0, ["step", "dp_rank", "stage", "optype", "seq_id"]].head(3)

@@ -6,6 +6,7 @@ A crashed or killed writer never leaves a half-written output behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -41,6 +42,50 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write(path, _write)
 
 
+def dumps_json(obj: object, indent: int | None = 2) -> bytes:
+    """Strict JSON bytes (NaN and infinities become null), newline-terminated.
+
+    orjson encodes a large whatif.json (dp=1024: 2.2M values) about 20x faster
+    than the json module; numpy scalars and arrays, and int dict keys, are
+    written as json would write them. Anything orjson cannot encode falls back
+    to the json module, with non-finite numbers still written as null.
+    """
+    import orjson
+
+    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+    if indent:
+        opts |= orjson.OPT_INDENT_2
+    try:
+        return orjson.dumps(obj, option=opts)
+    except TypeError:
+        text = json.dumps(_finite(obj), indent=indent, default=_plain, allow_nan=False)
+        return (text + "\n").encode()
+
+
+def _finite(obj: object) -> object:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _plain(obj: object) -> object:
+    """numpy scalars and arrays as Python numbers and lists (the json module's default hook)."""
+    tolist = getattr(obj, "tolist", None)
+    if tolist is None:
+        raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+    return _finite(tolist())
+
+
 def atomic_write_json(path: str | Path, obj: object, indent: int | None = 2) -> None:
-    """Write JSON atomically."""
-    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
+    """Write strict JSON atomically (see `dumps_json`)."""
+    data = dumps_json(obj, indent)
+
+    def _write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write(path, _write)

@@ -21,11 +21,10 @@ measured magnitudes with units in the keys. A clean run writes [].
 from __future__ import annotations
 
 import enum
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_text
+from stragglerlab.atomic import atomic_write_json
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json
 from stragglerlab.meta import JobMeta
@@ -174,7 +173,7 @@ def write_faults(path: str | Path, records: list[FaultRecord | dict]) -> None:
     out = [r.to_json() if isinstance(r, FaultRecord) else
            FaultRecord.from_json(finite_or_none(r), Checker(path, "fix the caller"), "record")
            .to_json() for r in records]
-    atomic_write_text(path, json.dumps(out, indent=2, allow_nan=False) + "\n")
+    atomic_write_json(path, out)
 
 
 _SPEC_KEYS = {"kind", "targets", "first_step", "last_step", "params"}

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from stragglerlab.atomic import atomic_write_text
+from stragglerlab.atomic import atomic_write_json
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultRecord, read_faults, write_faults
 from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json, load_yaml
@@ -106,7 +106,7 @@ def read_whatif(path: str | Path) -> dict:
 def write_whatif(path: str | Path, doc: dict) -> None:
     """Write whatif.json atomically (adds `schema` when missing; strict JSON)."""
     doc = {"schema": WHATIF_SCHEMA, **finite_or_none(doc)}
-    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    atomic_write_json(path, doc)
 
 
 @dataclass(frozen=True, kw_only=True)

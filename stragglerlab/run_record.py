@@ -13,11 +13,10 @@ kept in `extra` and written back unchanged.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_text
+from stragglerlab.atomic import atomic_write_json
 from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json
 from stragglerlab.meta import JobMeta
 
@@ -183,5 +182,5 @@ def read_run_record(path: str | Path, meta: JobMeta | None = None) -> RunRecord:
 def write_run_record(path: str | Path, record: RunRecord) -> dict:
     """Write run.json atomically (strict JSON: NaN becomes null); returns the document written."""
     doc = finite_or_none(record.to_json())
-    atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    atomic_write_json(path, doc)
     return doc
