@@ -17,9 +17,6 @@ import sys
 import time
 
 from stragglerlab.cli.common import out_folder
-from stragglerlab.findings import FINDINGS_SCHEMA, FindingsDocument, write_findings
-
-__all__ = ["FINDINGS_SCHEMA", "findings_document", "run"]
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -41,16 +38,11 @@ def findings_name(detector: str, online: bool) -> str:
     return f"{detector}-online.json" if online else f"{detector}.json"
 
 
-def findings_document(detector: str, run_dir: str, online: bool, findings: list) -> dict:
-    """The JSON document `detect` writes (stragglerlab.findings.FindingsDocument)."""
-    return FindingsDocument(detector=detector, run=str(run_dir), online=online,
-                            findings=list(findings)).to_json()
-
-
 def run(args) -> int:
     """Detect and write the findings."""
     out = out_folder(args.out) / findings_name(args.detector, args.online)
     from stragglerlab.analysis.detectors import get_detector, load_run
+    from stragglerlab.findings import FindingsDocument, write_findings
 
     detector = get_detector(args.detector)
     run_data = load_run(args.run)

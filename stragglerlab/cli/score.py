@@ -25,7 +25,6 @@ from pathlib import Path
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import out_folder
 from stragglerlab.errors import InputError
-from stragglerlab.run_folder import RunFolder
 
 SCORES_NAME = "scores.json"
 """The file `score` writes inside its --out folder."""
@@ -57,6 +56,8 @@ def _load_findings(path: Path, detector: str):
 def _findings(run_dir: str, name: str, online: bool, required: bool):
     """A run's findings of one detector as `detect` wrote them; None when absent and not
     required. Scoring never runs a detector: a required file that is missing is an error."""
+    from stragglerlab.run_folder import RunFolder  # pandas: only when scoring
+
     folder = RunFolder(path=Path(run_dir))
     if folder.has_findings(name, online):
         return folder.findings(name, online)  # validated against the run's layout

@@ -93,7 +93,8 @@ def run(args) -> int:
         write_perfetto(ideal_timeline(wr), out / "ideal-timeline.json.gz",
                        title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS)
         progress("wrote timelines")
-    print(summary(result, out))
+    if not args.quiet:
+        print(summary(result, out))
     return 0
 
 
@@ -125,8 +126,9 @@ def summary(result, out: Path) -> str:
     lines.append("  top op types        " + ", ".join(f"{k} {v:.3f}" for k, v in top_types))
     workers = ", ".join(
         f"(DP {w['dp_rank']}, PP {w['stage']}) "
-        f"{result.worker_score[w['stage'], w['dp_rank']]:.3f}" for w in j["top_workers"]
-    )
+        f"{result.worker_score[w['stage'], w['dp_rank']]:.3f}" for w in j["top_workers"][:6]
+    ) + (f" and {len(j['top_workers']) - 6} more (whatif.json)" if len(j["top_workers"]) > 6
+         else "")
     lines.append(f"  top workers         {workers}")
     lines.append(f"  M_W                 {result.m_w.rem:.3f} (add {result.m_w.add:.3f})")
     lines.append(f"  M_S (last stage)    {result.m_s.rem:.3f} (add {result.m_s.add:.3f})")
