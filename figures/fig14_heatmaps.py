@@ -23,17 +23,19 @@ largest difference, are in `ours["reference"]`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 from matplotlib.image import imread
 
+from stragglerlab.errors import InputError
 from stragglerlab.figures.data import FigureData
 from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import runs_with_fault
+from stragglerlab.filecheck import Checker, echo, load_json
+from stragglerlab.meta import JobMeta
 from stragglerlab.results import WhatIfRecord
 
 NAME = "fig14_heatmaps"
@@ -64,6 +66,22 @@ def artifact_cells(result: dict) -> np.ndarray:
     dp = np.array([by_dp[str(d)] for d in range(int(meta["dp_size"]))], dtype=float)
     stage = np.array([by_stage[str(p)] for p in range(int(meta["pp_size"]))], dtype=float)
     return np.minimum(stage[:, None], dp[None, :])
+
+
+def read_artifact_cells(path: Path) -> np.ndarray:
+    """artifact_cells of the artifact's result JSON at path; one InputError when it is not one."""
+    fix = "pass the artifact's reference-traces folder (result-AR.json, result-ST.json) unchanged"
+    chk = Checker(path, fix)
+    raw = chk.mapping(load_json(path, "artifact result JSON", fix), "result")
+    JobMeta.from_dict(chk.mapping(raw.get("job_meta"), "job_meta"), str(path))  # sizes capped
+    try:
+        cells = artifact_cells(raw)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise InputError(f"not the artifact's result JSON ({type(e).__name__}: "
+                         f"{echo(str(e))}); {fix}", str(path)) from None
+    if not np.isfinite(cells).all():
+        raise InputError(f"the heatmap cells are not all finite numbers; {fix}", str(path))
+    return cells
 
 
 def reference_cells(whatif_json: Path) -> np.ndarray:
@@ -135,7 +153,7 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         entry = {"cells": cells.tolist(), **_hottest(cells)}
         result_path = ref_dir / f"result-{job}.json"
         if result_path.exists():
-            expected = artifact_cells(json.loads(result_path.read_text()))
+            expected = read_artifact_cells(result_path)
             entry["artifact_cells"] = expected.tolist()
             same_shape = expected.shape == cells.shape
             entry["max_abs_diff_vs_artifact"] = (float(np.abs(expected - cells).max())

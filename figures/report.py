@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from stragglerlab.atomic import atomic_write_text
 from stragglerlab.errors import InputError
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
+from stragglerlab.filecheck import Checker, echo, load_json
 
 SCORE_METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
                  "slowdown_error")
@@ -87,43 +87,92 @@ def _figure_order() -> list[str]:
         return []
 
 
+FIGURE_FIX = "rebuild it with `stragglerlab figures --out DIR`"
+SCORES_FIX = "rewrite it with `stragglerlab score --out DIR`"
+MAX_FIGURE_JSON = 4 * 1024 * 1024
+"""Largest figure result or scores JSON read."""
+MAX_EMBED_BYTES = 32 * 1024 * 1024
+"""Largest PNG embedded in report.html."""
+
+
+def _figure_entry(path: Path, raw: object) -> FigureEntry:
+    """A validated figure result; every image a PNG inside the figures folder."""
+    chk = Checker(path, FIGURE_FIX)
+    raw = chk.mapping(raw, path.name)
+    name = chk.string(raw.get("name"), "name")
+    texts = {k: raw.get(k) for k in ("title", "source", "note")}
+    for k, v in texts.items():
+        chk.string(v, k, optional=True)
+    paper = raw.get("paper", "")
+    if not isinstance(paper, (str, dict, list, int, float)) or isinstance(paper, bool):
+        chk.fail("paper", f"expected text or numbers, got {echo(paper)}")
+    ours = chk.mapping(raw.get("ours") or {}, "ours")
+    chk.finite_tree(ours, "ours")
+    images = []
+    for i, p in enumerate(chk.listing(raw.get("paths") or [], "paths")):
+        p = chk.string(p, f"paths[{i}]")
+        if not p.lower().endswith(".png"):
+            continue  # the PDF beside it
+        rel = Path(p)
+        inside = (path.parent / rel).resolve().is_relative_to(path.parent.resolve())
+        if rel.is_absolute() or ".." in rel.parts or not inside:
+            chk.fail(f"paths[{i}]", f"{echo(p)} is outside the figures folder; a figure's "
+                                    "images are file names inside it")
+        images.append(rel.as_posix())
+    return FigureEntry(name=name, title=texts["title"] or name, images=images,
+                       source=texts["source"] or "", paper=str(paper), ours=ours,
+                       note=texts["note"] or "")
+
+
 def load_figure_entries(fig_dir: Path) -> list[FigureEntry]:
-    """Every `<NAME>.json` in fig_dir, in the registry's figure order, unknown ones last."""
+    """Every figure result in fig_dir, in the registry's figure order, unknown ones last.
+
+    `<NAME>.json` of a registered figure must be a valid figure result (else one
+    InputError naming it); other JSON files count only when they look like one.
+    """
     if not fig_dir.is_dir():
         raise InputError("figures folder not found (run `stragglerlab figures --out DIR` "
                          "first)", str(fig_dir))
+    known = set(_figure_order())
     entries = {}
     for path in sorted(fig_dir.glob("*.json")):
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # not a figure result; the report lists what it can read
-        if not isinstance(raw, dict) or "paper" not in raw or "name" not in raw:
-            continue
-        images = [p for p in raw.get("paths") or [] if str(p).lower().endswith(".png")]
-        entries[str(raw["name"])] = FigureEntry(
-            name=str(raw["name"]), title=str(raw.get("title") or raw["name"]), images=images,
-            source=str(raw.get("source", "")), paper=str(raw.get("paper", "")),
-            ours=raw.get("ours") or {}, note=str(raw.get("note", "")))
+        if path.stem in known:
+            raw = load_json(path, "figure result", FIGURE_FIX, max_bytes=MAX_FIGURE_JSON)
+        else:
+            try:
+                raw = load_json(path, "figure result", FIGURE_FIX, max_bytes=MAX_FIGURE_JSON)
+            except InputError:
+                continue  # not a figure result; the report lists what it can read
+            if not isinstance(raw, dict) or "paper" not in raw or "name" not in raw:
+                continue
+        entry = _figure_entry(path, raw)
+        entries[entry.name] = entry
     order = {n: i for i, n in enumerate(_figure_order())}
     return sorted(entries.values(), key=lambda e: (order.get(e.name, len(order)), e.name))
 
 
 def load_scores(path: Path | None) -> tuple[dict | None, str]:
-    """(scores, '') or (None, why not scored). Never raises: the report says what is missing."""
+    """(scores, '') or (None, why not scored) when no scores file exists.
+
+    A scores file that exists but is not what `stragglerlab score` writes (not
+    UTF-8, not JSON, not {detector: {metric: number, ...}}) is one InputError.
+    """
     if path is None:
         return None, "not scored: no --scores file given (run `stragglerlab score`)"
-    if not path.is_file():
+    if not path.exists():
         return None, f"not scored: {path} does not exist (run `stragglerlab score`)"
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        return None, f"not scored: {path} is not readable JSON ({e})"
-    scores = {k: v for k, v in raw.items() if isinstance(v, dict)} if isinstance(raw, dict) \
-        else {}
-    if not scores:
+    chk = Checker(path, SCORES_FIX)
+    raw = chk.mapping(load_json(path, "scores JSON", SCORES_FIX, max_bytes=MAX_FIGURE_JSON),
+                      "scores")
+    for name, s in raw.items():
+        s = chk.mapping(s, str(name)[:40])
+        for metric, v in s.items():
+            if isinstance(v, (dict, list)) or v is None:
+                continue
+            chk.number(v, f"{str(name)[:40]}.{str(metric)[:40]}")
+    if not raw:
         return None, f"not scored: {path} holds no detector scores"
-    return scores, ""
+    return raw, ""
 
 
 def _now_utc() -> str:
@@ -309,6 +358,8 @@ def write_report(fig_dir: str | Path, scores_path: str | Path | None,
 def _data_uri(path: Path) -> str | None:
     """base64 data URI of a PNG, None when it cannot be read."""
     try:
+        if path.stat().st_size > MAX_EMBED_BYTES:
+            return None
         data = path.read_bytes()
     except OSError:
         return None

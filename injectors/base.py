@@ -17,6 +17,7 @@ after:   measure(trace, run) -> measured magnitudes for faults.json
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -63,13 +64,23 @@ class Injector:
     measures_trace: ClassVar[bool] = True
     """Whether `measure` needs trace rows (else it is measured from run.json alone)."""
 
+    free_params: ClassVar[frozenset[str]] = frozenset()
+    """Parameters check_params validates itself (the numeric ones go through `param`)."""
+
     def __init__(self, spec: FaultSpec, where: str = "scenario") -> None:
         self.spec = spec
         self.where = where
+        self._checked: set[str] = set()
         if self.needs_targets and not spec.targets:
             raise InputError(f"a {spec.kind.value} fault needs targets "
                              "([{dp_rank: D, stage: S}])", where)
         self.check_params()
+        unknown = sorted(map(str, set(spec.params) - self._checked - self.free_params))
+        if unknown:
+            known = sorted(self._checked | self.free_params)
+            raise InputError(f"{spec.kind.value}: unknown params {', '.join(unknown)[:80]} "
+                             f"(known: {', '.join(known) or 'none'}); fix the fault's params",
+                             where)
 
     # -- pure decision logic -----------------------------------------------------------
     def check_params(self) -> None:
@@ -78,13 +89,15 @@ class Injector:
     def param(self, name: str, default: float | None = None, lo: float | None = None,
               hi: float | None = None) -> float:
         """A numeric parameter, range-checked."""
+        self._checked.add(name)
         value = self.spec.params.get(name, default)
         if value is None:
             raise InputError(f"{self.spec.kind.value}: params.{name} is required", self.where)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InputError(f"{self.spec.kind.value}: params.{name} must be a number, "
                              f"got {value!r}", self.where)
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
+        if not math.isfinite(value) or (lo is not None and value < lo) or (
+                hi is not None and value > hi):
             raise InputError(f"{self.spec.kind.value}: params.{name}={value} outside "
                              f"[{lo}, {hi}]", self.where)
         return float(value)

@@ -31,6 +31,8 @@ class SeqImbalance(Injector):
     kind = FaultKind.SEQ_IMBALANCE
     needs_targets = False
 
+    free_params = frozenset({"rebalance"})
+
     def check_params(self) -> None:
         unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance"}
         if unknown:

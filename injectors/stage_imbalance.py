@@ -51,6 +51,8 @@ class StageImbalance(Injector):
     kind = FaultKind.STAGE_IMBALANCE
     needs_targets = False
 
+    free_params = frozenset({"layers_per_stage", "rebalance"})
+
     def check_params(self) -> None:
         p = self.spec.params
         unknown = set(p) - {"vocab", "layers_per_stage", "rebalance"}

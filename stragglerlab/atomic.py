@@ -1,6 +1,8 @@
 """Atomic file writes: write to a temporary file beside the target, then rename.
 
-A crashed or killed writer never leaves a half-written output behind.
+A crashed or killed writer never leaves a half-written output behind; a verb
+that writes several files stages them in a temporary sibling folder
+(`staged_folder`) and moves them into its --out folder only when all are written.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -89,3 +93,45 @@ def atomic_write_json(path: str | Path, obj: object, indent: int | None = 2) -> 
             f.write(data)
 
     atomic_write(path, _write)
+
+
+@contextmanager
+def staged_folder(out: str | Path) -> Iterator[Path]:
+    """A temporary sibling folder to write a verb's outputs into, moved into `out` at the end.
+
+    On success every entry is moved into `out` (created if needed; files of the
+    same name are replaced, other files in `out` are kept); on any error the
+    temporary folder is removed and `out` is left as it was, so a verb never
+    leaves partial output.
+
+        with staged_folder(args.out) as tmp:
+            atomic_write_json(tmp / "whatif.json", doc)     # ... every output
+    """
+    target = Path(out)
+    anchor = target.parent
+    while not anchor.exists():  # nothing is created above out until the commit
+        anchor = anchor.parent
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name or 'out'}.", suffix=".tmp", dir=anchor))
+    try:
+        yield tmp
+        target.parent.mkdir(parents=True, exist_ok=True)
+        umask = os.umask(0)
+        os.umask(umask)
+        if not target.exists():
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders
+            os.replace(tmp, target)
+            return
+        _merge_into(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    """Move every entry of src into dst (sub-folders merged, files replaced)."""
+    for entry in src.iterdir():
+        to = dst / entry.name
+        if entry.is_dir() and to.is_dir():
+            _merge_into(entry, to)
+        else:
+            os.replace(entry, to)

@@ -143,8 +143,10 @@ class FaultRecord:
         targets = chk.listing([] if targets is None else targets, f"{where}.targets")
         parsed = [Target.from_dict(t, chk, f"{where}.targets[{i}]", meta).to_dict()
                   for i, t in enumerate(targets)]
-        first = chk.integer(raw.get("first_step", 0), f"{where}.first_step", minimum=0)
-        last = chk.integer(raw.get("last_step"), f"{where}.last_step", optional=True)
+        first = chk.integer(raw.get("first_step", 0), f"{where}.first_step", minimum=0,
+                            maximum=MAX_STEP)
+        last = chk.integer(raw.get("last_step"), f"{where}.last_step", optional=True,
+                           maximum=MAX_STEP)
         if last is not None and last < first:
             chk.fail(f"{where}.last_step", f"{last} < first_step {first} (null = to the end)")
         magnitudes = {}
@@ -153,8 +155,21 @@ class FaultRecord:
             value = {} if value is None else value
             chk.mapping(value, f"{where}.{key}")
             chk.finite_tree(value, f"{where}.{key}")
+            for name, v in value.items():
+                if _is_magnitude(str(name)) and v is not None:
+                    chk.number(v, f"{where}.{key}.{name}")
             magnitudes[key] = value
         return cls(kind, parsed, first, last, magnitudes["requested"], magnitudes["measured"])
+
+
+MAX_STEP = 2**53
+"""Largest step number a fault window may name (exact in float64)."""
+_UNITS = ("_ms", "_s", "_us", "_mbit", "_kb", "_mb", "_bytes")
+
+
+def _is_magnitude(key: str) -> bool:
+    """A requested/measured key that must hold a number: factor, slowdown or a unit suffix."""
+    return key in ("factor", "slowdown") or key.endswith(_UNITS)
 
 
 def read_faults(path: str | Path, meta: JobMeta | None = None) -> list[FaultRecord]:

@@ -37,7 +37,11 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
 
 
 def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
-    """The file's text; InputError when missing, unreadable, too large or not UTF-8."""
+    """The file's text; InputError when missing, unreadable, too large or not UTF-8.
+
+    At most max_bytes + 1 bytes are ever read, so `/dev/zero`, a FIFO or a file
+    that grows while read cannot make this read forever or fill the memory.
+    """
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} is a folder, not a file; {fix}", str(p))
@@ -46,11 +50,15 @@ def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
         if size > max_bytes:
             raise InputError(f"{what} is {size:,} bytes, over the {max_bytes:,}-byte limit; "
                              f"{fix}", str(p))
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise InputError(f"no {what} here; {fix}", str(p)) from None
     except OSError as e:
         raise InputError(f"cannot read {what}: {e.strerror}; {fix}", str(p)) from None
+    if len(raw) > max_bytes:
+        raise InputError(f"{what} holds more than the {max_bytes:,}-byte limit (a device or a "
+                         f"growing file?); {fix}", str(p))
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -71,17 +79,60 @@ def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = Non
                          str(path)) from None
 
 
-def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
-    """Parse a YAML file with the safe loader."""
-    text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes)
+MAX_YAML_NODES = 100_000
+"""Most YAML nodes (scalars, lists, mappings) one file may hold."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of lists/mappings in a YAML file."""
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses aliases (no `*x` bombs), too many nodes and deep nesting.
+
+    Our YAML files (job meta, scenario configs) never need anchors; refusing
+    aliases means no document can expand past its own size, in memory or in an
+    error message that echoes a value.
+    """
+
+    def compose_node(self, parent, index):  # noqa: D102 - yaml.composer hook
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.YAMLError(f"aliases (*name) are not accepted, line {mark.line + 1}")
+        self._nodes = getattr(self, "_nodes", 0) + 1
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._nodes > MAX_YAML_NODES:
+                raise yaml.YAMLError(f"more than {MAX_YAML_NODES:,} YAML nodes")
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.YAMLError(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def parse_yaml(text: str, where: str, what: str, fix: str) -> object:
+    """Parse YAML text with BoundedLoader; one one-line InputError on any problem."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{what} is not valid YAML{where}; {fix}", str(path)) from None
+        where_in = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or (str(e) if type(e) is yaml.YAMLError else "")
+        detail = f" ({one_line(problem)})" if problem else ""
+        raise InputError(f"{what} is not valid YAML{where_in}{detail}; {fix}", where) from None
     except RecursionError:
-        raise InputError(f"{what} is nested too deeply; {fix}", str(path)) from None
+        raise InputError(f"{what} is nested too deeply; {fix}", where) from None
+
+
+def one_line(text: str, limit: int = 120) -> str:
+    """text on one line, cut to limit characters."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
+    """Parse a YAML file with the bounded safe loader (no aliases, capped nodes and depth)."""
+    text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes)
+    return parse_yaml(text, str(path), what, fix)
 
 
 def _is_int(value: object) -> bool:

@@ -89,6 +89,9 @@ def read_whatif(path: str | Path) -> dict:
     schema = chk.string(doc.get("schema", WHATIF_SCHEMA), "schema")
     if not schema.startswith("stragglerlab.whatif/"):
         chk.fail("schema", f"{echo(schema)} is not a what-if schema ({WHATIF_SCHEMA})")
+    if "slowdown" not in doc:
+        chk.fail("slowdown", "missing: every what-if result has it (null marks a run the "
+                 "analysis could not handle)")
     for key in _WHATIF_NUMBERS:
         chk.number(doc.get(key), key, optional=True)
     if doc.get("slowdown") is not None and doc["slowdown"] <= 0:
@@ -291,7 +294,7 @@ class RunFolder:
                 raw = json.loads(p.read_text())
                 if isinstance(raw, dict):
                     out[int(p.stem[4:])] = raw
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 continue  # a status file caught mid-write says nothing
         return out
 

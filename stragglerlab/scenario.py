@@ -19,8 +19,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from stragglerlab.errors import InputError
 
 DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))
@@ -33,6 +31,13 @@ class LengthDistribution(str, enum.Enum):
     FIXED = "fixed"
     UNIFORM = "uniform"
     LONGTAIL = "longtail"  # lognormal: most sequences short, a few very long
+
+
+class Profiler(str, enum.Enum):
+    """Profiler run beside our tracer; kineto = torch.profiler, per-rank traces in kineto/."""
+
+    OFF = "off"
+    KINETO = "kineto"
 
 
 class Backend(str, enum.Enum):
@@ -126,6 +131,9 @@ class RunConfig:
     """Record the per-op trace (off only to measure tracing overhead)."""
     threads_per_rank: int = 1
     """torch intra-op threads per rank."""
+    profiler: Profiler = Profiler.OFF
+    """off, or kineto: torch.profiler over the traced steps, every traced op in a
+    record_function(<optype>) range, per-rank traces in kineto/rank<r>.json.gz."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +162,12 @@ class Scenario:
 
     def check(self, where: str) -> Scenario:
         """Raise InputError for an impossible layout."""
+        from stragglerlab.scenario_limits import limit_problems
+
         p, m, d = self.parallel, self.model, self.data
-        problems = []
+        problems = limit_problems(self)  # sizes first: the checks below may allocate by them
+        if problems:
+            raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
         if min(p.dp, p.pp, p.microbatches) < 1:
             problems.append("parallel.dp, parallel.pp and parallel.microbatches must be >= 1")
         if min(m.hidden, m.n_heads, m.vocab, m.max_seq_len) < 1:
@@ -191,15 +203,21 @@ class Scenario:
         return self
 
 
+def _echo(value: object) -> str:
+    from stragglerlab.filecheck import echo
+
+    return echo(value)
+
+
 def _build(cls, raw: object, where: str, ctx: str):
     """Build dataclass cls from a mapping, checking keys and types."""
     if not isinstance(raw, dict):
         raise InputError(f"{ctx} must be a mapping, got {type(raw).__name__}", where)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
+    unknown = sorted(map(str, set(raw) - set(fields)))
     if unknown:
-        raise InputError(f"{ctx}: unknown key(s) {', '.join(unknown)}; known: "
+        raise InputError(f"{ctx}: unknown key(s) {', '.join(map(str, unknown))[:80]}; known: "
                          f"{', '.join(fields)}", where)
     kwargs = {k: _coerce(hints[k], v, where, f"{ctx}.{k}") for k, v in raw.items()}
     return cls(**kwargs)
@@ -219,30 +237,30 @@ def _coerce(hint, value, where: str, ctx: str):
             return hint(value)
         except ValueError:
             allowed = ", ".join(e.value for e in hint)
-            raise InputError(f"{ctx}: {value!r} is not one of {allowed}", where) from None
+            raise InputError(f"{ctx}: {_echo(value)} is not one of {allowed}", where) from None
     if origin is list:
         if not isinstance(value, list):
-            raise InputError(f"{ctx} must be a list, got {value!r}", where)
+            raise InputError(f"{ctx} must be a list, got {_echo(value)}", where)
         return [_coerce(args[0], v, where, f"{ctx}[{i}]") for i, v in enumerate(value)]
     if hint is dict:
         if not isinstance(value, dict):
-            raise InputError(f"{ctx} must be a mapping, got {value!r}", where)
+            raise InputError(f"{ctx} must be a mapping, got {_echo(value)}", where)
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise InputError(f"{ctx} must be true or false, got {value!r}", where)
+            raise InputError(f"{ctx} must be true or false, got {_echo(value)}", where)
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{ctx} must be an integer, got {value!r}", where)
+            raise InputError(f"{ctx} must be an integer, got {_echo(value)}", where)
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{ctx} must be a number, got {value!r}", where)
+            raise InputError(f"{ctx} must be a number, got {_echo(value)}", where)
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise InputError(f"{ctx} must be a string, got {value!r}", where)
+            raise InputError(f"{ctx} must be a string, got {_echo(value)}", where)
         return value
     return value
 
@@ -256,19 +274,20 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def _read_yaml(path: Path) -> dict:
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise InputError(f"cannot read scenario config: {e.strerror}", str(path)) from None
-    except yaml.YAMLError as e:
-        raise InputError(f"not valid YAML: {e}", str(path)) from None
-    raw = raw or {}
+    from stragglerlab.filecheck import load_yaml
+
+    fix = "fix the scenario config (see config/scenarios.yaml)"
+    raw = load_yaml(path, "scenario config", fix) or {}
     if not isinstance(raw, dict) or set(raw) - {"defaults", "scenarios"}:
         raise InputError("a scenario config holds only 'defaults' and 'scenarios' mappings",
                          str(path))
     for key in ("defaults", "scenarios"):
         if not isinstance(raw.get(key) or {}, dict):
             raise InputError(f"'{key}' must be a mapping", str(path))
+    for name, over in (raw.get("scenarios") or {}).items():
+        if not isinstance(name, str) or not isinstance(over or {}, dict):
+            raise InputError(f"scenarios.{str(name)[:40]} must be a mapping of sections "
+                             "(model, parallel, data, run, faults); " + fix, str(path))
     return raw
 
 

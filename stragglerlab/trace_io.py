@@ -34,6 +34,10 @@ from stragglerlab.validate import validate_trace
 
 META_KEY = b"stragglerlab.meta"
 VERSION_KEY = b"stragglerlab.schema_version"
+MAX_TRACE_ROWS = 200_000_000
+"""Most rows read_trace loads (the benchmarked traces have 3.5M; 200M rows is ~20 GB)."""
+MAX_TRACE_COLUMNS = 1_000
+"""Most columns (schema columns plus extras) read_trace loads."""
 _INT_COLUMNS = frozenset(c.name for c in TRACE_COLUMNS if c.kind == "int")
 
 
@@ -80,9 +84,10 @@ def _meta_from_file(pf: pq.ParquetFile, path: str) -> JobMeta:
         )
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise InputError(
-            f"the 'stragglerlab.meta' parquet metadata is not valid JSON ({e}); "
+            f"the 'stragglerlab.meta' parquet metadata is not valid JSON "
+            f"({type(e).__name__}: {str(e)[:80]}); "
             "pass the job meta YAML with --meta META.yaml",
             path,
         ) from None
@@ -142,6 +147,14 @@ def read_trace(
     _check_version(pf, path)
     meta = JobMeta.load(meta_path) if meta_path is not None else _meta_from_file(pf, path)
     # Skip a stored pandas index: row positions are what messages and analysis use.
+    rows, ncols = pf.metadata.num_rows, len(pf.schema_arrow.names)
+    if rows > MAX_TRACE_ROWS or ncols > MAX_TRACE_COLUMNS:
+        raise InputError(
+            f"the trace holds {rows:,} rows and {ncols:,} columns, over the limits of "
+            f"{MAX_TRACE_ROWS:,} rows and {MAX_TRACE_COLUMNS:,} columns this reader loads; "
+            "split the trace (e.g. fewer steps) or drop extra columns",
+            path,
+        )
     index_cols = _pandas_index_columns(pf)
     columns = [n for n in pf.schema_arrow.names if n not in index_cols]
     try:
@@ -160,7 +173,13 @@ def read_trace(
     # self_destruct frees each arrow column once converted: halves the peak on big traces.
     df = table.to_pandas(ignore_metadata=True, split_blocks=True, self_destruct=True)
     del table
-    validate_trace(df, meta, path)
+    try:
+        validate_trace(df, meta, path)
+    except InputError as e:
+        if meta_path is None or "job meta" not in str(e) or e.path != path:
+            raise
+        # A trace/meta contradiction: name the meta file too, either may be the wrong one.
+        raise InputError(f"{str(e)[len(path) + 2:]} (job meta: {meta_path})", path) from None
     return normalize_trace(df), meta
 
 
@@ -170,7 +189,7 @@ def _pandas_index_columns(pf: pq.ParquetFile) -> set[str]:
         return set()
     try:
         cols = json.loads(raw).get("index_columns", [])
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return set()
     return {c for c in cols if isinstance(c, str)}
 

@@ -7,8 +7,9 @@ Each failed check raises one `InputError` naming the file, the problem, a few
 offending rows (0-based row positions in the file, with their step, dp_rank and
 stage) and what to fix. Checks run in this order, so the first message is about
 the most basic problem: columns present, non-empty, column types, NaN, negative
-durations, optype vocabulary, meta vs trace, and finally that every step holds
-the same ops for every (dp_rank, stage) worker. Everything is vectorized: a
+durations, optype vocabulary, meta vs trace, that every step holds the same ops
+for every (dp_rank, stage) worker, and finally plausibility (ids in range,
+seq_id 0..n-1, clocks and durations; stragglerlab/trace_checks.py). Everything is vectorized: a
 3.5M-row trace validates in a fraction of a second.
 """
 
@@ -21,6 +22,7 @@ from pandas.api import types as ptypes
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, TRACE_COLUMNS
+from stragglerlab.trace_checks import check_plausible
 
 _SHOW = 3  # how many offending rows / steps a message lists
 _CONTEXT = ("step", "dp_rank", "stage")
@@ -54,6 +56,13 @@ def _numeric(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarray | 
     """
     s = df[name]
     want = "integers" if kind == "int" else "numbers (seconds)"
+    if ptypes.is_datetime64_any_dtype(s.dtype) or ptypes.is_timedelta64_dtype(s.dtype):
+        raise InputError(
+            f"column '{name}' holds {s.dtype} values, not {want}; write "
+            f"{'seconds as floats (e.g. Unix time)' if kind == 'float' else want} in this "
+            "column",
+            path,
+        )
     if ptypes.is_bool_dtype(s.dtype):
         raise InputError(
             f"column '{name}' must hold {want} but has dtype bool; write {want} in this column",
@@ -109,6 +118,13 @@ def _check_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarr
             raise InputError(
                 f"column '{name}' must hold integers but has non-integral values in "
                 f"{_rows(df, frac, name)}; write whole numbers in this column",
+                path,
+            )
+        huge = np.abs(values) > 2.0**62
+        if huge.any():
+            raise InputError(
+                f"column '{name}' has values beyond +-2**62 in {_rows(df, huge, name)}; "
+                "these cannot be ids or step numbers: fix the tracer or drop these rows",
                 path,
             )
     return values
@@ -305,3 +321,10 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     opt = _check_optypes(df, path)
     cell = _check_meta_ranges(df, ints("dp_rank"), ints("stage"), meta, path)
     _check_complete(cell, ints("step"), opt, meta, path)
+
+    def floats(name: str) -> np.ndarray:
+        v = values[name]
+        return df[name].to_numpy(dtype=np.float64) if v is None else v.astype(np.float64)
+
+    check_plausible(df, ints, floats, opt, cell, meta, path,
+                    lambda mask, show: _rows(df, mask, show))

@@ -43,6 +43,7 @@ from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
+from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.tracer import Tracer, now
 
@@ -62,7 +63,8 @@ class RankTrainer:
         self.timeout = datetime.timedelta(seconds=scenario.run.collective_timeout_s)
         self.first, self.last = self.stage == 0, self.stage == self.pp - 1
         self.tracer = Tracer(self.run_dir / "trace-parts" / f"rank{rank}.bin",
-                             enabled=scenario.run.trace)
+                             enabled=scenario.run.trace,
+                             ranges=scenario.run.profiler.value != "off")
         self.status_path = self.run_dir / "status" / f"rank{rank}.json"
 
     # -- setup -------------------------------------------------------------------------
@@ -89,19 +91,29 @@ class RankTrainer:
             topo.enter(self.rank)  # this thread and the threads it starts from now on
             os.environ["GLOO_SOCKET_IFNAME"] = topo.rank_ifname(self.rank)
             init_method = f"tcp://{topo.rank_address(0)}:{self.net['port']}"
-        dist.init_process_group(backend, init_method=init_method, rank=self.rank,
-                                world_size=self.sc.world_size, timeout=self.timeout)
+        if self.net:
+            dist.init_process_group(backend, init_method=init_method, rank=self.rank,
+                                    world_size=self.sc.world_size, timeout=self.timeout)
+        else:  # rank 0's store listens on loopback only (workloads/rendezvous.py)
+            from stragglerlab.workloads.rendezvous import loopback_store
+
+            store = loopback_store(init_method, self.rank, self.sc.world_size, self.timeout)
+            dist.init_process_group(backend, store=store, rank=self.rank,
+                                    world_size=self.sc.world_size, timeout=self.timeout)
         self.backend = backend
         # Every rank creates every group in the same order; new_group needs its own timeout.
         self.dp_group = None
         for s in range(self.pp):
-            g = dist.new_group([s * self.dp + d for d in range(self.dp)], timeout=self.timeout)
+            # Named like Megatron-core's groups: `import kineto` reads the layout from them.
+            g = dist.new_group([s * self.dp + d for d in range(self.dp)], timeout=self.timeout,
+                               group_desc="DATA_PARALLEL_GROUP")
             if s == self.stage:
                 self.dp_group = g
         self.emb_group = None
         if self.pp > 1:
             for d in range(self.dp):
-                g = dist.new_group([d, (self.pp - 1) * self.dp + d], timeout=self.timeout)
+                g = dist.new_group([d, (self.pp - 1) * self.dp + d], timeout=self.timeout,
+                                   group_desc="EMBEDDING_GROUP")
                 if d == self.dp_rank and (self.first or self.last):
                     self.emb_group = g
         m = self.sc.model
@@ -277,6 +289,7 @@ class RankTrainer:
         self.cgroup, self.net = cgroup, net
         self.faults = FaultHooks([], RankContext(self.rank, self.dp_rank, self.stage))
         self.posted: dict = {}
+        self.profiler: KinetoProfiler | None = None
         try:
             self.setup()
             # Created after setup: its threads must start inside this rank's namespace.
@@ -288,12 +301,17 @@ class RankTrainer:
             if hasattr(self, "p2p"):
                 self.p2p.close()
             self.tracer.close()
+            if self.profiler is not None:
+                self.profiler.stop()
             if dist.is_initialized():
                 dist.destroy_process_group()
 
     def _train(self) -> dict:
         losses, checksums, step_times = {}, {}, {}
         data = [self._make_data(step) for step in range(self.sc.run.steps)]
+        self.profiler = KinetoProfiler.for_scenario(self.sc, self.rank, self.run_dir, self.device)
+        if self.profiler is not None:
+            self.profiler.start()
         for step in range(self.sc.run.steps):
             batches = data[step]
             self.faults.step_start(step)
@@ -317,6 +335,8 @@ class RankTrainer:
             checksums[step] = self.opt.fingerprint(stride=101)
             self.faults.step_end(step)
             self.tracer.end_step()
+            if self.profiler is not None:
+                self.profiler.step()  # ProfilerStep#<step> spans this whole step
             self.gc_monitor.flush()
             if self.last:
                 losses[step] = loss

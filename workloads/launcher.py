@@ -5,6 +5,8 @@
   STRICT_PACK placement group; the project is importable in the actors
   because they run this environment's interpreter.
 * Rendezvous: TCP on loopback, a free port picked by the driver.
+* Private: Ray runs with node IP 127.0.0.1 and no dashboard, so no Ray server
+  and no rank socket listens outside loopback (tests/e2e/test_ray_private.py).
 * Isolation: with root and cgroup v1, every rank gets a fixed CPU quota
   (workloads.isolation), so a rank behaves like its own device; otherwise
   the run says so and goes on unisolated (the named fallback).
@@ -18,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
@@ -30,8 +33,8 @@ from pathlib import Path
 from stragglerlab import run_folder as rf
 from stragglerlab.faults import parse_faults
 from stragglerlab.host import netns
-from stragglerlab.host.cgroups import CpuIsolation, cleanup_stale, quota_for
-from stragglerlab.host.residue import kill_orphans, mark_driver
+from stragglerlab.host.cgroups import CpuIsolation, quota_for
+from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_driver, record_ray_node
 from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.scenario import Scenario, scenario_to_dict
@@ -39,6 +42,8 @@ from stragglerlab.workloads.run_folder import write_run_folder
 
 Progress = Callable[[str], None]
 POLL_S = 0.1
+LOOPBACK = "127.0.0.1"
+"""The only address a run's Ray processes and rank sockets listen on."""
 CPU_HEADROOM = 0.9
 # Extra slack over the collective timeout before a run without progress is called hung.
 HANG_SLACK_S = 30.0
@@ -83,6 +88,27 @@ def _rank_actor_class():
     return RankActor
 
 
+@contextlib.contextmanager
+def _loopback_node(ray):
+    """Let ray.init keep node IP 127.0.0.1.
+
+    Ray (2.x) turns a loopback `_node_ip_address` into the host's reachable IP
+    (services.resolve_ip_for_localhost), and its servers then listen on all
+    interfaces; with the node IP left at 127.0.0.1 the GCS, raylet, object
+    manager, agents and workers all bind loopback (checked by
+    tests/e2e/test_ray_private.py).
+    """
+    services = ray._private.services
+    original = getattr(services, "resolve_ip_for_localhost", None)
+    if original is not None:
+        services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        if original is not None:
+            services.resolve_ip_for_localhost = original
+
+
 def _read_status(run_dir: Path, world: int) -> dict[int, dict]:
     """Per-rank progress of the ranks of this run (status files mid-write are skipped)."""
     return {r: s for r, s in RunFolder(path=run_dir).status().items() if r < world}
@@ -120,23 +146,27 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
                     "seed": scenario.run.seed, "versions": _versions(), "outcome": "failed",
                     "error": None, "host": platform.node()}
     t_start = time.time()
-    orphans = kill_orphans()  # first: their cgroups and namespaces can only go once empty
-    if orphans:
-        say(f"killed {len(orphans)} processes left by an earlier killed run")
-        time.sleep(0.5)
-    cleanup_stale()
-    try:  # every start: the killed run may have used namespaces, even if this one does not
-        netns.cleanup_stale()
-    except OSError as e:  # no iproute2 / no permission: nothing of ours can exist then
-        say(f"network namespace cleanup skipped: {e}")
+    # Every start: what an earlier killed run left (processes, cgroups, namespaces).
+    residue = clean_residue()
+    if residue["processes"]:
+        say(f"killed {len(residue['processes'])} processes left by an earlier killed run")
+    if residue["netns_skipped"]:
+        say(f"network namespace cleanup skipped: {residue['netns_skipped']}")
     mark_driver()
     iso, summaries = None, {}
     try:
-        ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),
-                 include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                 object_store_memory=100 * 1024 * 1024,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
-                                           "PYTHONWARNINGS": "ignore::FutureWarning"}})
+        # Private: every Ray server (GCS, raylet, object manager, agents, workers) binds the
+        # node IP, here loopback; gloo/NCCL use `lo` unless a rank has its own namespace.
+        with _loopback_node(ray):
+            ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),
+                     _node_ip_address=LOOPBACK, include_dashboard=False,
+                     logging_level=logging.ERROR, log_to_driver=False,
+                     object_store_memory=100 * 1024 * 1024,
+                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                               "PYTHONWARNINGS": "ignore::FutureWarning",
+                                               "GLOO_SOCKET_IFNAME": "lo",
+                                               "NCCL_SOCKET_IFNAME": "lo"}})
+        node_note = record_ray_node(ray.get_runtime_context().get_node_id())
         t_ray = time.time()
         say(f"ray started in {t_ray - t_start:.1f}s; launching {world} ranks")
         pg = ray.util.placement_group([{"CPU": 1}] * world, strategy="STRICT_PACK")
@@ -177,6 +207,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
             iso.cleanup()
         if ray.is_initialized():
             ray.shutdown()
+            forget_ray_node(locals().get("node_note"))
         record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
         record.update(_collect(summaries, scenario))
         record["faults_requested"] = len(injectors)

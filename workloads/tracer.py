@@ -13,11 +13,22 @@ readable; a torn last record is dropped on read.
     with tracer.op(OpType.FORWARD_COMPUTE, mb_id=0, mc=0, gmc=1):
         ...
     tracer.end_step()
+
+With `ranges=True` (scenario `run: {profiler: kineto}`) every op is also a
+`torch.profiler.record_function(<optype>)` range, so a Kineto trace of the same
+run names the same ops: `op()` wraps its body; an async op recorded with an
+unknown end (pipeline P2P, traced from post to completion) opens its range at
+`record()` on the posting thread and closes it in `set_end()` on the watcher
+thread that saw it complete. Closing on another thread needs the profiler's
+`profile_all_threads` (see workloads/profiling.py). The range then spans from
+just after the post time stamped in our record to just after the completion
+stamp: the same span up to the few microseconds between the two clock reads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from pathlib import Path
 
@@ -31,12 +42,20 @@ _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 now = time.monotonic
 
 
+def _record_function(name: str):
+    from torch.profiler import record_function
+
+    return record_function(name)
+
+
 class Tracer:
     """Records ops of one rank; seq_id is assigned per optype within each step."""
 
-    def __init__(self, path: str | Path, enabled: bool = True) -> None:
+    def __init__(self, path: str | Path, enabled: bool = True, ranges: bool = False) -> None:
         self.path = Path(path)
         self.enabled = enabled
+        self.ranges = ranges
+        self._open: dict[int, object] = {}  # row -> open record_function of an async op
         self._rows: list[tuple] = []
         self._seq: dict[OpType, int] = {}
         self.step = -1
@@ -58,7 +77,12 @@ class Tracer:
         self._seq[optype] = seq_id + 1
         self._rows.append([self.step, _CODE[optype.value], seq_id, mb_id, mc, gmc, start, end,
                            seq_len_sq_sum])
-        return len(self._rows) - 1
+        row = len(self._rows) - 1
+        if self.ranges and math.isnan(end):  # async: the range closes in set_end
+            rf = _record_function(optype.value)
+            rf.__enter__()
+            self._open[row] = rf
+        return row
 
     def set_end(self, row: int, end: float) -> None:
         """Complete a row recorded with an unknown end (an async op finishing later).
@@ -67,13 +91,22 @@ class Tracer:
         """
         if row >= 0:
             self._rows[row][7] = end
+            rf = self._open.pop(row, None)
+            if rf is not None:
+                rf.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def op(self, optype: OpType, mb_id: int = -1, mc: int = -1, gmc: int = -1,
            seq_len_sq_sum: float = float("nan")):
         """Time the body as one op."""
-        start = now()
-        yield
+        if self.ranges:
+            rf = _record_function(optype.value)  # allocated first: less between the clocks
+            start = now()
+            with rf:
+                yield
+        else:
+            start = now()
+            yield
         self.record(optype, start, now(), mb_id, mc, gmc, seq_len_sq_sum)
 
     def end_step(self) -> None:

@@ -32,6 +32,8 @@ VERBS: dict[str, str] = {
     "report": "stragglerlab.cli.report",
     "synth": "stragglerlab.cli.synth",
     "list": "stragglerlab.cli.listing",
+    "import": "stragglerlab.cli.import_kineto",
+    "clean": "stragglerlab.cli.clean",
 }
 """Verb name -> module with `add_parser(sub, name) -> ArgumentParser` and `run(args) -> int`."""
 

@@ -51,6 +51,7 @@ def _summary(ours: dict, limit: int = 3) -> str:
 
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
+    from stragglerlab.atomic import staged_folder
     from stragglerlab.figures.data import load_figure_data
     from stragglerlab.figures.registry import build_figure, figure_names, find_module
 
@@ -67,19 +68,22 @@ def run(args) -> int:
     say(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} with "
           f"what-if), {len(names)} figures -> {out}/", file=sys.stderr, flush=True)
     failed = []
-    for i, name in enumerate(names, 1):
-        try:
-            result = build_figure(name, data, out)
-        except InputError:
-            raise
-        except Exception as e:  # one broken figure must not cost the others
-            failed.append(name)
-            print(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}", flush=True)
-            traceback.print_exc(file=sys.stderr)
-            continue
-        what = result.note if not result.ours else _summary(result.ours)
-        say(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
-              f"{result.source}; {what}", flush=True)
+    # Figures land in --out only when the loop ends; bad input found mid-way leaves nothing.
+    with staged_folder(out) as tmp:
+        for i, name in enumerate(names, 1):
+            try:
+                result = build_figure(name, data, tmp)
+            except InputError:
+                raise
+            except Exception as e:  # one broken figure must not cost the others
+                failed.append(name)
+                print(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}",
+                      flush=True)
+                traceback.print_exc(file=sys.stderr)
+                continue
+            what = result.note if not result.ours else _summary(result.ours)
+            say(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
+                f"{result.source}; {what}", flush=True)
     if failed:
         print(f"figures: {len(failed)} failed: {', '.join(failed)}", file=sys.stderr)
         return 1

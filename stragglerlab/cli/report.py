@@ -5,7 +5,7 @@
 
 Writes `report.md` (GitHub markdown, images linked relative to it) and a
 self-contained `report.html` (images embedded, inline CSS) into `--out`. A
-missing or unreadable scores file gives a "not scored" line, not an error;
+missing scores file gives a "not scored" line, not an error (a malformed one is);
 a missing figures folder or run folder is bad input (exit 2).
 """
 
@@ -33,9 +33,13 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Write the report and print where it went."""
+    from stragglerlab.atomic import staged_folder
     from stragglerlab.figures.report import write_report
 
-    md, page = write_report(Path(args.figures), args.scores, args.runs, out_folder(args.out))
+    out = out_folder(args.out)
+    with staged_folder(out) as tmp:  # both files or neither; links are relative to a sibling
+        md, page = write_report(Path(args.figures), args.scores, args.runs, tmp)
+    md, page = out / md.name, out / page.name
     if not args.quiet:
         print(f"report: {md}\nreport: {page}")
     return 0

@@ -77,8 +77,11 @@ def run(args) -> int:
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
                           n_steps=args.steps, seed=args.seed, jitter=args.jitter,
                           slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)
+    from stragglerlab.atomic import staged_folder
+
     try:
-        faults = write_run(cfg, out)
+        with staged_folder(out) as tmp:  # all three files or none
+            faults = write_run(cfg, tmp)
     except ValueError as e:
         raise InputError(str(e)) from None
     if not args.quiet:

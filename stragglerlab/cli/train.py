@@ -43,8 +43,12 @@ def run(args) -> int:
         overrides["run"]["steps"] = args.steps
     if args.seed is not None:
         overrides["run"]["seed"] = args.seed
-    scenario = load_scenario(args.scenario, args.config, overrides)
+    scenario = load_scenario(args.scenario, args.config, overrides if overrides["run"] else None)
+    check_faults(scenario, args.config)
+    from stragglerlab.host.residue import clean_residue
     from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
+
+    clean_residue()  # what a killed run left (`stragglerlab clean`); launch repeats it
 
     t0 = time.perf_counter()
 
@@ -64,6 +68,19 @@ def run(args) -> int:
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
           f"{traced} complete steps kept in {args.out}", file=sys.stderr)
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
+
+
+def check_faults(scenario, config: str | None) -> None:
+    """Every fault's kind, targets, steps and parameters, the config file named, before
+    anything starts (the launcher checks them again, as the faults shape the scenario)."""
+    from stragglerlab.faults import parse_faults
+    from stragglerlab.injectors.registry import build_injectors
+    from stragglerlab.scenario import DEFAULT_CONFIG
+
+    where = f"{config or DEFAULT_CONFIG} (scenario {scenario.name!r})"
+    specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,
+                         scenario.run.steps, where)
+    build_injectors(specs, where)
 
 
 def failed_cleanly(out: str) -> bool:

@@ -40,7 +40,8 @@ def processes_of(pid: int) -> list[int]:
     """Live processes marked as started by driver `pid` (Ray's and the rank actors)."""
     from stragglerlab.host.residue import _marks
 
-    return [p for p, mark in _marks().items() if mark.split(":")[0] == str(pid)]
+    return [p for p, (mark, _node) in _marks().items()
+            if mark is not None and mark.split(":")[0] == str(pid)]
 
 
 @pytest.mark.parametrize("scenario,victim,kind", [("crash", 1, "worker-died"),

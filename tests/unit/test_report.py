@@ -150,12 +150,15 @@ def test_missing_image_and_empty_folder(inputs, tmp_path):
     assert "No figure results found" in md_path.read_text()
 
 
-def test_load_scores_tolerates_bad_files(tmp_path):
+def test_load_scores_refuses_bad_files(tmp_path):
+    """A missing scores file is 'not scored'; a present but bad one is an InputError."""
+    assert load_scores(tmp_path / "missing.json")[0] is None
     bad = tmp_path / "bad.json"
-    bad.write_text("[1, 2")
-    scores, why = load_scores(bad)
-    assert scores is None and "not readable JSON" in why
-    bad.write_text("[]")
+    for text in ("[1, 2", "[]", '{"whatif": "good"}', '{"whatif": {"f1": "high"}}'):
+        bad.write_text(text)
+        with pytest.raises(InputError, match=str(bad)):
+            load_scores(bad)
+    bad.write_text("{}")
     assert load_scores(bad)[0] is None
 
 

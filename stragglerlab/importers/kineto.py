@@ -1,0 +1,374 @@
+"""Import per-rank PyTorch profiler (Kineto) Chrome-trace JSON files into our trace schema.
+
+    stragglerlab import kineto --traces DIR|GLOB --out DIR [--layout dp=2,pp=4]
+    result = import_kineto(paths, layout=None, timing="auto", allow_partial=False)
+    write_trace(result.df, result.meta, "out/trace.parquet")
+
+What is read from each file (gzipped or plain, one file per rank):
+
+* `distributedInfo.rank` / `world_size`: which rank the file is;
+  `distributedInfo.pg_config` or `--layout`: its DP rank and stage
+  (stragglerlab.importers.layout; Megatron rank order);
+* `ProfilerStep#N` ranges: the steps (an op belongs to the step its start
+  falls in; ops outside every step are left out);
+* op types: `record_function(<optype>)` ranges (cat user_annotation) named
+  exactly like stragglerlab.schema's vocabulary. Where such ranges nest on a
+  thread the outermost one is the op. P2P ranges (send/recv) may be
+  asynchronous (opened at post, closed at completion, possibly on another
+  thread), so they overlap other ranges and only drop when inside a range of
+  their own type. Ranges that never closed (`"finished": false`) are left
+  out. An op type with no range at all on a rank falls back to the
+  communication records torch writes (`record_param_comms` with args
+  `Collective name`, `Src Rank`/`Dst Rank`, `Process Group Ranks`);
+* seq_id = order of the op type on the worker within the step; mb_id = the
+  seq_id for forward/backward-compute (1F1B and Megatron's non-interleaved
+  schedules run microbatches in order), -1 otherwise; mc = gmc = -1;
+* timing: CPU ranges, or with `timing="gpu"` (auto: when the trace holds
+  kernels) the `gpu_user_annotation` span Kineto writes for a range that
+  launched kernels (matched by `External id`; ranges launching no kernel
+  keep their CPU span); microseconds -> seconds;
+* clocks (`align`): `none` trusts the clocks (baseTimeNanoseconds + ts: right
+  when all ranks ran on one host); `collective` shifts each rank by the median,
+  over the common steps, of how much later its `optimizer-clip-main-grad` (an
+  all-reduce over every rank, which all leave together) ends than rank 0's;
+  `step` shifts each rank so its first common ProfilerStep starts with rank
+  0's (coarse: ranks start steps tens of ms apart); `auto` (default) = none
+  when every trace names the same host_name, else collective (step when no
+  rank has the clip op). The offsets applied are
+  `result.report["clock_offsets_s"]`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.errors import InputError
+from stragglerlab.importers.chrome import find_traces, load_json  # noqa: F401 (re-export)
+from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import OPTYPE_VALUES, P2P_OPS, OpType
+
+VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
+P2P_NAMES = frozenset(o.value for o in P2P_OPS)
+COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+CLOCK_GAP_FRACTION = 0.5
+"""A step starting further than this share of the median step time from rank 0's is a gap."""
+
+
+@dataclass
+class RankTrace:
+    """What one rank's file holds, in microseconds on its own clock."""
+
+    path: str
+    rank: int
+    world: int
+    host: str
+    pg_config: list
+    base_us: float
+    steps: dict[int, tuple[float, float]]
+    ops: list[tuple[str, float, float, int]]  # optype, start, end, kineto tid
+    has_kernels: bool
+    unfinished: int = 0
+    gpu_timed: int = 0
+
+
+@dataclass
+class ImportResult:
+    """The imported trace, its job meta and what the import did."""
+
+    df: pd.DataFrame
+    meta: JobMeta
+    report: dict = field(default_factory=dict)
+
+
+def _outermost(ranges: list[tuple]) -> list[tuple]:
+    """Drop ranges nested in another vocabulary range on the same thread (see module doc)."""
+    kept = []
+    by_thread: dict[tuple[int, bool], list] = {}
+    for r in sorted(ranges, key=lambda r: (r[1], -r[2])):
+        by_thread.setdefault((r[3], r[0] in P2P_NAMES), []).append(r)
+    for (_tid, p2p), rs in by_thread.items():
+        open_ends: dict[str, float] = {}  # per optype for P2P, one key for the rest
+        for r in rs:
+            key = r[0] if p2p else ""
+            if r[2] <= open_ends.get(key, -np.inf):
+                continue
+            open_ends[key] = r[2]
+            kept.append(r)
+    return sorted(kept, key=lambda r: r[1])
+
+
+def _inside(ops: list[tuple]) -> callable:
+    """f(ts, tid): whether ts falls inside one of ops' CPU ranges on thread tid."""
+    per_tid: dict = {}
+    for o in sorted(ops, key=lambda o: o[1]):
+        per_tid.setdefault(o[3], ([], []))
+        starts, ends = per_tid[o[3]]
+        starts.append(o[1])
+        ends.append(max(o[2], ends[-1]) if ends else o[2])  # running max of the ends
+
+    def inside(ts: float, tid) -> bool:
+        starts, ends = per_tid.get(tid, ((), ()))
+        i = bisect.bisect_right(starts, ts) - 1
+        return i >= 0 and ends[i] >= ts
+    return inside
+
+
+def _comm_fallback(events: list, missing: set[str], rank: int, layout_hint,
+                   inside) -> list:
+    """Vocabulary ops from torch's communication records, for op types with no range.
+
+    Records inside a vocabulary range are that op's own communication: skipped."""
+    out = []
+    for e in events:
+        args = e.get("args") or {}
+        if inside(float(e["ts"]), e.get("tid", 0)):
+            continue
+        name = str(args.get("Collective name", "")).lower()
+        if not name:
+            continue
+        optype = None
+        if name in ("send", "recv", "isend", "irecv") and layout_hint is not None:
+            peer = args.get("Dst Rank" if "send" in name else "Src Rank")
+            if isinstance(peer, int) and peer >= 0:
+                mine, theirs = layout_hint(rank)[1], layout_hint(peer)[1]
+                fwd = theirs > mine if "send" in name else theirs < mine
+                kind = "send" if "send" in name else "recv"
+                optype = f"{'forward' if fwd else 'backward'}-{kind}"
+        elif "gather" in name:
+            optype = OpType.PARAMS_ALL_GATHER.value
+        elif "reduce_scatter" in name:
+            optype = OpType.GRADS_REDUCE_SCATTER.value
+        elif "allreduce" in name or "all_reduce" in name:
+            size = args.get("Group size", len(args.get("Process Group Ranks") or []))
+            world = args.get("World size")
+            optype = (OpType.OPTIMIZER_CLIP_MAIN_GRAD.value if world and size == world
+                      else OpType.SEPARATE_GRADS_ALL_REDUCE.value)
+        if optype in missing:
+            out.append((optype, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
+                        e.get("tid", 0)))
+    return out
+
+
+def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
+    """One rank's file -> RankTrace (timing 'cpu', 'gpu' or 'auto')."""
+    where = str(path)
+    doc = load_json(path)
+    info = doc.get("distributedInfo")
+    if not isinstance(info, dict) or not isinstance(info.get("rank"), int) \
+            or not isinstance(info.get("world_size"), int):
+        raise InputError("no distributedInfo with rank and world_size, so the file's rank is "
+                         "unknown; profile after torch.distributed.init_process_group (torch "
+                         "then writes distributedInfo into every trace)", where)
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
+              and isinstance(e.get("ts"), (int, float))]
+    has_kernels = any(e.get("cat") == "kernel" for e in events)
+    if timing == "gpu" and not has_kernels:
+        raise InputError("--timing gpu, but the trace holds no GPU kernels; use --timing cpu "
+                         "(or auto)", where)
+    gpu = timing == "gpu" or (timing == "auto" and has_kernels)
+    steps: dict[int, tuple[float, float]] = {}
+    ranges, gpu_spans, comm, unfinished = [], {}, [], 0
+    for e in events:
+        name, cat = str(e.get("name", "")), e.get("cat")
+        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
+        args = e.get("args") or {}
+        if cat == "user_annotation" and (m := STEP_RE.match(name)):
+            steps[int(m.group(1))] = (start, end)
+        elif cat == "user_annotation" and name in VOCAB:
+            if args.get("finished") is False:
+                unfinished += 1
+                continue
+            ranges.append((name, start, end, e.get("tid", 0), args.get("External id")))
+        elif cat == "gpu_user_annotation" and name in VOCAB and "External id" in args:
+            gpu_spans[args["External id"]] = (start, end)
+        elif "Collective name" in args:
+            comm.append(e)
+    ops, gpu_timed = [], 0
+    cpu_ops = _outermost(ranges)  # nesting by the CPU ranges
+    for name, start, end, tid, ext in cpu_ops:
+        if gpu and ext in gpu_spans:
+            start, end = gpu_spans[ext]
+            gpu_timed += 1
+        ops.append((name, start, end, tid))
+    missing = VOCAB - {o[0] for o in ops}
+    if ops and missing:
+        ops += _comm_fallback(comm, missing, info["rank"], layout_hint, _inside(cpu_ops))
+    ops.sort(key=lambda r: r[1])
+    if not ops:
+        raise InputError("no record_function ranges named like the op vocabulary ("
+                         + ", ".join(sorted(VOCAB)) + "); wrap each op of the training step "
+                         "in torch.profiler.record_function('<optype>') (README: 'Analyzing "
+                         "your own training job')", where)
+    if not steps:
+        raise InputError("no ProfilerStep#N ranges; profile with a schedule and call "
+                         "prof.step() once per training step", where)
+    base = doc.get("baseTimeNanoseconds", 0)
+    return RankTrace(where, info["rank"], info["world_size"], str(doc.get("host_name", "")),
+                     info.get("pg_config") or [],
+                     float(base) / 1e3 if isinstance(base, (int, float)) else 0.0, steps, ops,
+                     has_kernels, unfinished, gpu_timed)
+
+
+def _check_ranks(traces: list[RankTrace]) -> int:
+    worlds = {t.world for t in traces}
+    if len(worlds) != 1:
+        raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
+                         "traces of one job only", traces[0].path)
+    seen: dict[int, str] = {}
+    for t in traces:
+        if t.rank in seen:
+            raise InputError(f"rank {t.rank} appears twice (also in {seen[t.rank]}); pass "
+                             "one trace per rank", t.path)
+        seen[t.rank] = t.path
+    return worlds.pop()
+
+
+def _common_steps(traces: list[RankTrace], allow_partial: bool) -> list[int]:
+    sets = {t.rank: set(t.steps) for t in traces}
+    everyone = set.intersection(*sets.values())
+    union = set.union(*sets.values())
+    if not everyone:
+        raise InputError("no ProfilerStep#N that every rank has (steps per rank: "
+                         + "; ".join(f"rank {r}: {sorted(s)[:8]}" for r, s in sets.items())
+                         + "); profile the same steps on every rank")
+    if everyone != union and not allow_partial:
+        lacking = {r: sorted(union - s) for r, s in sets.items() if union - s}
+        raise InputError("ranks miss steps that others have ("
+                         + "; ".join(f"rank {r} lacks {s[:8]}" for r, s in lacking.items())
+                         + "); use the same profiler schedule on every rank, or pass "
+                         "--allow-partial to keep the steps every rank has")
+    return sorted(everyone)
+
+
+def _clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
+    """End of the first optimizer-clip-main-grad of each common step on one rank."""
+    ends: dict[int, float] = {}
+    clip = OpType.OPTIMIZER_CLIP_MAIN_GRAD.value
+    for k in steps:
+        s0, s1 = t.steps[k]
+        hits = [end for name, start, end, _ in t.ops if name == clip and s0 <= start <= s1]
+        if hits:
+            ends[k] = min(hits)
+    return ends
+
+
+def _offsets(traces: list[RankTrace], steps: list[int], align: str) -> tuple[str, dict]:
+    """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock)."""
+    ref = min(traces, key=lambda t: t.rank)
+    if align == "auto":
+        align = "none" if len({t.host for t in traces}) == 1 else "collective"
+    if align == "none":
+        return align, {t.rank: t.base_us - ref.base_us for t in traces}
+    if align == "collective":
+        ends = {t.rank: _clip_ends(t, steps) for t in traces}
+        if all(set(ends[ref.rank]) & set(e) for e in ends.values()):
+            return align, {t.rank: float(np.median([ends[ref.rank][k] - e for k, e in
+                                                    ends[t.rank].items() if k in ends[ref.rank]]))
+                           for t in traces}
+        align = "step"  # no clip op to align on
+    first = steps[0]
+    return align, {t.rank: ref.steps[first][0] - t.steps[first][0] for t in traces}
+
+
+def _check_clock_gaps(traces, steps, offsets) -> None:
+    ref = min(traces, key=lambda t: t.rank)
+    durations = [e - s for t in traces for k in steps for s, e in [t.steps[k]]]
+    tol = max(CLOCK_GAP_FRACTION * float(np.median(durations)), 1.0)
+    for t in traces:
+        for k in steps:
+            gap = t.steps[k][0] + offsets[t.rank] - ref.steps[k][0] - offsets[ref.rank]
+            if abs(gap) > tol:
+                raise InputError(
+                    f"clock gap: after aligning clocks, rank {t.rank}'s step {k} starts "
+                    f"{gap / 1e6:+.4f} s from rank {ref.rank}'s (tolerance {tol / 1e6:.4f} s, "
+                    f"half the median step time): its clock jumped or its steps are numbered "
+                    "differently; profile all ranks in the same run (try --align step if you "
+                    "used --align none)", t.path)
+
+
+def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
+                  timing: str = "auto", allow_partial: bool = False, align: str = "auto",
+                  trial_name: str = "") -> ImportResult:
+    """Parse, check and merge per-rank Kineto traces into one schema trace."""
+    hint = layout.coords if layout is not None else None
+    traces = [parse_rank(Path(p), timing, hint) for p in paths]
+    world = _check_ranks(traces)
+    where = str(Path(traces[0].path).parent)
+    if layout is None:
+        layout = from_pg_config({t.rank: t.pg_config for t in traces}, world, where)
+    elif layout.world_size != world:
+        raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
+                         f"{layout.world_size} ranks but the traces' world_size is {world}; "
+                         "fix --layout", where)
+    if any(t.rank >= world for t in traces):
+        raise InputError(f"a rank is >= world_size {world}; pass the traces of one job", where)
+    cells = {}
+    for t in traces:
+        dp_rank, stage, tp_rank = layout.coords(t.rank)
+        if tp_rank == 0:
+            cells[(dp_rank, stage)] = t
+    traces = list(cells.values())
+    dp_keep = list(range(layout.dp))
+    missing = [(d, s) for s in range(layout.pp) for d in range(layout.dp) if (d, s) not in cells]
+    if missing:
+        dp_keep = [d for d in range(layout.dp) if all((d, s) in cells for s in range(layout.pp))]
+        text = ", ".join(f"(dp_rank {d}, stage {s})" for d, s in missing[:8])
+        if not allow_partial or not dp_keep:
+            raise InputError(f"missing ranks: no trace for {len(missing)} of the "
+                             f"{layout.dp * layout.pp} DP x PP workers: {text} ({ORDER_DOC}); "
+                             "pass every rank's file, or --allow-partial to keep only the DP "
+                             "replicas whose every stage is there", where)
+        traces = [cells[(d, s)] for d in dp_keep for s in range(layout.pp)]
+    steps = _common_steps(traces, allow_partial)
+    align, offsets = _offsets(traces, steps, align)
+    _check_clock_gaps(traces, steps, offsets)
+    df = _frame(traces, layout, dp_keep, steps, offsets)
+    meta = JobMeta(dp_size=len(dp_keep), pp_size=layout.pp, tp_size=layout.tp,
+                   world_size=len(dp_keep) * layout.pp * layout.tp, trial_name=trial_name)
+    report = {
+        "files": {str(t.rank): t.path for t in sorted(traces, key=lambda t: t.rank)},
+        "layout": {"dp": layout.dp, "pp": layout.pp, "tp": layout.tp, "source": layout.source,
+                   "rank_order": ORDER_DOC if layout.source == "--layout" else "pg_config"},
+        "timing": "gpu" if any(t.gpu_timed for t in traces) else "cpu",
+        "align": align, "clock_offsets_s": {str(t.rank): offsets[t.rank] / 1e6 for t in traces},
+        "steps": steps, "dp_ranks_kept": dp_keep, "ops": int(len(df)),
+        "unfinished_ranges_dropped": int(sum(t.unfinished for t in traces)),
+    }
+    return ImportResult(df, meta, report)
+
+
+def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
+           offsets: dict[int, float]) -> pd.DataFrame:
+    rows = []
+    dp_new = {d: i for i, d in enumerate(dp_keep)}
+    for t in traces:
+        dp_rank, stage, _ = layout.coords(t.rank)
+        bounds = sorted((t.steps[k][0], t.steps[k][1], k) for k in steps)
+        starts = np.array([b[0] for b in bounds])
+        seq: dict[tuple[int, str], int] = {}
+        for name, start, end, _tid in t.ops:
+            i = int(np.searchsorted(starts, start, side="right")) - 1
+            if i < 0 or start > bounds[i][1]:
+                continue  # outside every kept step
+            step = bounds[i][2]
+            s = seq.get((step, name), 0)
+            seq[(step, name)] = s + 1
+            rows.append((t.rank, dp_new[dp_rank], stage, step, name,
+                         (start + offsets[t.rank]) / 1e6, max(end - start, 0.0) / 1e6, s,
+                         s if name in COMPUTE_NAMES else -1))
+    df = pd.DataFrame(rows, columns=["rank", "dp_rank", "stage", "step", "optype", "start_ts",
+                                     "duration", "seq_id", "mb_id"])
+    df["start_ts"] -= df["start_ts"].min()
+    df["mc"] = -1
+    df["gmc"] = -1
+    df["optype"] = pd.Categorical(df["optype"], categories=list(OPTYPE_VALUES))
+    return df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)

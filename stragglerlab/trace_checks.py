@@ -1,0 +1,132 @@
+"""Plausibility checks of a trace that already has the right columns, types and layout.
+
+`stragglerlab.validate.validate_trace` runs these last. They refuse traces that
+are well-formed but cannot be a real job's, which would otherwise be analysed
+into silent nonsense or allocate memory by the size of a bad number:
+
+* ids in range: `rank` in [0, world_size), `step` in [0, 2**53], `mb_id` >= -1,
+  `mc` in [-1, vpp_size), `gmc` in [-1, vpp_size * pp_size); with vpp_size > 1
+  the compute ops must use every model chunk (the meta must not contradict the
+  trace);
+* `seq_id` of each (step, worker, optype) is 0..count-1, each once: it orders
+  an op type on a worker within a step (so a seq_id of 2**40 is refused
+  before anything sizes an array by it);
+* clocks: `start_ts` in [-MAX_SPAN_S, MAX_START_S] (seconds, one clock), every
+  `duration` <= MAX_SPAN_S, a step spans at most MAX_SPAN_S from its first
+  start to its last end, and within a (step, worker, optype) the starts do not
+  go back as seq_id grows (the one order the schema defines per stream);
+* at most MAX_OPS_PER_STEP ops per worker and step;
+* not every compute duration is 0 (a job that computes nothing has no
+  slowdown to analyse).
+
+Every check is vectorized; each failure is one InputError naming the file, a
+few offending rows and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.schema import COMPUTE_OPS, OPTYPE_VALUES
+
+MAX_SPAN_S = 86_400.0
+"""Longest op and longest step, seconds (one day): anything longer is a clock error."""
+MAX_START_S = 1e10
+"""Latest start_ts accepted, seconds (year 2286 as a Unix time)."""
+MAX_STEP = 2**53
+"""Largest step number (exact in float64)."""
+MAX_OPS_PER_STEP = 100_000
+"""Most ops one worker may trace in one step (the reference traces have <= 198)."""
+ORDER_TOLERANCE_S = 1e-6
+"""How far a start may go back as seq_id grows (clock rounding of float32 traces)."""
+
+Rows = Callable[[np.ndarray, str | None], str]
+
+
+def _fail(path: str, what: str, rows: str, fix: str) -> None:
+    raise InputError(f"{what} in {rows}; {fix}", path)
+
+
+def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float,
+           why: str) -> None:
+    bad = (v < lo) | (v > hi)
+    if bad.any():
+        _fail(path, f"column '{name}' outside [{lo:g}, {hi:g}] ({why})", rows(bad, name),
+              "fix the tracer or drop these rows")
+
+
+def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
+                    opt: np.ndarray, cell: np.ndarray, meta: JobMeta, path: str,
+                    rows: Rows) -> None:
+    """Raise InputError for the first implausible value (see the module doc)."""
+    world = meta.world_size
+    _range(path, rows, "rank", ints("rank"), 0, world - 1, f"world_size={world} of the job meta")
+    step = ints("step")
+    _range(path, rows, "step", step, 0, MAX_STEP, "training steps count from 0")
+    _range(path, rows, "mb_id", ints("mb_id"), -1, MAX_OPS_PER_STEP, "-1 for non-compute ops")
+    mc = ints("mc")
+    _range(path, rows, "mc", mc, -1, meta.vpp_size - 1, f"vpp_size={meta.vpp_size}")
+    _range(path, rows, "gmc", ints("gmc"), -1, meta.vpp_size * meta.pp_size - 1,
+           f"vpp_size*pp_size={meta.vpp_size * meta.pp_size}")
+    compute = np.isin(opt, [OPTYPE_VALUES.index(o.value) for o in COMPUTE_OPS])
+    if meta.vpp_size > 1 and compute.any() and int(mc[compute].max()) != meta.vpp_size - 1:
+        raise InputError(
+            f"the job meta says vpp_size={meta.vpp_size} but the compute ops use model chunks "
+            f"(mc) up to {int(mc[compute].max())}; set vpp_size to the number of chunks the "
+            "trace holds (1 without a virtual pipeline)", path)
+
+    start, dur = floats("start_ts"), floats("duration")
+    _range(path, rows, "start_ts", start, -MAX_SPAN_S, MAX_START_S,
+           "seconds on one clock for the whole job")
+    _range(path, rows, "duration", dur, 0, MAX_SPAN_S, "seconds; one day at most")
+    if compute.any() and not (dur[compute] > 0).any():
+        raise InputError("every forward/backward-compute duration is 0: the trace records no "
+                         "compute time, so there is nothing to analyse; re-trace with the "
+                         "op durations", path)
+
+    # Group ids: (step, worker, optype) and (step, worker), dense and sorted.
+    nopt, ncell = len(OPTYPE_VALUES), meta.dp_size * meta.pp_size
+    step_ids, step_idx = np.unique(step, return_inverse=True)
+    sc = step_idx.astype(np.int64) * ncell + cell
+    sc_ids, sc_inv, sc_count = np.unique(sc, return_inverse=True, return_counts=True)
+    busy = sc_count > MAX_OPS_PER_STEP
+    if busy.any():
+        raise InputError(f"{int(sc_count.max()):,} ops in one step of one worker (step "
+                         f"{int(step_ids[sc_ids[busy][0] // ncell])}), over the limit of "
+                         f"{MAX_OPS_PER_STEP:,}; check the step column (one step per "
+                         "training iteration)", path)
+    g = sc * nopt + opt
+    seq = ints("seq_id")
+    order = np.lexsort((seq, g))
+    gs, ss, st = g[order], seq[order], start[order]
+    first = np.r_[True, gs[1:] != gs[:-1]]
+    # Position of each row within its group in seq_id order: must equal its seq_id.
+    pos = np.arange(len(gs)) - np.maximum.accumulate(np.where(first, np.arange(len(gs)), 0))
+    bad = np.zeros(len(gs), dtype=bool)
+    bad[order] = ss != pos
+    if bad.any():
+        raise InputError(
+            f"seq_id must number each optype's ops of a worker in a step 0, 1, 2, ... (each "
+            f"once), but {rows(bad, 'seq_id')} break that; fix the tracer's seq_id", path)
+    back = np.zeros(len(gs), dtype=bool)
+    back[order[1:]] = ~first[1:] & (st[1:] < st[:-1] - ORDER_TOLERANCE_S)
+    if back.any():
+        raise InputError(
+            f"start_ts goes back as seq_id grows within a worker's optype in one step in "
+            f"{rows(back, 'start_ts')}; ops of one type run in seq_id order: fix the clock "
+            "or the seq_id of these rows", path)
+    lo = np.full(len(step_ids), np.inf)
+    hi = np.full(len(step_ids), -np.inf)
+    np.minimum.at(lo, step_idx, start)
+    np.maximum.at(hi, step_idx, start + dur)
+    span = hi - lo
+    if (span > MAX_SPAN_S).any():
+        s = int(np.argmax(span))
+        raise InputError(
+            f"step {int(step_ids[s])} spans {span[s]:.3g} s from its first start to its last "
+            f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
+            "fix start_ts/duration or drop the step", path)
