@@ -66,9 +66,12 @@ def test_failed_rank_ends_the_run_in_time(tmp_path: Path, scenario: str, victim:
     assert set(df["step"].unique()) == set(range(1, 5))
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not CpuIsolation.available()[0],
-                    reason="needs root, cgroup v1 and network namespaces")
-def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
+def killed_mid_injection(tmp_path: Path) -> tuple[int, set[str], set[str]]:
+    """Start a DP 2 x PP 2 run with a throttled link, SIGKILL its driver at step 2.
+
+    Returns (driver pid, our namespaces before, our cgroups before); Ray, the
+    ranks, the namespaces and the cgroups of the killed run are left behind.
+    """
     config = tmp_path / "long.yaml"
     config.write_text("scenarios:\n  long-throttle:\n    parallel: {dp: 2, pp: 2}\n"
                       "    run: {steps: 300}\n    faults:\n      - {kind: net-throttle, "
@@ -80,7 +83,7 @@ def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and driver.poll() is None:
             try:
                 if json.loads((out / "status" / "rank2.json").read_text())["step"] >= 2:
                     break
@@ -90,11 +93,19 @@ def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
         else:
             pytest.fail("the run never reached step 2")
         assert set(our_namespaces()) - before_ns  # mid-injection: namespaces exist
+        assert set(our_cgroups()) - before_cg
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()
     finally:
         if driver.poll() is None:
             driver.kill()
+    return driver.pid, before_ns, before_cg
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not CpuIsolation.available()[0],
+                    reason="needs root, cgroup v1 and network namespaces")
+def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
+    driver_pid, before_ns, before_cg = killed_mid_injection(tmp_path)
     # The next run cleans up what the killed one left, as it starts.
     nxt = subprocess.run(cli("train", "--scenario", "clean-dp2-pp2", "--steps", "3",
                              "--out", str(tmp_path / "next")), capture_output=True, text=True,
@@ -104,4 +115,4 @@ def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
     assert set(our_cgroups()) <= before_cg
     qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
     assert "tbf" not in qdiscs  # the host's own interfaces were never shaped
-    assert processes_of(driver.pid) == []
+    assert processes_of(driver_pid) == []

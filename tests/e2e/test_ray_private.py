@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.host.cgroups import CpuIsolation
-from tests.e2e.test_faults_ray import cli, our_cgroups, our_namespaces, processes_of
+from tests.e2e.test_faults_ray import (
+    cli,
+    killed_mid_injection,
+    our_cgroups,
+    our_namespaces,
+    processes_of,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -119,26 +125,9 @@ def test_train_listens_on_loopback_only(tmp_path: Path):
 @pytest.mark.skipif(os.geteuid() != 0 or not CpuIsolation.available()[0],
                     reason="needs root, cgroup v1 and network namespaces")
 def test_clean_reaps_a_sigkilled_run(tmp_path: Path):
-    config = tmp_path / "long.yaml"
-    config.write_text("scenarios:\n  long-throttle:\n    parallel: {dp: 2, pp: 2}\n"
-                      "    run: {steps: 300}\n    faults:\n      - {kind: net-throttle, "
-                      "targets: [{dp_rank: 0, stage: 1}], params: {rate_mbit: 50}}\n")
-    out = tmp_path / "killed"
-    before_ns, before_cg = set(our_namespaces()), set(our_cgroups())
-    driver = subprocess.Popen(cli("train", "--scenario", "long-throttle", "--config",
-                                  str(config), "--out", str(out)),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_step(out, 2, 2, driver, 150)
-        assert set(our_namespaces()) - before_ns  # mid-injection: namespaces exist
-        assert set(our_cgroups()) - before_cg
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-    assert processes_of(driver.pid), "Ray and the ranks outlive a SIGKILLed driver"
-    nodes, _ = node_processes(driver.pid)
+    driver_pid, before_ns, before_cg = killed_mid_injection(tmp_path)
+    assert processes_of(driver_pid), "Ray and the ranks outlive a SIGKILLed driver"
+    nodes, _ = node_processes(driver_pid)
     assert nodes, "the driver noted its Ray node"
     done = subprocess.run(cli("clean"), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -147,7 +136,7 @@ def test_clean_reaps_a_sigkilled_run(tmp_path: Path):
     assert set(our_cgroups()) <= before_cg
     qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
     assert "tbf" not in qdiscs
-    assert processes_of(driver.pid) == []
+    assert processes_of(driver_pid) == []
     from stragglerlab.host.residue import _marks
 
     assert [p for p, (_m, node) in _marks().items() if node in nodes] == []
