@@ -8,6 +8,10 @@ into silent nonsense or allocate memory by the size of a bad number:
   `mc` in [-1, vpp_size), `gmc` in [-1, vpp_size * pp_size); with vpp_size > 1
   the compute ops must use every model chunk (the meta must not contradict the
   trace);
+* pipeline ends (vpp_size 1, pp_size > 1): stage 0 neither receives
+  activations nor sends gradients back, and the last stage neither sends
+  activations nor receives gradients (a trace whose stage column is
+  mislabelled would otherwise be simulated against the wrong pipeline);
 * `seq_id` of each (step, worker, optype) is 0..count-1, each once: it orders
   an op type on a worker within a step (so a seq_id of 2**40 is refused
   before anything sizes an array by it);
@@ -79,6 +83,8 @@ def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str
             f"(mc) up to {int(mc[compute].max())}; set vpp_size to the number of chunks the "
             "trace holds (1 without a virtual pipeline)", path)
 
+    _check_pipeline_ends(opt, cell % meta.pp_size, meta, path, rows)
+
     start, dur = floats("start_ts"), floats("duration")
     _range(path, rows, "start_ts", start, -MAX_SPAN_S, MAX_START_S,
            "seconds on one clock for the whole job")
@@ -130,3 +136,25 @@ def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str
             f"step {int(step_ids[s])} spans {span[s]:.3g} s from its first start to its last "
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
+
+
+# P2P op types that cannot occur on the first / last stage of a pipeline without
+# interleaving (Megatron's 1F1B: stage 0 has no upstream, the last no downstream).
+_NOT_ON_FIRST = ("forward-recv", "backward-send")
+_NOT_ON_LAST = ("forward-send", "backward-recv")
+
+
+def _check_pipeline_ends(opt: np.ndarray, stage: np.ndarray, meta: JobMeta, path: str,
+                         rows: Rows) -> None:
+    if meta.vpp_size != 1 or meta.pp_size < 2:
+        return  # interleaved chunks do pass activations into stage 0 and out of the last
+    for where, s, names in (("the first stage (0)", 0, _NOT_ON_FIRST),
+                            (f"the last stage ({meta.pp_size - 1})", meta.pp_size - 1,
+                             _NOT_ON_LAST)):
+        bad = (stage == s) & np.isin(opt, [OPTYPE_VALUES.index(n) for n in names])
+        if bad.any():
+            raise InputError(
+                f"{' / '.join(names)} ops on {where} in {rows(bad, 'optype')}: a pipeline's "
+                f"{'first stage has no upstream' if s == 0 else 'last stage has no downstream'}"
+                "; check the stage column (stage 0 runs the embedding) or the job meta's "
+                "pp_size/vpp_size", path)

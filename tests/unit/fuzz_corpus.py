@@ -244,6 +244,8 @@ def whatif_cases() -> list[Case]:
         Case("trace-unknown-optype", "whatif", _whatif_trace(
             lambda df: df.assign(optype=df["optype"].astype(str).replace("optimizer", "opt")))),
         Case("trace-non-monotone", "whatif", _whatif_trace(_swap_starts)),
+        Case("trace-stages-swapped", "whatif",
+             _whatif_trace(lambda df: df.assign(stage=1 - df["stage"]))),
         Case("trace-bool-step", "whatif", _whatif_trace(lambda df: df.assign(step=True))),
         Case("trace-drop-half", "whatif", _whatif_trace(lambda df: df.iloc[: len(df) // 2])),
         Case("trace-duplicate-rows", "whatif", _whatif_trace(lambda df: pd.concat([df, df]))),
