@@ -63,10 +63,16 @@ def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float
               "fix the tracer or drop these rows")
 
 
-def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
-                    opt: np.ndarray, cell: np.ndarray, meta: JobMeta, path: str,
-                    rows: Rows) -> None:
-    """Raise InputError for the first implausible value (see the module doc)."""
+def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
+                    opt: np.ndarray, cell: np.ndarray, step_idx: np.ndarray,
+                    steps: np.ndarray, meta: JobMeta, path: str, rows: Rows) -> None:
+    """Raise InputError for the first implausible value (see the module doc).
+
+    Runs after the completeness check (every step holds every worker, each
+    (worker, optype) the same number of rows): `step_idx` is each row's dense
+    step index into the sorted distinct `steps`. That makes every group below
+    a dense range, so nothing here sorts the trace: O(rows).
+    """
     world = meta.world_size
     _range(path, rows, "rank", ints("rank"), 0, world - 1, f"world_size={world} of the job meta")
     step = ints("step")
@@ -82,7 +88,6 @@ def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str
             f"the job meta says vpp_size={meta.vpp_size} but the compute ops use model chunks "
             f"(mc) up to {int(mc[compute].max())}; set vpp_size to the number of chunks the "
             "trace holds (1 without a virtual pipeline)", path)
-
     _check_pipeline_ends(opt, cell % meta.pp_size, meta, path, rows)
 
     start, dur = floats("start_ts"), floats("duration")
@@ -94,46 +99,56 @@ def check_plausible(df, ints: Callable[[str], np.ndarray], floats: Callable[[str
                          "compute time, so there is nothing to analyse; re-trace with the "
                          "op durations", path)
 
-    # Group ids: (step, worker, optype) and (step, worker), dense and sorted.
-    nopt, ncell = len(OPTYPE_VALUES), meta.dp_size * meta.pp_size
-    step_ids, step_idx = np.unique(step, return_inverse=True)
-    sc = step_idx.astype(np.int64) * ncell + cell
-    sc_ids, sc_inv, sc_count = np.unique(sc, return_inverse=True, return_counts=True)
-    busy = sc_count > MAX_OPS_PER_STEP
-    if busy.any():
-        raise InputError(f"{int(sc_count.max()):,} ops in one step of one worker (step "
-                         f"{int(step_ids[sc_ids[busy][0] // ncell])}), over the limit of "
+    nopt, ncell, nsteps = len(OPTYPE_VALUES), meta.dp_size * meta.pp_size, len(steps)
+    per_cell = np.bincount(step_idx.astype(np.int64) * ncell + cell, minlength=nsteps * ncell)
+    if per_cell.max() > MAX_OPS_PER_STEP:
+        at = int(np.argmax(per_cell))
+        raise InputError(f"{int(per_cell.max()):,} ops in one step of one worker (step "
+                         f"{int(steps[at // ncell])}), over the limit of "
                          f"{MAX_OPS_PER_STEP:,}; check the step column (one step per "
                          "training iteration)", path)
-    g = sc * nopt + opt
+    # Groups (step, worker, optype), numbered step-major over the (worker, optype) pairs
+    # the trace uses: complete, so ids are dense and each step's groups are contiguous.
+    pair = cell * nopt + opt
+    used = np.bincount(pair, minlength=ncell * nopt) > 0
+    pair_idx = (np.cumsum(used) - 1)[pair]
+    npair = int(used.sum())
+    g = step_idx.astype(np.int64) * npair + pair_idx
+    count = np.bincount(g, minlength=nsteps * npair)
+    offset = np.cumsum(count) - count
+    # seq_id numbers a group 0..count-1, each once: its row's slot in group order.
     seq = ints("seq_id")
-    order = np.lexsort((seq, g))
-    gs, ss, st = g[order], seq[order], start[order]
-    first = np.r_[True, gs[1:] != gs[:-1]]
-    # Position of each row within its group in seq_id order: must equal its seq_id.
-    pos = np.arange(len(gs)) - np.maximum.accumulate(np.where(first, np.arange(len(gs)), 0))
-    bad = np.zeros(len(gs), dtype=bool)
-    bad[order] = ss != pos
+    n = len(g)
+    ok = (seq >= 0) & (seq < count[g])
+    slot = np.where(ok, offset[g] + np.where(ok, seq, 0), n)
+    taken = np.bincount(slot, minlength=n + 1)[:n]
+    bad = ~ok | (taken[np.minimum(slot, n - 1)] > 1)
     if bad.any():
         raise InputError(
             f"seq_id must number each optype's ops of a worker in a step 0, 1, 2, ... (each "
             f"once), but {rows(bad, 'seq_id')} break that; fix the tracer's seq_id", path)
-    back = np.zeros(len(gs), dtype=bool)
-    back[order[1:]] = ~first[1:] & (st[1:] < st[:-1] - ORDER_TOLERANCE_S)
-    if back.any():
+    row_at = np.empty(n, dtype=np.int64)
+    row_at[slot] = np.arange(n)  # slot -> row: a permutation, checked just above
+    st = start[row_at]
+    first = np.zeros(n, dtype=bool)
+    first[offset[count > 0]] = True
+    back_sorted = np.r_[False, ~first[1:] & (st[1:] < st[:-1] - ORDER_TOLERANCE_S)]
+    if back_sorted.any():
+        back = np.zeros(n, dtype=bool)
+        back[row_at[back_sorted]] = True
         raise InputError(
             f"start_ts goes back as seq_id grows within a worker's optype in one step in "
             f"{rows(back, 'start_ts')}; ops of one type run in seq_id order: fix the clock "
             "or the seq_id of these rows", path)
-    lo = np.full(len(step_ids), np.inf)
-    hi = np.full(len(step_ids), -np.inf)
-    np.minimum.at(lo, step_idx, start)
-    np.maximum.at(hi, step_idx, start + dur)
+    # Each step's rows are contiguous in slot order: its span by reduceat, no scatter.
+    step_start = offset[::npair]
+    lo = np.minimum.reduceat(st, step_start)
+    hi = np.maximum.reduceat(st + dur[row_at], step_start)
     span = hi - lo
     if (span > MAX_SPAN_S).any():
         s = int(np.argmax(span))
         raise InputError(
-            f"step {int(step_ids[s])} spans {span[s]:.3g} s from its first start to its last "
+            f"step {int(steps[s])} spans {span[s]:.3g} s from its first start to its last "
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
 

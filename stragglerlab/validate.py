@@ -200,8 +200,11 @@ def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_complete(
     cell: np.ndarray, step: np.ndarray, opt: np.ndarray, meta: JobMeta, path: str
-) -> None:
-    """Every step holds every cell, and each (cell, optype) the same number of rows."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every step holds every cell, and each (cell, optype) the same number of rows.
+
+    Returns (dense step index of each row, the sorted distinct steps).
+    """
     nopt = len(OPTYPE_VALUES)
     ncell = meta.dp_size * meta.pp_size
     step_idx, steps = _dense_ids(step)
@@ -262,7 +265,7 @@ def _check_complete(
     bad_absent_pairs = used[(absent[used] > 0) & (expected[used] > 0)]
     total = len(bad_present) + int(absent[bad_absent_pairs].sum())
     if total == 0:
-        return
+        return step_idx, steps
     found = [(int(k_step[i]), int(k_pair[i]), int(counts[i])) for i in bad_present[:_SHOW]]
     for p in bad_absent_pairs[:_SHOW]:
         lacking = np.setdiff1d(np.arange(nsteps), k_step[k_pair == p])
@@ -320,11 +323,11 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
         )
     opt = _check_optypes(df, path)
     cell = _check_meta_ranges(df, ints("dp_rank"), ints("stage"), meta, path)
-    _check_complete(cell, ints("step"), opt, meta, path)
+    step_idx, steps = _check_complete(cell, ints("step"), opt, meta, path)
 
     def floats(name: str) -> np.ndarray:
         v = values[name]
         return df[name].to_numpy(dtype=np.float64) if v is None else v.astype(np.float64)
 
-    check_plausible(df, ints, floats, opt, cell, meta, path,
+    check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
                     lambda mask, show: _rows(df, mask, show))

@@ -57,6 +57,7 @@ def run(args) -> int:
     from stragglerlab.analysis.timeline import write_perfetto
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
+    from stragglerlab.atomic import staged_folder
     from stragglerlab.trace_io import read_trace
 
     if args.run:
@@ -81,18 +82,18 @@ def run(args) -> int:
                     compute_ideal=ComputeIdeal(args.compute_ideal),
                     other_ideals=list(ComputeIdeal))
     result = wr.result
-    atomic_write_json(out / "whatif.json", result.to_json())
-    atomic_write_json(out / "artifact-format" / "result.json", result_json(result))
-    atomic_write_json(out / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
-    atomic_write_json(out / "artifact-format" / "ms.json", fix_json(result.m_s, "Ms"))
     name = meta.trial_name or Path(args.trace).stem
-    progress("wrote whatif.json, artifact-format/")
-    if args.timelines:
-        write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), out / "timeline.json.gz",
-                       title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)
-        write_perfetto(ideal_timeline(wr), out / "ideal-timeline.json.gz",
-                       title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS)
-        progress("wrote timelines")
+    with staged_folder(out) as tmp:  # every output or none (a failure mid-way leaves nothing)
+        atomic_write_json(tmp / "whatif.json", result.to_json())
+        atomic_write_json(tmp / "artifact-format" / "result.json", result_json(result))
+        atomic_write_json(tmp / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
+        atomic_write_json(tmp / "artifact-format" / "ms.json", fix_json(result.m_s, "Ms"))
+        if args.timelines:
+            write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), tmp / "timeline.json.gz",
+                           title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)
+            write_perfetto(ideal_timeline(wr), tmp / "ideal-timeline.json.gz",
+                           title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS)
+    progress("wrote whatif.json, artifact-format/" + (", timelines" if args.timelines else ""))
     if not args.quiet:
         print(summary(result, out))
     return 0
