@@ -4,7 +4,9 @@ Reads a run folder's `faults.json` (design.md §3), `run.json` and trace, and
 turns them into one `RunTruth`: the fault kind, the root-cause label a
 detector should give, the set of ranks a detector should name (explicit
 targets; every rank for job-wide faults such as GC on all ranks or sequence
-imbalance), the first faulty traced step, and the measured job slowdown.
+imbalance), the first faulty traced step, and the measured job slowdown;
+and, for runs with several faults, every fault record on its own
+(`FaultTruth`: its ranks, cause, window and, where separable, its slowdown).
 
 The measured job slowdown is taken within the run when the fault starts after
 at least MIN_BASELINE_STEPS clean traced steps (faulty-window mean step time /
@@ -19,8 +21,9 @@ are not detection cases and are marked `scored = False`.
 
 from __future__ import annotations
 
+import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +43,38 @@ MIN_BASELINE_STEPS = 3
 
 CAUSE_OF_KIND: dict[str, RootCause] = {k.value: RootCause.of_kind(k) for k in FaultKind}
 """The root-cause label a detector should give for each fault kind: the same spelling."""
+
+
+class LayoutFamily(str, enum.Enum):
+    """Layout family of a job (the leaderboard's columns; stragglerlab.workflow.splits)."""
+
+    PURE_DP = "pure-dp"
+    PURE_PP = "pure-pp"
+    DP_PP = "dp+pp"
+
+    @classmethod
+    def of(cls, dp: int, pp: int) -> LayoutFamily:
+        """The family of a dp x pp layout (dp1-pp1 counts as pure DP)."""
+        return cls.PURE_DP if pp == 1 else cls.PURE_PP if dp == 1 else cls.DP_PP
+
+
+@dataclass(kw_only=True)
+class FaultTruth:
+    """One fault record of faults.json as the scorer needs it (scored on its own)."""
+
+    kind: str
+    """Fault kind (FaultKind value)."""
+    cause: RootCause
+    """Expected root-cause label."""
+    ranks: frozenset[int]
+    """Global ranks it acts on (every rank for a job-wide fault)."""
+    first_step: int
+    """First traced step it is active in."""
+    last_step: int | None
+    """Last step it is active in (inclusive), None = to the end."""
+    measured_slowdown: float | None = None
+    """Job slowdown over its own window vs the clean steps before the first fault, when
+    separable (no other fault active in its window), else None."""
 
 
 @dataclass
@@ -64,6 +99,24 @@ class RunTruth:
     """False for runs that are not detection cases (mitigations)."""
     note: str = ""
     """Why a run is not scored, or how its slowdown was measured."""
+    faults: list[FaultTruth] = field(default_factory=list)
+    """Every fault record on its own (empty for a clean run)."""
+    dp_size: int = 0
+    """DP degree (0: unknown)."""
+    pp_size: int = 0
+    """PP degree (0: unknown)."""
+
+    @property
+    def family(self) -> str:
+        """Layout family value (`pure-dp`, `pure-pp`, `dp+pp`), `?` when unknown."""
+        if not self.dp_size or not self.pp_size:
+            return "?"
+        return LayoutFamily.of(self.dp_size, self.pp_size).value
+
+    @property
+    def kinds(self) -> list[str]:
+        """Distinct fault kinds of the run (`clean` for none)."""
+        return sorted({f.kind for f in self.faults}) or [self.kind]
 
 
 def _is_mitigation(faults: list[FaultRecord], record: RunRecord) -> bool:
@@ -73,6 +126,32 @@ def _is_mitigation(faults: list[FaultRecord], record: RunRecord) -> bool:
 
 def _fault_ranks(fault: FaultRecord, world: int) -> set[int]:
     return {int(t["rank"]) for t in fault.targets} if fault.targets else set(range(world))
+
+
+def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
+                  first_traced: int) -> list[FaultTruth]:
+    """Each record on its own; its slowdown = its window's mean step time over the clean
+    steps before the first fault, when no other fault is active in its window."""
+    steps = times.index.to_numpy()
+    values = times.to_numpy(dtype=float)
+    starts = [max(f.first_step, first_traced) for f in faults]
+    ends = [np.inf if f.last_step is None else f.last_step for f in faults]
+    clean = steps < min(starts) if len(starts) else np.ones(len(steps), bool)
+    out = []
+    for i, f in enumerate(faults):
+        window = (steps >= starts[i]) & (steps <= ends[i])
+        others = np.zeros(len(steps), bool)
+        for j in range(len(faults)):
+            if j != i:
+                others |= (steps >= starts[j]) & (steps <= ends[j])
+        alone = window & ~others
+        slowdown = None
+        if clean.sum() >= MIN_BASELINE_STEPS and alone.any() and not (window & others).any():
+            slowdown = float(values[alone].mean() / values[clean].mean())
+        out.append(FaultTruth(kind=f.kind, cause=RootCause.of_kind(f.kind),
+                              ranks=frozenset(_fault_ranks(f, world)), first_step=starts[i],
+                              last_step=f.last_step, measured_slowdown=slowdown))
+    return out
 
 
 def run_step_times(run_dir: Path | RunFolder) -> pd.Series:
@@ -107,9 +186,10 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
     for folder, faults, record, times in raw:
         meta = folder.meta
         world = meta.dp_size * meta.pp_size  # one traced worker per DP x PP cell
+        layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size}
         if not faults:
             truths.append(RunTruth(str(folder.path), CLEAN, RootCause.NONE, frozenset(), world,
-                                   None, None))
+                                   None, None, **layout))
             continue
         main = faults[0]
         kind = main.kind  # validated by read_faults: a FaultKind value
@@ -120,7 +200,8 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         first_traced = int(steps.min()) if len(steps) else 0
         start = max(main.first_step, first_traced)
         truth = RunTruth(str(folder.path), kind, RootCause.of_kind(kind), frozenset(ranks),
-                         world, start, None)
+                         world, min(max(f.first_step, first_traced) for f in faults), None,
+                         faults=_fault_truths(faults, world, times, first_traced), **layout)
         if _is_mitigation(faults, record):
             truth.scored, truth.note = False, "mitigation run (not a detection case)"
         elif len(steps):

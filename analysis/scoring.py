@@ -1,4 +1,4 @@
-"""Score a detector's findings against ground truth, per run and over a suite.
+"""Score a detector's findings against ground truth, per run, per fault and over a suite.
 
 Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
 
@@ -7,21 +7,24 @@ Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
   ground truth names it, else a false positive; a truth rank no finding names
   is a false negative. Clean runs count: any finding there is a false positive.
   Precision, recall and F1 are micro-averaged over the pairs.
-* Root cause: the run's predicted label is the label of its most confident
-  finding (`none` without findings); labels are fault kinds (one vocabulary,
-  stragglerlab.findings), a prediction is right when it names the true kind
-  or one no trace tells apart from it (`same_cause`: net-throttle ~ net-delay,
-  hang ~ crash);
-  accuracy over all scored runs, clean ones included, with a confusion matrix
-  truth -> predicted.
-* Latency (online mode): steps from the fault's first traced step to the first
-  finding that names a truth rank, reported at or after that step; 0 = caught
-  in the first faulty step.
-* Slowdown error: |estimated - measured| / measured, using the most confident
-  true-positive finding's estimate, where both are known.
+* Per fault: every fault record is scored on its own. A fault is *recalled*
+  when a finding names one of its ranks (a job-level finding names all) and
+  overlaps its step window; its cause is right when such a finding has its
+  cause (`same_cause`: net-throttle ~ net-delay, hang ~ crash). Its latency
+  (online) counts from its own first step to the first such online finding;
+  its slowdown error uses that finding's estimate against the fault's own
+  measured slowdown, where the fault can be separated (FaultTruth).
+* Root cause (run level, as before): the label of the run's most confident
+  finding (`none` without findings), right when it names any of the run's
+  fault causes; accuracy over all scored runs, clean ones included, with a
+  confusion matrix truth -> predicted.
+* Intervals: a seeded bootstrap over cases (analysis/bootstrap.py) beside
+  every score, as `ci: {metric: [lo, hi]}`.
+* Breakdowns: `by_kind`, `by_family` (pure-dp, pure-pp, dp+pp) and
+  `by_kind_family` (`<kind>|<family>`; a run with several kinds counts in each).
 
     score = score_suite(truths, findings_by_run, online_by_run)
-    score.to_json()["f1"]
+    score.to_json()["f1"], score.to_json()["ci"]["f1"]
 """
 
 from __future__ import annotations
@@ -31,8 +34,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stragglerlab.analysis.ground_truth import RunTruth
+from stragglerlab.analysis.bootstrap import CaseBootstrap
+from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth
 from stragglerlab.findings import Finding, RootCause, same_cause
+
+
+@dataclass(kw_only=True)
+class FaultScore:
+    """One fault record's outcome for one detector."""
+
+    kind: str
+    """Fault kind."""
+    recalled: bool
+    """A finding names one of its ranks within its window."""
+    cause_right: bool
+    """Such a finding has its cause."""
+    latency_steps: int | None
+    """Online: steps from its first step to the first such finding (None: not measured)."""
+    slowdown_error: float | None
+    """Relative error of the finding's estimate vs the fault's own measured slowdown."""
+
+    def to_json(self) -> dict:
+        """JSON form."""
+        return {"kind": self.kind, "recalled": self.recalled, "cause_right": self.cause_right,
+                "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error}
 
 
 @dataclass
@@ -57,14 +82,31 @@ class RunScore:
     """Online detection latency in steps (None: not measured or not detected)."""
     slowdown_error: float | None
     """Relative error of the estimated job slowdown (None when not comparable)."""
+    faults: list[FaultScore] = field(default_factory=list)
+    """Per fault record."""
+    cause_right: bool | None = None
+    """The predicted cause names one of the run's causes (None: use true_cause)."""
+    kinds: list[str] = field(default_factory=list)
+    """Every fault kind of the run (`clean` for none)."""
+    family: str = "?"
+    """Layout family."""
+
+    @property
+    def cause_ok(self) -> bool:
+        """Run-level root cause right."""
+        if self.cause_right is not None:
+            return self.cause_right
+        return same_cause(self.true_cause, self.predicted_cause)
 
     def to_json(self) -> dict:
         """JSON form (per-run rows of the score file)."""
-        return {"run": self.run, "kind": self.kind, "tp": self.true_positives,
+        return {"run": self.run, "kind": self.kind, "kinds": self.kinds or [self.kind],
+                "family": self.family, "tp": self.true_positives,
                 "fp": self.false_positives, "fn": self.false_negatives,
                 "true_cause": self.true_cause.value,
-                "predicted_cause": self.predicted_cause.value,
-                "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error}
+                "predicted_cause": self.predicted_cause.value, "cause_right": self.cause_ok,
+                "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error,
+                "faults": [f.to_json() for f in self.faults]}
 
 
 def _named_ranks(findings: list[Finding], world_size: int) -> set[int]:
@@ -76,6 +118,42 @@ def _named_ranks(findings: list[Finding], world_size: int) -> set[int]:
 
 def _names_truth(f: Finding, truth: RunTruth) -> bool:
     return not f.ranks or any(r.rank in truth.ranks for r in f.ranks)
+
+
+def _names_fault(f: Finding, fault: FaultTruth) -> bool:
+    """Names one of the fault's ranks and overlaps its window."""
+    ranks = not f.ranks or any(r.rank in fault.ranks for r in f.ranks)
+    last = np.inf if fault.last_step is None else fault.last_step
+    return ranks and f.last_step >= fault.first_step and f.first_step <= last
+
+
+def _faults_of(truth: RunTruth) -> list[FaultTruth]:
+    """The run's fault records; a truth built without them counts as one fault."""
+    if truth.faults or truth.kind == CLEAN:
+        return list(truth.faults)
+    return [FaultTruth(kind=truth.kind, cause=truth.cause, ranks=truth.ranks,
+                       first_step=truth.fault_start_step or 0, last_step=None,
+                       measured_slowdown=truth.measured_slowdown)]
+
+
+def score_fault(fault: FaultTruth, findings: list[Finding],
+                online: list[Finding] | None) -> FaultScore:
+    """One fault record against a run's findings (online ones for its latency)."""
+    hits = [f for f in findings if _names_fault(f, fault)]
+    latency = None
+    if online is not None:
+        at = [f.detected_at_step for f in online
+              if f.detected_at_step is not None and f.detected_at_step >= fault.first_step
+              and (not f.ranks or any(r.rank in fault.ranks for r in f.ranks))]
+        latency = int(min(at) - fault.first_step) if at else None
+    error = None
+    estimates = [f for f in hits if f.estimated_slowdown]
+    if fault.measured_slowdown and estimates:
+        best = max(estimates, key=lambda f: f.confidence)
+        error = abs(best.estimated_slowdown - fault.measured_slowdown) / fault.measured_slowdown
+    return FaultScore(kind=fault.kind, recalled=bool(hits),
+                      cause_right=any(same_cause(fault.cause, f.root_cause) for f in hits),
+                      latency_steps=latency, slowdown_error=error)
 
 
 def score_run(truth: RunTruth, findings: list[Finding],
@@ -99,8 +177,75 @@ def score_run(truth: RunTruth, findings: list[Finding],
         best = max(estimates, key=lambda f: f.confidence)
         error = abs(best.estimated_slowdown - truth.measured_slowdown) / truth.measured_slowdown
 
+    faults = _faults_of(truth)
+    causes = {f.cause for f in faults} or {truth.cause}
     return RunScore(truth.run, truth.kind, len(named & truth.ranks), len(named - truth.ranks),
-                    len(truth.ranks - named), truth.cause, predicted, latency, error)
+                    len(truth.ranks - named), truth.cause, predicted, latency, error,
+                    faults=[score_fault(f, findings, online) for f in faults],
+                    cause_right=any(same_cause(c, predicted) for c in causes),
+                    kinds=truth.kinds, family=truth.family)
+
+
+def _nan(values: list) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
+    """Every score of a set of runs, with bootstrap intervals over them (`ci`)."""
+    boot = boot or CaseBootstrap.draw(len(runs))
+    tp = np.array([r.true_positives for r in runs], dtype=float)
+    fp = np.array([r.false_positives for r in runs], dtype=float)
+    fn = np.array([r.false_negatives for r in runs], dtype=float)
+    t, p_, n_ = tp.sum(), fp.sum(), fn.sum()
+    precision = t / (t + p_) if t + p_ else (1.0 if not n_ else 0.0)
+    recall = t / (t + n_) if t + n_ else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    cause = np.array([r.cause_ok for r in runs], dtype=float)
+    n_faults = np.array([len(r.faults) for r in runs], dtype=float)
+    recalled = np.array([sum(f.recalled for f in r.faults) for r in runs], dtype=float)
+    fault_cause = np.array([sum(f.cause_right for f in r.faults) for r in runs], dtype=float)
+    latency = _nan([r.latency_steps for r in runs])
+    error = _nan([r.slowdown_error for r in runs])
+    fault_lat = [f.latency_steps for r in runs for f in r.faults if f.latency_steps is not None]
+    fault_err = [f.slowdown_error for r in runs for f in r.faults if f.slowdown_error is not None]
+    # Per case: the median of its faults' values (so the bootstrap resamples cases).
+    case_lat = _nan([np.median(v) if (v := [f.latency_steps for f in r.faults
+                                            if f.latency_steps is not None]) else None
+                     for r in runs])
+    case_err = _nan([np.median(v) if (v := [f.slowdown_error for f in r.faults
+                                            if f.slowdown_error is not None]) else None
+                     for r in runs])
+    ones = np.ones(len(runs))
+    faulty = [r for r in runs if r.kind != CLEAN]
+    out = {
+        "n_runs": len(runs),
+        "precision": precision, "recall": recall, "f1": f1,
+        "root_cause_accuracy": float(cause.mean()) if runs else None,
+        "median_latency_steps": float(np.nanmedian(latency)) if np.isfinite(latency).any()
+        else None,
+        "detected_online": f"{int(np.isfinite(latency).sum())}/{len(faulty)}",
+        "slowdown_error": float(np.nanmedian(error)) if np.isfinite(error).any() else None,
+        "tp": int(t), "fp": int(p_), "fn": int(n_),
+        "n_faults": int(n_faults.sum()),
+        "fault_recall": float(recalled.sum() / n_faults.sum()) if n_faults.sum() else None,
+        "fault_cause_accuracy": (float(fault_cause.sum() / n_faults.sum())
+                                 if n_faults.sum() else None),
+        "fault_median_latency_steps": float(np.median(fault_lat)) if fault_lat else None,
+        "fault_slowdown_error": float(np.median(fault_err)) if fault_err else None,
+    }
+    out["ci"] = {
+        "precision": boot.precision_ci(tp, fp, fn),
+        "recall": boot.ratio_ci(tp, tp + fn, empty=1.0),
+        "f1": boot.f1_ci(tp, fp, fn),
+        "root_cause_accuracy": boot.ratio_ci(cause, ones),
+        "median_latency_steps": boot.median_ci(latency),
+        "slowdown_error": boot.median_ci(error),
+        "fault_recall": boot.ratio_ci(recalled, n_faults),
+        "fault_cause_accuracy": boot.ratio_ci(fault_cause, n_faults),
+        "fault_median_latency_steps": boot.median_ci(case_lat),
+        "fault_slowdown_error": boot.median_ci(case_err),
+    }
+    return out
 
 
 @dataclass
@@ -109,36 +254,32 @@ class SuiteScore:
 
     runs: list[RunScore] = field(default_factory=list)
     """Per-run outcomes."""
+    resamples: int = 1000
+    """Bootstrap resamples of the intervals."""
+    seed: int = 0
+    """Bootstrap seed."""
 
     def _metrics(self, runs: list[RunScore]) -> dict:
-        tp = sum(r.true_positives for r in runs)
-        fp = sum(r.false_positives for r in runs)
-        fn = sum(r.false_negatives for r in runs)
-        precision = tp / (tp + fp) if tp + fp else (1.0 if not fn else 0.0)
-        recall = tp / (tp + fn) if tp + fn else 1.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        latencies = [r.latency_steps for r in runs if r.latency_steps is not None]
-        errors = [r.slowdown_error for r in runs if r.slowdown_error is not None]
-        faulty_online = [r for r in runs if r.kind != "clean"]
-        return {
-            "n_runs": len(runs),
-            "precision": precision, "recall": recall, "f1": f1,
-            "root_cause_accuracy": (float(np.mean([same_cause(r.true_cause, r.predicted_cause)
-                                                   for r in runs])) if runs else None),
-            "median_latency_steps": float(np.median(latencies)) if latencies else None,
-            "detected_online": f"{len(latencies)}/{len(faulty_online)}",
-            "slowdown_error": float(np.median(errors)) if errors else None,
-            "tp": tp, "fp": fp, "fn": fn,
-        }
+        return metrics(runs, CaseBootstrap.draw(len(runs), self.resamples, self.seed))
 
     def to_json(self) -> dict:
-        """Suite metrics, the confusion matrix, per-kind breakdown and per-run rows."""
+        """Suite metrics and intervals, the confusion matrix, breakdowns, per-run rows."""
         out = self._metrics(self.runs)
         confusion = Counter((r.true_cause.value, r.predicted_cause.value) for r in self.runs)
         out["confusion"] = {t: {p: n for (tt, p), n in sorted(confusion.items()) if tt == t}
                             for t in sorted({t for t, _ in confusion})}
         kinds = sorted({r.kind for r in self.runs})
         out["by_kind"] = {k: self._metrics([r for r in self.runs if r.kind == k]) for k in kinds}
+        families = sorted({r.family for r in self.runs})
+        out["by_family"] = {f: self._metrics([r for r in self.runs if r.family == f])
+                            for f in families}
+        cells = sorted({(k, r.family) for r in self.runs for k in (r.kinds or [r.kind])})
+        out["by_kind_family"] = {
+            f"{k}|{fam}": self._metrics([r for r in self.runs if r.family == fam
+                                         and k in (r.kinds or [r.kind])])
+            for k, fam in cells}
+        out["bootstrap"] = {"resamples": self.resamples, "seed": self.seed, "level": 0.95,
+                            "over": "cases (runs)"}
         out["runs"] = [r.to_json() for r in self.runs]
         return out
 

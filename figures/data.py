@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
+from stragglerlab.figures.scores import ScoreFile, read_scores
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_folder import META_YAML, RUN_JSON, RunFolder
 
@@ -132,6 +133,8 @@ class FigureData:
     reference_whatif_dir: Path | None = None
     """Folder of the reference traces' what-if results, `<job>/whatif.json` (the workflow's
     `results/reference/`, written by `stragglerlab whatif --trace ... --out DIR/<job>`)."""
+    scores: ScoreFile | None = None
+    """The detector scores of `stragglerlab score` (figures/scores.py), if given."""
 
     def reference_whatif(self, job: str) -> Path | None:
         """The what-if result of reference trace `job` (e.g. AR), None when not written."""
@@ -202,8 +205,10 @@ def load_run(folder: str | Path) -> RunSummary:
 
 def load_figure_data(run_dirs: list[str | Path],
                      reference_dir: str | Path | None = None,
-                     reference_whatif_dir: str | Path | None = None) -> FigureData:
-    """Load every run folder once (duplicates dropped) and check the reference folder."""
+                     reference_whatif_dir: str | Path | None = None,
+                     scores: str | Path | None = None) -> FigureData:
+    """Load every run folder once (duplicates dropped), check the reference folder and
+    read the scores file (a missing or bad one is an InputError)."""
     runs: list[RunSummary] = []
     seen: set[Path] = set()
     for d in run_dirs:
@@ -220,4 +225,5 @@ def load_figure_data(run_dirs: list[str | Path],
                              "trace-*.parquet, meta-*.yaml, result-*.json)", str(ref))
     return FigureData(runs=runs, reference_dir=ref,
                       reference_whatif_dir=(None if reference_whatif_dir is None
-                                            else Path(reference_whatif_dir)))
+                                            else Path(reference_whatif_dir)),
+                      scores=None if scores is None else read_scores(scores))

@@ -55,6 +55,7 @@ FIGURES = Registry(kind="figure", group="stragglerlab.figures", check=_is_figure
     "sim_discrepancy_cdf": f"{_PKG}.sim_discrepancy_cdf",
     "table_s6": f"{_PKG}.table_s6",
     "table_mitigation": f"{_PKG}.table_mitigation",
+    "fig_confusion": f"{_PKG}.fig_confusion",
 })
 """Figure NAME -> module, in figure order; plug-in figures register under the entry-point
 group `stragglerlab.figures` (a module defining NAME, TITLE, PAPER, build, INPUTS)."""
@@ -64,6 +65,7 @@ INPUT_KINDS = {
     "whatif": "every run's whatif/whatif.json",
     "traces": "every run's trace.parquet (and the files train writes beside it, e.g. gc/)",
     "reference": "the artifact's reference traces and their what-if results",
+    "scores": "the detector scores of `stragglerlab score` (scores.json)",
 }
 """What a figure can read; the workflow gives each figure's rule only its INPUTS."""
 

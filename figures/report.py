@@ -1,5 +1,7 @@
-"""The paper-vs-testbed report: every figure beside the paper's number, the detector scores,
-the mitigation gains and §6 table, and where the testbed agrees with the paper and why not.
+"""The paper-vs-testbed report: every figure beside the paper's number, the detector
+leaderboard (figures/report_leaderboard.py: ranked by F1, intervals, confusion matrices,
+kind x layout family), the mitigation gains and §6 table, and where the testbed agrees
+with the paper and why not.
 
 Inputs: a figures folder written by `stragglerlab figures` (`<NAME>.png` and
 `<NAME>.json` per figure), optionally the scores JSON of `stragglerlab score`
@@ -24,11 +26,10 @@ from pathlib import Path
 from stragglerlab.atomic import atomic_write_text
 from stragglerlab.errors import InputError
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
+from stragglerlab.figures.report_leaderboard import SCORE_FIGURES, BoardFigure, score_blocks
+from stragglerlab.figures.scores import ScoreFile, read_scores
 from stragglerlab.filecheck import Checker, echo, load_json
 
-SCORE_METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
-                 "slowdown_error")
-"""Columns of the detector score tables (keys of the `stragglerlab score` JSON)."""
 TABLE_FIGURES = ("table_s6", "table_mitigation")
 """Figure outputs shown in the 'mitigation gains and §6 table' section, not as figures."""
 MAX_LIST_ITEMS = 8
@@ -88,9 +89,8 @@ def _figure_order() -> list[str]:
 
 
 FIGURE_FIX = "rebuild it with `stragglerlab figures --out DIR`"
-SCORES_FIX = "rewrite it with `stragglerlab score --out DIR`"
 MAX_FIGURE_JSON = 4 * 1024 * 1024
-"""Largest figure result or scores JSON read."""
+"""Largest figure result JSON read (scores: figures/scores.py MAX_SCORES_BYTES)."""
 MAX_EMBED_BYTES = 32 * 1024 * 1024
 """Largest PNG embedded in report.html."""
 
@@ -151,28 +151,21 @@ def load_figure_entries(fig_dir: Path) -> list[FigureEntry]:
     return sorted(entries.values(), key=lambda e: (order.get(e.name, len(order)), e.name))
 
 
-def load_scores(path: Path | None) -> tuple[dict | None, str]:
+def load_scores(path: Path | None) -> tuple[ScoreFile | None, str]:
     """(scores, '') or (None, why not scored) when no scores file exists.
 
     A scores file that exists but is not what `stragglerlab score` writes (not
-    UTF-8, not JSON, not {detector: {metric: number, ...}}) is one InputError.
+    UTF-8, not JSON, not {detector: {metric: number, ci, confusion, ...}}) is one
+    InputError (figures/scores.py checks it).
     """
     if path is None:
         return None, "not scored: no --scores file given (run `stragglerlab score`)"
     if not path.exists():
         return None, f"not scored: {path} does not exist (run `stragglerlab score`)"
-    chk = Checker(path, SCORES_FIX)
-    raw = chk.mapping(load_json(path, "scores JSON", SCORES_FIX, max_bytes=MAX_FIGURE_JSON),
-                      "scores")
-    for name, s in raw.items():
-        s = chk.mapping(s, str(name)[:40])
-        for metric, v in s.items():
-            if isinstance(v, (dict, list)) or v is None:
-                continue
-            chk.number(v, f"{str(name)[:40]}.{str(metric)[:40]}")
-    if not raw:
+    scores = read_scores(path)
+    if not scores.detectors:
         return None, f"not scored: {path} holds no detector scores"
-    return raw, ""
+    return scores, ""
 
 
 def _now_utc() -> str:
@@ -250,26 +243,6 @@ def parse_markdown_table(md: str) -> tuple[list[str], list[list[str]]]:
     return (cells[0] if cells else []), body
 
 
-def _score_blocks(scores: dict | None, why: str) -> list[Block]:
-    blocks = [Block("h2", "Detector scores")]
-    if scores is None:
-        return blocks + [Block("p", why)]
-    blocks.append(Block("p", "Each detector scored against the runs' ground truth "
-                             "(faults.json) by `stragglerlab score`."))
-    header = ["detector", *SCORE_METRICS, "runs"]
-    rows = [[name, *(_fmt(s.get(m)) for m in SCORE_METRICS), _fmt(s.get("n_runs"))]
-            for name, s in scores.items()]
-    blocks.append(Block("table", header=header, rows=rows))
-    kind_rows = [[name, kind, *(_fmt(k.get(m)) for m in SCORE_METRICS), _fmt(k.get("n_runs"))]
-                 for name, s in scores.items()
-                 for kind, k in sorted((s.get("by_kind") or {}).items()) if isinstance(k, dict)]
-    if kind_rows:
-        blocks += [Block("h3", "Per fault kind"),
-                   Block("table", header=["detector", "fault kind", *SCORE_METRICS, "runs"],
-                         rows=kind_rows)]
-    return blocks
-
-
 def _figure_blocks(e: FigureEntry, fig_dir: Path, level: str = "h3") -> list[Block]:
     blocks = [Block(level, e.title)]
     if e.images:
@@ -287,7 +260,7 @@ def _figure_blocks(e: FigureEntry, fig_dir: Path, level: str = "h3") -> list[Blo
     return blocks
 
 
-def build_blocks(entries: list[FigureEntry], fig_dir: Path, scores: dict | None,
+def build_blocks(entries: list[FigureEntry], fig_dir: Path, scores: ScoreFile | None,
                  scores_why: str, prov: Provenance | None) -> list[Block]:
     """The whole report as blocks (rendered to markdown and HTML)."""
     blocks = [Block("h1", "stragglerlab: the OSDI'25 straggler paper vs the testbed"),
@@ -310,6 +283,8 @@ def build_blocks(entries: list[FigureEntry], fig_dir: Path, scores: dict | None,
         facts.append("run folders: not given (--runs), so versions are not listed")
     blocks.append(Block("ul", items=facts))
 
+    board = [e for e in entries if e.name in SCORE_FIGURES]
+    entries = [e for e in entries if e.name not in SCORE_FIGURES]  # no paper counterpart
     figures = [e for e in entries if e.name not in TABLE_FIGURES]
     tables = [e for e in entries if e.name in TABLE_FIGURES]
     blocks.append(Block("h2", "At a glance"))
@@ -321,7 +296,9 @@ def build_blocks(entries: list[FigureEntry], fig_dir: Path, scores: dict | None,
         blocks.append(Block("p", "No figure results found in the figures folder."))
     for e in figures:
         blocks += _figure_blocks(e, fig_dir)
-    blocks += _score_blocks(scores, scores_why)
+    blocks += score_blocks(scores, scores_why, [
+        BoardFigure(e.title, fig_dir / e.images[0] if e.images else None, e.note)
+        for e in board])
     blocks.append(Block("h2", "Mitigation gains and the §6 table"))
     if not tables:
         blocks.append(Block("p", "No table_s6.json / table_mitigation.json in the figures "

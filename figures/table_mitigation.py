@@ -16,7 +16,7 @@ from pathlib import Path
 
 from stragglerlab.figures.data import FigureData
 from stragglerlab.figures.registry import FigureResult, no_data
-from stragglerlab.figures.tables import draw_table, markdown_table, paired_ratio
+from stragglerlab.figures.tables import Spread, draw_table, markdown_table, paired_ratio
 
 NAME = "table_mitigation"
 TITLE = "Mitigation gains: throughput vs the straggling baseline"
@@ -47,7 +47,8 @@ MITIGATIONS = [
     Mitigation("seq", "sequence rebalancing", "seq-imbalance", "seq-rebalanced", 23.9),
 ]
 HEADER = ["mitigation", "baseline", "mitigated", "seeds", "step time\nbefore (s)",
-          "step time\nafter (s)", "gain\n(ours)", "gain\n(paper)"]
+          "step time\nafter (s)", "gain\n(ours)", "spread of gain\nsd (min–max)",
+          "gain\n(paper)"]
 
 
 def build(data: FigureData, out_dir: Path) -> FigureResult:
@@ -57,14 +58,18 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         pair = paired_ratio(data.by_scenario(m.baseline), data.by_scenario(m.mitigated))
         paper = f"+{m.paper_gain_pct:.1f}%"
         if pair is None:
-            rows.append([m.label, m.baseline, m.mitigated, "-", "-", "-", "no data", paper])
+            rows.append([m.label, m.baseline, m.mitigated, "-", "-", "-", "no data", "-",
+                         paper])
             continue
         gain = 100.0 * (pair.ratio - 1.0)
         n_runs += len(pair.runs_a) + len(pair.runs_b)
         ours[f"{m.key}_gain_pct"] = round(gain, 1)
         ours[f"{m.key}_seeds"] = len(pair.seeds)
+        spread = Spread.of([100.0 * (r - 1.0) for r in pair.ratios])  # one gain per seed
+        ours[f"{m.key}_gain_sd_pct"] = round(spread.sd, 2)
         rows.append([m.label, m.baseline, m.mitigated, ",".join(map(str, pair.seeds)),
-                     f"{pair.step_a_s:.3f}", f"{pair.step_b_s:.3f}", f"{gain:+.1f}%", paper])
+                     f"{pair.step_a_s:.3f}", f"{pair.step_b_s:.3f}", f"{gain:+.1f}%",
+                     spread.cell(1), paper])
         lines.append(f"{m.label} {gain:+.1f}% (paper {paper})")
     if not ours:
         needs = ", ".join(f"{m.baseline}/{m.mitigated}" for m in MITIGATIONS)

@@ -11,7 +11,7 @@ This module is a library; it has nothing to run on its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,47 @@ class PairedRatio:
     """A's runs of those seeds."""
     runs_b: list[RunSummary]
     """B's runs of those seeds."""
+    ratios: list[float] = field(default_factory=list)
+    """The per-seed ratios mean_step(A) / mean_step(B), in seed order (the repeats)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Mean and spread of repeated measurements."""
+
+    mean: float
+    """Mean over the repeats."""
+    sd: float
+    """Sample standard deviation (0 for one repeat)."""
+    lo: float
+    """Smallest repeat."""
+    hi: float
+    """Largest repeat."""
+    n: int
+    """Number of repeats."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or not self.lo <= self.mean <= self.hi or self.sd < 0:
+            raise ValueError(f"inconsistent spread {self}")
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        """Spread of a non-empty list of values."""
+        if not values:
+            raise ValueError("a spread needs at least one value")
+        arr = np.asarray(values, dtype=float)
+        mean = float(arr.mean())
+        return cls(mean=min(max(mean, float(arr.min())), float(arr.max())),
+                   sd=float(arr.std(ddof=1)) if len(arr) > 1 else 0.0,
+                   lo=float(arr.min()), hi=float(arr.max()), n=len(arr))
+
+    def cell(self, digits: int = 2, scale: float = 1.0) -> str:
+        """'±sd (lo–hi)' for a table cell; '-' for one repeat."""
+        if self.n < 2:
+            return "-"
+        f = f"{{:.{digits}f}}"
+        return (f"±{f.format(scale * self.sd)} ({f.format(scale * self.lo)}–"
+                f"{f.format(scale * self.hi)})")
 
 
 def _key(run: RunSummary) -> tuple[int, int]:
@@ -64,7 +105,8 @@ def paired_ratio(a: list[RunSummary], b: list[RunSummary]) -> PairedRatio | None
                        seeds=sorted({seed for seed, _ in keys}),
                        step_a_s=float(step_a.mean()), step_b_s=float(step_b.mean()),
                        runs_a=[r for k in keys for r in sa[k]],
-                       runs_b=[r for k in keys for r in sb[k]])
+                       runs_b=[r for k in keys for r in sb[k]],
+                       ratios=[float(x) for x in step_a / step_b])
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

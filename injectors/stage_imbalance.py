@@ -1,6 +1,7 @@
 """Stage partitioning imbalance, and its mitigation: re-partitioning the layers.
 
-A workload fault: the scenario's model is split unevenly (`layers_per_stage`)
+A workload fault: the scenario's model is split unevenly (`layers_per_stage`,
+else evenly by block count, overriding the default cost-balanced partition)
 and/or carries a heavy logit layer on the last stage (a large `vocab`), as in
 the paper's §5.2 (last stage forward 2.07x, backward 1.41x). With
 `rebalance: true` the injector instead re-partitions the blocks so that the
@@ -15,34 +16,13 @@ that stage's forward and backward compute time over the other stages' mean.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import pandas as pd
 
+from stragglerlab.costmodel import Partition, balanced_partition, stage_costs
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord, Target
 from stragglerlab.injectors.base import Injector
-
-
-def stage_costs(layers: list[int], hidden: int, vocab: int, tokens: int) -> list[float]:
-    """Modelled forward multiply-adds per token of each stage (blocks + last-stage logits)."""
-    block = 12 * hidden * hidden + 2 * tokens * hidden  # qkv, proj, 2 MLP matrices + attention
-    costs = [n * block for n in layers]
-    costs[-1] += hidden * vocab  # the logit layer tied to the embedding
-    return costs
-
-
-def balanced_partition(n_layers: int, pp: int, hidden: int, vocab: int,
-                       tokens: int) -> list[int]:
-    """Blocks per stage minimizing the largest modelled stage cost (ties: earlier stages fuller)."""
-    best, best_cost = None, float("inf")
-    for cut in itertools.combinations(range(n_layers + pp - 1), pp - 1):
-        bounds = (-1, *cut, n_layers + pp - 1)
-        layers = [bounds[i + 1] - bounds[i] - 1 for i in range(pp)]
-        cost = max(stage_costs(layers, hidden, vocab, tokens))
-        if cost < best_cost - 1e-9:
-            best, best_cost = layers, cost
-    return best
 
 
 class StageImbalance(Injector):
@@ -81,7 +61,10 @@ class StageImbalance(Injector):
         if self.rebalance:
             layers = balanced_partition(model.n_layers, pp, model.hidden, model.vocab,
                                         scenario.data.tokens_per_microbatch)
-        parallel = dataclasses.replace(scenario.parallel, layers_per_stage=layers)
+        # The fault is the naive split: without a rebalance the blocks are split evenly
+        # by count (the default `balanced` partition would already mitigate it).
+        parallel = dataclasses.replace(scenario.parallel, layers_per_stage=layers,
+                                       partition=Partition.EVEN)
         shaped = dataclasses.replace(scenario, model=model, parallel=parallel)
         shaped.check(self.where)
         costs = stage_costs(parallel.stage_layers(model.n_layers), model.hidden, model.vocab,

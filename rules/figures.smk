@@ -1,7 +1,8 @@
 # The paper's figures, one rule per figure (figure_<NAME>), each building one figure
 # (`stragglerlab figures --only NAME`) into results/figures/<NAME>.{png,pdf,json} from
 # only what that figure reads (the module's INPUTS, see figures/registry.py): run
-# records, what-if results, traces, and for Fig. 14 the reference traces' what-if.
+# records, what-if results, traces, for Fig. 14 the reference traces' what-if, and for
+# the confusion matrices (fig_confusion) the scores of rule `score`, so it runs after it.
 # A new or changed run rebuilds only the figures whose inputs it touches.
 
 from stragglerlab.figures.registry import figure_inputs, figure_names
@@ -19,6 +20,8 @@ def _figure_files(kinds):
         files["traces"] = all_runs("{dir}/trace.parquet")
     if "reference" in kinds and REFERENCE_JOBS:
         files["reference"] = [f"{R}/reference/{j}/whatif.json" for j in REFERENCE_JOBS]
+    if "scores" in kinds:
+        files["scores"] = f"{R}/scores.json"
     return files
 
 
@@ -44,7 +47,8 @@ for _name in FIGURES:
             runs=run_dirs(),
             reference=(["--reference", REFERENCE, "--reference-whatif", f"{R}/reference"]
                        if "reference" in _kinds and REFERENCE else []),
+            scores=["--scores", f"{R}/scores.json"] if "scores" in _kinds else [],
             out=f"{R}/figures",
         shell:
             "{SL} figures --only {params.name:q} --runs {params.runs:q} "
-            "{params.reference:q} --out {params.out:q} > {log:q} 2>&1"
+            "{params.reference:q} {params.scores:q} --out {params.out:q} > {log:q} 2>&1"

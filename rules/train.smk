@@ -6,6 +6,8 @@
 # gets its share of all cores), so nothing else runs beside it.
 # --allow-failed-run: a run that fails by design (hang, crash) exits 0 when it
 # failed cleanly and kept at least one complete step; run.json says `failed`.
+# `ray_address` in the workflow config: every run attaches to that Ray cluster
+# (`train --ray-address`), which the workflow never stops; unset, a private Ray.
 
 
 rule train:
@@ -20,8 +22,9 @@ rule train:
     params:
         entry=scenario_entry,
         dir=lambda w: run_dir(w.scenario, w.seed),
+        ray=f"--ray-address {shlex.quote(WF.ray_address)} " if WF.ray_address else "",
     threads: workflow.cores
     shell:
         "printf '%s' {params.entry:q} > {output.scenario:q} && "
         "{SL} train --scenario {wildcards.scenario:q} --config {output.scenario:q} "
-        "--seed {wildcards.seed:q} --out {params.dir:q} --allow-failed-run > {log:q} 2>&1"
+        "--seed {wildcards.seed:q} {params.ray}--out {params.dir:q} --allow-failed-run > {log:q} 2>&1"

@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stragglerlab.costmodel import Partition, balanced_partition, even_partition
 from stragglerlab.errors import InputError
 
 DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))
@@ -38,6 +39,13 @@ class Profiler(str, enum.Enum):
 
     OFF = "off"
     KINETO = "kineto"
+
+
+class Placement(str, enum.Enum):
+    """How a run's rank bundles go onto the nodes of a Ray cluster (a private Ray has one)."""
+
+    PACK = "pack"
+    SPREAD = "spread"
 
 
 class Backend(str, enum.Enum):
@@ -75,14 +83,18 @@ class ParallelConfig:
     microbatches: int = 4
     """Microbatches per step (per DP rank)."""
     layers_per_stage: list[int] | None = None
-    """Blocks on each stage; None splits n_layers evenly."""
+    """Blocks on each stage; None: split by `partition`."""
+    partition: Partition = Partition.BALANCED
+    """Split when layers_per_stage is None: balanced (modelled stage costs, the logit
+    layer included; stragglerlab/costmodel.py) or even (equal block counts). Stage
+    imbalance is a fault (stage-imbalance injector), not the default."""
 
     def stage_layers(self, n_layers: int) -> list[int]:
-        """Blocks per stage."""
+        """Blocks per stage by count alone (layers_per_stage, else even); the split a
+        job uses is `Scenario.stage_partition()`, which also weighs the logit layer."""
         if self.layers_per_stage is not None:
             return list(self.layers_per_stage)
-        base, extra = divmod(n_layers, self.pp)
-        return [base + (1 if s < extra else 0) for s in range(self.pp)]
+        return even_partition(n_layers, self.pp)
 
 
 @dataclass(frozen=True)
@@ -134,6 +146,8 @@ class RunConfig:
     profiler: Profiler = Profiler.OFF
     """off, or kineto: torch.profiler over the traced steps, every traced op in a
     record_function(<optype>) range, per-rank traces in kineto/rank<r>.json.gz."""
+    placement: Placement = Placement.PACK
+    """On a Ray cluster: pack (fewest nodes, the default) or spread the ranks over nodes."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +173,14 @@ class Scenario:
     def world_size(self) -> int:
         """dp * pp ranks."""
         return self.parallel.dp * self.parallel.pp
+
+    def stage_partition(self) -> list[int]:
+        """Blocks per stage the job runs: layers_per_stage, else by `parallel.partition`."""
+        p, m = self.parallel, self.model
+        if p.layers_per_stage is not None or p.partition is Partition.EVEN:
+            return p.stage_layers(m.n_layers)
+        return balanced_partition(m.n_layers, p.pp, m.hidden, m.vocab,
+                                  self.data.tokens_per_microbatch)
 
     def check(self, where: str) -> Scenario:
         """Raise InputError for an impossible layout."""

@@ -52,8 +52,11 @@ class RankTrainer:
     """Training loop of one rank (global rank = stage * dp + dp_rank)."""
 
     def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str,
-                 fault_specs: list[FaultSpec] | None = None):
+                 fault_specs: list[FaultSpec] | None = None, device: str | None = None):
         self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
+        # The device Ray assigned (e.g. cuda:0 of the GPU it gave this actor); None: no GPU
+        # was asked for, the backend rule below decides (cuda:<rank> or cpu).
+        self.assigned_device = device
         self.fault_specs = fault_specs or []
         self.gc_monitor = GcMonitor(self.run_dir / "gc" / f"rank{rank}.jsonl")
         p = scenario.parallel
@@ -70,6 +73,8 @@ class RankTrainer:
     # -- setup -------------------------------------------------------------------------
     def _backend(self) -> str:
         wanted = self.sc.run.backend
+        if wanted is Backend.AUTO and self.assigned_device is not None:
+            return "nccl" if self.assigned_device.startswith("cuda") else "gloo"
         if wanted is Backend.AUTO:
             enough_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= \
                 self.sc.world_size
@@ -80,7 +85,8 @@ class RankTrainer:
         """Join the process group, make the groups, build the stage and its flat buffers."""
         torch.set_num_threads(self.sc.run.threads_per_rank)
         backend = self._backend()
-        self.device = torch.device(f"cuda:{self.rank}" if backend == "nccl" else "cpu")
+        own = self.assigned_device if (self.assigned_device or "").startswith("cuda") else None
+        self.device = torch.device((own or f"cuda:{self.rank}") if backend == "nccl" else "cpu")
         if backend == "nccl":
             torch.cuda.set_device(self.device)
         init_method = self.init_method
@@ -117,7 +123,7 @@ class RankTrainer:
                 if d == self.dp_rank and (self.first or self.last):
                     self.emb_group = g
         m = self.sc.model
-        blocks = self.sc.parallel.stage_layers(m.n_layers)[self.stage]
+        blocks = self.sc.stage_partition()[self.stage]  # balanced by default (costmodel)
         self.model = StageModel(m, self.stage, self.pp, blocks, self.sc.run.seed).to(self.device)
         self.act_shape = (self.sc.data.tokens_per_microbatch, m.hidden)
         self.shared_emb = self.model.shared_embedding()

@@ -1,9 +1,10 @@
 """Launch one training run on Ray: one actor per rank, each its own CPU share, one run folder.
 
-* Ray: our own local instance (`address="local"`, never attach to another
-  cluster; shut down at the end, never `ray stop`), one actor per rank in a
-  STRICT_PACK placement group; the project is importable in the actors
-  because they run this environment's interpreter.
+* Ray: our own local instance (`address="local"`; shut down at the end, never
+  `ray stop`), one actor per rank in a STRICT_PACK placement group; the
+  project is importable in the actors because they run this environment's
+  interpreter. With `ray_address` the run attaches to that cluster instead
+  (workloads/cluster.py: placement over nodes, per-node host setup, one clock).
 * Rendezvous: TCP on loopback, a free port picked by the driver.
 * Private: Ray runs with node IP 127.0.0.1 and no dashboard, so no Ray server
   and no rank socket listens outside loopback (tests/e2e/test_ray_private.py).
@@ -38,6 +39,7 @@ from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_drive
 from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.scenario import Scenario, scenario_to_dict
+from stragglerlab.workloads import placement as pl
 from stragglerlab.workloads.run_folder import write_run_folder
 
 Progress = Callable[[str], None]
@@ -47,6 +49,15 @@ LOOPBACK = "127.0.0.1"
 CPU_HEADROOM = 0.9
 # Extra slack over the collective timeout before a run without progress is called hung.
 HANG_SLACK_S = 30.0
+
+
+# glibc malloc for the rank processes: tensors up to 32 MB come from the heap and freed
+# memory is never trimmed, so every step reuses mapped pages. Without it a rank faults
+# in ~1,300 fresh zeroed pages per step (activations above the dynamic mmap threshold),
+# CPU time that lands inside random ops (benchmarks/README.md, "Timing noise"). Both
+# are needed: a trim threshold alone pins the mmap threshold at 128 kB (22,000 faults).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
+              "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
 
 
 def free_port() -> int:
@@ -74,13 +85,23 @@ def _rank_actor_class():
         """Holds one RankTrainer in its own process."""
 
         def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
-                     fault_specs: list):
+                     fault_specs: list, env: dict | None = None):
             from stragglerlab.workloads.engine import RankTrainer
+            from stragglerlab.workloads.placement import rank_device
 
-            self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs)
+            os.environ.update(env or {})  # e.g. GLOO_SOCKET_IFNAME on a cluster node
+            gpu_ids = ray.get_gpu_ids()
+            # The GPU Ray assigned, never cuda:<rank>; None: no GPU asked, the engine decides.
+            self.device = rank_device(gpu_ids, os.environ.get("CUDA_VISIBLE_DEVICES")) \
+                if gpu_ids else None
+            self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs,
+                                       device=self.device)
 
         def pid(self) -> int:
             return os.getpid()
+
+        def where(self) -> dict:
+            return {"pid": os.getpid(), "device": self.device or "cpu"}
 
         def run(self, cgroup: dict | None, net: dict | None) -> dict:
             return self.trainer.run(cgroup, net)
@@ -133,8 +154,12 @@ def prepare_faults(scenario: Scenario, where: str = "scenario") -> tuple[Scenari
     return scenario, specs, injectors
 
 
-def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None) -> dict:
-    """Run the scenario; returns run.json's content (outcome 'ok' or 'failed')."""
+def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None,
+           ray_address: str | None = None) -> dict:
+    """Run the scenario; returns run.json's content (outcome 'ok' or 'failed').
+
+    ray_address: attach to that Ray cluster (workloads.cluster) instead of starting
+    a private local instance."""
     import ray
 
     say = progress or (lambda _msg: None)
@@ -152,6 +177,11 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         say(f"killed {len(residue['processes'])} processes left by an earlier killed run")
     if residue["netns_skipped"]:
         say(f"network namespace cleanup skipped: {residue['netns_skipped']}")
+    if ray_address:
+        from stragglerlab.workloads.cluster import run_on_cluster
+
+        return run_on_cluster(scenario, run_dir, ray_address, specs, injectors, record, say,
+                              t_start)
     mark_driver()
     iso, summaries = None, {}
     try:
@@ -165,17 +195,25 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
                                                "PYTHONWARNINGS": "ignore::FutureWarning",
                                                "GLOO_SOCKET_IFNAME": "lo",
-                                               "NCCL_SOCKET_IFNAME": "lo"}})
+                                               "NCCL_SOCKET_IFNAME": "lo", **MALLOC_ENV}})
         node_note = record_ray_node(ray.get_runtime_context().get_node_id())
         t_ray = time.time()
         say(f"ray started in {t_ray - t_start:.1f}s; launching {world} ranks")
-        pg = ray.util.placement_group([{"CPU": 1}] * world, strategy="STRICT_PACK")
+        # One bundle per rank, + a GPU each on CUDA: each rank then uses the GPU Ray gave it.
+        gpu = pl.wants_gpu(scenario.run.backend, ray.cluster_resources().get("GPU", 0), world)
+        pg = ray.util.placement_group(pl.bundles(world, 1, gpu),
+                                      strategy=pl.ray_strategy(scenario.run.placement, True))
         ray.get(pg.ready(), timeout=120)
         actor_cls = _rank_actor_class()
         init_method = f"tcp://127.0.0.1:{free_port()}"
-        actors = [actor_cls.options(num_cpus=1, placement_group=pg).remote(
+        actors = [actor_cls.options(num_cpus=1, num_gpus=1 if gpu else 0,
+                                    placement_group=pg).remote(
             scenario, rank, str(run_dir), init_method, specs) for rank in range(world)]
-        pids = ray.get([a.pid.remote() for a in actors], timeout=300)
+        where = ray.get([a.where.remote() for a in actors], timeout=300)
+        pids = [w["pid"] for w in where]
+        node = ray.get_runtime_context().get_node_id()
+        record["placement"] = pl.placement_map(list(range(world)), [node] * world,
+                                               {node: LOOPBACK}, [w["device"] for w in where])
         iso, record["isolation"] = _isolate(scenario, run_dir.name, pids, say)
         driver = {"pids": pids, "isolation": iso, "run_dir": run_dir, "say": say}
         for inj in injectors:
@@ -256,9 +294,11 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
 
 
 def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario,
-          say: Progress) -> dict | None:
-    """Wait for every rank; the first failure (or a hang) is returned as the run's error."""
+          say: Progress, read_status: Callable[[], dict] | None = None) -> dict | None:
+    """Wait for every rank; the first failure (or a hang) is returned as the run's error.
+    read_status: the ranks' progress (default: the status files in run_dir)."""
     world, steps = scenario.world_size, scenario.run.steps
+    read_status = read_status or (lambda: _read_status(run_dir, world))
     pending = list(futures)
     last_step, last_change = -1, time.time()
     hang_after = scenario.run.collective_timeout_s + HANG_SLACK_S
@@ -290,14 +330,14 @@ def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario
                         except Exception:  # noqa: BLE001, S110 - another peer's error
                             pass
                     # A peer's timeout usually means another rank stopped: blame the laggard.
-                    status = _read_status(run_dir, world)
+                    status = read_status()
                     started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
                     laggard = min(started, key=lambda r: (started[r], r))
                     if started[laggard] < max(started.values()):
                         error.update(rank=laggard, kind="hang")
                 say(f"rank {error['rank']} failed ({error['kind']}); stopping the run")
                 return error
-        status = _read_status(run_dir, world)
+        status = read_status()
         step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
             else -1
         if step != last_step:

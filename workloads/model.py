@@ -9,7 +9,11 @@ kept equal by the embedding-grads all-reduce between the first and last stage.
 Sequences are packed: a microbatch is one row of `tokens_per_microbatch`
 tokens made of several sequences; attention runs causally inside each
 sequence only, so its cost grows with sum(seq_len^2) — the source of
-sequence-length imbalance (paper §5.3).
+sequence-length imbalance (paper §5.3). It is batched variable-length
+attention (workloads/varlen.py): sequences of similar length share one
+`scaled_dot_product_attention` call over a padded [n, heads, L, d] batch, so
+the per-call overhead is per length bucket, not per sequence, and the cost
+follows sum(seq_len^2) as it does with FlashAttention's varlen kernels.
 
     stage = StageModel(model_cfg, stage=0, pp=2, n_blocks=2, seed=0)
 """
@@ -23,12 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from stragglerlab.scenario import ModelConfig
+from stragglerlab.workloads.varlen import VarlenLayout, varlen_causal_attention
 
 IGNORE_INDEX = -100
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block with per-sequence causal attention."""
+    """Pre-norm transformer block with causal attention inside each packed sequence."""
 
     def __init__(self, hidden: int, n_heads: int) -> None:
         super().__init__()
@@ -40,22 +45,13 @@ class Block(nn.Module):
         self.fc = nn.Linear(hidden, 4 * hidden)
         self.fc_out = nn.Linear(4 * hidden, hidden)
 
-    def attention(self, x: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:
+    def attention(self, x: torch.Tensor, layout: VarlenLayout) -> torch.Tensor:
         tokens, hidden = x.shape
-        q, k, v = self.qkv(x).view(tokens, 3, self.n_heads, hidden // self.n_heads).unbind(1)
-        outs, start = [], 0
-        for length in seq_lens:  # one causal attention per packed sequence: cost ~ length^2
-            sl = slice(start, start + length)
-            o = F.scaled_dot_product_attention(
-                q[sl].transpose(0, 1), k[sl].transpose(0, 1), v[sl].transpose(0, 1),
-                is_causal=True,
-            )
-            outs.append(o.transpose(0, 1).reshape(length, hidden))
-            start += length
-        return self.proj(torch.cat(outs))
+        qkv = self.qkv(x).view(tokens, 3, self.n_heads, hidden // self.n_heads)
+        return self.proj(varlen_causal_attention(qkv, layout).reshape(tokens, hidden))
 
-    def forward(self, x: torch.Tensor, seq_lens: list[int]) -> torch.Tensor:
-        x = x + self.attention(self.ln1(x), seq_lens)
+    def forward(self, x: torch.Tensor, layout: VarlenLayout) -> torch.Tensor:
+        x = x + self.attention(self.ln1(x), layout)
         return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
 
 
@@ -107,8 +103,9 @@ class StageModel(nn.Module):
         """
         if self.first:
             x = self.tok_emb[x] + self.pos_emb[positions]
+        layout = VarlenLayout.build(seq_lens, x.device)  # once per microbatch, for every block
         for block in self.blocks:
-            x = block(x, seq_lens)
+            x = block(x, layout)
         if not self.last:
             return x
         logits = self.ln_f(x) @ self.logit_weight.t()

@@ -1,10 +1,11 @@
-"""The ranks' rendezvous store, listening on loopback only.
+"""The ranks' rendezvous store, listening on the given address only.
 
 `dist.init_process_group(init_method="tcp://127.0.0.1:PORT")` makes rank 0's
 TCPStore listen on every interface (the address only tells the other ranks
 where to connect). Here rank 0 binds the listening socket to the given
-loopback address itself and hands it to the store (`master_listen_fd`), so no
-rank socket of a run is reachable from outside the host.
+address itself and hands it to the store (`master_listen_fd`): loopback in a
+private run, so no rank socket of it is reachable from outside the host; rank
+0's node IP on a cluster (workloads/cluster.py), the one address peers need.
 
     store = loopback_store("tcp://127.0.0.1:29500", rank, world, timeout)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world)

@@ -46,9 +46,14 @@ def job_meta(scenario: Scenario, run_id: int = 0) -> JobMeta:
     return JobMeta(dp_size=p.dp, pp_size=p.pp, trial_name=scenario.name, run_id=run_id)
 
 
-def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dict]:
-    """The trace of the finished steps, and counts describing what was kept."""
+def assemble_trace(run_dir: Path, scenario: Scenario,
+                   shift: dict[int, float] | None = None) -> tuple[pd.DataFrame, dict]:
+    """The trace of the finished steps, and counts describing what was kept.
+
+    shift: seconds subtracted from a rank's timestamps (its node's clock offset to
+    rank 0's node on a cluster run, workloads.placement.applied_correction)."""
     dp = scenario.parallel.dp
+    shift = shift or {}
     parts = []
     for rank in range(scenario.world_size):
         path = RunFolder(path=run_dir).trace_part_path(rank)
@@ -56,6 +61,9 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
         if len(records):
             frame = pd.DataFrame(records)
             frame["rank"] = rank
+            if shift.get(rank):
+                frame["start"] -= shift[rank]
+                frame["end"] -= shift[rank]
             parts.append(frame)
     if not parts:
         return pd.DataFrame(), {"complete_steps": [], "ops_recorded": 0, "ops_dropped": 0,
@@ -86,10 +94,15 @@ def assemble_trace(run_dir: Path, scenario: Scenario) -> tuple[pd.DataFrame, dic
     return df, info
 
 
-def gc_pauses(run_dir: Path, world: int) -> dict[str, list[dict]]:
-    """Every rank's logged GC pauses, by rank."""
+def gc_pauses(run_dir: Path, world: int,
+              shift: dict[int, float] | None = None) -> dict[str, list[dict]]:
+    """Every rank's logged GC pauses, by rank (on the trace's clock, see assemble_trace)."""
     folder = RunFolder(path=run_dir)
-    return {str(r): read_pauses(folder.gc_log_path(r)) for r in range(world)}
+    out = {str(r): read_pauses(folder.gc_log_path(r)) for r in range(world)}
+    for r, by in (shift or {}).items():
+        for p in out.get(str(r), []):
+            p["start"] -= by
+    return out
 
 
 def add_gc_pause_column(df: pd.DataFrame, pauses: dict[str, list[dict]], t0: float) -> None:
@@ -112,8 +125,10 @@ def write_run_folder(run_dir: Path, scenario: Scenario, run_record: dict,
     """Write trace.parquet, meta.yaml, faults.json and run.json; returns run.json's dict."""
     folder = RunFolder(path=Path(run_dir))
     meta = job_meta(scenario)
-    df, info = assemble_trace(folder.path, scenario)
-    pauses = gc_pauses(folder.path, scenario.world_size)
+    shift = {int(r): float(s) for r, s in
+             ((run_record.get("clock") or {}).get("rank_correction_s") or {}).items()}
+    df, info = assemble_trace(folder.path, scenario, shift)
+    pauses = gc_pauses(folder.path, scenario.world_size, shift)
     if len(df):
         add_gc_pause_column(df, pauses, info["clock_origin_monotonic_s"])
         write_trace(df, meta, folder.trace_path)

@@ -33,6 +33,9 @@ DETECTORS = Registry(kind="detector", group=ENTRY_POINT_GROUP, check=_is_detecto
     "op-minmax": f"{_PKG}.op_minmax:OpMinMaxDetector",
     "last-arrival": f"{_PKG}.last_arrival:LastArrivalDetector",
     "step-changepoint": f"{_PKG}.step_changepoint:StepChangepointDetector",
+    "bocd": f"{_PKG}.bocd:BocdDetector",
+    "minder": f"{_PKG}.minder:MinderDetector",
+    "nvrx": f"{_PKG}.nvrx:NvrxDetector",
 })
 """Detector name -> class; built-ins imported on first use so listing names stays cheap."""
 

@@ -9,6 +9,9 @@ trace. Each function is pure:
   (stage, dp_rank) worker, [pp, dp, steps], and its ratio to the step's best
   worker (global slowdowns such as a busy host lift every worker; a
   straggler lifts one).
+* `peel_stragglers`: several stragglers at once, by the method's decomposition:
+  explain the worst worker, remove it (its S_dp and S_stage back to their
+  peers' median over its window), re-score, repeat.
 * `flagged_steps`: per worker, the steps its relative score crosses a threshold.
 * `category_excess`: how much of the job's slowdown the what-if attributes to
   computation vs communication op types.
@@ -32,6 +35,7 @@ from stragglerlab.results import IdealView
 from stragglerlab.schema import COMMUNICATION_OPS
 
 __all__ = ["category_excess", "comm_excess_by_worker", "compute_ratio_to_peers",
+           "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
            "step_time_total", "step_worker_scores"]
 
@@ -111,3 +115,91 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
 def step_time_total(trace: pd.DataFrame) -> float:
     """Sum over steps of the traced step time (latest end - earliest start), s."""
     return float(step_times(trace).sum())
+
+
+def _window(relative: np.ndarray, step_threshold: float,
+            min_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per worker: (first, last) flagged step index and the mean relative score over that
+    window against the best worker's over the same window; ratio 0 when not flagged."""
+    hit = relative >= step_threshold                                  # [pp, dp, s]
+    s = hit.shape[2]
+    count = hit.sum(axis=2)
+    first = np.where(count > 0, hit.argmax(axis=2), 0)
+    last = np.where(count > 0, s - 1 - hit[:, :, ::-1].argmax(axis=2), 0)
+    csum = np.concatenate([np.zeros(relative.shape[:2] + (1,)), np.cumsum(relative, axis=2)],
+                          axis=2)
+    ratio = np.zeros(hit.shape[:2])
+    for p, d in zip(*np.nonzero(count >= min_steps)):
+        f, la = first[p, d], last[p, d]
+        window = (csum[:, :, la + 1] - csum[:, :, f]) / (la - f + 1)
+        ratio[p, d] = window[p, d] / max(window.min(), 1e-12)
+    return first, last, ratio
+
+
+def peel_stragglers(step_s_dp: np.ndarray, step_s_stage: np.ndarray, *, step_threshold: float,
+                    worker_threshold: float, min_steps: int,
+                    max_stragglers: int = 8) -> list[tuple[int, int, int, int, float]]:
+    """Stragglers one at a time: [(stage, dp_rank, first, last, ratio)], worst first.
+
+    Worker score = min(S_dp, S_stage) per step (paper §4). A slow worker lifts its
+    DP rank's and its stage's S, so every cell sharing its row or column looks slow
+    too, and a second straggler hides among those. Each round names the cell with
+    the highest window ratio (`worker_threshold` or more, over at least
+    `min_steps` steps at `step_threshold`), then removes it: its S_dp and S_stage
+    over its window are set to the lowest S of the other DP ranks and stages (the
+    step's unlifted level), and the scores are taken again.
+    """
+    dp_s = np.array(step_s_dp, dtype=float, copy=True)
+    st_s = np.array(step_s_stage, dtype=float, copy=True)
+    found: list[tuple[int, int, int, int, float]] = []
+    for _ in range(max_stragglers):
+        scores = np.minimum(st_s[:, None, :], dp_s[None, :, :])
+        first, last, ratio = _window(relative_scores(scores), step_threshold, min_steps)
+        p, d = (int(i) for i in np.unravel_index(np.argmax(ratio), ratio.shape))
+        if ratio[p, d] < worker_threshold or any((p, d) == f[:2] for f in found):
+            break
+        f, la = int(first[p, d]), int(last[p, d])
+        peers = np.delete(ratio[p], d)
+        whole_stage = dp_s.shape[0] > 1 and peers.size and \
+            ratio[p, d] < worker_threshold * max(float(np.median(peers)), 1e-12)
+        if whole_stage:
+            # Its DP peers straggle alike: the stage is slow, not the worker. Explain the
+            # stage: name its straggling cells, put its S_stage back to the others'.
+            members = [int(x) for x in np.flatnonzero(ratio[p] >= worker_threshold)]
+            found += [(p, m, int(first[p, m]), int(last[p, m]), float(ratio[p, m]))
+                      for m in members if not any((p, m) == g[:2] for g in found)]
+        # Removed = back at the step's unlifted level: the lowest S of any other DP rank
+        # or stage (a busy host lifts all of them; with two stages the other one may be
+        # a straggler's, so not the median).
+        rest = np.concatenate([np.delete(dp_s, d, axis=0), np.delete(st_s, p, axis=0)])
+        level = rest.min(axis=0)[f:la + 1] if rest.size else None
+        if whole_stage:
+            if level is not None and st_s.shape[0] > 1:
+                st_s[p, f:la + 1] = level
+        else:
+            found.append((p, d, f, la, float(ratio[p, d])))
+            if level is not None and dp_s.shape[0] > 1:
+                dp_s[d, f:la + 1] = level
+            if level is not None and st_s.shape[0] > 1:
+                st_s[p, f:la + 1] = level
+    return found
+
+
+def microbatch_variation_share(trace: pd.DataFrame) -> float | None:
+    """Share of forward-compute variance that varies per microbatch within a worker-step.
+
+    Stage imbalance is a constant offset per stage (every microbatch of the heavy
+    stage slower alike: variance between stages); sequence imbalance varies per
+    microbatch with its sum(seq_len^2) (variance within a worker's step). Returns
+    within / (within + between-stage) variance, None without forward ops.
+    """
+    fwd = trace.loc[trace["optype"] == "forward-compute", ["stage", "dp_rank", "step",
+                                                           "duration"]]
+    if len(fwd) < 3:
+        return None
+    d = fwd["duration"].to_numpy(dtype=float)
+    cell_mean = fwd.groupby(["stage", "dp_rank", "step"])["duration"].transform("mean")
+    stage_mean = fwd.groupby("stage")["duration"].transform("mean")
+    within = float(np.var(d - cell_mean.to_numpy()))
+    between = float(np.var(stage_mean.to_numpy()))
+    return within / (within + between) if within + between > 0 else None

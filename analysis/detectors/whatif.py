@@ -66,7 +66,8 @@ from stragglerlab.analysis.detectors.signatures import (
     category_excess,
     compute_ratio_to_peers,
     gc_pauses_by_rank,
-    relative_scores,
+    microbatch_variation_share,
+    peel_stragglers,
     seq_len_correlation,
     step_time_total,
     step_worker_scores,
@@ -150,6 +151,11 @@ class WhatIfDetectorConfig:
     """Measured GC pause time over job time that makes GC a cause."""
     gc_rank_share: float = 0.1
     """A rank is named for GC when its pauses are at least this share of the worst rank's."""
+    mb_variation_share: float = 0.5
+    """A stage-imbalance candidate is sequence imbalance instead when at least this share of
+    forward-time variance is per microbatch within a worker-step (not a per-stage offset)
+    and forward time correlates with sum(seq_len^2) at `seq_correlation`. Provisional, to
+    be set on dev (0.5: the midpoint of the two mechanisms' shares, not tuned)."""
 
 
 class WhatIfDetector(Detector):
@@ -197,7 +203,7 @@ class WhatIfDetector(Detector):
             return [seq]
         stage = self._stage_imbalance(run, evidence.view, steps)
         if stage is not None:
-            return [stage]
+            return [self._seq_or_stage(run, stage)]
         stragglers = self._stragglers(run, evidence, steps)
         if stragglers:
             return stragglers
@@ -240,6 +246,18 @@ class WhatIfDetector(Detector):
             confidence=float(min(1.0, 0.5 + (strongest - cfg.seq_correlation) * 2)),
             estimated_slowdown=result.slowdown,
             detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
+
+    def _seq_or_stage(self, run: Run, stage: Finding) -> Finding:
+        """Per-microbatch variation that follows sum(s^2) is sequences, not the stage."""
+        share = microbatch_variation_share(run.trace)
+        corr = seq_len_correlation(run.trace)
+        if share is None or corr is None or share < self.config.mb_variation_share \
+                or corr < self.config.seq_correlation:
+            return stage
+        return Finding([], stage.first_step, stage.last_step, RootCause.SEQ_IMBALANCE,
+                       confidence=stage.confidence, estimated_slowdown=stage.estimated_slowdown,
+                       detail={"microbatch_variation_share": share,
+                               "seq_len_correlation": corr})
 
     def _stage_imbalance(self, run: Run, result: IdealView,
                          steps: np.ndarray) -> Finding | None:
@@ -304,27 +322,13 @@ class WhatIfDetector(Detector):
         cfg = self.config
         result = evidence.view
         scores = step_worker_scores(result)  # [pp, dp, steps]
-        relative = relative_scores(scores)
-        windows: dict[tuple[int, int], tuple[int, int]] = {}
-        excess: dict[tuple[int, int], float] = {}
-        for stage, dp_rank in zip(*np.nonzero((relative >= cfg.step_threshold).any(axis=2))):
-            hit = np.flatnonzero(relative[stage, dp_rank] >= cfg.step_threshold)
-            first, last = int(hit[0]), int(hit[-1])
-            if len(hit) < cfg.min_steps:
-                continue
-            # Over its window, against the best worker over the same window: a worker that
-            # is only sometimes the slowest (sequence imbalance) does not stand out.
-            window = relative[:, :, first:last + 1].mean(axis=2)
-            ratio = float(window[stage, dp_rank] / window.min())
-            if ratio >= cfg.worker_threshold:
-                windows[(int(stage), int(dp_rank))] = (first, last)
-                excess[(int(stage), int(dp_rank))] = ratio - 1.0
-        for stage in {p for p, _ in windows}:
-            # A slow worker also slows the collectives its stage peers share with it:
-            # keep only the peers that straggle nearly as much as the stage's worst.
-            top = max(e for w, e in excess.items() if w[0] == stage)
-            for w in [w for w in windows if w[0] == stage and excess[w] < cfg.peer_share * top]:
-                del windows[w], excess[w]
+        # Explain the worst straggler, remove it, re-score: several stragglers at once.
+        peeled = peel_stragglers(result.step_s_dp, result.step_s_stage,
+                                 step_threshold=cfg.step_threshold,
+                                 worker_threshold=cfg.worker_threshold,
+                                 min_steps=cfg.min_steps)
+        windows = {(p, d): (f, la) for p, d, f, la, _ in peeled}
+        excess = {(p, d): r - 1.0 for p, d, _, _, r in peeled}
         if not windows:
             return []
 

@@ -1,7 +1,8 @@
 """`stragglerlab figures`: rebuild the paper's figures from run folders (and the reference traces).
 
     stragglerlab figures --runs results/*/* [--reference ../shared/reference-traces] \
-        [--reference-whatif results/reference] [--only fig03_waste_cdf ...] --out results/figures
+        [--reference-whatif results/reference] [--scores results/scores.json] \
+        [--only fig03_waste_cdf ...] --out results/figures
 
 Each `--runs` entry is a run folder (`results/<scenario>/<seed>/`: the train
 outputs plus `whatif/whatif.json`). Writes `<NAME>.png`, `<NAME>.pdf` and
@@ -11,6 +12,8 @@ the analysis. The reference traces' what-if results are read from
 `--reference-whatif DIR`, as `DIR/<job>/whatif.json` (the workflow's
 `results/reference/`; write one with `stragglerlab whatif --trace
 REF/trace-AR.parquet --meta REF/meta-AR.yaml --out results/reference/AR`).
+`--scores FILE` (what `stragglerlab score` wrote) feeds the confusion-matrix
+figure `fig_confusion`; a bad scores file is bad input.
 A figure without its data writes a "no data" image. Exit 2 on bad input
 (missing run folder, unknown figure name); exit 1 if a figure failed to build
 (the others are still written).
@@ -37,6 +40,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--reference-whatif", metavar="DIR",
                    help="what-if results of the reference traces, DIR/<job>/whatif.json "
                         "(e.g. results/reference/AR/whatif.json)")
+    p.add_argument("--scores", metavar="FILE",
+                   help="scores JSON written by `stragglerlab score` (for fig_confusion)")
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="build only these figures (default: all; names as in the output files)")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -61,7 +66,7 @@ def run(args) -> int:
         names = [find_module(n).NAME for n in args.only]
     out = out_folder(args.out)
     data = load_figure_data(args.runs, args.reference,
-                            reference_whatif_dir=args.reference_whatif)
+                            reference_whatif_dir=args.reference_whatif, scores=args.scores)
     t0 = time.perf_counter()
     n_ok = len(data.ok_runs())
     say = (lambda *a, **k: None) if args.quiet else print

@@ -8,11 +8,14 @@ For each run and detector it reads `<run>/detect/<name>.json` (offline) and
 workflow's detect rule) wrote them; it never runs a detector itself, so a
 missing findings file is an error naming the `detect` command to run
 (`--offline-only`: online files are used where present, else skipped).
-Prints a detector x metric table and a per-fault-kind table; writes
-`scores.json` into --out: JSON keyed by detector name, each with precision,
-recall, f1, root_cause_accuracy, median_latency_steps, slowdown_error,
-confusion, by_kind and per-run rows (analysis/scoring.py says how each is
-counted).
+Prints the leaderboard (detector x metric, each with its 95% bootstrap
+interval over cases), a per kind x layout family table and a per-fault-kind
+table; writes `scores.json` into --out: JSON keyed by detector name, each
+with precision, recall, f1, root_cause_accuracy, median_latency_steps,
+slowdown_error, per-fault scores (fault_recall, fault_cause_accuracy, ...),
+`ci` (intervals), confusion, by_kind, by_family, by_kind_family and per-run
+rows (analysis/scoring.py says how each is counted). On the `test` split
+(`snakemake --configfile config/test.yaml`) this is the benchmark's headline.
 """
 
 from __future__ import annotations
@@ -78,23 +81,49 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _cell(m: dict, metric: str) -> str:
+    """`value [lo, hi]` (the bootstrap interval over cases beside the score)."""
+    ci = (m.get("ci") or {}).get(metric)
+    value = _fmt(m.get(metric))
+    return value if not ci else f"{value} [{ci[0]:.2f},{ci[1]:.2f}]"
+
+
+LEADERBOARD = ("f1", "precision", "recall", "root_cause_accuracy", "fault_recall",
+               "fault_cause_accuracy", "fault_median_latency_steps", "fault_slowdown_error")
+"""Columns of the leaderboard (each with its 95% bootstrap interval over cases)."""
+
+
 def table(scores: dict) -> str:
-    """Readable detector x metric table, then detector x fault kind F1 / accuracy."""
-    lines = [f"{'detector':18s} " + " ".join(f"{m[:14]:>14s}" for m in METRICS) + "  runs"]
-    for name, s in scores.items():
-        lines.append(f"{name:18s} " + " ".join(f"{_fmt(s[m]):>14s}" for m in METRICS)
+    """The leaderboard: detector x metric with intervals, then per kind x layout family
+    F1 / root-cause accuracy (with the F1 interval), then the legacy per-kind table."""
+    ranked = sorted(scores.items(), key=lambda kv: -(kv[1].get("f1") or 0.0))
+    lines = ["leaderboard (95% bootstrap interval over cases in brackets)",
+             f"{'detector':18s} " + " ".join(f"{m[:22]:>22s}" for m in LEADERBOARD) + "  runs"]
+    for name, s in ranked:
+        lines.append(f"{name:18s} " + " ".join(f"{_cell(s, m):>22s}" for m in LEADERBOARD)
                      + f"  {s['n_runs']}")
+    cells = sorted({k for s in scores.values() for k in s.get("by_kind_family", {})})
+    if cells:
+        lines += ["", "per kind x layout family: F1 [interval] / root-cause accuracy (runs)"]
+        for cell in cells:
+            row = [f"{cell:28s}"]
+            for name, s in ranked:
+                m = s.get("by_kind_family", {}).get(cell)
+                row.append("-" if m is None else
+                           f"{name}={_cell(m, 'f1')}/{_fmt(m['root_cause_accuracy'])}"
+                           f"({m['n_runs']})")
+            lines.append("  ".join(row))
     kinds = sorted({k for s in scores.values() for k in s["by_kind"]})
     lines += ["", "per fault kind: F1 / root-cause accuracy / median latency (steps)",
               f"{'detector':18s} " + " ".join(f"{k[:16]:>16s}" for k in kinds)]
-    for name, s in scores.items():
-        cells = []
+    for name, s in ranked:
+        row = []
         for k in kinds:
             m = s["by_kind"].get(k)
-            cells.append("-" if m is None else
-                         f"{_fmt(m['f1'])}/{_fmt(m['root_cause_accuracy'])}/"
-                         f"{_fmt(m['median_latency_steps'])}")
-        lines.append(f"{name:18s} " + " ".join(f"{c:>16s}" for c in cells))
+            row.append("-" if m is None else
+                       f"{_fmt(m['f1'])}/{_fmt(m['root_cause_accuracy'])}/"
+                       f"{_fmt(m['median_latency_steps'])}")
+        lines.append(f"{name:18s} " + " ".join(f"{c:>16s}" for c in row))
     return "\n".join(lines)
 
 

@@ -1,17 +1,21 @@
 """`stragglerlab train`: run one scenario as a real multi-rank training job on Ray.
 
     stragglerlab train --scenario clean-dp2-pp2 [--config FILE] [--steps N] --out DIR
+    stragglerlab train --scenario clean-dp2-pp2 --ray-address HOST:6379 --placement spread --out DIR
 
 Writes the run folder DIR (trace.parquet, meta.yaml, faults.json, run.json)
 and prints progress per step. Exit 0 when the run succeeded, 1 when it failed
 (run.json says which rank and why), 2 for bad input. With --allow-failed-run a
 run that failed cleanly (run.json written, at least one complete step traced,
 e.g. a `hang` or `crash` scenario) exits 0 too, so a workflow analyses it.
+With --ray-address (or RAY_ADDRESS) the job runs on that Ray cluster
+(workloads/cluster.py), which is left running; without, on a private local Ray.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +33,12 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="run folder to write (trace.parquet, meta.yaml, faults.json, run.json)")
     p.add_argument("--steps", type=int, help="override run.steps")
     p.add_argument("--seed", type=int, help="override run.seed")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="attach to this Ray cluster (default: $RAY_ADDRESS; unset: a private "
+                        "local Ray); the cluster is never stopped")
+    p.add_argument("--placement", choices=["pack", "spread"],
+                   help="override run.placement: pack ranks on few nodes (default) or spread "
+                        "them over the cluster's nodes")
     p.add_argument("--allow-failed-run", action="store_true",
                    help="exit 0 when the run failed cleanly and kept a trace (run.json says "
                         "failed); for workflows that analyse failed runs too")
@@ -43,6 +53,14 @@ def run(args) -> int:
         overrides["run"]["steps"] = args.steps
     if args.seed is not None:
         overrides["run"]["seed"] = args.seed
+    if args.placement is not None:
+        overrides["run"]["placement"] = args.placement
+    ray_address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    if ray_address:
+        from stragglerlab.workloads.placement import check_ray_address
+
+        ray_address = check_ray_address(ray_address, "--ray-address" if args.ray_address
+                                        else "RAY_ADDRESS")
     scenario = load_scenario(args.scenario, args.config, overrides if overrides["run"] else None)
     check_faults(scenario, args.config)
     from stragglerlab.host.residue import clean_residue
@@ -58,7 +76,9 @@ def run(args) -> int:
 
     progress(f"scenario {scenario.name}: dp={scenario.parallel.dp} pp={scenario.parallel.pp}, "
              f"{scenario.run.steps} steps -> {args.out}")
-    record = launch(scenario, args.out, progress)
+    if ray_address:
+        progress(f"attaching to the Ray cluster at {ray_address}")
+    record = launch(scenario, args.out, progress, ray_address=ray_address)
     traced = len(record["trace"]["complete_steps"])
     if record["outcome"] == "ok":
         print(f"run ok: {traced} traced steps in {args.out} "

@@ -14,6 +14,9 @@ Snakefile prints it and stops. Keys (all optional except where noted):
     online: true                     # also run every detector online (<name>-online.json)
     fixed: {...}                     # paper jobs (see stragglerlab/workflow/population.py)
     population: {...}                # sampled jobs (see stragglerlab/workflow/population.py)
+    splits: {...}                    # dev/test cases (see stragglerlab/workflow/splits.py)
+    ray_address: HOST:PORT           # train on that Ray cluster (`train --ray-address`); null =
+                                     # a private Ray per run
 
     wf = load_workflow_config(config, known_detectors=["whatif"])
     wf.runs, wf.population.scenario_yaml("clean-dp2-pp2")
@@ -28,8 +31,10 @@ from pathlib import Path
 
 from stragglerlab.errors import InputError
 from stragglerlab.workflow.population import Population, Run, expand_population
+from stragglerlab.workflow.splits import expand_splits
 
-KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population")
+KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population", "splits",
+        "ray_address")
 """Top-level keys of the workflow config."""
 
 SCHEMA = Path(str(importlib.resources.files("stragglerlab") / "config" / "workflow.schema.yaml"))
@@ -66,6 +71,8 @@ class WorkflowConfig:
     """Also run each detector online (writes detect/<name>-online.json)."""
     population: Population
     """Every run and its scenario entry."""
+    ray_address: str | None = None
+    """Ray cluster the train rule attaches to (`train --ray-address`); None: a private Ray."""
 
     @property
     def runs(self) -> tuple[Run, ...]:
@@ -108,6 +115,11 @@ def _load(raw: object, known: list[str]) -> WorkflowConfig:
     online = raw.get("online", True)
     if not isinstance(online, bool):
         raise InputError(f"online must be true or false, got {online!r}")
-    population = expand_population(raw.get("fixed"), raw.get("population"))
+    ray_address = raw.get("ray_address")
+    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address.strip()):
+        raise InputError(f"ray_address must be a Ray address (HOST:PORT) or null, "
+                         f"got {ray_address!r}")
+    population = expand_population(raw.get("fixed"), raw.get("population"),
+                                   extra=expand_splits(raw.get("splits")))
     return WorkflowConfig(results.strip().rstrip("/"), reference, tuple(detectors), online,
-                          population)
+                          population, ray_address=ray_address)

@@ -305,8 +305,10 @@ def _describe(group: str, kind: str, layout: str, entry: dict) -> str:
     return "; ".join(bits)
 
 
-def expand_population(fixed: object, population: object) -> Population:
-    """Every run of the workflow: the fixed jobs, then each group's sampled jobs."""
+def expand_population(fixed: object, population: object,
+                      extra: tuple[list[Run], dict[str, dict]] | None = None) -> Population:
+    """Every run of the workflow: the fixed jobs, each group's sampled jobs, then `extra`
+    (the dev/test split cases, stragglerlab/workflow/splits.py)."""
     runs, entries = expand_fixed(fixed)
     if population is None:
         population = {}
@@ -326,12 +328,18 @@ def expand_population(fixed: object, population: object) -> Population:
                              "groups with one name?)")
         runs += g_runs
         entries.update(g_entries)
+    if extra is not None:
+        clash = sorted(set(extra[1]) & set(entries))
+        if clash:
+            raise InputError(f"splits: case name(s) {', '.join(clash)} already used")
+        runs += extra[0]
+        entries.update(extra[1])
     for name in entries:
         if not NAME_RE.match(name):
             raise InputError(f"scenario name {name!r} cannot be a folder name under results/")
     if not runs:
-        raise InputError("the workflow config selects no runs: add `fixed` jobs or "
-                         "`population.groups`")
+        raise InputError("the workflow config selects no runs: add `fixed` jobs, "
+                         "`population.groups` or `splits.run`")
     return Population(tuple(runs), entries)
 
 

@@ -379,8 +379,11 @@ def train_cases() -> list[Case]:
 
 
 def run_cases() -> list[Case]:
-    """Every case of this module."""
-    return detect_cases() + score_cases() + figures_cases() + report_cases() + train_cases()
+    """Every case of this module and of tests/unit/fuzz_corpus_scores.py."""
+    from tests.unit.fuzz_corpus_scores import scores_cases  # it builds on this module
+
+    return (detect_cases() + score_cases() + figures_cases() + report_cases() + train_cases()
+            + scores_cases())
 
 
 __all__ = ["_copy_run", "run_cases"]

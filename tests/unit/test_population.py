@@ -19,7 +19,8 @@ from stragglerlab.workflow.population import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-PAPER_JOBS = {"clean-dp2-pp2", "slow-worker-1", "slow-worker-2", "slow-worker-3", "gc-pauses",
+PAPER_JOBS = {"clean-dp2-pp2", "clean-dp4-pp4", "slow-worker-1", "slow-worker-2",
+              "slow-worker-3", "gc-pauses",
               "gc-planned", "stage-imbalance", "stage-rebalanced", "seq-imbalance",
               "seq-rebalanced"}
 

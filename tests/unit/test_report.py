@@ -100,11 +100,11 @@ def test_report_markdown_and_html(inputs, tmp_path):
     assert "| ours: seq-imbalance/0.r2 | 0.93 |" in md
     assert "[2x2 values in fig14_heatmaps.json]" in md
     assert "max \\|diff\\|" in md  # pipes in cells escaped for GitHub tables
-    # Score tables: detector x metric, and per kind.
-    assert ("| detector | precision | recall | f1 | root_cause_accuracy | median_latency_steps "
-            "| slowdown_error | runs |") in md
-    assert "| whatif-worker | 0.9 | 0.75 | 0.818 | 0.8 | 2 | 0.05 | 12 |" in md
-    assert "| zscore | 0.5 |" in md and "| 0.8 | - | 0.05 |" in md
+    # Leaderboard (a legacy score file: no intervals, run-level latency), then per kind.
+    assert ("| # | detector | F1 | cause accuracy | precision | recall | latency (steps) "
+            "| slowdown error | runs |") in md
+    assert "| 1 | `whatif-worker` | 0.818 | 0.8 | 0.9 | 0.75 | 2 | 0.05 | 12 |" in md
+    assert "| 2 | `zscore` | 0.818 | 0.8 | 0.5 | 0.75 | - | 0.05 | 12 |" in md
     assert "| whatif-worker | gc-pauses | 0.9 | 0.75 | 0.25 |" in md
     # Mitigation table rendered from the figure's markdown, in its own section.
     section = md.split("## Mitigation gains and the §6 table")[1]
@@ -121,7 +121,7 @@ def test_report_markdown_and_html(inputs, tmp_path):
     assert len(srcs) == 4 and all(s.startswith("data:image/png;base64,") for s in srcs)
     embedded = base64.b64decode(srcs[0].split(",", 1)[1])
     assert embedded == (figs / "fig09_mb_time_vs_seqsq.png").read_bytes()
-    assert "<td>whatif-worker</td><td>0.9</td>" in page
+    assert "<td>1</td><td><code>whatif-worker</code></td><td>0.818</td>" in page
     assert "<strong>Fig. 9: time vs sum(s^2)</strong>" in page
     assert "max |diff|" in page
     assert not list(out.glob(".*.tmp"))  # atomic writes leave nothing behind

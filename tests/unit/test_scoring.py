@@ -98,3 +98,16 @@ def test_cause_accuracy_compares_kinds_a_trace_can_tell_apart():
     out = score_suite(truths, findings).to_json()
     assert out["root_cause_accuracy"] == pytest.approx(2 / 3)
     assert out["confusion"]["net-delay"] == {"net-throttle": 1}
+
+
+def test_precision_interval_follows_the_point_rule_when_nothing_is_named():
+    from stragglerlab.analysis.scoring import metrics
+
+    missed = [score_run(_truth(f"m{i}", "slow-worker", RootCause.SLOW_WORKER, {1}), [])
+              for i in range(5)]
+    m = metrics(missed)
+    assert m["precision"] == 0.0 and m["ci"]["precision"] == [0.0, 0.0]
+    clean = [score_run(_truth(f"c{i}", CLEAN, RootCause.NONE, set(), start=None), [])
+             for i in range(5)]
+    m = metrics(clean)
+    assert m["precision"] == 1.0 and m["ci"]["precision"] == [1.0, 1.0]

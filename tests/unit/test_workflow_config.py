@@ -14,7 +14,8 @@ from stragglerlab.errors import InputError
 from stragglerlab.workflow.config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]
-KNOWN = ["whatif", "rank-score", "op-minmax", "last-arrival", "step-changepoint"]
+KNOWN = ["whatif", "rank-score", "op-minmax", "last-arrival", "step-changepoint", "bocd", "minder",
+         "nvrx"]
 
 
 def config(name: str) -> dict:

@@ -1,0 +1,395 @@
+"""The detector benchmark's two case splits, `dev` and `test`: seeded, disjoint, covering.
+
+`dev` is where detector thresholds are tuned; `test` is scored only at the
+end and its score is the headline (issue 14). Both are drawn by one
+generator from the same case space with different seeds, so they follow one
+distribution but share no case (a case is its layout plus its fault list;
+`expand_splits` refuses a signature that appears in both). Every case is an
+ordinary scenario entry in the documented format (config/scenarios.yaml),
+checked by `load_scenario`, so nothing here changes what a scenario can be.
+
+The case space, per split:
+
+* layouts `dp{1,2,4} x pp{1,2,4}` without dp1-pp1, in three families:
+  pure DP (pp 1), pure PP (dp 1) and DP+PP (`LayoutFamily`);
+* a clean control in every layout;
+* every fault kind once in every layout family it can occur in (stage
+  imbalance needs pp >= 2), victims drawn over every (dp_rank, stage) cell:
+  first, inner or last stage, any DP rank;
+* multi-fault cases: two slow workers, a slow worker plus GC, a throttle
+  plus stage imbalance, a slow worker plus a delayed link, a straggler that
+  moves (one victim, then another), and three faults at once;
+* step windows: targeted faults start at step FIRST_STEPS and a share of
+  them stop (last_step) before the run ends;
+* magnitudes from barely straggling to severe (`SEVERITY`), drawn
+  continuously so no dev value repeats in test;
+* the rest of `count` filled with random single or multi-fault cases.
+
+Config (config/workflow.yaml, key `splits`; `run` selects what the workflow
+trains: the default suite runs none, `--configfile config/test.yaml` runs
+`test` into results/test):
+
+    splits:
+      seed: 14            # dev draws from "<seed>:dev", test from "<seed>:test"
+      steps: 14           # run.steps of every case
+      run: []             # splits the workflow trains and scores
+      dev: {count: 44}
+      test: {count: 44}
+
+    pop = expand_splits(config["splits"])     # -> (runs, entries) of the selected splits
+    .venv/bin/python -m stragglerlab.workflow.splits   # prints both splits' coverage tables
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from dataclasses import dataclass
+
+from stragglerlab.errors import InputError
+from stragglerlab.faults import FaultKind
+from stragglerlab.workflow.population import (
+    FAILING_KINDS,
+    TARGETED_KINDS,
+    Run,
+    _layout_overrides,
+    _resolve,
+    kind_of,
+)
+
+
+class Split(str, enum.Enum):
+    """The two case splits."""
+
+    DEV = "dev"
+    TEST = "test"
+
+
+class LayoutFamily(str, enum.Enum):
+    """Layout families of the coverage table."""
+
+    PURE_DP = "pure-dp"
+    PURE_PP = "pure-pp"
+    DP_PP = "dp+pp"
+
+    @classmethod
+    def of(cls, dp: int, pp: int) -> LayoutFamily:
+        """The family of a dp x pp layout."""
+        return cls.PURE_DP if pp == 1 else cls.PURE_PP if dp == 1 else cls.DP_PP
+
+
+LAYOUTS: tuple[tuple[int, int], ...] = ((2, 1), (4, 1), (1, 2), (1, 4), (2, 2), (2, 4),
+                                        (4, 2), (4, 4))
+"""(dp, pp) of every layout a case can have."""
+
+FIRST_STEPS: tuple[int, int] = (4, 7)
+"""Inclusive range of a targeted fault's first step: >= 3 clean traced steps before it
+(warm-up is step 0), so its slowdown is measured within the run."""
+
+STOP_SHARE = 0.3
+"""Share of targeted, non-failing faults that stop before the run ends (a last_step)."""
+
+SEVERITY: dict[FaultKind, dict[str, tuple[tuple[float, float], ...]]] = {
+    FaultKind.SLOW_WORKER: {"factor": ((1.12, 1.25), (1.3, 1.7), (1.8, 3.0))},
+    FaultKind.NET_THROTTLE: {"rate_mbit": ((100.0, 160.0), (40.0, 80.0), (15.0, 30.0))},
+    FaultKind.NET_DELAY: {"delay_ms": ((3.0, 6.0), (8.0, 15.0), (20.0, 40.0))},
+    FaultKind.GC_PAUSES: {"pause_ms": ((40.0, 70.0), (80.0, 150.0), (180.0, 300.0))},
+    FaultKind.STAGE_IMBALANCE: {"vocab": ((1536.0, 2560.0), (3072.0, 5120.0),
+                                          (6144.0, 8192.0))},
+    FaultKind.SEQ_IMBALANCE: {"longtail_sigma": ((0.8, 1.0), (1.1, 1.3), (1.4, 1.6))},
+}
+"""Per kind, the magnitude parameter's (lo, hi) at the severity levels barely / mild /
+severe (barely: job S about 1.05, from the §6 table's factor 1.4 -> S 1.12 and the
+fault benchmark, benchmarks/README.md)."""
+
+INTEGER_PARAMS = frozenset({"vocab"})
+"""Magnitudes that must be integers."""
+
+COMBOS: tuple[tuple[FaultKind, ...], ...] = (
+    (FaultKind.SLOW_WORKER, FaultKind.SLOW_WORKER),
+    (FaultKind.SLOW_WORKER, FaultKind.GC_PAUSES),
+    (FaultKind.NET_THROTTLE, FaultKind.STAGE_IMBALANCE),
+    (FaultKind.SLOW_WORKER, FaultKind.NET_DELAY),
+    (FaultKind.SLOW_WORKER, FaultKind.SLOW_WORKER, FaultKind.GC_PAUSES),
+)
+"""Fault mixes of the multi-fault cases (each split has each at least once)."""
+
+FAILING_TIMEOUT_S = 10.0
+"""collective_timeout_s of cases with a hang or crash (the run fails within it)."""
+
+SEED_OFFSET = {Split.DEV: 0, Split.TEST: 1000}
+"""First run seed of each split's cases."""
+
+_KEYS = {"seed", "steps", "run", "dev", "test"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One case of a split: a scenario entry and what it covers."""
+
+    name: str
+    """Scenario name, `<split>-NN`."""
+    split: Split
+    """The split it belongs to."""
+    dp: int
+    """DP degree."""
+    pp: int
+    """PP degree."""
+    entry: dict
+    """Resolved scenario entry (config/scenarios.yaml schema, no name)."""
+    seed: int
+    """Run seed (`train --seed`): dev from 0, test from SEED_OFFSET[test], so even the clean
+    controls of one layout differ between the splits (data order, initial weights)."""
+
+    @property
+    def family(self) -> LayoutFamily:
+        """Layout family."""
+        return LayoutFamily.of(self.dp, self.pp)
+
+    @property
+    def kinds(self) -> list[str]:
+        """Fault kinds of the case (`clean` for none)."""
+        return sorted({f["kind"] for f in self.entry.get("faults") or []}) or ["clean"]
+
+    def signature(self) -> str:
+        """Identity of a case: its layout and fault list (what disjointness compares)."""
+        faults = sorted(repr(sorted(f.items())) for f in self.entry.get("faults") or [])
+        return f"dp{self.dp}-pp{self.pp}|seed{self.seed}|" + "|".join(faults)
+
+
+def _magnitude(rng: random.Random, kind: FaultKind, level: int) -> dict:
+    out = {}
+    for key, levels in SEVERITY.get(kind, {}).items():
+        lo, hi = levels[level]
+        value = rng.uniform(lo, hi)
+        out[key] = int(round(value / 64) * 64) if key in INTEGER_PARAMS else round(value, 2)
+    if kind is FaultKind.GC_PAUSES:
+        out["every_steps"] = rng.randint(2, 4)
+    if kind is FaultKind.SEQ_IMBALANCE:
+        out["mean_seq_len"] = 128
+    return out
+
+
+def _fault(rng: random.Random, kind: FaultKind, dp: int, pp: int, steps: int,
+           taken: set[tuple[int, int]]) -> dict:
+    """One fault record of the scenario format; targeted victims avoid `taken` cells."""
+    fault: dict = {"kind": kind.value, "params": _magnitude(rng, kind, rng.randrange(3))}
+    targeted = kind in TARGETED_KINDS or (kind is FaultKind.GC_PAUSES and rng.random() < 0.5)
+    if targeted:
+        cells = [(d, s) for s in range(pp) for d in range(dp) if (d, s) not in taken] or \
+            [(d, s) for s in range(pp) for d in range(dp)]
+        d, s = cells[rng.randrange(len(cells))]
+        taken.add((d, s))
+        first = rng.randint(*FIRST_STEPS)
+        fault.update(targets=[{"dp_rank": d, "stage": s}], first_step=first)
+        if kind not in FAILING_KINDS and rng.random() < STOP_SHARE:
+            fault["last_step"] = rng.randint(first + 3, steps - 3)
+    return fault
+
+
+def _moving(rng: random.Random, dp: int, pp: int, steps: int) -> list[dict]:
+    """A slow worker that moves: one victim for a window, then another until the end."""
+    taken: set[tuple[int, int]] = set()
+    a = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken)
+    b = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken)
+    a["first_step"] = rng.randint(*FIRST_STEPS)
+    a["last_step"] = a["first_step"] + 3
+    b["first_step"] = a["last_step"] + 1
+    b.pop("last_step", None)
+    return [a, b]
+
+
+def _layout_for(rng: random.Random, kinds: tuple[FaultKind, ...],
+                family: LayoutFamily | None = None) -> tuple[int, int]:
+    need_pp = FaultKind.STAGE_IMBALANCE in kinds
+    need_two = sum(k in TARGETED_KINDS for k in kinds) >= 2
+    choices = [(d, p) for d, p in LAYOUTS
+               if (family is None or LayoutFamily.of(d, p) is family)
+               and (not need_pp or p >= 2) and (not need_two or d * p >= 2)]
+    return choices[rng.randrange(len(choices))]
+
+
+def _plan(rng: random.Random, count: int) -> list[tuple[tuple[FaultKind, ...], tuple[int, int],
+                                                        bool]]:
+    """(kinds, layout, moving) of every case: coverage first, then random fill."""
+    plan: list = [((), layout, False) for layout in LAYOUTS]
+    for kind in FaultKind:
+        for family in LayoutFamily:
+            if kind is FaultKind.STAGE_IMBALANCE and family is LayoutFamily.PURE_DP:
+                continue
+            plan.append(((kind,), _layout_for(rng, (kind,), family), False))
+    for combo in COMBOS:
+        plan.append((combo, _layout_for(rng, combo), False))
+    plan.append(((FaultKind.SLOW_WORKER,), _layout_for(rng, (FaultKind.SLOW_WORKER,) * 2), True))
+    if count < len(plan):
+        raise InputError(f"splits: count {count} is below the {len(plan)} cases the coverage "
+                         "plan needs (a clean control per layout, every kind per layout "
+                         "family, every fault mix)")
+    singles = [k for k in FaultKind if k not in FAILING_KINDS]
+    while len(plan) < count:
+        kinds = rng.choice(COMBOS) if rng.random() < 0.35 else (rng.choice(singles),)
+        plan.append((kinds, _layout_for(rng, kinds), False))
+    return plan
+
+
+def generate_split(split: Split, seed: int, steps: int, count: int) -> list[Case]:
+    """The cases of one split (deterministic in seed, split and count)."""
+    rng = random.Random(f"{seed}:{split.value}")
+    cases = []
+    for i, (kinds, (dp, pp), moving) in enumerate(_plan(rng, count)):
+        name = f"{split.value}-{i:02d}"
+        taken: set[tuple[int, int]] = set()
+        faults = _moving(rng, dp, pp, steps) if moving else \
+            [_fault(rng, k, dp, pp, steps, taken) for k in kinds]
+        seq = FaultKind.SEQ_IMBALANCE in kinds
+        base = "seq-imbalance" if seq else "clean-dp2-pp2"
+        run: dict = {"steps": steps}
+        if any(FaultKind(f["kind"]) in FAILING_KINDS for f in faults):
+            run["collective_timeout_s"] = FAILING_TIMEOUT_S
+        over = {"run": run, "faults": []}
+        base_entry = _resolve(base, {"run": {"steps": steps}, "faults": []}, name)
+        over.update(_layout_overrides(base_entry, dp, pp))
+        over["faults"] = faults
+        entry = _resolve(base, over, f"splits.{split.value} case {name}")
+        entry["description"] = (f"{split.value} case: {kind_of(entry)}, dp{dp}-pp{pp}"
+                                + ("; a moving slow worker" if moving else ""))
+        cases.append(Case(name=name, split=split, dp=dp, pp=pp, entry=entry,
+                          seed=SEED_OFFSET[split] + i))
+    return cases
+
+
+STARTUP_S = (1.6, 2.55)
+"""Run start-up, s = a + b * ranks (Ray, actors, isolation, warm-up step): fitted on two
+short runs on the 2-core machine, 2026-11-23, shared with two other sessions: dp2-pp1
+(7.1 s, 6 steps of ~70 ms) and dp4-pp4 (47.8 s, 6 steps of ~0.9 s)."""
+
+STEP_UNIT_S = 0.028
+"""Step time, s, per unit of dp * n_layers * microbatches / 4 (clean base): dp4-pp4
+(32 units) 0.9 s -> 28 ms; dp2-pp1 (4 units) 70 ms -> 17.5 ms; dp2-pp2 (8 units)
+260 ms -> 32 ms (benchmarks/README.md). The seq-imbalance base (long packed
+sequences): 37 ms per unit (its benchmark row: 294 ms at dp4-pp1, 2 layers)."""
+
+ANALYSIS_S = 20.0
+"""whatif + every detector offline and online per run, s of wall time on 2 cores
+(about 16 CLI jobs of ~2.5 s, two at a time; benchmarks/README.md detector costs)."""
+
+
+def estimate_seconds(case: Case) -> float:
+    """Rough wall time of one case on 2 cores: start-up + steps x step time (slowed by its
+    faults, conservatively: the whole job at the victim's factor) + failure timeout +
+    analysis. Constants above say where each number comes from."""
+    e = case.entry
+    units = case.dp * e["model"]["n_layers"] * e["parallel"]["microbatches"] / 4
+    seq = any(f["kind"] == FaultKind.SEQ_IMBALANCE.value for f in e.get("faults") or [])
+    step = units * (0.037 if seq else STEP_UNIT_S)
+    total = STARTUP_S[0] + STARTUP_S[1] * case.dp * case.pp + ANALYSIS_S
+    steps = e["run"]["steps"]
+    factor = 1.0
+    for f in e.get("faults") or []:
+        p, kind = f.get("params") or {}, FaultKind(f["kind"])
+        if kind is FaultKind.SLOW_WORKER:
+            factor *= p["factor"]
+        elif kind is FaultKind.NET_THROTTLE:  # 50 Mbit/s: 935 vs 260 ms (benchmarks/README)
+            factor *= max(1.0, 3.6 * 50.0 / p["rate_mbit"])
+        elif kind is FaultKind.NET_DELAY:
+            step += p["delay_ms"] / 1000 * (2 * e["parallel"]["microbatches"] + 3)
+        elif kind is FaultKind.GC_PAUSES:
+            step += 1.3 * p["pause_ms"] / 1000 / p["every_steps"]
+        elif kind is FaultKind.STAGE_IMBALANCE:  # vocab 4096: 1.22x (benchmarks/README)
+            factor *= 1.0 + 0.055 * p["vocab"] / 1024
+        elif kind is FaultKind.SEQ_IMBALANCE:
+            factor *= 1.3
+        elif kind in FAILING_KINDS:
+            total += FAILING_TIMEOUT_S + 5.0
+            steps = min(steps, int(f.get("first_step", steps)))
+    return total + steps * step * factor
+
+
+def _int(raw: object, where: str, lo: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:
+        raise InputError(f"{where} must be an integer >= {lo}, got {raw!r}")
+    return raw
+
+
+def parse_splits(raw: object) -> tuple[int, int, dict[Split, int], list[Split]]:
+    """(seed, steps, count per split, selected splits) of the config's `splits` mapping."""
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict) or set(raw) - _KEYS:
+        raise InputError("splits must be a mapping with seed, steps, run, dev and test, got "
+                         f"{raw!r}")
+    seed = _int(raw.get("seed", 14), "splits.seed", 0)
+    steps = _int(raw.get("steps", 14), "splits.steps", 12)
+    counts = {}
+    for split in Split:
+        spec = raw.get(split.value) or {}
+        if not isinstance(spec, dict) or set(spec) - {"count"}:
+            raise InputError(f"splits.{split.value} must be {{count: N}}, got {spec!r}")
+        counts[split] = _int(spec.get("count", 44), f"splits.{split.value}.count", 1)
+    selected = raw.get("run") or []
+    if not isinstance(selected, list) or not all(s in {x.value for x in Split}
+                                                 for s in selected):
+        raise InputError(f"splits.run must be a list of dev and/or test, got {selected!r}")
+    return seed, steps, counts, [Split(s) for s in dict.fromkeys(selected)]
+
+
+def all_cases(raw: object) -> dict[Split, list[Case]]:
+    """Both splits' cases, checked disjoint (no case signature in both)."""
+    seed, steps, counts, _ = parse_splits(raw)
+    cases = {s: generate_split(s, seed, steps, counts[s]) for s in Split}
+    dev = {c.signature() for c in cases[Split.DEV]}
+    shared = dev & {c.signature() for c in cases[Split.TEST]}
+    if shared:
+        raise InputError(f"splits: dev and test share {len(shared)} case(s); change splits.seed")
+    return cases
+
+
+def expand_splits(raw: object) -> tuple[list[Run], dict[str, dict]]:
+    """Runs and scenario entries of the splits the config selects (`splits.run`)."""
+    _, _, _, selected = parse_splits(raw)
+    if not selected:
+        return [], {}
+    cases = all_cases(raw)
+    runs, entries = [], {}
+    for split in selected:
+        for case in cases[split]:
+            entries[case.name] = case.entry
+            runs.append(Run(case.name, case.seed, f"split-{split.value}", kind_of(case.entry)))
+    return runs, entries
+
+
+def coverage_table(cases: list[Case]) -> dict[str, dict[str, int]]:
+    """Cases per fault kind (rows, `clean` included) and layout family (columns)."""
+    table: dict[str, dict[str, int]] = {}
+    for case in cases:
+        for kind in case.kinds:
+            row = table.setdefault(kind, {f.value: 0 for f in LayoutFamily})
+            row[case.family.value] += 1
+    return dict(sorted(table.items()))
+
+
+def format_coverage(cases: list[Case]) -> str:
+    """The coverage table as text, plus counts of multi-fault and windowed cases."""
+    table = coverage_table(cases)
+    fams = [f.value for f in LayoutFamily]
+    lines = [f"{'kind':16s}" + "".join(f"{f:>9s}" for f in fams)]
+    lines += [f"{k:16s}" + "".join(f"{row[f]:>9d}" for f in fams) for k, row in table.items()]
+    multi = sum(len(c.entry.get("faults") or []) > 1 for c in cases)
+    windows = sum(any(f.get("last_step") is not None for f in c.entry.get("faults") or [])
+                  for c in cases)
+    lines.append(f"{len(cases)} cases, {multi} with several faults, {windows} with a fault "
+                 "that stops before the end; estimated "
+                 f"{sum(map(estimate_seconds, cases)) / 60:.0f} min on 2 cores")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - a printout for the README / report
+    import sys
+
+    import yaml
+
+    from stragglerlab.scenario import DEFAULT_CONFIG
+
+    with open(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CONFIG.parent / "workflow.yaml") as fh:
+        cfg = yaml.safe_load(fh)
+    for split, cases in all_cases(cfg.get("splits")).items():
+        print(f"== {split.value}\n{format_coverage(cases)}\n")

@@ -1,0 +1,129 @@
+"""Issue 14: dev/test splits, per-fault scoring with intervals, the new baselines, peeling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stragglerlab.analysis.bootstrap import CaseBootstrap
+from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
+from stragglerlab.analysis.detectors.bocd import BocdConfig, bocd_map_segments
+from stragglerlab.analysis.detectors.nvrx import nvrx_scores
+from stragglerlab.analysis.detectors.signatures import peel_stragglers
+from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth
+from stragglerlab.analysis.scoring import score_run, score_suite
+from stragglerlab.errors import InputError
+from stragglerlab.workflow.splits import (
+    LayoutFamily,
+    Split,
+    all_cases,
+    coverage_table,
+    estimate_seconds,
+    expand_splits,
+)
+
+CFG = {"seed": 14, "steps": 14, "dev": {"count": 44}, "test": {"count": 44}}
+
+
+def test_splits_are_disjoint_seeded_and_cover_every_kind_and_family():
+    a, b = all_cases(CFG), all_cases(CFG)
+    assert [c.entry for c in a[Split.TEST]] == [c.entry for c in b[Split.TEST]]
+    dev = {c.signature() for c in a[Split.DEV]}
+    assert not dev & {c.signature() for c in a[Split.TEST]}
+    test = a[Split.TEST]
+    assert len(test) >= 40
+    table = coverage_table(test)
+    for kind, row in table.items():
+        for fam in LayoutFamily:
+            if kind == "stage-imbalance" and fam is LayoutFamily.PURE_DP:
+                continue
+            assert row[fam.value] >= 1, (kind, fam)
+    assert {(c.dp, c.pp) for c in test if c.kinds == ["clean"]} >= {(2, 1), (1, 2), (4, 4)}
+    assert any(len(c.entry["faults"]) == 3 for c in test)
+    assert sum(estimate_seconds(c) for c in test) < 60 * 60
+
+
+def test_splits_are_selected_by_run_and_bad_input_is_one_input_error():
+    assert expand_splits(CFG) == ([], {})
+    runs, entries = expand_splits({**CFG, "run": ["test"]})
+    assert len(runs) == 44 and all(r.scenario.startswith("test-") for r in runs)
+    with pytest.raises(InputError):
+        expand_splits({**CFG, "run": ["train"]})
+    with pytest.raises(InputError):
+        all_cases({**CFG, "test": {"count": 5}})
+
+
+def _f(ranks, cause, first=0, last=20, est=None, at=None):
+    return Finding([RankRef(r, r % 2, r // 2) for r in ranks], first, last, cause, 0.9, est, at)
+
+
+def _two_fault_truth():
+    faults = [FaultTruth(kind="slow-worker", cause=RootCause.SLOW_WORKER, ranks=frozenset({1}),
+                         first_step=4, last_step=None, measured_slowdown=None),
+              FaultTruth(kind="gc-pauses", cause=RootCause.GC_PAUSES, ranks=frozenset({2}),
+                         first_step=8, last_step=12, measured_slowdown=1.5)]
+    return RunTruth("r", "slow-worker", RootCause.SLOW_WORKER, frozenset({1, 2}), 4, 4, None,
+                    faults=faults, dp_size=2, pp_size=2)
+
+
+def test_each_fault_is_scored_on_its_own_window_cause_and_latency():
+    truth = _two_fault_truth()
+    online = [_f([1], RootCause.SLOW_WORKER, at=6), _f([2], RootCause.GC_PAUSES, at=9)]
+    s = score_run(truth, [_f([1], RootCause.SLOW_WORKER),
+                          _f([2], RootCause.SLOW_WORKER, first=14, last=20, est=1.2)], online)
+    assert [f.recalled for f in s.faults] == [True, False]  # the 2nd finding misses the window
+    assert [f.latency_steps for f in s.faults] == [2, 1]
+    s = score_run(truth, [_f([2], RootCause.GC_PAUSES, first=9, last=11, est=1.2)])
+    assert [(f.recalled, f.cause_right) for f in s.faults] == [(False, False), (True, True)]
+    assert s.faults[1].slowdown_error == pytest.approx(0.2)
+    assert s.cause_ok  # the top cause names one of the run's causes
+
+
+def test_suite_reports_intervals_and_kind_family_cells():
+    truths = [_two_fault_truth(),
+              RunTruth("c", "clean", RootCause.NONE, frozenset(), 4, None, None,
+                       dp_size=4, pp_size=1)]
+    out = score_suite(truths, {"r": [_f([1], RootCause.SLOW_WORKER)],
+                               "c": [_f([0], RootCause.SLOW_WORKER)]}).to_json()
+    assert out["fault_recall"] == pytest.approx(0.5)
+    lo, hi = out["ci"]["f1"]
+    assert lo <= out["f1"] <= hi and lo < hi
+    assert set(out["by_kind_family"]) == {"clean|pure-dp", "gc-pauses|dp+pp",
+                                          "slow-worker|dp+pp"}
+
+
+def test_bootstrap_is_seeded_and_brackets_the_ratio():
+    tp = np.array([1, 0, 1, 1, 0, 1.0])
+    a = CaseBootstrap.draw(6, seed=3).ratio_ci(tp, np.ones(6))
+    assert a == CaseBootstrap.draw(6, seed=3).ratio_ci(tp, np.ones(6))
+    assert a[0] <= tp.mean() <= a[1]
+    assert CaseBootstrap.draw(0).ratio_ci(np.array([]), np.array([])) is None
+
+
+def test_peeling_finds_two_stragglers_on_different_rows_and_columns():
+    steps = 10
+    dp = np.ones((4, steps))
+    st = np.ones((2, steps))
+    dp[1], st[0] = 1.6, 1.6    # straggler (stage 0, dp 1)
+    dp[2, 4:], st[1, 4:] = 1.4, 1.4  # straggler (stage 1, dp 2) from step 4
+    found = peel_stragglers(dp, st, step_threshold=1.15, worker_threshold=1.1, min_steps=3)
+    assert {(p, d) for p, d, *_ in found} == {(0, 1), (1, 2)}
+    assert [f[2] for f in found if f[:2] == (1, 2)] == [4]
+    clean = peel_stragglers(np.ones((4, steps)), np.ones((2, steps)), step_threshold=1.15,
+                            worker_threshold=1.1, min_steps=3)
+    assert clean == []
+
+
+def test_bocd_sees_a_level_shift_and_not_noise():
+    rng = np.random.default_rng(0)
+    y = rng.normal(0, 0.02, size=(2, 30))
+    y[0, 12:] += 0.5
+    starts, means = bocd_map_segments(y, BocdConfig())
+    assert starts[0, -1] == 12 and means[0, -1] == pytest.approx(0.5, abs=0.05)
+    assert starts[1, -1] < 3
+
+
+def test_nvrx_individual_score_sees_a_rank_slowing_without_faster_peers():
+    med = np.array([[1.0, 1.0, 2.0]])  # one rank, its own past is the reference
+    relative, individual = nvrx_scores(med, np.array([0]))
+    assert relative[0, -1] == 1.0 and individual[0, -1] == pytest.approx(0.5)
