@@ -48,7 +48,8 @@ def _discrepancy_pct(run) -> float | None:
 def clean_table(data: FigureData) -> tuple[str, dict]:
     """Markdown and numbers of the clean runs of both layouts."""
     header = ["scenario", "runs", "S mean ideal\nmean ±sd (min–max)", "S median ideal\nmean",
-              "worst S", "discrepancy\nmedian", "discrepancy\nmax", f"S <= {CLEAN_S_MAX}",
+              "worst S\n(default ideal)", "discrepancy\nmedian", "discrepancy\nmax",
+              f"S <= {CLEAN_S_MAX}",
               f"disc. <= {CLEAN_DISCREPANCY_MEDIAN_PCT:g}%"]
     rows, doc = [], {}
     for name in CLEAN_LAYOUTS:
@@ -60,7 +61,8 @@ def clean_table(data: FigureData) -> tuple[str, dict]:
             rows.append([name, "0", *["-"] * (len(header) - 2)])
             continue
         sp = Spread.of(s_mean)
-        worst = max(s_mean + s_med)
+        # Judged on the §6 table's default ideal, like the §6 verdict; the other is shown.
+        worst = max(s_med if table_s6.DEFAULT_IDEAL == "median" and s_med else s_mean)
         med_disc = float(np.median(disc)) if disc else float("nan")
         doc[name] = {"runs": len(runs), "s_mean_ideal": s_mean, "s_median_ideal": s_med,
                      "discrepancy_pct": disc, "worst_s": worst,

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 
 from stragglerlab.errors import InputError
 
@@ -67,14 +69,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, taken down the Ctrl-C path so injected faults and host setup are undone."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     args = build_parser().parse_args(argv)
+    # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
+    # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _verb(args.verb).run(args) or 0
     except InputError as e:
         print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print(f"stragglerlab {args.verb}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"stragglerlab {args.verb}: interrupted", file=sys.stderr)
         return 130

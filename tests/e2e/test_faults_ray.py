@@ -1,5 +1,6 @@
 """Fault scenarios end to end on Ray (slow tier): crash and hang fail the run in time with the
-right rank, and a SIGKILLed run leaves nothing behind once the next run has started.
+right rank, a SIGKILLed run leaves nothing behind once the next run has started, and a
+SIGTERMed one undoes everything itself.
 
     .venv/bin/python -m pytest -m slow tests/e2e/test_faults_ray.py
 """
@@ -66,11 +67,13 @@ def test_failed_rank_ends_the_run_in_time(tmp_path: Path, scenario: str, victim:
     assert set(df["step"].unique()) == set(range(1, 5))
 
 
-def killed_mid_injection(tmp_path: Path) -> tuple[int, set[str], set[str]]:
-    """Start a DP 2 x PP 2 run with a throttled link, SIGKILL its driver at step 2.
+def killed_mid_injection(tmp_path: Path, sig: int = signal.SIGKILL,
+                         ) -> tuple[int, set[str], set[str]]:
+    """Start a DP 2 x PP 2 run with a throttled link, send its driver `sig` at step 2.
 
-    Returns (driver pid, our namespaces before, our cgroups before); Ray, the
-    ranks, the namespaces and the cgroups of the killed run are left behind.
+    Returns (driver pid, our namespaces before, our cgroups before) once the driver has
+    exited (its exit status is in the `returncode` attribute of this function); after a
+    SIGKILL, Ray, the ranks, the namespaces and the cgroups of the run are left behind.
     """
     config = tmp_path / "long.yaml"
     config.write_text("scenarios:\n  long-throttle:\n    parallel: {dp: 2, pp: 2}\n"
@@ -94,8 +97,8 @@ def killed_mid_injection(tmp_path: Path) -> tuple[int, set[str], set[str]]:
             pytest.fail("the run never reached step 2")
         assert set(our_namespaces()) - before_ns  # mid-injection: namespaces exist
         assert set(our_cgroups()) - before_cg
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait()
+        os.kill(driver.pid, sig)
+        killed_mid_injection.returncode = driver.wait(timeout=120)
     finally:
         if driver.poll() is None:
             driver.kill()
@@ -116,3 +119,19 @@ def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
     qdiscs = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
     assert "tbf" not in qdiscs  # the host's own interfaces were never shaped
     assert processes_of(driver_pid) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not CpuIsolation.available()[0],
+                    reason="needs root, cgroup v1 and network namespaces")
+def test_sigtermed_run_undoes_its_faults_itself(tmp_path: Path):
+    driver_pid, before_ns, before_cg = killed_mid_injection(tmp_path, signal.SIGTERM)
+    assert killed_mid_injection.returncode == 143
+    # No next run and no `stragglerlab clean`: the terminated run undid its own setup.
+    assert set(our_namespaces()) <= before_ns
+    assert set(our_cgroups()) <= before_cg
+    assert processes_of(driver_pid) == []
+    record = json.loads((tmp_path / "killed" / "run.json").read_text())
+    assert record["outcome"] == "failed" and record["error"]["kind"] == "interrupted"
+    killed = tmp_path / "killed"
+    partial, _ = read_trace(killed / "trace.parquet", killed / "meta.yaml")
+    assert len(partial) > 0  # the steps traced before the signal
