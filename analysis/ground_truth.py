@@ -21,7 +21,6 @@ are not detection cases and are marked `scored = False`.
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ import pandas as pd
 from stragglerlab.analysis.steps import step_times
 from stragglerlab.faults import FaultKind, FaultRecord
 from stragglerlab.findings import RootCause
+from stragglerlab.meta import LayoutFamily
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.run_record import RunRecord
 
@@ -43,19 +43,6 @@ MIN_BASELINE_STEPS = 3
 
 CAUSE_OF_KIND: dict[str, RootCause] = {k.value: RootCause.of_kind(k) for k in FaultKind}
 """The root-cause label a detector should give for each fault kind: the same spelling."""
-
-
-class LayoutFamily(str, enum.Enum):
-    """Layout family of a job (the leaderboard's columns; stragglerlab.workflow.splits)."""
-
-    PURE_DP = "pure-dp"
-    PURE_PP = "pure-pp"
-    DP_PP = "dp+pp"
-
-    @classmethod
-    def of(cls, dp: int, pp: int) -> LayoutFamily:
-        """The family of a dp x pp layout (dp1-pp1 counts as pure DP)."""
-        return cls.PURE_DP if pp == 1 else cls.PURE_PP if dp == 1 else cls.DP_PP
 
 
 @dataclass(kw_only=True)

@@ -9,6 +9,7 @@ The artifact's `meta-*.yaml` files load unchanged:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,19 @@ import yaml
 
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import echo
+
+
+class LayoutFamily(str, enum.Enum):
+    """Layout family of a job: the leaderboard's columns and the splits' coverage table."""
+
+    PURE_DP = "pure-dp"
+    PURE_PP = "pure-pp"
+    DP_PP = "dp+pp"
+
+    @classmethod
+    def of(cls, dp: int, pp: int) -> LayoutFamily:
+        """The family of a dp x pp layout (dp1-pp1 counts as pure DP)."""
+        return cls.PURE_DP if pp == 1 else cls.PURE_PP if dp == 1 else cls.DP_PP
 
 MAX_WORKERS = 65_536
 """Largest dp_size * pp_size (traced workers) a job meta may name: the analysis holds

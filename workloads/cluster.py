@@ -37,7 +37,7 @@ from pathlib import Path
 
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.workloads.launcher import MALLOC_ENV
+from stragglerlab.workloads.launcher import MALLOC_ENV, interrupted_error, launch_error
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.run_folder import write_run_folder
 
@@ -248,12 +248,11 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         if record["error"]:
             _name_lost(ray, helpers, record, say)
         record["wall_s"] = {"ray_start": t_ray - t_start, "train": time.time() - t_run}
-    except KeyboardInterrupt:
-        record["error"] = {"rank": None, "kind": "interrupted", "message": "Ctrl-C"}
+    except KeyboardInterrupt as e:
+        record["error"] = interrupted_error(e)
         raise
     except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
-        record["error"] = record["error"] or {"rank": None, "kind": type(e).__name__,
-                                              "message": str(e)[:2000]}
+        record["error"] = record["error"] or launch_error(e)
     finally:
         for inj in injectors:
             inj.on_finish(locals().get("driver") or {})

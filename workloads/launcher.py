@@ -60,6 +60,17 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
               "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
 
 
+def interrupted_error(exc: KeyboardInterrupt) -> dict:
+    """run.json `error` of a run stopped by Ctrl-C or SIGTERM (the CLI raises the latter
+    with the message 'SIGTERM')."""
+    return {"rank": None, "kind": "interrupted", "message": str(exc) or "Ctrl-C"}
+
+
+def launch_error(exc: Exception) -> dict:
+    """run.json `error` of a launch that failed outside the ranks."""
+    return {"rank": None, "kind": type(exc).__name__, "message": str(exc)[:2000]}
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -230,12 +241,11 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
             for a in actors:
                 ray.kill(a, no_restart=True)
         record["wall_s"] = {"ray_start": t_ray - t_start, "train": time.time() - t_run}
-    except KeyboardInterrupt:
-        record["error"] = {"rank": None, "kind": "interrupted", "message": "Ctrl-C"}
+    except KeyboardInterrupt as e:
+        record["error"] = interrupted_error(e)
         raise
     except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
-        record["error"] = record["error"] or {"rank": None, "kind": type(e).__name__,
-                                              "message": str(e)[:2000]}
+        record["error"] = record["error"] or launch_error(e)
     finally:
         for inj in injectors:
             inj.on_finish(driver if "driver" in locals() else {})

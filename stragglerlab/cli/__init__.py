@@ -74,7 +74,7 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
-    raise Terminated
+    raise Terminated("SIGTERM")  # the message run.json records
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
+from stragglerlab.meta import LayoutFamily
 from stragglerlab.workflow.population import (
     FAILING_KINDS,
     TARGETED_KINDS,
@@ -63,19 +64,6 @@ class Split(str, enum.Enum):
 
     DEV = "dev"
     TEST = "test"
-
-
-class LayoutFamily(str, enum.Enum):
-    """Layout families of the coverage table."""
-
-    PURE_DP = "pure-dp"
-    PURE_PP = "pure-pp"
-    DP_PP = "dp+pp"
-
-    @classmethod
-    def of(cls, dp: int, pp: int) -> LayoutFamily:
-        """The family of a dp x pp layout."""
-        return cls.PURE_DP if pp == 1 else cls.PURE_PP if dp == 1 else cls.DP_PP
 
 
 LAYOUTS: tuple[tuple[int, int], ...] = ((2, 1), (4, 1), (1, 2), (1, 4), (2, 2), (2, 4),

@@ -132,6 +132,7 @@ def test_sigtermed_run_undoes_its_faults_itself(tmp_path: Path):
     assert processes_of(driver_pid) == []
     record = json.loads((tmp_path / "killed" / "run.json").read_text())
     assert record["outcome"] == "failed" and record["error"]["kind"] == "interrupted"
+    assert record["error"]["message"] == "SIGTERM"
     killed = tmp_path / "killed"
     partial, _ = read_trace(killed / "trace.parquet", killed / "meta.yaml")
     assert len(partial) > 0  # the steps traced before the signal
