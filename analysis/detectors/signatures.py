@@ -203,3 +203,17 @@ def microbatch_variation_share(trace: pd.DataFrame) -> float | None:
     within = float(np.var(d - cell_mean.to_numpy()))
     between = float(np.var(stage_mean.to_numpy()))
     return within / (within + between) if within + between > 0 else None
+
+
+def stage_constancy(step_s_stage: np.ndarray, heavy: int, min_steps: int = 4) -> float | None:
+    """How constant a heavy stage's excess is over the run: the mean excess of the heavy
+    stage's per-step S over the lightest stage's, in the weaker half of the steps over the
+    stronger half (1: constant, 0: only in one half). None with too few steps."""
+    s = np.asarray(step_s_stage, dtype=float)  # [pp, steps]
+    if s.ndim != 2 or s.shape[1] < min_steps:
+        return None
+    excess = s[heavy] / np.maximum(s.min(axis=0), 1e-12) - 1.0
+    half = s.shape[1] // 2
+    a, b = float(excess[:half].mean()), float(excess[half:].mean())
+    strong = max(a, b)
+    return 1.0 if strong <= 0 else max(min(a, b), 0.0) / strong

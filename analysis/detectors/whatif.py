@@ -69,6 +69,7 @@ from stragglerlab.analysis.detectors.signatures import (
     microbatch_variation_share,
     peel_stragglers,
     seq_len_correlation,
+    stage_constancy,
     step_time_total,
     step_worker_scores,
 )
@@ -151,6 +152,11 @@ class WhatIfDetectorConfig:
     """Measured GC pause time over job time that makes GC a cause."""
     gc_rank_share: float = 0.1
     """A rank is named for GC when its pauses are at least this share of the worst rank's."""
+    stage_constancy: float = 0.3
+    """A stage imbalance is an offset constant over the run (it comes from the partition):
+    the heavy stage's excess over the lightest stage in the weaker half of the steps must be
+    at least this share of the stronger half's, else a device slowed from some step on.
+    Set on dev: stage-imbalance runs 0.55-0.87, slow workers with a step window 0.01-0.04."""
     mb_variation_share: float = 0.5
     """A stage-imbalance candidate is sequence imbalance instead when at least this share of
     forward-time variance is per microbatch within a worker-step (not a per-stage offset)
@@ -196,8 +202,17 @@ class WhatIfDetector(Detector):
         """Straggler findings from the what-if evidence and the run's trace (not failures)."""
         steps = evidence.steps
         gc = self._gc(run, evidence.view.slowdown, steps)
-        if gc is not None:
-            return [gc]
+        if gc is None:
+            return self._not_gc(run, evidence, steps)
+        # GC explains its own ranks' pauses, not the rest of the job: look on for other causes
+        # (a slow worker beside the pauses), leaving out what only names the GC ranks.
+        named = {(r.dp_rank, r.stage) for r in gc.ranks}
+        rest = [f for f in self._not_gc(run, evidence, steps)
+                if not f.ranks or not {(r.dp_rank, r.stage) for r in f.ranks} <= named]
+        return [gc, *rest]
+
+    def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
+        """Findings of the causes other than GC, first match in the method's order."""
         seq = self._sequence_imbalance(run, evidence, steps)
         if seq is not None:
             return [seq]
@@ -275,12 +290,15 @@ class WhatIfDetector(Detector):
         compute_excess, comm_excess = category_excess(result)
         if comm_excess > compute_excess:
             return None  # a slow link, not a heavy stage
+        constancy = stage_constancy(result.step_s_stage, heavy)
+        if constancy is not None and constancy < cfg.stage_constancy:
+            return None  # the stage was not always heavy: a device slowed mid-run
         return Finding(
             [run.worker(d, heavy) for d in range(run.meta.dp_size)],
             int(steps[0]), int(steps[-1]), RootCause.STAGE_IMBALANCE,
             confidence=float(min(1.0, 0.5 + (ratio - cfg.worker_threshold) * 2)),
             estimated_slowdown=result.slowdown,
-            detail={"stage_ratio": ratio, "m_s": result.m_s.rem,
+            detail={"stage_ratio": ratio, "m_s": result.m_s.rem, "stage_constancy": constancy,
                     "s_stage": [float(v) for v in s_stage]})
 
     def _failure(self, run: Run) -> list[Finding]:

@@ -128,3 +128,34 @@ def test_missing_whatif_json_says_to_run_whatif_first(tmp_path):
     df, meta = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=2, n_steps=10))
     with pytest.raises(InputError, match="run `stragglerlab whatif --run .*` first"):
         get_detector("whatif").detect(Run(df, meta, str(tmp_path)))
+
+
+def test_pure_pp_stage_slowed_from_some_step_on_is_a_slow_worker_not_the_stage(_run):
+    # Without DP peers the two look alike per step; a partition's offset is there from the
+    # first step, a device slowed mid-run is not.
+    run = _run(dp_size=1, n_steps=14,
+               slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=1.8, first_step=7),))
+    (finding,) = get_detector("whatif").detect(run)
+    assert finding.root_cause is RootCause.SLOW_WORKER
+    assert _cells(finding) == [(0, 1)]
+
+
+def test_pure_pp_heavy_last_stage_from_the_start_stays_stage_imbalance(_run):
+    run = _run(dp_size=1, pp_size=3, n_steps=14, last_stage_factor=1.6)
+    (finding,) = get_detector("whatif").detect(run)
+    assert finding.root_cause is RootCause.STAGE_IMBALANCE
+    assert finding.detail["stage_constancy"] > 0.5
+
+
+def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(_run):
+    run = _run(dp_size=4, n_steps=12,
+               slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.8),))
+    pauses = np.zeros(len(run.trace))
+    on_rank0 = (run.trace["rank"] == 0).to_numpy() & run.trace["optype"].isin(
+        ["forward-compute", "backward-compute"]).to_numpy()
+    pauses[np.flatnonzero(on_rank0)[::6]] = 0.05
+    run.trace["gc_pause_s"] = pauses
+    findings = get_detector("whatif").detect(run)
+    causes = {f.root_cause: _cells(f) for f in findings}
+    assert RootCause.GC_PAUSES in causes
+    assert causes.get(RootCause.SLOW_WORKER) == [(2, 1)]
