@@ -160,8 +160,8 @@ class WhatIfDetectorConfig:
     mb_variation_share: float = 0.5
     """A stage-imbalance candidate is sequence imbalance instead when at least this share of
     forward-time variance is per microbatch within a worker-step (not a per-stage offset)
-    and forward time correlates with sum(seq_len^2) at `seq_correlation`. Provisional, to
-    be set on dev (0.5: the midpoint of the two mechanisms' shares, not tuned)."""
+    and forward time correlates with sum(seq_len^2) at `seq_correlation`. Untuned: 0.5 is the
+    midpoint of the two mechanisms' shares; on dev (2026-11-23) no case reached this branch."""
 
 
 class WhatIfDetector(Detector):
