@@ -37,7 +37,12 @@ from pathlib import Path
 
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.workloads.launcher import MALLOC_ENV, interrupted_error, launch_error
+from stragglerlab.workloads.launcher import (
+    MALLOC_ENV,
+    interrupted_error,
+    launch_error,
+    our_sigterm_handler,
+)
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.run_folder import write_run_folder
 
@@ -57,10 +62,11 @@ def _attach(ray, address: str) -> None:
     breaks that cluster's workers for the job.
     """
     try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
-                 runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
-                                           "PYTHONWARNINGS": "ignore::FutureWarning",
-                                           **MALLOC_ENV}})
+        with our_sigterm_handler():
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
+                     runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
+                                               "PYTHONWARNINGS": "ignore::FutureWarning",
+                                               **MALLOC_ENV}})
     except ConnectionError as e:
         hint = "" if os.environ.get("RAY_AUTH_MODE") else (
             " (if the cluster uses token authentication, as `ray start` does when "

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
-import threading
 
 from stragglerlab.errors import InputError
+from stragglerlab.interrupts import install_sigterm_handler, interrupt_message
 
 EXIT_BAD_INPUT = 2
 
@@ -69,30 +68,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, taken down the Ctrl-C path so injected faults and host setup are undone."""
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated("SIGTERM")  # the message run.json records
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     args = build_parser().parse_args(argv)
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _on_sigterm)
+    install_sigterm_handler()
     try:
         return _verb(args.verb).run(args) or 0
     except InputError as e:
         print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Terminated:
-        print(f"stragglerlab {args.verb}: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        if interrupt_message(e) == "SIGTERM":
+            print(f"stragglerlab {args.verb}: terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print(f"stragglerlab {args.verb}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `stragglerlab ... | head`: the reader left; not an error of ours

@@ -43,9 +43,33 @@ def test_sigterm_runs_cleanup_and_exits_143(fake_verb, capsys):
 
 
 def test_ctrl_c_still_exits_130(fake_verb, capsys):
-    def run(args):
+    from stragglerlab.workloads.launcher import interrupted_error
+
+    def run(args):  # after an earlier SIGTERM in this process: main() forgets it
+        assert interrupted_error(KeyboardInterrupt())["message"] == "Ctrl-C"
         raise KeyboardInterrupt
 
     fake_verb(run)
     assert cli.main(["clean"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_sigterm_replaced_by_a_plain_ctrl_c_on_the_way_still_exits_143(fake_verb, capsys):
+    # Ray's blocking calls catch the handler's exception and raise KeyboardInterrupt anew.
+    from stragglerlab.workloads.launcher import interrupted_error
+
+    seen = {}
+
+    def run(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        except KeyboardInterrupt:
+            seen["error"] = interrupted_error(KeyboardInterrupt())
+            raise KeyboardInterrupt from None
+        return 0
+
+    fake_verb(run)
+    assert cli.main(["clean"]) == 143
+    assert seen["error"] == {"rank": None, "kind": "interrupted", "message": "SIGTERM"}
+    assert "terminated (SIGTERM)" in capsys.readouterr().err
