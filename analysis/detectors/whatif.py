@@ -314,8 +314,11 @@ class WhatIfDetector(Detector):
             rank = stopped[0] if len(stopped) == 1 else None
         if rank is None:
             return []
-        step = run.last_step_by_rank.get(int(rank), int(run.trace["step"].max())
-                                         if not run.trace.empty else 0) + 1
+        # The failing step follows the last one the rank finished. Its status file lags by
+        # one (a step's end is reported with the next step's start), so the trace, which
+        # holds every step all ranks finished, may know a later one.
+        traced = int(run.trace["step"].max()) if not run.trace.empty else 0
+        step = max(run.last_step_by_rank.get(int(rank), traced), traced) + 1
         # A dead process is a crash; a rank that stopped progressing (or timed out) hung.
         died = (run.error or {}).get("kind") == "worker-died"
         cause = RootCause.CRASH if died else RootCause.HANG

@@ -104,6 +104,18 @@ def test_failed_run_names_the_rank_the_runtime_lost(_run):
     assert [f.detected_at_step for f in online] == [10]
 
 
+def test_a_crash_is_placed_at_the_step_after_the_last_traced_one(_run):
+    # Status files lag by one step (a step's end is reported with the next start); the
+    # trace holds every step all ranks finished, so it decides when they say less.
+    run = _run()
+    last = int(run.trace["step"].max())
+    run.outcome, run.error = "failed", {"rank": 1, "kind": "worker-died", "message": "gone"}
+    run.last_step_by_rank = {0: last - 1, 1: last - 1, 2: last - 1, 3: last - 1}
+    (finding,) = get_detector("whatif").detect(run)
+    assert (finding.root_cause, finding.first_step, finding.detected_at_step) == (
+        RootCause.CRASH, last + 1, last + 1)
+
+
 @pytest.mark.parametrize("name,cause,cells", [
     ("AR", RootCause.SLOW_WORKER, [(0, 0)]),
     ("ST", RootCause.STAGE_IMBALANCE, [(0, 3), (1, 3)]),
