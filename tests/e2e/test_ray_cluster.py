@@ -162,6 +162,12 @@ def test_spread_dp2_pp2_slow_worker_on_the_second_node(cluster, tmp_path: Path):
     assert victim in blamed, findings
 
 
+def _sigint_default() -> None:
+    # A test run from a background job inherits SIGINT ignored (POSIX shells do that to
+    # background jobs); the driver must see Ctrl-C as a terminal user's run would.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_long_run(cluster, tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path, list]:
     """A long DP 2 x PP 2 run on the cluster, once every rank passed step 2: (driver, run
     folder, rank pids)."""
@@ -171,7 +177,8 @@ def start_long_run(cluster, tmp_path: Path, name: str) -> tuple[subprocess.Popen
     proc = subprocess.Popen(cli("train", "--scenario", "cl-long-dp2-pp2", "--config", str(config),
                                 "--ray-address", cluster.address, "--placement", "spread",
                                 "--out", str(out)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline:
         try:
