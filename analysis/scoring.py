@@ -53,11 +53,15 @@ class FaultScore:
     """Online: steps from its first step to the first such finding (None: not measured)."""
     slowdown_error: float | None
     """Relative error of the finding's estimate vs the fault's own measured slowdown."""
+    measured_slowdown: float | None = None
+    """The fault's own step-time slowdown from the ground truth (None: not separable), so a
+    reader can tell a missed fault that slowed the job from one that barely did."""
 
     def to_json(self) -> dict:
         """JSON form."""
         return {"kind": self.kind, "recalled": self.recalled, "cause_right": self.cause_right,
-                "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error}
+                "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error,
+                "measured_slowdown": self.measured_slowdown}
 
 
 @dataclass
@@ -153,7 +157,8 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
         error = abs(best.estimated_slowdown - fault.measured_slowdown) / fault.measured_slowdown
     return FaultScore(kind=fault.kind, recalled=bool(hits),
                       cause_right=any(same_cause(fault.cause, f.root_cause) for f in hits),
-                      latency_steps=latency, slowdown_error=error)
+                      latency_steps=latency, slowdown_error=error,
+                      measured_slowdown=fault.measured_slowdown)
 
 
 def score_run(truth: RunTruth, findings: list[Finding],

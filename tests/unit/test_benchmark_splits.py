@@ -76,6 +76,7 @@ def test_each_fault_is_scored_on_its_own_window_cause_and_latency():
     s = score_run(truth, [_f([2], RootCause.GC_PAUSES, first=9, last=11, est=1.2)])
     assert [(f.recalled, f.cause_right) for f in s.faults] == [(False, False), (True, True)]
     assert s.faults[1].slowdown_error == pytest.approx(0.2)
+    assert [f.to_json()["measured_slowdown"] for f in s.faults] == [None, 1.5]
     assert s.cause_ok  # the top cause names one of the run's causes
 
 
