@@ -88,12 +88,18 @@ def test_slow_worker_model_round_trips_and_sizes_the_levels():
         f = slow_worker_factor(target, pp=4, microbatches=4)
         assert slow_worker_slowdown(f, pp=4, microbatches=4) == pytest.approx(target)
     assert slow_worker_slowdown(1.8, pp=2, microbatches=4) == pytest.approx(1.512)
+    factors = []
     for level, target in enumerate(PAPER_S6_MEASURED, 1):
         sc = load_scenario(f"slow-worker-{level}")
         assert (sc.parallel.dp, sc.parallel.pp) == (4, 4)
-        factor = sc.faults[0]["params"]["factor"]
-        assert slow_worker_slowdown(factor, pp=4, microbatches=sc.parallel.microbatches) == \
-            pytest.approx(target, abs=0.01)
+        factors.append(sc.faults[0]["params"]["factor"])
+        # Levels 1 and 2 are the model's factors; level 3 was re-fitted on measured runs
+        # (config/scenarios.yaml), which the model, a sizing guide, still places near 2.03.
+        tolerance = 0.01 if level < 3 else 0.1
+        assert slow_worker_slowdown(factors[-1], pp=4,
+                                    microbatches=sc.parallel.microbatches) == \
+            pytest.approx(target, abs=tolerance)
+    assert factors == sorted(factors)
     with pytest.raises(ValueError):
         slow_worker_factor(0.9, pp=4, microbatches=4)
     with pytest.raises(ValueError):
