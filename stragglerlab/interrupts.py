@@ -9,6 +9,7 @@ arrived is also kept here, and `interrupt_message` reads it from there.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
@@ -32,11 +33,20 @@ def install_sigterm_handler() -> None:
         signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def sigterm_received() -> bool:
-    """Whether SIGTERM arrived since the handler was installed."""
-    return _sigterm_received.is_set()
-
-
 def interrupt_message(exc: KeyboardInterrupt) -> str:
     """'SIGTERM' or 'Ctrl-C': what stopped the run, for run.json and the exit message."""
-    return "SIGTERM" if sigterm_received() or isinstance(exc, Terminated) else "Ctrl-C"
+    return "SIGTERM" if _sigterm_received.is_set() or isinstance(exc, Terminated) else "Ctrl-C"
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler():
+    """Keep the caller's SIGTERM handler across `ray.init`, which replaces it with one that
+    exits with status 1 and skips our cleanup path. Ray's own handler stays when the
+    caller had none of its own."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and callable(before):
+            signal.signal(signal.SIGTERM, before)

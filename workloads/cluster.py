@@ -37,12 +37,8 @@ from pathlib import Path
 
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.workloads.launcher import (
-    MALLOC_ENV,
-    interrupted_error,
-    launch_error,
-    our_sigterm_handler,
-)
+from stragglerlab.interrupts import keep_sigterm_handler
+from stragglerlab.workloads.launcher import MALLOC_ENV, interrupted_error, launch_error
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.run_folder import write_run_folder
 
@@ -62,7 +58,7 @@ def _attach(ray, address: str) -> None:
     breaks that cluster's workers for the job.
     """
     try:
-        with our_sigterm_handler():
+        with keep_sigterm_handler():
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1",
                                                "PYTHONWARNINGS": "ignore::FutureWarning",

@@ -26,9 +26,7 @@ import logging
 import os
 import platform
 import shutil
-import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +37,7 @@ from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, quota_for
 from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_driver, record_ray_node
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.interrupts import interrupt_message
+from stragglerlab.interrupts import interrupt_message, keep_sigterm_handler
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from stragglerlab.workloads import placement as pl
@@ -61,21 +59,6 @@ HANG_SLACK_S = 30.0
 # are needed: a trim threshold alone pins the mmap threshold at 128 kB (22,000 faults).
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
               "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
-
-
-@contextlib.contextmanager
-def our_sigterm_handler():
-    """Keep the caller's SIGTERM handler across `ray.init`, which replaces it with one that
-    exits with status 1 and skips our cleanup path (the CLI's handler takes SIGTERM down the
-    Ctrl-C path, so injected faults and host setup are undone and run.json says so).
-    Ray's own handler stays when the caller had none of its own."""
-    main = threading.current_thread() is threading.main_thread()
-    before = signal.getsignal(signal.SIGTERM) if main else None
-    try:
-        yield
-    finally:
-        if main and callable(before):
-            signal.signal(signal.SIGTERM, before)
 
 
 def interrupted_error(exc: KeyboardInterrupt) -> dict:
@@ -215,7 +198,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
     try:
         # Private: every Ray server (GCS, raylet, object manager, agents, workers) binds the
         # node IP, here loopback; gloo/NCCL use `lo` unless a rank has its own namespace.
-        with _loopback_node(ray), our_sigterm_handler():
+        with _loopback_node(ray), keep_sigterm_handler():
             ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),
                      _node_ip_address=LOOPBACK, include_dashboard=False,
                      logging_level=logging.ERROR, log_to_driver=False,
