@@ -39,6 +39,8 @@ from stragglerlab.schema import OpType as Op
 from stragglerlab.workloads.schedule import Action, ActionKind, Direction, one_f_one_b
 
 _F, _B = Direction.FORWARD, Direction.BACKWARD
+SEQ_SQ_SUM = 4 * 512.0**2
+"""Mean sum(seq_len^2) of a microbatch with sequence imbalance (four 512-token sequences)."""
 _P2P_OPTYPE = {(_F, True): Op.FORWARD_SEND, (_F, False): Op.FORWARD_RECV,
                (_B, True): Op.BACKWARD_SEND, (_B, False): Op.BACKWARD_RECV}
 
@@ -99,6 +101,11 @@ class SyntheticConfig:
     """Injected slow workers."""
     last_stage_factor: float = 1.0
     """Multiplier on the last stage's forward and backward (stage partitioning imbalance)."""
+    seq_imbalance_sigma: float = 0.0
+    """Sequence-length imbalance: each microbatch's sum(seq_len^2) is lognormal with this
+    sigma (mean 1 x `SEQ_SQ_SUM`), the same microbatch on every stage, and its forward and
+    backward durations scale with it (attention cost, paper Fig. 9). 0: fixed lengths, no
+    `seq_len_sq_sum` column."""
     trial_name: str = "synthetic"
     """Name written into the job meta."""
 
@@ -135,12 +142,18 @@ class _Job:
                 raise ValueError(f"slow worker {w} outside dp_size={cfg.dp_size}, pp_size={pp}, "
                                  f"steps 0..{cfg.n_steps - 1}, or factor <= 0")
             self.slow[w.stage, w.first_step:last + 1, w.dp_rank] *= w.factor
+        # Per microbatch [mb, step, dp]: its cost multiplier, mean 1, on every stage it visits.
+        sigma = cfg.seq_imbalance_sigma
+        self.mb_cost = (np.exp(self.rng.normal(-sigma * sigma / 2, sigma,
+                                               (cfg.n_microbatches, *self.shape)))
+                        if sigma > 0 else np.ones((cfg.n_microbatches, *self.shape)))
         self.t = [np.zeros(self.shape) for _ in range(pp)]  # when each worker is free
         self.seq = [dict.fromkeys(OPTYPE_VALUES, 0) for _ in range(pp)]
         self.records: list[tuple[int, int, int, int, int]] = []  # stage, seq, mb, mc, gmc
         self.optypes: list[str] = []
         self.starts: list[np.ndarray] = []
         self.durations: list[np.ndarray] = []
+        self.seq_sq: list[np.ndarray] = []  # sum(seq_len^2) of forward computes, else NaN
         self.post: list[np.ndarray | None] = [None] * pp  # post time of a pending P2P action
         self.posts: dict[tuple, dict[bool, np.ndarray]] = {}  # (dir, sender, mb) -> {send?: t}
         self.done: dict[tuple, np.ndarray] = {}  # (dir, sender, mb) -> completion time
@@ -166,6 +179,8 @@ class _Job:
         self.optypes.append(op.value)
         self.starts.append(np.broadcast_to(start, self.shape))
         self.durations.append(np.broadcast_to(duration, self.shape))
+        sq = SEQ_SQ_SUM * self.mb_cost[mb] if op is Op.FORWARD_COMPUTE else np.nan
+        self.seq_sq.append(np.broadcast_to(sq, self.shape))
 
     def launch(self, stage: int) -> np.ndarray:
         """Start time of the worker's next op: when it is free plus a CPU gap."""
@@ -175,7 +190,8 @@ class _Job:
         forward = kind is ActionKind.FORWARD
         op = Op.FORWARD_COMPUTE if forward else Op.BACKWARD_COMPUTE
         start = self.launch(stage)
-        dur = (self.fwd if forward else self.bwd)[stage] * self.slow[stage] * self.noise()
+        dur = (self.fwd if forward else self.bwd)[stage] * self.slow[stage] * self.mb_cost[mb] \
+            * self.noise()
         self.record(stage, op, start, dur, mb)
         self.t[stage] = start + dur
         if not forward and mb == self.cfg.n_microbatches - 1:
@@ -280,6 +296,8 @@ class _Job:
             "start_ts": start.ravel(), "duration": np.stack(self.durations).ravel(),
             "seq_id": ids[:, 1], "mb_id": ids[:, 2], "mc": ids[:, 3], "gmc": ids[:, 4],
         })
+        if self.cfg.seq_imbalance_sigma > 0:
+            df["seq_len_sq_sum"] = np.stack(self.seq_sq).ravel()
         name_rank = np.argsort(np.argsort(np.array(OPTYPE_VALUES)))  # optype in name order
         by_name = name_rank[df["optype"].cat.codes.to_numpy()]
         order = np.lexsort((df["seq_id"], by_name, df["rank"], df["step"]))

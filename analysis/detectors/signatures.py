@@ -95,21 +95,39 @@ def gc_pauses_by_rank(trace: pd.DataFrame) -> pd.Series:
 
 
 def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | None:
-    """Pearson correlation of forward compute time vs its microbatch's sum(seq_len^2).
+    """Correlation of each microbatch's compute time with its sum(seq_len^2), within steps.
 
-    The trace's `seq_len_sq_sum` column (the testbed records it; paper Fig. 9);
-    None without the column or when the lengths hardly vary (coefficient of
-    variation below min_cv), e.g. fixed-length sequences.
+    Sequence imbalance is per-microbatch variation that follows sum(seq_len^2) (the
+    trace's `seq_len_sq_sum` on forward ops; paper Fig. 9). Compute = the microbatch's
+    forward plus its backward on the same worker (both scale with attention cost). Both
+    sides are taken relative to their (stage, step) mean, so what stages differ by (a
+    partition's offset, a heavier stage's larger scale) and what steps differ by (a busy
+    host) do not dilute the per-microbatch signal. None without the column or when lengths hardly vary
+    (coefficient of variation below min_cv), e.g. fixed-length sequences.
     """
     if "seq_len_sq_sum" not in trace.columns:
         return None
-    fwd = trace[trace["optype"] == "forward-compute"]
+    keys = ["stage", "dp_rank", "step", "mb_id"]
+    opt = trace["optype"].astype(str)
+    fwd = trace.loc[opt == "forward-compute", keys + ["duration", "seq_len_sq_sum"]]
+    fwd = fwd[np.isfinite(fwd["seq_len_sq_sum"].to_numpy(dtype=float))]
     sq = fwd["seq_len_sq_sum"].to_numpy(dtype=float)
-    keep = np.isfinite(sq)
-    sq, duration = sq[keep], fwd["duration"].to_numpy(dtype=float)[keep]
-    if len(sq) < 3 or sq.mean() <= 0 or sq.std() / sq.mean() < min_cv or duration.std() == 0:
+    if len(sq) < 3 or sq.mean() <= 0 or sq.std() / sq.mean() < min_cv:
         return None
-    return float(np.corrcoef(sq, duration)[0, 1])
+    bwd = trace.loc[opt == "backward-compute"].groupby(keys)["duration"].sum()
+    compute = fwd["duration"].to_numpy(dtype=float) + bwd.reindex(
+        pd.MultiIndex.from_frame(fwd[keys])).fillna(0.0).to_numpy()
+    group = fwd.groupby(["stage", "step"]).ngroup().to_numpy()
+    counts = np.bincount(group)
+
+    def relative_residual(x: np.ndarray) -> np.ndarray:
+        mean = (np.bincount(group, weights=x) / counts)[group]
+        return x / np.maximum(mean, 1e-12) - 1.0
+
+    r_compute, r_sq = relative_residual(compute), relative_residual(sq)
+    if r_compute.std() == 0 or r_sq.std() == 0:
+        return None
+    return float(np.corrcoef(r_sq, r_compute)[0, 1])
 
 
 def step_time_total(trace: pd.DataFrame) -> float:

@@ -14,9 +14,10 @@ reads, in this order:
    least `gc_min_share` of the job's time -> `gc-pauses` on the ranks that pause;
 3. sequence imbalance: the job straggles (S >= 1.1), not because of one
    worker (M_W < 0.5), and long microbatches are slow: forward and backward
-   durations of the same microbatch correlate (within-worker-step residuals)
-   or forward time correlates with the microbatch's sum(seq_len^2) (the
-   trace's `seq_len_sq_sum`), either >= `seq_correlation` ->
+   durations of the same microbatch correlate (within-worker-step residuals,
+   >= `seq_correlation`) or a microbatch's compute time follows its
+   sum(seq_len^2) (the trace's `seq_len_sq_sum`; residuals within (stage,
+   step), >= `seq_len_correlation`) ->
    `seq-imbalance` for the whole job;
 4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
    `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
@@ -130,6 +131,13 @@ class WhatIfDetectorConfig:
     The paper uses 0.9 on GPU traces; on this CPU testbed timing noise lowers it:
     sequence-imbalanced runs measure 0.80-0.91, every other fault kind <= 0.25.
     """
+    seq_len_correlation: float = 0.5
+    """Correlation, within (stage, step), of a microbatch's compute time with its
+    sum(seq_len^2) (`signatures.seq_len_correlation`) that makes long sequences the cause.
+    r = 0.5: sum(seq_len^2) explains a quarter of the per-microbatch variation. Set on dev
+    (2026-11-23): the three sequence-imbalanced runs measure 0.70, 0.79, 0.90 (the pooled
+    forward-only correlation it replaced: 0.37, 0.53, 0.75); no other dev run varies its
+    lengths (None)."""
     step_threshold: float = 1.15
     """A step counts toward a straggler when the worker's score is this much over the best's."""
     worker_threshold: float = 1.1
@@ -160,7 +168,7 @@ class WhatIfDetectorConfig:
     mb_variation_share: float = 0.5
     """A stage-imbalance candidate is sequence imbalance instead when at least this share of
     forward-time variance is per microbatch within a worker-step (not a per-stage offset)
-    and forward time correlates with sum(seq_len^2) at `seq_correlation`. Untuned: 0.5 is the
+    and compute time follows sum(seq_len^2) at `seq_len_correlation`. Untuned: 0.5 is the
     midpoint of the two mechanisms' shares. Dev (2026-11-23): stage-imbalance runs 0.03, 0.28,
     0.60 (with a throttle), seq-imbalance runs 0.79-1.0; their seq_len correlation (None
     for fixed lengths, 0.37-0.75 for seq runs) decided every case, so 0.5 was not moved."""
@@ -254,13 +262,17 @@ class WhatIfDetector(Detector):
         result = evidence.view
         signals = {"fwd_bwd_correlation": evidence.fwd_bwd_correlation,
                    "seq_len_correlation": seq_len_correlation(run.trace)}
-        strongest = max((v for v in signals.values() if v is not None), default=None)
-        if strongest is None or strongest < cfg.seq_correlation or \
+        thresholds = {"fwd_bwd_correlation": cfg.seq_correlation,
+                      "seq_len_correlation": cfg.seq_len_correlation}
+        # Each signal against its own threshold; the margin of the clearer one.
+        margin = max((v - thresholds[k] for k, v in signals.items() if v is not None),
+                     default=None)
+        if margin is None or margin < 0 or \
                 result.slowdown < cfg.straggling_slowdown or result.m_w.rem >= cfg.mw_worker:
             return None
         return Finding(
             [], int(steps[0]), int(steps[-1]), RootCause.SEQ_IMBALANCE,
-            confidence=float(min(1.0, 0.5 + (strongest - cfg.seq_correlation) * 2)),
+            confidence=float(min(1.0, 0.5 + margin * 2)),
             estimated_slowdown=result.slowdown,
             detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
 
@@ -269,7 +281,7 @@ class WhatIfDetector(Detector):
         share = microbatch_variation_share(run.trace)
         corr = seq_len_correlation(run.trace)
         if share is None or corr is None or share < self.config.mb_variation_share \
-                or corr < self.config.seq_correlation:
+                or corr < self.config.seq_len_correlation:
             return stage
         return Finding([], stage.first_step, stage.last_step, RootCause.SEQ_IMBALANCE,
                        confidence=stage.confidence, estimated_slowdown=stage.estimated_slowdown,

@@ -171,3 +171,31 @@ def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(_run):
     causes = {f.root_cause: _cells(f) for f in findings}
     assert RootCause.GC_PAUSES in causes
     assert causes.get(RootCause.SLOW_WORKER) == [(2, 1)]
+
+
+def test_long_sequences_slow_every_stage_alike_is_sequence_imbalance(_run):
+    # Microbatch cost follows sum(seq_len^2) on every stage: variation per microbatch, not a
+    # per-stage offset and not one worker, so the whole job is named.
+    run = _run(dp_size=2, pp_size=2, n_steps=12, seq_imbalance_sigma=0.6)
+    (finding,) = get_detector("whatif").detect(run)
+    assert finding.root_cause is RootCause.SEQ_IMBALANCE
+    assert finding.ranks == []
+    assert finding.detail["seq_len_correlation"] > 0.9
+
+
+def test_seq_len_correlation_ignores_stage_offsets_and_busy_steps():
+    from stragglerlab.analysis.detectors.signatures import seq_len_correlation
+    df, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=3, n_steps=8,
+                                             seq_imbalance_sigma=0.5, last_stage_factor=3.0))
+    with_offsets = df.copy()
+    busy = with_offsets["step"] % 2 == 1  # every other step slower on every worker
+    with_offsets.loc[busy, "duration"] *= 2.0
+    assert seq_len_correlation(df) > 0.9
+    assert seq_len_correlation(with_offsets) > 0.9
+    fixed, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=3, n_steps=8))
+    assert "seq_len_sq_sum" not in fixed.columns and seq_len_correlation(fixed) is None
+    shuffled = df.copy()
+    fwd = shuffled["optype"] == "forward-compute"
+    shuffled.loc[fwd, "seq_len_sq_sum"] = np.random.default_rng(0).permutation(
+        shuffled.loc[fwd, "seq_len_sq_sum"].to_numpy())
+    assert abs(seq_len_correlation(shuffled)) < 0.3
