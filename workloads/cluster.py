@@ -35,9 +35,9 @@ import secrets
 import time
 from pathlib import Path
 
+from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.workloads.launcher import MALLOC_ENV, interrupted_error, launch_error
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.run_folder import write_run_folder

@@ -102,8 +102,8 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
     forward plus its backward on the same worker (both scale with attention cost). Both
     sides are taken relative to their (stage, step) mean, so what stages differ by (a
     partition's offset, a heavier stage's larger scale) and what steps differ by (a busy
-    host) do not dilute the per-microbatch signal. None without the column or when lengths hardly vary
-    (coefficient of variation below min_cv), e.g. fixed-length sequences.
+    host) do not dilute the per-microbatch signal. None without the column or when
+    lengths hardly vary (coefficient of variation below min_cv), e.g. fixed lengths.
     """
     if "seq_len_sq_sum" not in trace.columns:
         return None
