@@ -171,12 +171,13 @@ class WhatIfDetector(Detector):
 
     def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
         """Findings of the causes other than GC, first match in the method's order."""
-        seq = self._sequence_imbalance(run, evidence, steps)
+        seq_corr = seq_len_correlation(run.trace)  # read by both sequence checks
+        seq = self._sequence_imbalance(evidence, steps, seq_corr)
         if seq is not None:
             return [seq]
         stage = self._stage_imbalance(run, evidence.view, steps)
         if stage is not None:
-            return [self._seq_or_stage(run, stage)]
+            return [self._seq_or_stage(run, stage, seq_corr)]
         stragglers = self._stragglers(run, evidence, steps)
         if stragglers:
             return stragglers
@@ -203,13 +204,13 @@ class WhatIfDetector(Detector):
                        estimated_slowdown=evidence.view.slowdown,
                        detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
 
-    def _sequence_imbalance(self, run: Run, evidence: Evidence,
-                            steps: np.ndarray) -> Finding | None:
+    def _sequence_imbalance(self, evidence: Evidence, steps: np.ndarray,
+                            seq_corr: float | None) -> Finding | None:
         """The job straggles, not because of one worker, and long microbatches are slow."""
         cfg = self.config
         result = evidence.view
         signals = {"fwd_bwd_correlation": evidence.fwd_bwd_correlation,
-                   "seq_len_correlation": seq_len_correlation(run.trace)}
+                   "seq_len_correlation": seq_corr}
         thresholds = {"fwd_bwd_correlation": cfg.seq_correlation,
                       "seq_len_correlation": cfg.seq_len_correlation}
         # Each signal against its own threshold; the margin of the clearer one.
@@ -224,10 +225,9 @@ class WhatIfDetector(Detector):
             estimated_slowdown=result.slowdown,
             detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
 
-    def _seq_or_stage(self, run: Run, stage: Finding) -> Finding:
+    def _seq_or_stage(self, run: Run, stage: Finding, corr: float | None) -> Finding:
         """Per-microbatch variation that follows sum(s^2) is sequences, not the stage."""
         share = microbatch_variation_share(run.trace)
-        corr = seq_len_correlation(run.trace)
         if share is None or corr is None or share < self.config.mb_variation_share \
                 or corr < self.config.seq_len_correlation:
             return stage

@@ -62,4 +62,4 @@ class WhatIfDetectorConfig:
     and compute time follows sum(seq_len^2) at `seq_len_correlation`. Untuned: 0.5 is the
     midpoint of the two mechanisms' shares. Dev (2026-11-23): stage-imbalance runs 0.03, 0.28,
     0.60 (with a throttle), seq-imbalance runs 0.79-1.0; their seq_len correlation (None
-    for fixed lengths, 0.37-0.75 for seq runs) decided every case, so 0.5 was not moved."""
+    for fixed lengths, 0.70-0.90 for seq runs) decided every case, so 0.5 was not moved."""
