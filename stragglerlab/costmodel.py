@@ -11,7 +11,9 @@ unit tests and on the command line before any job runs:
   naive even split instead.
 * `slow_worker_slowdown` / `slow_worker_factor`: job slowdown of a DP x PP
   1F1B job in which one worker computes `factor` times slower, and the
-  inverse, used to size `slow-worker-1..3` for the paper's measured levels.
+  inverse, used to size `slow-worker-1..3` for the paper's measured levels;
+  `mean_ideal_shortfall`: how far the what-if's mean ideal falls short of such a
+  slowdown (why the §6 job needs many microbatches per step).
 * `seq_rebalance_gain`: the throughput gain of dealing sequences across DP
   ranks by sum(s^2), from the data generator's own draws and a per-microbatch
   cost a + b * sum(s^2) (`benchmarks/bench_attention.py` measures a and b).
@@ -119,6 +121,23 @@ def slow_worker_factor(target: float, *, pp: int, microbatches: int,
     return 1.0 + (target - 1.0) * (microbatches + pp - 1) / (compute_share * microbatches)
 
 
+def mean_ideal_shortfall(slowdown: float, *, pp: int, microbatches: int, workers: int) -> float:
+    """Relative error of the what-if S (mean compute ideal) against a measured `slowdown`
+    caused by one slow worker of `workers`, timing noise aside (negative: it falls short).
+
+    The slow worker is 1/workers of every compute type's mean, so the ideal's compute is
+    lifted by c (f - 1) / workers while the job's is lifted by c (f - 1) m / (m + pp - 1)
+    (`slow_worker_slowdown`); c cancels: the ideal step is (S - 1) (m + pp - 1) /
+    (workers m) longer than a clean one, and the estimate S / that falls short by it.
+    Many microbatches per step (the paper's trace-AR: 32) shrink it toward (S - 1) / workers.
+    """
+    _check_layout(pp, microbatches, 1.0)
+    if workers < 1 or slowdown < 1.0:
+        raise ValueError(f"need workers >= 1 and slowdown >= 1, got {workers}, {slowdown}")
+    lift = (slowdown - 1.0) * (microbatches + pp - 1) / (workers * microbatches)
+    return 1.0 / (1.0 + lift) - 1.0
+
+
 FIXED_S_PER_TOKEN = 3.0e-6
 """Per-token time of one block (hidden 32, 2 heads, forward + backward, one thread),
 `benchmarks/bench_attention.py --tokens 2048 --hidden 32`, 2026-11-23 (load ~4 on 2
@@ -203,7 +222,11 @@ def main() -> int:
                 factor = float(params.get("factor", 1.0))
                 s = slow_worker_slowdown(factor, pp=sc.parallel.pp,
                                          microbatches=sc.parallel.microbatches)
-                line += f"; slow worker x{factor:.2f} -> modelled S {s:.2f}"
+                short = mean_ideal_shortfall(s, pp=sc.parallel.pp,
+                                             microbatches=sc.parallel.microbatches,
+                                             workers=sc.parallel.dp * sc.parallel.pp)
+                line += (f"; slow worker x{factor:.2f} -> modelled S {s:.2f}, "
+                         f"mean-ideal estimate {100 * short:+.1f}%")
             if f.get("kind") == "seq-imbalance" and not params.get("rebalance"):
                 line += _seq_note(sc, params)
         print(line)

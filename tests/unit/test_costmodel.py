@@ -93,12 +93,10 @@ def test_slow_worker_model_round_trips_and_sizes_the_levels():
         sc = load_scenario(f"slow-worker-{level}")
         assert (sc.parallel.dp, sc.parallel.pp) == (4, 4)
         factors.append(sc.faults[0]["params"]["factor"])
-        # Levels 1 and 2 are the model's factors; level 3 was re-fitted on measured runs
-        # (config/scenarios.yaml), which the model, a sizing guide, still places near 2.03.
-        tolerance = 0.01 if level < 3 else 0.1
-        assert slow_worker_slowdown(factors[-1], pp=4,
-                                    microbatches=sc.parallel.microbatches) == \
-            pytest.approx(target, abs=tolerance)
+        # The levels were fitted on a measured level-3 run at 16 microbatches (job S 2.10 at
+        # factor 2.45: compute share ~0.9 in the model; config/scenarios.yaml).
+        assert slow_worker_slowdown(factors[-1], pp=4, microbatches=sc.parallel.microbatches,
+                                    compute_share=0.9) == pytest.approx(target, abs=0.02)
     assert factors == sorted(factors)
     with pytest.raises(ValueError):
         slow_worker_factor(0.9, pp=4, microbatches=4)
@@ -119,3 +117,17 @@ def test_seq_rebalance_gain_model():
     assert s > 1.0 and gain > 0.0
     with pytest.raises(ValueError):
         MicrobatchCost(fixed_s=-1.0, per_sq_token_s=0.0)
+
+
+def test_mean_ideal_shortfall_shrinks_with_microbatches_and_workers():
+    from stragglerlab.costmodel import mean_ideal_shortfall
+
+    assert mean_ideal_shortfall(1.0, pp=4, microbatches=4, workers=16) == 0.0
+    # §6 level 3 at DP 4 x PP 4: the ideal step is (S-1)(m+pp-1)/(16 m) longer than clean.
+    m4 = mean_ideal_shortfall(2.03, pp=4, microbatches=4, workers=16)
+    assert m4 == pytest.approx(1 / (1 + 1.03 * 7 / 64) - 1)
+    m16 = mean_ideal_shortfall(2.03, pp=4, microbatches=16, workers=16)
+    assert m4 < m16 < 0 and m16 > -0.075
+    assert mean_ideal_shortfall(2.03, pp=4, microbatches=16, workers=4) < m16
+    with pytest.raises(ValueError):
+        mean_ideal_shortfall(0.9, pp=4, microbatches=4, workers=16)
