@@ -72,8 +72,8 @@ DEFAULT_GROUPS = (Group.S6, Group.CLEAN, Group.MITIGATIONS)
 # ~40 s and step 0 ~10 s, then ~2.9 s per step with 1024-token microbatches (clean; the
 # slow levels x S); 4-rank runs ~12 s of start-up plus their steps (gc 31 x 0.3 s, stage
 # 31 x 0.7 s, seq 31 x 0.2 s, clean-dp2-pp2 31 x ~0.75 s).
-EST_S = {"clean-dp4-pp4": 100.0, "slow-worker-1": 110.0, "slow-worker-2": 120.0,
-         "slow-worker-3": 150.0, "clean-dp2-pp2": 40.0, "gc-pauses": 30.0, "gc-planned": 28.0,
+EST_S = {"clean-dp4-pp4": 110.0, "slow-worker-1": 115.0, "slow-worker-2": 130.0,
+         "slow-worker-3": 185.0, "clean-dp2-pp2": 40.0, "gc-pauses": 30.0, "gc-planned": 28.0,
          "stage-imbalance": 40.0, "stage-rebalanced": 40.0, "seq-imbalance": 22.0,
          "seq-rebalanced": 22.0}
 EST_DEFAULT_S = 45.0

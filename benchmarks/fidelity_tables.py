@@ -128,6 +128,50 @@ def sizing_lines(data: FigureData, ours: dict) -> list[str]:
             f"{' / '.join(f'{x:.3g}' for x in fit)}"]
 
 
+_COMPUTE = ("forward-compute", "backward-compute")
+
+
+def _peer_compute_s(run, victims: set[tuple[int, int]]) -> float | None:
+    """Mean compute-op duration of the workers that are not victims, s."""
+    try:
+        t = run.trace()
+    except Exception:  # noqa: BLE001 - a diagnostic column; a bad trace reads '-'
+        return None
+    cells = list(zip(t["dp_rank"].to_numpy(), t["stage"].to_numpy()))
+    keep = t["optype"].isin(_COMPUTE).to_numpy() & np.array(
+        [(int(d), int(p)) not in victims for d, p in cells], dtype=bool)
+    return float(t["duration"].to_numpy()[keep].mean()) if keep.any() else None
+
+
+def s6_runs_table(data: FigureData) -> str:
+    """Each §6 run beside the clean run of its seed: measured S, the what-if S with both
+    ideals and their errors, and the host drift, the non-victim workers' mean compute
+    time over the clean run's. Measured S is a ratio of two runs minutes apart, so a
+    host that runs every rank slower meanwhile (drift > 1) inflates it; the what-if S,
+    taken within one run, does not see that."""
+    clean = {r.seed: r for r in data.by_scenario(table_s6.CLEAN) if r.whatif is not None}
+    header = ["level", "seed", "measured S", "est. S mean (error)", "est. S median (error)",
+              "host drift"]
+    rows = []
+    for level, name in table_s6.LEVELS.items():
+        for run in sorted(data.by_scenario(name), key=lambda r: r.seed):
+            base = clean.get(run.seed)
+            t_slow, t_clean = run.mean_step_time_s(), base and base.mean_step_time_s()
+            if run.whatif is None or not t_slow or not t_clean:
+                continue
+            meas = t_slow / t_clean
+            cells = []
+            for ideal in ("mean", "median"):
+                est = _ideal_s(run, ideal)
+                cells.append("-" if est is None else f"{est:.3f} ({100 * (est / meas - 1):+.1f}%)")
+            victims = {(int(t["dp_rank"]), int(t["stage"])) for f in run.faults
+                       for t in f.get("targets") or [] if f.get("kind") == "slow-worker"}
+            peer, peer0 = _peer_compute_s(run, victims), _peer_compute_s(base, victims)
+            drift = f"{peer / peer0:.3f}" if peer and peer0 else "-"
+            rows.append([str(level), str(run.seed), f"{meas:.3f}", *cells, drift])
+    return markdown_table(header, rows) if rows else "no data"
+
+
 def baseline_s_lines(data: FigureData) -> list[str]:
     """What-if S of each mitigation's straggling baseline and mitigated twin."""
     lines = []
@@ -169,6 +213,9 @@ def build_report(run_dirs: list[Path], out: Path) -> tuple[str, dict]:
     md += ["## §6: slow worker at DP 4 x PP 4", "",
            s6.ours.get("markdown", "no data"), "", s6.note, "", *s6_checks(s6.ours),
            *sizing_lines(data, s6.ours), "",
+           "Per run (host drift: the non-victim workers' mean compute time over the clean "
+           "run's of the same seed; measured S is a ratio of two runs, the what-if S is "
+           "taken within one):", "", s6_runs_table(data), "",
            "## Clean runs", "", clean_md, "",
            "## Mitigations", "", mit.ours.get("markdown", "no data"), "", mit.note, "",
            *baseline_s_lines(data), "",

@@ -45,13 +45,14 @@ DEFAULT_IDEAL = "mean"
 """The compute ideal the table's verdict uses (both are shown): the method's own, as in
 design.md §4, the artifact and the paper's estimated column, so the errors compare like
 with like. Its known bias: the slow worker is 1/16 of each compute type's mean and slows
-the ideal itself (factor 3.2 at level 3: ~14% of compute), so at a severe level the
-estimate falls short. The median ignores one slow worker of 16, but on quota-quantised
-CPU op times it sits below the typical op (clean-dp4-pp4, 3 runs: S 1.069 with the median
-vs 1.031 with the mean), so it overestimates every level (+3 / +8 / +9% in the 3-repeat
-run of 2026-11-23, benchmarks/README.md). Until that run the default was the median,
-chosen on a 3-step smoke run with the victim on stage 0; it was switched after seeing
-the 3-repeat numbers, which is why both columns stay in the table."""
+the ideal itself, by about (S - 1) (m + pp - 1) / (16 m) of a clean step
+(`costmodel.mean_ideal_shortfall`); with 4 microbatches per step that kept level 3 at
+-5.9 / -7.0 %, with 16 (the scenarios now) about two thirds of that. The median ignores one slow
+worker of 16 but sits below the typical op on quota-quantised CPU op times (clean
+dp4-pp4 S with the median 1.069 at 4 x 1024-token microbatches, 1.048 at 16), so it
+leans high. The default was the median until the first 3-repeat run (chosen on a 3-step
+smoke run) and was switched to the mean after it; it has stayed the mean since, whatever
+later runs showed, which is why both columns stay in the table."""
 HEADER = ["level", "scenario", "seeds", "injected factor\n(measured)", "measured S\n(ours)",
           "spread\nsd (min–max)", "est. S, mean\nideal (ours)", "error\n(mean)",
           "est. S, median\nideal (ours)", "error\n(median)", "spread of est.\n(median)",
