@@ -172,7 +172,7 @@ class WhatIfDetector(Detector):
     def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
         """Findings of the causes other than GC, first match in the method's order."""
         seq_corr = seq_len_correlation(run.trace)  # read by both sequence checks
-        seq = self._sequence_imbalance(evidence, steps, seq_corr)
+        seq = self._sequence_imbalance(evidence, steps, seq_corr, run.meta.dp_size)
         if seq is not None:
             return [seq]
         stage = self._stage_imbalance(run, evidence.view, steps)
@@ -205,7 +205,7 @@ class WhatIfDetector(Detector):
                        detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
 
     def _sequence_imbalance(self, evidence: Evidence, steps: np.ndarray,
-                            seq_corr: float | None) -> Finding | None:
+                            seq_corr: float | None, dp_size: int) -> Finding | None:
         """The job straggles, not because of one worker, and long microbatches are slow."""
         cfg = self.config
         result = evidence.view
@@ -214,10 +214,18 @@ class WhatIfDetector(Detector):
         thresholds = {"fwd_bwd_correlation": cfg.seq_correlation,
                       "seq_len_correlation": cfg.seq_len_correlation}
         # Each signal against its own threshold; the margin of the clearer one.
-        margin = max((v - thresholds[k] for k, v in signals.items() if v is not None),
-                     default=None)
-        if margin is None or margin < 0 or \
-                result.slowdown < cfg.straggling_slowdown or result.m_w.rem >= cfg.mw_worker:
+        margins = {k: v - thresholds[k] for k, v in signals.items() if v is not None}
+        margin = max(margins.values(), default=None)
+        if margin is None or margin < 0:
+            return None
+        # Σs² following compute time is the mechanism itself: the method's attribution
+        # threshold suffices; the fwd-bwd signature alone needs a straggling job.
+        by_lengths = margins.get("seq_len_correlation", -1.0) >= 0
+        floor = cfg.seq_min_slowdown if by_lengths else cfg.straggling_slowdown
+        # With one DP rank M_W's top worker is a whole stage: it cannot tell one worker from
+        # lengths that slow every stage, so there the Σs² signal decides alone.
+        one_worker = result.m_w.rem >= cfg.mw_worker and (dp_size > 1 or not by_lengths)
+        if result.slowdown < floor or one_worker:
             return None
         return Finding(
             [], int(steps[0]), int(steps[-1]), RootCause.SEQ_IMBALANCE,

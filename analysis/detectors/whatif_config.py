@@ -29,6 +29,13 @@ class WhatIfDetectorConfig:
     (2026-11-23): the three sequence-imbalanced runs measure 0.70, 0.79, 0.90 (the pooled
     forward-only correlation it replaced: 0.37, 0.53, 0.75); no other dev run varies its
     lengths (None)."""
+    seq_min_slowdown: float = 1.03
+    """Job slowdown from which a clear sum(seq_len^2) signal (`seq_len_correlation`) names
+    sequence imbalance: the method's own attribution threshold (design.md, App. A: the
+    attributions are computed when S >= 1.03); the fwd-bwd signature alone keeps
+    `straggling_slowdown`. The Σs² signal exists only where lengths vary, so it cannot fire
+    on fixed-length jobs. Dev (2026-11-23): the pure-PP sequence run measures S 1.042 at
+    r = 0.90; the others 1.105 and 1.108."""
     step_threshold: float = 1.15
     """A step counts toward a straggler when the worker's score is this much over the best's."""
     worker_threshold: float = 1.1
@@ -44,7 +51,10 @@ class WhatIfDetectorConfig:
     link_over_median: float = 1.25
     """...and over the median worker's, names a slow link when no straggler stands out."""
     mw_worker: float = 0.5
-    """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'."""
+    """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'.
+    Not read against a sum(seq_len^2) signal when there is one DP rank: then the top
+    ⌈3%⌉ workers are a whole stage, and M_W cannot tell one worker from lengths that slow
+    every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""
     online_window_steps: int = 12
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01

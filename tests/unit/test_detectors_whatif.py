@@ -199,3 +199,18 @@ def test_seq_len_correlation_ignores_stage_offsets_and_busy_steps():
     shuffled.loc[fwd, "seq_len_sq_sum"] = np.random.default_rng(0).permutation(
         shuffled.loc[fwd, "seq_len_sq_sum"].to_numpy())
     assert abs(seq_len_correlation(shuffled)) < 0.3
+
+
+def test_mild_sequence_imbalance_in_pure_pp_is_named(_run):
+    # One DP rank: the top worker is a whole stage, so M_W cannot say "one worker"; and a
+    # mild job slowdown, between the attribution threshold (1.03) and straggling (1.1),
+    # is enough when compute time follows sum(seq_len^2).
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
+
+    run = _run(dp_size=1, pp_size=2, n_steps=12, seq_imbalance_sigma=0.25)
+    (finding,) = WhatIfDetector().detect(run)
+    assert finding.root_cause is RootCause.SEQ_IMBALANCE and finding.ranks == []
+    s = finding.estimated_slowdown
+    assert 1.03 <= s < 1.1, s  # the case the straggling threshold alone would miss
+    strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=1.1))
+    assert strict.detect(run) == []
