@@ -51,7 +51,11 @@ class WhatIfDetectorConfig:
     link_over_median: float = 1.25
     """...and over the median worker's, names a slow link when no straggler stands out."""
     mw_worker: float = 0.5
-    """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences'.
+    """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
+    in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top
+    workers whose own compute is slow when no step stood out (`_worker_issue`; the §6
+    level-1 job of the default suite: S 1.153, M_W 0.86, victim 1.14x the best worker, under
+    `step_threshold`). Unchanged dev and test scores when it was added.
     Not read against a sum(seq_len^2) signal when there is one DP rank: then the top
     ⌈3%⌉ workers are a whole stage, and M_W cannot tell one worker from lengths that slow
     every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""

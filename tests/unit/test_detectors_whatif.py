@@ -214,3 +214,18 @@ def test_mild_sequence_imbalance_in_pure_pp_is_named(_run):
     assert 1.03 <= s < 1.1, s  # the case the straggling threshold alone would miss
     strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=1.1))
     assert strict.detect(run) == []
+
+
+def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
+    # 1.2x on one worker of 16 with 16 microbatches: no step stands 1.15x over the best
+    # worker, but the job straggles and fixing the top worker removes the slowdown
+    # (M_W >= 0.5, paper §5.1), and its own compute is slow against its DP peers.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
+
+    run = _run(dp_size=4, pp_size=4, n_microbatches=16, n_steps=8,
+               slow_workers=(SlowWorker(dp_rank=1, stage=3, factor=1.2),))
+    (finding,) = WhatIfDetector().detect(run)
+    assert finding.root_cause is RootCause.SLOW_WORKER
+    assert [(r.dp_rank, r.stage) for r in finding.ranks] == [(1, 3)]
+    assert finding.detail["m_w"] >= 0.5  # named by the worker-issue rule, not per step
+    assert WhatIfDetector(WhatIfDetectorConfig(mw_worker=1.01)).detect(run) == []
