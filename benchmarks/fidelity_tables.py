@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+from stragglerlab.errors import InputError
 from stragglerlab.figures import sim_discrepancy_cdf, table_mitigation, table_s6
 from stragglerlab.figures.data import FigureData, load_figure_data
-from stragglerlab.figures.tables import Spread, markdown_table
+from stragglerlab.figures.tables import Spread, markdown_table, paired_ratio
 
 CLEAN_LAYOUTS = ("clean-dp2-pp2", "clean-dp4-pp4")
 CLEAN_S_MAX = 1.04
@@ -135,40 +136,41 @@ def _peer_compute_s(run, victims: set[tuple[int, int]]) -> float | None:
     """Mean compute-op duration of the workers that are not victims, s."""
     try:
         t = run.trace()
-    except Exception:  # noqa: BLE001 - a diagnostic column; a bad trace reads '-'
+    except (InputError, OSError):  # a diagnostic column: a bad trace reads '-'
         return None
-    cells = list(zip(t["dp_rank"].to_numpy(), t["stage"].to_numpy()))
-    keep = t["optype"].isin(_COMPUTE).to_numpy() & np.array(
-        [(int(d), int(p)) not in victims for d, p in cells], dtype=bool)
+    keep = t["optype"].isin(_COMPUTE).to_numpy()
+    dp, stage = t["dp_rank"].to_numpy(), t["stage"].to_numpy()
+    for d, p in victims:
+        keep &= ~((dp == d) & (stage == p))
     return float(t["duration"].to_numpy()[keep].mean()) if keep.any() else None
 
 
 def s6_runs_table(data: FigureData) -> str:
-    """Each §6 run beside the clean run of its seed: measured S, the what-if S with both
-    ideals and their errors, and the host drift, the non-victim workers' mean compute
-    time over the clean run's. Measured S is a ratio of two runs minutes apart, so a
-    host that runs every rank slower meanwhile (drift > 1) inflates it; the what-if S,
-    taken within one run, does not see that."""
-    clean = {r.seed: r for r in data.by_scenario(table_s6.CLEAN) if r.whatif is not None}
+    """Each §6 run beside the clean run of its seed (`paired_ratio`, as the §6 table pairs
+    them): measured S, the what-if S with both ideals and their errors, and the host drift,
+    the non-victim workers' mean compute time over the clean run's. Measured S is a ratio
+    of two runs minutes apart, so a host that runs every rank slower meanwhile (drift > 1)
+    inflates it; the what-if S, taken within one run, does not see that."""
+    clean = data.by_scenario(table_s6.CLEAN)
     header = ["level", "seed", "measured S", "est. S mean (error)", "est. S median (error)",
               "host drift"]
     rows = []
     for level, name in table_s6.LEVELS.items():
         for run in sorted(data.by_scenario(name), key=lambda r: r.seed):
-            base = clean.get(run.seed)
-            t_slow, t_clean = run.mean_step_time_s(), base and base.mean_step_time_s()
-            if run.whatif is None or not t_slow or not t_clean:
+            pair = paired_ratio([run], clean)
+            if run.whatif is None or pair is None:
                 continue
-            meas = t_slow / t_clean
             cells = []
             for ideal in ("mean", "median"):
                 est = _ideal_s(run, ideal)
-                cells.append("-" if est is None else f"{est:.3f} ({100 * (est / meas - 1):+.1f}%)")
+                cells.append("-" if est is None else
+                             f"{est:.3f} ({100 * (est / pair.ratio - 1):+.1f}%)")
             victims = {(int(t["dp_rank"]), int(t["stage"])) for f in run.faults
                        for t in f.get("targets") or [] if f.get("kind") == "slow-worker"}
-            peer, peer0 = _peer_compute_s(run, victims), _peer_compute_s(base, victims)
+            peer = _peer_compute_s(run, victims)
+            peer0 = _peer_compute_s(pair.runs_b[0], victims)
             drift = f"{peer / peer0:.3f}" if peer and peer0 else "-"
-            rows.append([str(level), str(run.seed), f"{meas:.3f}", *cells, drift])
+            rows.append([str(level), str(run.seed), f"{pair.ratio:.3f}", *cells, drift])
     return markdown_table(header, rows) if rows else "no data"
 
 
