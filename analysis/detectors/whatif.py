@@ -12,13 +12,13 @@ reads, in this order:
    process died, else `hang`;
 2. GC: measured pauses outside the planned `gc` op (`gc_pause_s`) take at
    least `gc_min_share` of the job's time -> `gc-pauses` on the ranks that pause;
-3. sequence imbalance: the job straggles (S >= 1.1), not because of one
-   worker (M_W < 0.5), and long microbatches are slow: forward and backward
-   durations of the same microbatch correlate (within-worker-step residuals,
-   >= `seq_correlation`) or a microbatch's compute time follows its
+3. sequence imbalance: long microbatches are slow and not because of one
+   worker (M_W < 0.5): forward and backward durations of the same microbatch
+   correlate (within-worker-step residuals, >= `seq_correlation`; the job must
+   straggle, S >= 1.1) or a microbatch's compute time follows its
    sum(seq_len^2) (the trace's `seq_len_sq_sum`; residuals within (stage,
-   step), >= `seq_len_correlation`) ->
-   `seq-imbalance` for the whole job;
+   step), >= `seq_len_correlation`; S >= `seq_min_slowdown`, 1.03, and M_W
+   not read with one DP rank) -> `seq-imbalance` for the whole job;
 4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
    `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
    slowdown -> `stage-imbalance` on that stage;
@@ -36,7 +36,10 @@ reads, in this order:
    * any other straggler waits on communication -> `net-throttle` (a slow link), on the rank
      whose comm ops collect the most transfer time over their op type's
      median (a slow link is in every slow group; a peer in only some);
-6. no straggler, but one rank's comm ops collect `link_over_median` times
+6. no straggler by step, but the job straggles and M_W >= `mw_worker` (the
+   paper's worker issue), with DP peers -> `slow-worker` on the top workers
+   whose own compute is `compute_ratio` over their peers';
+7. no straggler, but one rank's comm ops collect `link_over_median` times
    the median worker's excess and `link_share` of the job's time, its own
    compute not slow -> `net-throttle` on that rank (a mild slow link that slows
    every rank it talks to about equally).
@@ -56,9 +59,6 @@ simulation of the window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -75,51 +75,10 @@ from stragglerlab.analysis.detectors.signatures import (
     step_worker_scores,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-from stragglerlab.errors import InputError
-from stragglerlab.results import IdealView, WhatIfRecord
-from stragglerlab.run_folder import WHATIF_JSON, RunFolder
+from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
+from stragglerlab.results import IdealView
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
-
-
-@dataclass
-class Evidence:
-    """What the diagnosis reads off the what-if analysis (mean ideal, the paper's)."""
-
-    steps: np.ndarray
-    """Analysed step numbers, ascending."""
-    view: IdealView
-    """Slowdown, S_t, S_dp, S_stage (mean and per step), worker scores, M_W, M_S."""
-    fwd_bwd_correlation: float | None
-    """Sequence-imbalance signature."""
-    comm_excess_by_worker: np.ndarray
-    """[pp, dp], s: comm transfer time over the op type's median."""
-
-    @classmethod
-    def from_record(cls, record: WhatIfRecord) -> Evidence:
-        """From whatif.json (offline)."""
-        return cls(np.asarray(record.steps), record.ideal(ComputeIdeal.MEAN.value),
-                   record.fwd_bwd_correlation, record.comm_excess_by_worker)
-
-    @classmethod
-    def analyse(cls, run: Run) -> Evidence:
-        """From a fresh analysis of the run's trace (online: the sliding window)."""
-        result = run_whatif(run.trace, run.meta, where=run.path,
-                            compute_ideal=ComputeIdeal.MEAN).result
-        return cls(np.asarray(result.steps), result.ideal_view(), result.fwd_bwd_correlation,
-                   np.asarray(result.comm_excess_by_worker))
-
-
-def read_evidence(run: Run) -> Evidence:
-    """The run folder's whatif.json as Evidence; InputError when it was not written yet."""
-    folder = RunFolder(path=Path(run.path))
-    if not folder.has_whatif:
-        raise InputError(f"no {WHATIF_JSON} in this run folder: the whatif detector reads the "
-                         f"what-if result; run `stragglerlab whatif --run {run.path}` first",
-                         run.path or None)
-    # RunFolder reads and checks the file; WhatIfRecord checks the layout this reader needs.
-    return Evidence.from_record(WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path)))
 
 
 class WhatIfDetector(Detector):
@@ -201,18 +160,17 @@ class WhatIfDetector(Detector):
         compute = compute_ratio_to_peers(run.trace, run.meta, steps)  # [pp, dp, steps]
         if compute is None:
             return None
-        slow = [(d, p) for d, p in result.top_workers
-                if float(np.median(compute[p, d])) >= cfg.compute_ratio]
+        own = {(d, p): float(np.median(compute[p, d])) for d, p in result.top_workers}
+        slow = sorted(w for w, r in own.items() if r >= cfg.compute_ratio)
         if not slow:
             return None
         return Finding(
-            [run.worker(d, p) for d, p in sorted(slow)], int(steps[0]), int(steps[-1]),
+            [run.worker(d, p) for d, p in slow], int(steps[0]), int(steps[-1]),
             RootCause.SLOW_WORKER,
             confidence=float(min(1.0, 0.5 + (result.m_w.rem - cfg.mw_worker))),
             estimated_slowdown=result.slowdown,
             detail={"m_w": result.m_w.rem,
-                    "compute_ratio": {f"dp{d}-pp{p}": float(np.median(compute[p, d]))
-                                      for d, p in slow}})
+                    "compute_ratio": {f"dp{d}-pp{p}": own[d, p] for d, p in slow}})
 
     def _slow_link(self, run: Run, evidence: Evidence, steps: np.ndarray) -> Finding | None:
         """No straggler stands out, but one rank's comm ops collect clearly the most excess."""

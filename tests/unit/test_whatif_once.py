@@ -26,7 +26,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from snakemake.utils import update_config  # noqa: E402
 
-import stragglerlab.analysis.detectors.whatif as detector_module  # noqa: E402
+import stragglerlab.analysis.detectors.whatif_evidence as detector_module  # noqa: E402
 import stragglerlab.analysis.whatif as whatif_module  # noqa: E402
 from stragglerlab.analysis.detectors.registry import detector_names  # noqa: E402
 from stragglerlab.cli import main  # noqa: E402

@@ -1,0 +1,60 @@
+"""Evidence of the `whatif` detector: what its diagnosis reads off the what-if analysis.
+
+Offline it is the run folder's whatif.json (`read_evidence`, written by `stragglerlab
+whatif`); online a fresh analysis of the steps seen so far (`Evidence.analyse`). Both use
+the paper's mean compute ideal. The diagnosis itself is in whatif.py.
+
+    ev = read_evidence(run)          # run: stragglerlab.analysis.detectors.base.Run
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.base import Run
+from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
+from stragglerlab.errors import InputError
+from stragglerlab.results import IdealView, WhatIfRecord
+from stragglerlab.run_folder import WHATIF_JSON, RunFolder
+
+
+@dataclass
+class Evidence:
+    """What the diagnosis reads off the what-if analysis (mean ideal, the paper's)."""
+
+    steps: np.ndarray
+    """Analysed step numbers, ascending."""
+    view: IdealView
+    """Slowdown, S_t, S_dp, S_stage (mean and per step), worker scores, M_W, M_S."""
+    fwd_bwd_correlation: float | None
+    """Sequence-imbalance signature."""
+    comm_excess_by_worker: np.ndarray
+    """[pp, dp], s: comm transfer time over the op type's median."""
+
+    @classmethod
+    def from_record(cls, record: WhatIfRecord) -> Evidence:
+        """From whatif.json (offline)."""
+        return cls(np.asarray(record.steps), record.ideal(ComputeIdeal.MEAN.value),
+                   record.fwd_bwd_correlation, record.comm_excess_by_worker)
+
+    @classmethod
+    def analyse(cls, run: Run) -> Evidence:
+        """From a fresh analysis of the run's trace (online: the sliding window)."""
+        result = run_whatif(run.trace, run.meta, where=run.path,
+                            compute_ideal=ComputeIdeal.MEAN).result
+        return cls(np.asarray(result.steps), result.ideal_view(), result.fwd_bwd_correlation,
+                   np.asarray(result.comm_excess_by_worker))
+
+
+def read_evidence(run: Run) -> Evidence:
+    """The run folder's whatif.json as Evidence; InputError when it was not written yet."""
+    folder = RunFolder(path=Path(run.path))
+    if not folder.has_whatif:
+        raise InputError(f"no {WHATIF_JSON} in this run folder: the whatif detector reads the "
+                         f"what-if result; run `stragglerlab whatif --run {run.path}` first",
+                         run.path or None)
+    # RunFolder reads and checks the file; WhatIfRecord checks the layout this reader needs.
+    return Evidence.from_record(WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path)))
