@@ -192,29 +192,3 @@ def compute_ratio(trace: pd.DataFrame, spec: FaultSpec) -> float | None:
     if len(slow) == 0 or len(others) == 0:
         return None
     return float(slow.mean() / others.mean())
-
-
-def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
-    """Every P2P pair of the trace with its latency: recv end minus the later of both starts.
-
-    Columns: step, dp_rank, sender_stage, direction, seq_id, latency_s, receiver_waiting
-    (the recv was posted before the send: latency is then the whole transfer). The k-th send
-    of a stage pairs with the k-th recv of the peer stage (same DP rank and step).
-    """
-    opt = trace["optype"].astype(str)
-    frames = []
-    for direction, peer_offset in (("forward", 1), ("backward", -1)):
-        sends = trace[opt == f"{direction}-send"][["step", "dp_rank", "stage", "seq_id",
-                                                   "start_ts"]]
-        recvs = trace[opt == f"{direction}-recv"].assign(
-            stage=lambda d, o=peer_offset: d["stage"] - o)  # keyed by the sender's stage
-        recvs = recvs.assign(end=recvs["start_ts"] + recvs["duration"])
-        pairs = sends.merge(recvs[["step", "dp_rank", "stage", "seq_id", "start_ts", "end"]],
-                            on=["step", "dp_rank", "stage", "seq_id"], suffixes=("_s", "_r"))
-        latest = pairs[["start_ts_s", "start_ts_r"]].max(axis=1)
-        frames.append(pd.DataFrame({
-            "step": pairs["step"], "dp_rank": pairs["dp_rank"], "sender_stage": pairs["stage"],
-            "direction": direction, "seq_id": pairs["seq_id"],
-            "latency_s": pairs["end"] - latest,
-            "receiver_waiting": pairs["start_ts_r"] <= pairs["start_ts_s"]}))
-    return pd.concat(frames, ignore_index=True)

@@ -23,7 +23,8 @@ import time
 import pandas as pd
 
 from stragglerlab.faults import FaultKind
-from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
+from stragglerlab.injectors.base import Injector, RankContext
+from stragglerlab.p2p_pairs import p2p_pair_latency
 
 MECHANISM = "in-process delay (this kernel has no netem)"
 

@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from stragglerlab.faults import FaultKind
-from stragglerlab.injectors.base import Injector, RankContext, p2p_pair_latency
+from stragglerlab.injectors.base import Injector, RankContext
+from stragglerlab.p2p_pairs import p2p_pair_latency
 
 BYTES_PER_FLOAT = 4
 

@@ -61,6 +61,22 @@ class SlowWorker:
     """Last slowed step (inclusive); None = to the end."""
 
 
+@dataclass(frozen=True)
+class SlowLink:
+    """One worker whose P2P sends arrive late for a range of steps (ground truth 'net-delay')."""
+
+    dp_rank: int
+    """Data-parallel rank of the sender."""
+    stage: int
+    """Pipeline stage of the sender."""
+    delay_s: float
+    """Added to every pair it sends, s (> 0)."""
+    first_step: int = 0
+    """First delayed step (inclusive)."""
+    last_step: int | None = None
+    """Last delayed step (inclusive); None = to the end."""
+
+
 @dataclass
 class SyntheticConfig:
     """Shape, timing and faults of a synthetic job."""
@@ -98,6 +114,9 @@ class SyntheticConfig:
     launch_gap_s: tuple[float, float] = (5e-6, 5e-5)
     """CPU gap before each op, uniform in [low, high], s."""
     slow_workers: Sequence[SlowWorker] = field(default_factory=tuple)
+    """Workers whose compute is slowed."""
+    slow_links: Sequence[SlowLink] = field(default_factory=tuple)
+    """Workers whose P2P sends are delayed."""
     """Injected slow workers."""
     last_stage_factor: float = 1.0
     """Multiplier on the last stage's forward and backward (stage partitioning imbalance)."""
@@ -142,6 +161,14 @@ class _Job:
                 raise ValueError(f"slow worker {w} outside dp_size={cfg.dp_size}, pp_size={pp}, "
                                  f"steps 0..{cfg.n_steps - 1}, or factor <= 0")
             self.slow[w.stage, w.first_step:last + 1, w.dp_rank] *= w.factor
+        self.link_delay = np.zeros((pp, *self.shape))  # [sender stage, step, dp], s
+        for link in cfg.slow_links:
+            last = cfg.n_steps - 1 if link.last_step is None else link.last_step
+            if not (0 <= link.dp_rank < cfg.dp_size and 0 <= link.stage < pp
+                    and link.delay_s > 0 and 0 <= link.first_step <= last < cfg.n_steps):
+                raise ValueError(f"slow link {link} outside dp_size={cfg.dp_size}, "
+                                 f"pp_size={pp}, steps 0..{cfg.n_steps - 1}, or delay <= 0")
+            self.link_delay[link.stage, link.first_step:last + 1, link.dp_rank] += link.delay_s
         # Per microbatch [mb, step, dp]: its cost multiplier, mean 1, on every stage it visits.
         sigma = cfg.seq_imbalance_sigma
         self.mb_cost = (np.exp(self.rng.normal(-sigma * sigma / 2, sigma,
@@ -235,7 +262,9 @@ class _Job:
         for k in keys:
             if k not in self.done:
                 both = np.maximum(self.posts[k][True], self.posts[k][False])
-                self.done[k] = both + self.cfg.p2p_latency_s * self.noise()
+                # k = (direction, sender stage, microbatch): a slow link delays its sends.
+                self.done[k] = both + self.cfg.p2p_latency_s * self.noise() \
+                    + self.link_delay[k[1]]
         post, end = self.post[s], np.max([self.done[k] for k in keys], axis=0)
         for h in a.halves:
             self.record(s, _P2P_OPTYPE[h.direction, h.is_send], post, end - post)
@@ -350,6 +379,13 @@ def ground_truth(df: pd.DataFrame, config: SyntheticConfig) -> list[dict]:
         peers = steps & ~victim & ((stage == w.stage) if cfg.dp_size > 1 else True)
         record("slow-worker", [(w.dp_rank, w.stage)], w.first_step, w.last_step, w.factor,
                steps & victim, peers)
+    for link in cfg.slow_links:
+        faults.append({
+            "kind": "net-delay",
+            "targets": [{"rank": link.stage * cfg.dp_size + link.dp_rank,
+                         "dp_rank": link.dp_rank, "stage": link.stage}],
+            "first_step": link.first_step, "last_step": link.last_step,
+            "requested": {"delay_ms": link.delay_s * 1000.0}, "measured": {}})
     if cfg.last_stage_factor != 1.0 and cfg.pp_size > 1:
         last_stage = stage == cfg.pp_size - 1
         record("stage-imbalance", [(d, cfg.pp_size - 1) for d in range(cfg.dp_size)], 0, None,

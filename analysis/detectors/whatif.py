@@ -44,6 +44,11 @@ reads, in this order:
    compute not slow -> `net-throttle` on that rank (a mild slow link that slows
    every rank it talks to about equally).
 
+Beside all of these (a slow link is often one fault of several, and a mild one does
+not make the job straggle): a P2P sender nearly all of whose pairs are slower than
+the other senders' in its place, by enough to cost `link_step_share` of a step ->
+`net-throttle` on it, unless another finding named it (`whatif_links.py`).
+
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
 however long the run. This is the one place the analysis is recomputed, and
@@ -76,6 +81,7 @@ from stragglerlab.analysis.detectors.signatures import (
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
+from stragglerlab.analysis.detectors.whatif_links import slow_links
 from stragglerlab.results import IdealView
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
@@ -117,6 +123,16 @@ class WhatIfDetector(Detector):
 
     def diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
         """Straggler findings from the what-if evidence and the run's trace (not failures)."""
+        found = self._causes(run, evidence)
+        # A slow link is often one fault of several and too mild to make the job straggle:
+        # looked for beside every other finding, on ranks they did not name.
+        named = {(r.dp_rank, r.stage) for f in found for r in f.ranks}
+        return found + slow_links(run, evidence.steps, self.config,
+                                  evidence.comm_excess_by_worker, named,
+                                  evidence.view.slowdown)
+
+    def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
+        """GC, then the other causes in the method's order."""
         steps = evidence.steps
         gc = self._gc(run, evidence.view.slowdown, steps)
         if gc is None:

@@ -16,7 +16,12 @@ from stragglerlab.analysis.detectors.whatif import Evidence
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
 from stragglerlab.trace_io import read_trace, write_trace
-from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+from stragglerlab.workloads.synthetic import (
+    SlowLink,
+    SlowWorker,
+    SyntheticConfig,
+    synthesize_trace,
+)
 from tests.unit.refdata import reference
 
 _FOLDERS = itertools.count()
@@ -229,3 +234,29 @@ def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
     assert [(r.dp_rank, r.stage) for r in finding.ranks] == [(1, 3)]
     assert finding.detail["m_w"] >= 0.5  # named by the worker-issue rule, not per step
     assert WhatIfDetector(WhatIfDetectorConfig(mw_worker=1.01)).detect(run) == []
+
+
+def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
+    # A 3 ms delay on every pair one inner sender posts, from step 4 (~5 % of a step over its
+    # 8 sends): too mild for the job to straggle, but nearly all its pairs are slower than
+    # their reference's upper quartile.
+    # A slow worker elsewhere is named by its own rule; the link beside it.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
+
+    run = _run(dp_size=2, pp_size=4, n_steps=10,
+               slow_workers=(SlowWorker(dp_rank=0, stage=3, factor=1.6),),
+               slow_links=(SlowLink(dp_rank=1, stage=1, delay_s=0.003, first_step=4),))
+    found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
+    assert set(found) == {RootCause.SLOW_WORKER, RootCause.NET_THROTTLE}
+    assert _cells(found[RootCause.SLOW_WORKER]) == [(0, 3)]
+    link = found[RootCause.NET_THROTTLE]
+    assert _cells(link) == [(1, 1)]
+    assert 3 <= link.first_step <= 5 and link.last_step == 9
+    assert link.detail["slow_pair_share"] >= 0.85
+    # Without the delay no link is named (the same noise, the same slow worker).
+    plain = _run(dp_size=2, pp_size=4, n_steps=10,
+                 slow_workers=(SlowWorker(dp_rank=0, stage=3, factor=1.6),))
+    assert [f.root_cause for f in WhatIfDetector().detect(plain)] == [RootCause.SLOW_WORKER]
+    # A share no sender can reach names nothing.
+    strict = WhatIfDetector(WhatIfDetectorConfig(link_pair_share=1.01)).detect(run)
+    assert RootCause.NET_THROTTLE not in {f.root_cause for f in strict}

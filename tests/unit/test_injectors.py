@@ -17,7 +17,7 @@ from stragglerlab.faults import FaultKind
 from stragglerlab.host.cgroups import MIN_QUOTA_US, quota_for
 from stragglerlab.injectors import crash as crash_mod
 from stragglerlab.injectors import hang as hang_mod
-from stragglerlab.injectors.base import RankContext, compute_ratio, p2p_pair_latency
+from stragglerlab.injectors.base import RankContext, compute_ratio
 from stragglerlab.injectors.crash import Crash
 from stragglerlab.injectors.gc_pauses import GcPauses
 from stragglerlab.injectors.hang import Hang
@@ -27,6 +27,7 @@ from stragglerlab.injectors.registry import build_injectors, injector_classes
 from stragglerlab.injectors.seq_imbalance import SeqImbalance
 from stragglerlab.injectors.slow_worker import SlowWorker
 from stragglerlab.injectors.stage_imbalance import StageImbalance
+from stragglerlab.p2p_pairs import p2p_pair_latency
 from tests.unit.injector_helpers import (
     SLEEP_SLACK_S,
     build,

@@ -1,0 +1,77 @@
+"""Slow links for the `whatif` detector, localized from P2P pair latencies (any layout with PP).
+
+A slow link (added latency, a throttled veth) delays every pair its rank sends,
+so over a few steps nearly all of that sender's pairs are slower than their
+step's upper quartile, and their median stands out of the step's timing noise.
+A GC pause or a scheduling hiccup slows a pair now and then, not nearly all of
+them; a slow device is named by its own compute before this rule is read. Only
+pairs whose receiver was already waiting count (then the latency is the whole
+transfer, not the receiver's own lateness); see `stragglerlab.p2p_pairs`.
+
+It runs after every other rule, beside their findings: a slow link is often
+one fault of several (a slow worker plus a delayed link), and a mild one does
+not make the job straggle. Ranks another rule named are not named again. Two
+senders flagged that send to each other (a link throttled both ways slows the
+victim's sends and its neighbour's sends to it) are one link: the rank whose
+comm ops collect more transfer excess over the run (whatif.json) is named.
+
+Thresholds (`WhatIfDetectorConfig.link_pair_share`, `link_excess_iqr`) were set
+on dev; their docstrings give the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.signatures import step_time_total
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
+
+
+def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
+               comm_excess: np.ndarray, named: set[tuple[int, int]],
+               slowdown: float) -> list[Finding]:
+    """Findings for senders whose pairs are slow over a window; `named`: (dp, stage) taken.
+
+    comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
+    """
+    pp, dp = run.meta.pp_size, run.meta.dp_size
+    if pp < 2 or len(steps) < cfg.min_steps:
+        return []
+    pairs = p2p_pair_latency(run.trace)
+    sig = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps)
+    share = sig.share
+    # What the delay costs: its excess on every pair the sender posts in a step, as a share
+    # of the step time (a slow link on a trace where P2P is a sliver of the step is noise).
+    sends = pairs[pairs["step"].isin(steps)].groupby(["sender_stage", "dp_rank"]).size()
+    per_step = np.zeros((pp, dp))
+    per_step[sends.index.get_level_values(0), sends.index.get_level_values(1)] = \
+        sends.to_numpy() / len(steps)
+    step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
+    cost = sig.excess_s * per_step[:, :, None] / max(step_s, 1e-12)
+    with np.errstate(invalid="ignore"):
+        flagged = (share >= cfg.link_pair_share) & (sig.excess_iqr >= cfg.link_excess_iqr) \
+            & (sig.count >= cfg.link_min_pairs) & (cost >= cfg.link_step_share)
+    senders = {(int(p), int(d)) for p, d in zip(*np.nonzero(flagged.any(axis=2)))}
+    # A link slowed both ways flags the victim and the neighbour sending to it: keep one.
+    for p, d in sorted(senders):
+        for q in (p - 1, p + 1):
+            if (p, d) in senders and (q, d) in senders:
+                weaker = min((p, d), (q, d), key=lambda w: comm_excess[w])
+                senders.discard(weaker)
+    found = []
+    for p, d in sorted(senders):
+        if (d, p) in named:
+            continue
+        windows = np.flatnonzero(flagged[p, d])
+        first, last = int(windows[0]), int(windows[-1]) + cfg.min_steps - 1
+        best = int(windows[np.argmax(share[p, d, windows])])
+        found.append(Finding(
+            [run.worker(d, p)], int(steps[first]), int(steps[last]), RootCause.NET_THROTTLE,
+            confidence=float(min(1.0, 0.5 + (share[p, d, best] - cfg.link_pair_share) * 3)),
+            estimated_slowdown=max(slowdown, 1.0),
+            detail={"slow_pair_share": float(share[p, d, best]),
+                    "pair_excess_iqr": float(sig.excess_iqr[p, d, best]),
+                    "step_share": float(cost[p, d, best])}))
+    return found
