@@ -5,7 +5,6 @@ detector localizes one with it, so both read the same pairs the same way.
 Pure pandas/numpy over a trace, no I/O:
 
     pairs = p2p_pair_latency(trace)          # one row per send/recv pair
-    excess = sender_latency_excess(pairs, pp, dp, steps)   # [stage, dp, step], s
     signals = sender_window_signals(pairs, pp, dp, steps, window=3)  # LinkSignals
 """
 
@@ -43,28 +42,6 @@ def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def sender_latency_excess(pairs: pd.DataFrame, pp: int, dp: int,
-                          steps: np.ndarray) -> np.ndarray:
-    """Per sender and step: its pairs' median latency over the step's median, [pp, dp, step], s.
-
-    Only pairs whose receiver was already waiting (then the latency is the whole
-    transfer, not the receiver's own lateness). A slow link adds its delay to every
-    pair its rank sends, so its median moves by that much; a one-off pause moves one
-    pair and not the median. NaN where a sender has no such pair in a step.
-    """
-    out = np.full((pp, dp, len(steps)), np.nan)
-    waiting = pairs[pairs["receiver_waiting"] & pairs["step"].isin(steps)]
-    if waiting.empty:
-        return out
-    ref = waiting.groupby("step")["latency_s"].median()
-    excess = waiting["latency_s"] - waiting["step"].map(ref)
-    med = excess.groupby([waiting["sender_stage"], waiting["dp_rank"],
-                          waiting["step"]]).median()
-    step_index = np.searchsorted(steps, med.index.get_level_values(2))
-    out[med.index.get_level_values(0), med.index.get_level_values(1), step_index] = med.values
-    return out
-
-
 @dataclass(frozen=True)
 class LinkSignals:
     """Per sender and window of consecutive steps, [pp, dp, window], over its pairs there."""
@@ -84,7 +61,13 @@ class LinkSignals:
 def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray,
                           window: int) -> LinkSignals:
     """Per sender and window of `window` consecutive steps (starting at each step), pooled
-    over the window's receiver-waiting pairs: see `LinkSignals`.
+    over the window's pairs: see `LinkSignals`.
+
+    The reference is made of pairs whose receiver was already waiting (their latency
+    is the whole transfer); the sender's own pairs count all (a receiver that came late
+    can hide part of a delay, never add one, so a clean sender's late-received pairs
+    only look faster, while a throttled sender that blocks in its sends, and so is
+    seldom waited for, still shows).
 
     The reference of a pair is the same step's pairs of the other senders, and with DP
     peers only those of the same stage and direction: pairs differ by where they sit in
@@ -96,15 +79,16 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     share, excess, excess_s = (np.full((pp, dp, n_win), np.nan) for _ in range(3))
     count = np.zeros((pp, dp, n_win), dtype=np.int64)
     out = LinkSignals(share, excess, excess_s, count)
-    pairs = pairs[pairs["receiver_waiting"] & pairs["step"].isin(steps)]
-    if pairs.empty or n_win == 0:
+    pairs = pairs[pairs["step"].isin(steps)]
+    waiting = pairs[pairs["receiver_waiting"]]
+    if waiting.empty or n_win == 0:
         return out
     keys = ["step", "direction", "sender_stage"] if dp > 1 else ["step"]
     # Leave-one-out: with DP peers the senders to leave out are one DP rank's, else a stage's.
     who = "dp_rank" if dp > 1 else "sender_stage"
     for member in pairs[who].unique():
         own = pairs[pairs[who] == member]
-        ref = pairs[pairs[who] != member].groupby(keys)["latency_s"]
+        ref = waiting[waiting[who] != member].groupby(keys)["latency_s"]
         q = pd.concat({f"q{int(x * 100)}": ref.quantile(x) for x in (0.25, 0.5, 0.75)},
                       axis=1)
         own = own.join(q, on=keys, how="inner")

@@ -81,7 +81,7 @@ from stragglerlab.analysis.detectors.signatures import (
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
-from stragglerlab.analysis.detectors.whatif_links import slow_links
+from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
 from stragglerlab.results import IdealView
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
@@ -126,10 +126,9 @@ class WhatIfDetector(Detector):
         found = self._causes(run, evidence)
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
-        named = {(r.dp_rank, r.stage) for f in found for r in f.ranks}
-        return found + slow_links(run, evidence.steps, self.config,
-                                  evidence.comm_excess_by_worker, named,
-                                  evidence.view.slowdown)
+        links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
+                           evidence.view.slowdown)
+        return merge_links(found, links)
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
         """GC, then the other causes in the method's order."""

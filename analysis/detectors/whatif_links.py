@@ -4,13 +4,15 @@ A slow link (added latency, a throttled veth) delays every pair its rank sends,
 so over a few steps nearly all of that sender's pairs are slower than their
 step's upper quartile, and their median stands out of the step's timing noise.
 A GC pause or a scheduling hiccup slows a pair now and then, not nearly all of
-them; a slow device is named by its own compute before this rule is read. Only
-pairs whose receiver was already waiting count (then the latency is the whole
-transfer, not the receiver's own lateness); see `stragglerlab.p2p_pairs`.
+them; a slow device is named by its own compute before this rule is read. The
+reference pairs are those whose receiver was already waiting (then the latency
+is the whole transfer); see `stragglerlab.p2p_pairs`.
 
 It runs after every other rule, beside their findings: a slow link is often
 one fault of several (a slow worker plus a delayed link), and a mild one does
-not make the job straggle. Ranks another rule named are not named again. Two
+not make the job straggle. Ranks another rule named are not named again
+(`merge_links`), except that a `net-throttle` named from comm excess on the
+other end of a slow link gives way to the link's sender. Two
 senders flagged that send to each other (a link throttled both ways slows the
 victim's sends and its neighbour's sends to it) are one link: the rank whose
 comm ops collect more transfer excess over the run (whatif.json) is named.
@@ -29,10 +31,28 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
 
 
+def merge_links(found: list[Finding], links: list[Finding]) -> list[Finding]:
+    """The other rules' findings plus the slow links on ranks they did not name.
+
+    A `net-throttle` another rule named from comm excess on a P2P neighbour of a slow
+    link (same DP rank, next or previous stage) is that link seen from its other end (a
+    pair's excess lands on both ends): the link's own finding replaces it.
+    """
+    cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
+    ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
+
+    def other_end(f: Finding) -> bool:
+        return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
+            (r.dp_rank, r.stage) in ends for r in f.ranks)
+
+    kept = [f for f in found if not other_end(f)]
+    named = {(r.dp_rank, r.stage) for f in kept for r in f.ranks}
+    return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named]
+
+
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-               comm_excess: np.ndarray, named: set[tuple[int, int]],
-               slowdown: float) -> list[Finding]:
-    """Findings for senders whose pairs are slow over a window; `named`: (dp, stage) taken.
+               comm_excess: np.ndarray, slowdown: float) -> list[Finding]:
+    """Findings for senders whose pairs are slow over a window (see the module docstring).
 
     comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
     """
@@ -62,8 +82,6 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 senders.discard(weaker)
     found = []
     for p, d in sorted(senders):
-        if (d, p) in named:
-            continue
         windows = np.flatnonzero(flagged[p, d])
         first, last = int(windows[0]), int(windows[-1]) + cfg.min_steps - 1
         best = int(windows[np.argmax(share[p, d, windows])])

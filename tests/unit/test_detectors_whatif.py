@@ -260,3 +260,21 @@ def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
     # A share no sender can reach names nothing.
     strict = WhatIfDetector(WhatIfDetectorConfig(link_pair_share=1.01)).detect(run)
     assert RootCause.NET_THROTTLE not in {f.root_cause for f in strict}
+
+
+def test_a_link_replaces_a_comm_excess_throttle_on_its_other_end_only():
+    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.findings import Finding, RankRef
+
+    def at(cause, *cells):
+        return Finding([RankRef(p * 2 + d, d, p) for d, p in cells], 3, 9, cause, 0.8)
+
+    link = at(RootCause.NET_THROTTLE, (0, 0))
+    neighbour = at(RootCause.NET_THROTTLE, (0, 1))   # same DP rank, next stage
+    elsewhere = at(RootCause.NET_THROTTLE, (1, 1))   # another DP rank: its own link
+    slow = at(RootCause.SLOW_WORKER, (0, 1))         # a slow device there stays
+    assert merge_links([neighbour, elsewhere, slow], [link]) == [elsewhere, slow, link]
+    # A link on a rank another rule already named is not named twice.
+    gc = at(RootCause.GC_PAUSES, (0, 0))
+    assert merge_links([gc], [link]) == [gc]
+    assert merge_links([], []) == []

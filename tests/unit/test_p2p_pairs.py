@@ -1,50 +1,60 @@
-"""sender_latency_excess: a slow link moves its sender's median pair latency, a pause does not."""
+"""sender_window_signals: a delayed sender's pairs stand over its peers'; a pause does not."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stragglerlab.p2p_pairs import p2p_pair_latency, sender_latency_excess
+from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
 from tests.unit.injector_helpers import p2p_pair, trace_of
 
 
-def _trace(extra, steps=range(4), dp=2, mbs=4):
-    """DP x PP3 forward pairs, receivers waiting; latency 2 ms + extra(step, dp, stage, k)."""
+def _trace(extra, steps=range(6), dp=2, mbs=4, waiting=lambda step, d, k: True):
+    """DP x PP3 forward pairs from stages 0 and 1; latency 2 ms (+ up to 0.4 ms of spread)
+    + extra(step, dp, stage, k); waiting(step, dp, k): the recv was posted first."""
     rows = []
     for step in steps:
         for d in range(dp):
             for stage in (0, 1):
                 for k in range(mbs):
                     t0 = step + 0.1 * k + 0.01 * d + 0.001 * stage
-                    rows += p2p_pair(step, d, stage, "forward", k, t0 + 0.003, t0,
-                                     0.002 + extra(step, d, stage, k))
+                    send, recv = (t0 + 0.003, t0) if waiting(step, d, k) else (t0, t0 + 0.001)
+                    rows += p2p_pair(step, d, stage, "forward", k, send, recv,
+                                     0.002 + 0.0001 * ((k + d + step) % 5)
+                                     + extra(step, d, stage, k))
     return trace_of(rows, dp)
 
 
-def test_delayed_sender_excess_in_its_window_only():
-    # dp 1, stage 1 sends 10 ms late from step 2 on; one 50 ms pause elsewhere.
+def test_delayed_sender_stands_out_in_its_windows_only():
+    # dp 1, stage 1 sends 10 ms late from step 3 on; one 50 ms pause on dp 0, stage 0.
     def extra(step, d, stage, k):
-        if (d, stage) == (1, 1) and step >= 2:
+        if (d, stage) == (1, 1) and step >= 3:
             return 0.010
         return 0.050 if (step, d, stage, k) == (1, 0, 0, 2) else 0.0
 
-    steps = np.arange(4)
-    excess = sender_latency_excess(p2p_pair_latency(_trace(extra)), 3, 2, steps)
-    assert excess.shape == (3, 2, 4)
-    assert excess[1, 1, 2:] == pytest.approx([0.010, 0.010])
-    assert excess[1, 1, :2] == pytest.approx([0.0, 0.0])
-    # The one-off pause moves one pair of four, not its sender's median.
-    assert excess[0, 0, 1] == pytest.approx(0.0)
-    # The last stage sends nothing forward: no pairs, NaN.
-    assert np.isnan(excess[2]).all()
+    sig = sender_window_signals(p2p_pair_latency(_trace(extra)), 3, 2, np.arange(6), 3)
+    assert sig.share.shape == (3, 2, 4)  # windows starting at steps 0..3
+    assert sig.count[1, 1].tolist() == [12, 12, 12, 12]
+    assert sig.share[1, 1, 3] == 1.0 and sig.excess_s[1, 1, 3] == pytest.approx(0.010, abs=3e-4)
+    assert sig.excess_iqr[1, 1, 3] > 10
+    assert sig.share[1, 1, 0] < 0.5  # steps 0-2: before the delay
+    # The one-off pause makes one pair of twelve slow, not its sender.
+    assert sig.share[0, 0, 0] < 0.5
+    # The last stage sends nothing forward: no pairs.
+    assert np.isnan(sig.share[2]).all() and (sig.count[2] == 0).all()
 
 
-def test_only_steps_asked_for_and_only_waiting_receivers():
-    trace = _trace(lambda step, d, stage, k: 0.02 if step == 3 else 0.0)
-    pairs = p2p_pair_latency(trace)
-    excess = sender_latency_excess(pairs, 3, 2, np.array([1, 3]))
-    assert excess.shape == (3, 2, 2)
-    assert excess[:2, :, 1] == pytest.approx(np.zeros((2, 2)))  # all alike: no excess
-    late = pairs.assign(receiver_waiting=False)
-    assert np.isnan(sender_latency_excess(late, 3, 2, np.array([1, 3]))).all()
+def test_reference_is_waiting_pairs_a_sender_counts_all_its_own():
+    # Stage 1 of dp 1 is delayed and never waited for: its pairs still count against the
+    # others' waiting pairs. Without any waiting pair there is no reference at all.
+    def extra(step, d, stage, k):
+        return 0.010 if (d, stage) == (1, 1) else 0.0
+
+    trace = _trace(extra, waiting=lambda step, d, k: d == 0)
+    sig = sender_window_signals(p2p_pair_latency(trace), 3, 2, np.arange(6), 3)
+    assert (sig.share[1, 1] == 1.0).all()
+    none = _trace(extra, waiting=lambda step, d, k: False)
+    assert np.isnan(sender_window_signals(p2p_pair_latency(none), 3, 2, np.arange(6),
+                                          3).share).all()
+    # Too short for one window.
+    assert sender_window_signals(p2p_pair_latency(trace), 3, 2, np.arange(2), 3).share.size == 0
