@@ -59,7 +59,7 @@ class LinkSignals:
 
 
 def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray,
-                          window: int) -> LinkSignals:
+                          window: int, own_ok: pd.Series | None = None) -> LinkSignals:
     """Per sender and window of `window` consecutive steps (starting at each step), pooled
     over the window's pairs: see `LinkSignals`.
 
@@ -67,7 +67,9 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     is the whole transfer); the sender's own pairs count all (a receiver that came late
     can hide part of a delay, never add one, so a clean sender's late-received pairs
     only look faster, while a throttled sender that blocks in its sends, and so is
-    seldom waited for, still shows).
+    seldom waited for, still shows). own_ok (bool per pair, default all): pairs that may
+    count as their sender's own; the others serve only as reference (e.g. pairs whose
+    receiver is a slow device, which completes its recvs late by itself).
 
     The reference of a pair is the same step's pairs of the other senders, and with DP
     peers only those of the same stage and direction: pairs differ by where they sit in
@@ -79,8 +81,9 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     share, excess, excess_s = (np.full((pp, dp, n_win), np.nan) for _ in range(3))
     count = np.zeros((pp, dp, n_win), dtype=np.int64)
     out = LinkSignals(share, excess, excess_s, count)
-    pairs = pairs[pairs["step"].isin(steps)]
-    waiting = pairs[pairs["receiver_waiting"]]
+    in_steps = pairs["step"].isin(steps)
+    waiting = pairs[in_steps & pairs["receiver_waiting"]]
+    pairs = pairs[in_steps & (True if own_ok is None else own_ok)]
     if waiting.empty or n_win == 0:
         return out
     keys = ["step", "direction", "sender_stage"] if dp > 1 else ["step"]

@@ -127,7 +127,7 @@ class WhatIfDetector(Detector):
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
-                           evidence.view.slowdown)
+                           evidence.view.slowdown, found)
         return merge_links(found, links)
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:

@@ -10,7 +10,9 @@ is the whole transfer); see `stragglerlab.p2p_pairs`.
 
 It runs after every other rule, beside their findings: a slow link is often
 one fault of several (a slow worker plus a delayed link), and a mild one does
-not make the job straggle. Ranks another rule named are not named again
+not make the job straggle. Pairs to a worker another rule named slow (a slow
+device, GC pauses) do not count against their sender: a slow receiver completes
+its recvs late by itself. Ranks another rule named are not named again
 (`merge_links`), except that a `net-throttle` named from comm excess on the
 other end of a slow link gives way to the link's sender. Two
 senders flagged that send to each other (a link throttled both ways slows the
@@ -24,6 +26,7 @@ on dev; their docstrings give the numbers.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import step_time_total
@@ -51,16 +54,27 @@ def merge_links(found: list[Finding], links: list[Finding]) -> list[Finding]:
 
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-               comm_excess: np.ndarray, slowdown: float) -> list[Finding]:
+               comm_excess: np.ndarray, slowdown: float,
+               found: list[Finding] = ()) -> list[Finding]:
     """Findings for senders whose pairs are slow over a window (see the module docstring).
 
     comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
+    found: the other rules' findings; pairs to a worker they named slow (a slow device,
+    GC pauses) do not count as their sender's own: a slow receiver completes its recvs
+    late by itself.
     """
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if pp < 2 or len(steps) < cfg.min_steps:
         return []
     pairs = p2p_pair_latency(run.trace)
-    sig = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps)
+    slow = {(r.dp_rank, r.stage) for f in found for r in f.ranks
+            if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
+    own_ok = None
+    if slow:  # a slow receiver's pairs say nothing of its sender's link (reference only)
+        receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
+        own_ok = pd.Series(~pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(
+            pd.MultiIndex.from_tuples(sorted(slow))), index=pairs.index)
+    sig = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps, own_ok)
     share = sig.share
     # What the delay costs: its excess on every pair the sender posts in a step, as a share
     # of the step time (a slow link on a trace where P2P is a sliver of the step is noise).

@@ -58,3 +58,18 @@ def test_reference_is_waiting_pairs_a_sender_counts_all_its_own():
                                           3).share).all()
     # Too short for one window.
     assert sender_window_signals(p2p_pair_latency(trace), 3, 2, np.arange(2), 3).share.size == 0
+
+
+def test_pairs_not_own_serve_only_as_reference():
+    # dp 1, stage 1's pairs are slow (say, its receiver is a slow device): marked not its
+    # own, they no longer count for it, and still make the reference of dp 0's pairs.
+    def extra(step, d, stage, k):
+        return 0.010 if (d, stage) == (1, 1) else 0.0
+
+    pairs = p2p_pair_latency(_trace(extra))
+    steps = np.arange(6)
+    assert (sender_window_signals(pairs, 3, 2, steps, 3).share[1, 1] == 1.0).all()
+    own_ok = ~((pairs["dp_rank"] == 1) & (pairs["sender_stage"] == 1))
+    sig = sender_window_signals(pairs, 3, 2, steps, 3, own_ok)
+    assert np.isnan(sig.share[1, 1]).all() and (sig.count[1, 1] == 0).all()
+    assert (sig.share[1, 0] == 0.0).all()  # dp 0 against dp 1's slow pairs: never over
