@@ -36,7 +36,7 @@ from stragglerlab.figures.style import figure_style, new_figure, save_figure, so
 from stragglerlab.figures.trace_common import runs_with_fault
 from stragglerlab.filecheck import Checker, echo, load_json
 from stragglerlab.meta import JobMeta
-from stragglerlab.results import WhatIfRecord
+from stragglerlab.whatif_record import WhatIfRecord
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"

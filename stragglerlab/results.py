@@ -8,34 +8,31 @@ README), every compute ideal's metrics under `compute_ideals` (mean, the
 paper's default, and median) with the per-step S_dp / S_stage the worker
 heatmap and the `whatif` detector use, and the detector's graph-based
 evidence (`comm_excess_by_worker_s`). Figures and detectors read it back
-with `WhatIfRecord.read` instead of re-running the analysis.
+with `stragglerlab.whatif_record.WhatIfRecord.read` (the reader, apart) instead
+of re-running the analysis.
 
     doc = result.to_json()                       # writer (stragglerlab whatif)
-    record = WhatIfRecord.read("results/slow-worker-1/0/whatif/whatif.json")
-    mean = record.ideal("mean")                  # IdealView: slowdown, worker_score, ...
-    scores = mean.step_worker_score()            # [pp, dp, steps]
+    view = result.ideal_view()                   # IdealView: slowdown, worker_score, ...
+    scores = view.step_worker_score()            # [pp, dp, steps]
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 
 SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2
 """Version of the whatif.json layout (2: compute_ideals and the detector's evidence added)."""
 SCHEMA = f"{SCHEMA_NAME}/{SCHEMA_VERSION}"
+"""The `schema` value of whatif.json."""
 LAUNCH_TABLES = ("optype", "stage", "dp_rank")
 """Groupings of the launch-delay attribution (`launch_slowdown_by_<name>` in whatif.json)."""
-"""The `schema` value of whatif.json."""
 COMPUTE_IDEALS = ("mean", "median")
 """Compute ideals whatif.json carries under `compute_ideals` (mean: the paper's default)."""
-_FIX = "rerun `stragglerlab whatif` on the run (e.g. `stragglerlab whatif --run DIR`)"
 
 
 @dataclass
@@ -278,133 +275,3 @@ class IdealView:
     def step_worker_score(self) -> np.ndarray:
         """Per-step min(S_dp, S_stage), [pp, dp, steps] (exact; derived, not stored)."""
         return np.minimum(self.step_s_stage[:, None, :], self.step_s_dp[None, :, :])
-
-
-@dataclass
-class WhatIfRecord:
-    """whatif.json read back and checked: the document, and typed views of what readers use."""
-
-    path: str
-    """The file it came from (for messages)."""
-    doc: dict
-    """The whole document (every key of the README's table)."""
-    job_meta: JobMeta
-    """Parallel layout."""
-    steps: list[int]
-    """Traced step numbers, ascending."""
-    compute_ideal: str
-    """The ideal of the top-level keys."""
-    ideals: dict[str, IdealView]
-    """Every compute ideal's metrics ('mean' and 'median')."""
-    fwd_bwd_correlation: float | None
-    """Sequence-imbalance signature (same under every ideal)."""
-    comm_excess_by_worker: np.ndarray
-    """[pp, dp], s: comm transfer time over the op type's median, per worker."""
-
-    def ideal(self, name: str = "mean") -> IdealView:
-        """One compute ideal's metrics; InputError when the file lacks it."""
-        if name not in self.ideals:
-            raise InputError(f"whatif.json has no compute_ideals.{name}; {_FIX}", self.path)
-        return self.ideals[name]
-
-    @classmethod
-    def read(cls, path: str | Path) -> WhatIfRecord:
-        """Read and check whatif.json; InputError naming the file when missing or malformed."""
-        from stragglerlab.filecheck import load_json
-
-        raw = load_json(path, "whatif.json", _FIX)
-        return cls.from_json(raw, str(path))
-
-    @classmethod
-    def from_json(cls, raw: object, path: str = "whatif.json") -> WhatIfRecord:
-        """Check a parsed whatif.json document (schema version, fields, shapes)."""
-        from stragglerlab.filecheck import Checker
-
-        chk = Checker(path, _FIX)
-        doc = chk.mapping(raw, "whatif.json")
-        schema = doc.get("schema")
-        if schema != SCHEMA:
-            chk.fail("schema", f"is {schema!r}, this stragglerlab reads {SCHEMA!r} (an older "
-                               "or newer whatif.json)")
-        meta = JobMeta.from_dict(chk.mapping(doc.get("job_meta"), "job_meta"), path)
-        steps = [chk.integer(s, f"steps[{i}]")
-                 for i, s in enumerate(chk.listing(doc.get("steps"), "steps"))]
-        if not steps:
-            chk.fail("steps", "is empty")
-        pp, dp = meta.pp_size, meta.dp_size
-        compute_ideal = chk.string(doc.get("compute_ideal"), "compute_ideal")
-        blocks = chk.mapping(doc.get("compute_ideals"), "compute_ideals")
-        missing = [n for n in COMPUTE_IDEALS if n not in blocks]
-        if missing or compute_ideal not in blocks:
-            chk.fail("compute_ideals", f"lacks {', '.join(missing or [compute_ideal])}")
-        ideals = {name: _ideal_view(chk, name, blocks[name], steps, pp, dp) for name in blocks}
-        corr = chk.number(doc.get("fwd_bwd_correlation"), "fwd_bwd_correlation", optional=True)
-        excess = _grid(chk, doc.get("comm_excess_by_worker_s"), "comm_excess_by_worker_s", pp, dp)
-        return cls(path, doc, meta, steps, compute_ideal, ideals, corr, excess)
-
-
-def _grid(chk, raw: object, field_name: str, pp: int, dp: int) -> np.ndarray:
-    """A [pp][dp] list of finite numbers."""
-    rows = chk.listing(raw, field_name)
-    if len(rows) != pp:
-        chk.fail(field_name, f"has {len(rows)} rows, the job has {pp} stages")
-    out = np.empty((pp, dp))
-    for p, row in enumerate(rows):
-        cells = chk.listing(row, f"{field_name}[{p}]")
-        if len(cells) != dp:
-            chk.fail(f"{field_name}[{p}]", f"has {len(cells)} cells, the job has {dp} DP ranks")
-        out[p] = [chk.number(v, f"{field_name}[{p}][{d}]") for d, v in enumerate(cells)]
-    return out
-
-
-def _by_index(chk, raw: object, field_name: str, n: int) -> np.ndarray:
-    """{"0": x, ..., "n-1": x} as an array [n]."""
-    table = chk.mapping(raw, field_name)
-    try:
-        return np.array([chk.number(table[str(i)], f"{field_name}.{i}") for i in range(n)])
-    except KeyError as e:
-        chk.fail(field_name, f"lacks entry {e.args[0]}")
-
-
-def _per_step(chk, raw: object, field_name: str, steps: list[int], n: int) -> np.ndarray:
-    """{step: {"0": x, ...}} as an array [n, steps]."""
-    table = chk.mapping(raw, field_name)
-    out = np.empty((n, len(steps)))
-    for j, s in enumerate(steps):
-        if str(s) not in table:
-            chk.fail(field_name, f"lacks step {s}")
-        out[:, j] = _by_index(chk, table[str(s)], f"{field_name}.{s}", n)
-    return out
-
-
-def _fix(chk, raw: object, field_name: str) -> FixMetric:
-    m = chk.mapping(raw, field_name)
-    return FixMetric(**{k: chk.number(m.get(k), f"{field_name}.{k}") for k in
-                        ("t_ori", "t_ideal", "t_rem", "t_add", "rem", "add")})
-
-
-def _ideal_view(chk, name: str, raw: object, steps: list[int], pp: int, dp: int) -> IdealView:
-    where = f"compute_ideals.{name}"
-    b = chk.mapping(raw, where)
-    optype = chk.mapping(b.get("slowdown_by_optype"), f"{where}.slowdown_by_optype")
-    top = chk.listing(b.get("top_workers"), f"{where}.top_workers")
-    return IdealView(
-        name=name,
-        slowdown=chk.number(b.get("slowdown"), f"{where}.slowdown", minimum=0.0),
-        t_ideal_s=chk.number(b.get("t_ideal_s"), f"{where}.t_ideal_s", minimum=0.0),
-        slowdown_by_optype={str(k): chk.number(v, f"{where}.slowdown_by_optype.{k}")
-                            for k, v in optype.items()},
-        s_dp=_by_index(chk, b.get("slowdown_by_dp_rank"), f"{where}.slowdown_by_dp_rank", dp),
-        s_stage=_by_index(chk, b.get("slowdown_by_stage"), f"{where}.slowdown_by_stage", pp),
-        step_s_dp=_per_step(chk, b.get("step_slowdown_by_dp_rank"),
-                            f"{where}.step_slowdown_by_dp_rank", steps, dp),
-        step_s_stage=_per_step(chk, b.get("step_slowdown_by_stage"),
-                               f"{where}.step_slowdown_by_stage", steps, pp),
-        worker_score=_grid(chk, b.get("worker_score"), f"{where}.worker_score", pp, dp),
-        top_workers=[(chk.integer(chk.mapping(w, f"{where}.top_workers[{i}]").get("dp_rank"),
-                                  f"{where}.top_workers[{i}].dp_rank", 0, dp - 1),
-                      chk.integer(w.get("stage"), f"{where}.top_workers[{i}].stage", 0, pp - 1))
-                     for i, w in enumerate(top)],
-        m_w=_fix(chk, b.get("m_w"), f"{where}.m_w"),
-        m_s=_fix(chk, b.get("m_s"), f"{where}.m_s"),
-    )

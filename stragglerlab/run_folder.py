@@ -44,8 +44,8 @@ from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json, loa
 from stragglerlab.findings import Finding, FindingsDocument, read_findings, write_findings
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import SCHEMA as WHATIF_SCHEMA
-from stragglerlab.results import WhatIfRecord
 from stragglerlab.run_record import RunRecord, read_run_record, write_run_record
+from stragglerlab.whatif_record import WhatIfRecord
 
 TRACE_PARQUET = "trace.parquet"
 META_YAML = "meta.yaml"

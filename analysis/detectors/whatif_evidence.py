@@ -17,8 +17,9 @@ import numpy as np
 from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
 from stragglerlab.errors import InputError
-from stragglerlab.results import IdealView, WhatIfRecord
+from stragglerlab.results import IdealView
 from stragglerlab.run_folder import WHATIF_JSON, RunFolder
+from stragglerlab.whatif_record import WhatIfRecord
 
 
 @dataclass
