@@ -1,8 +1,9 @@
 """Slow links for the `whatif` detector, localized from P2P pair latencies (any layout with PP).
 
 A slow link (added latency, a throttled veth) delays every pair its rank sends,
-so over a few steps nearly all of that sender's pairs are slower than their
-step's upper quartile, and their median stands out of the step's timing noise.
+so over a few steps nearly all of that sender's pairs are slower than the upper
+quartile of the other senders' pairs in its place, and their median stands out
+of those pairs' timing noise.
 A GC pause or a scheduling hiccup slows a pair now and then, not nearly all of
 them; a slow device is named by its own compute before this rule is read. The
 reference pairs are those whose receiver was already waiting (then the latency
@@ -19,8 +20,9 @@ senders flagged that send to each other (a link throttled both ways slows the
 victim's sends and its neighbour's sends to it) are one link: the rank whose
 comm ops collect more transfer excess over the run (whatif.json) is named.
 
-Thresholds (`WhatIfDetectorConfig.link_pair_share`, `link_excess_iqr`) were set
-on dev; their docstrings give the numbers.
+Thresholds (`WhatIfDetectorConfig.link_pair_share`, `link_excess_iqr`,
+`link_min_pairs`, `link_step_share`) were set on dev; their docstrings give the
+numbers.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def merge_links(found: list[Finding], links: list[Finding]) -> list[Finding]:
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                comm_excess: np.ndarray, slowdown: float,
-               found: list[Finding] = ()) -> list[Finding]:
+               found: list[Finding]) -> list[Finding]:
     """Findings for senders whose pairs are slow over a window (see the module docstring).
 
     comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
@@ -94,16 +96,16 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
             if (p, d) in senders and (q, d) in senders:
                 weaker = min((p, d), (q, d), key=lambda w: comm_excess[w])
                 senders.discard(weaker)
-    found = []
+    links = []
     for p, d in sorted(senders):
         windows = np.flatnonzero(flagged[p, d])
         first, last = int(windows[0]), int(windows[-1]) + cfg.min_steps - 1
         best = int(windows[np.argmax(share[p, d, windows])])
-        found.append(Finding(
+        links.append(Finding(
             [run.worker(d, p)], int(steps[first]), int(steps[last]), RootCause.NET_THROTTLE,
             confidence=float(min(1.0, 0.5 + (share[p, d, best] - cfg.link_pair_share) * 3)),
             estimated_slowdown=max(slowdown, 1.0),
             detail={"slow_pair_share": float(share[p, d, best]),
                     "pair_excess_iqr": float(sig.excess_iqr[p, d, best]),
                     "step_share": float(cost[p, d, best])}))
-    return found
+    return links
