@@ -84,32 +84,88 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     in_steps = pairs["step"].isin(steps)
     waiting = pairs[in_steps & pairs["receiver_waiting"]]
     pairs = pairs[in_steps & (True if own_ok is None else own_ok)]
-    if waiting.empty or n_win == 0:
+    if waiting.empty or pairs.empty or n_win == 0:
         return out
-    keys = ["step", "direction", "sender_stage"] if dp > 1 else ["step"]
-    # Leave-one-out: with DP peers the senders to leave out are one DP rank's, else a stage's.
-    who = "dp_rank" if dp > 1 else "sender_stage"
-    for member in pairs[who].unique():
-        own = pairs[pairs[who] == member]
-        ref = waiting[waiting[who] != member].groupby(keys)["latency_s"]
-        q = pd.concat({f"q{int(x * 100)}": ref.quantile(x) for x in (0.25, 0.5, 0.75)},
-                      axis=1)
-        own = own.join(q, on=keys, how="inner")
-        if own.empty:
-            continue
-        iqr = np.maximum((own["q75"] - own["q25"]).to_numpy(), 1e-6)
-        over = (own["latency_s"] > own["q75"]).to_numpy()
-        above = (own["latency_s"] - own["q50"]).to_numpy()
-        rel = above / iqr
-        step_i = np.searchsorted(steps, own["step"].to_numpy())
-        sender = own["sender_stage"].to_numpy() * dp + own["dp_rank"].to_numpy()
-        for w in range(n_win):  # a handful of windows, each vectorized over the pairs
-            inside = (step_i >= w) & (step_i < w + window)
-            grouped = pd.DataFrame({"s": sender[inside], "over": over[inside],
-                                    "rel": rel[inside], "above": above[inside]}).groupby("s")
-            idx = grouped.size().index.to_numpy()
-            share[idx // dp, idx % dp, w] = grouped["over"].mean().to_numpy()
-            excess[idx // dp, idx % dp, w] = grouped["rel"].median().to_numpy()
-            excess_s[idx // dp, idx % dp, w] = grouped["above"].median().to_numpy()
-            count[idx // dp, idx % dp, w] = grouped.size().to_numpy()
+
+    def place(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(reference group, member left out) of each pair: with DP peers the group is
+        (step, direction, stage) and the member a DP rank, else the step and a stage."""
+        step_i = np.searchsorted(steps, frame["step"].to_numpy())
+        stage = frame["sender_stage"].to_numpy()
+        if dp == 1:
+            return step_i, stage
+        forward = (frame["direction"] == "forward").to_numpy()
+        return (step_i * 2 + forward) * pp + stage, frame["dp_rank"].to_numpy()
+
+    ref_group, ref_member = place(waiting)
+    group, member = place(pairs)
+    q25, q50, q75 = _leave_one_out_quantiles(
+        waiting["latency_s"].to_numpy(), ref_group, ref_member, group, member,
+        (0.25, 0.5, 0.75))
+    keep = ~np.isnan(q50)  # a pair with no reference pair left says nothing
+    latency = pairs["latency_s"].to_numpy()[keep]
+    q25, q50, q75 = q25[keep], q50[keep], q75[keep]
+    above = latency - q50
+    frame = pd.DataFrame({
+        "sender": (pairs["sender_stage"].to_numpy() * dp + pairs["dp_rank"].to_numpy())[keep],
+        "step_i": np.searchsorted(steps, pairs["step"].to_numpy())[keep],
+        "over": latency > q75, "rel": above / np.maximum(q75 - q25, 1e-6), "above": above})
+    # Each pair counts in every window that holds its step: windows start at step_i - o.
+    frame = pd.concat([frame.assign(w=frame["step_i"] - o) for o in range(window)])
+    frame = frame[(frame["w"] >= 0) & (frame["w"] < n_win)]
+    grouped = frame.groupby(["sender", "w"])
+    idx = grouped.size().index
+    s, w = idx.get_level_values(0).to_numpy(), idx.get_level_values(1).to_numpy()
+    share[s // dp, s % dp, w] = grouped["over"].mean().to_numpy()
+    excess[s // dp, s % dp, w] = grouped["rel"].median().to_numpy()
+    excess_s[s // dp, s % dp, w] = grouped["above"].median().to_numpy()
+    count[s // dp, s % dp, w] = grouped.size().to_numpy()
+    return out
+
+
+def _leave_one_out_quantiles(values: np.ndarray, group: np.ndarray, member: np.ndarray,
+                             want_group: np.ndarray, want_member: np.ndarray,
+                             qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Per wanted (group, member): quantiles (linear, as pandas) of the group's values
+    without that member's; NaN where none are left. One sort, no loop over members.
+
+    In a group sorted ascending, the member's values sit at ranks p_0 < p_1 < ...; the
+    r-th smallest value left is at rank r + #{j : p_j - j <= r}.
+    """
+    n_groups = int(max(group.max(), want_group.max())) + 1
+    n_members = int(max(member.max(), want_member.max())) + 1
+    order = np.lexsort((values, group))
+    v, g, m = values[order], group[order], member[order]
+    size = np.bincount(g, minlength=n_groups)
+    start = np.cumsum(size) - size
+    rank = np.arange(len(v)) - start[g]
+    # The member's ranks per (group, member) segment, ascending, as p_j - j.
+    seg_key = g * n_members + m
+    seg_order = np.lexsort((rank, seg_key))
+    seg_key, seg_rank = seg_key[seg_order], rank[seg_order]
+    keys, seg_start, seg_size = np.unique(seg_key, return_index=True, return_counts=True)
+    seg = np.searchsorted(keys, seg_key)
+    shifted = seg_rank - (np.arange(len(seg_rank)) - seg_start[seg])
+    big = len(v) + 2
+    composite = seg * big + shifted  # ascending: by segment, then p_j - j
+
+    want_key = want_group * n_members + want_member
+    at = np.minimum(np.searchsorted(keys, want_key), len(keys) - 1)
+    found = keys[at] == want_key
+    k = np.where(found, seg_size[at], 0)
+    left = size[want_group] - k
+
+    def nth_left(r: np.ndarray) -> np.ndarray:
+        passed = np.where(found, np.searchsorted(composite, at * big + r, side="right")
+                          - seg_start[at], 0)
+        return start[want_group] + r + passed
+
+    out = []
+    for q in qs:
+        h = q * np.maximum(left - 1, 0)
+        lo = h.astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(left - 1, 0))
+        a = v[np.minimum(nth_left(lo), len(v) - 1)]
+        b = v[np.minimum(nth_left(hi), len(v) - 1)]
+        out.append(np.where(left > 0, a + (b - a) * (h % 1), np.nan))
     return out

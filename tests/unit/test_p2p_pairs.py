@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
@@ -73,3 +74,23 @@ def test_pairs_not_own_serve_only_as_reference():
     sig = sender_window_signals(pairs, 3, 2, steps, 3, own_ok)
     assert np.isnan(sig.share[1, 1]).all() and (sig.count[1, 1] == 0).all()
     assert (sig.share[1, 0] == 0.0).all()  # dp 0 against dp 1's slow pairs: never over
+
+
+def test_leave_one_out_quantiles_match_pandas_without_the_member():
+    from stragglerlab.p2p_pairs import _leave_one_out_quantiles
+
+    rng = np.random.default_rng(3)
+    n = 400
+    values = np.round(rng.exponential(1.0, n), 2)  # ties included
+    group, member = rng.integers(0, 7, n), rng.integers(0, 5, n)
+    want_group, want_member = np.repeat(np.arange(8), 5), np.tile(np.arange(5), 8)
+    got = _leave_one_out_quantiles(values, group, member, want_group, want_member,
+                                   (0.25, 0.5, 0.75))
+    frame = pd.DataFrame({"v": values, "g": group, "m": member})
+    for i, (g, m) in enumerate(zip(want_group, want_member)):
+        rest = frame[(frame["g"] == g) & (frame["m"] != m)]["v"]
+        for q, column in zip((0.25, 0.5, 0.75), got):
+            if rest.empty:  # group 7 has no values at all
+                assert np.isnan(column[i])
+            else:
+                assert column[i] == pytest.approx(rest.quantile(q), abs=1e-12)
