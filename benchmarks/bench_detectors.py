@@ -15,19 +15,29 @@ Prints a Markdown table (pasted into benchmarks/README.md).
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 from stragglerlab.analysis.detectors import Run, detector_names, get_detector
-from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+from stragglerlab.analysis.detectors.base import load_run
+from stragglerlab.cli import main as cli_main
+from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, write_run
 
 
-def make_run(dp: int, steps: int) -> tuple[Run, tuple[int, int]]:
+def make_run(dp: int, steps: int, root: Path) -> tuple[Run, tuple[int, int]]:
+    """A synthetic run folder under root, analysed by `stragglerlab whatif` (the workflow's
+    step before detection; the whatif detector reads its whatif.json, not timed here)."""
     victim = (dp // 2, 1)
     cfg = SyntheticConfig(dp_size=dp, pp_size=4, n_microbatches=4, n_steps=steps,
                           slow_workers=(SlowWorker(victim[0], victim[1], 1.6,
                                                    first_step=steps // 2),))
-    df, meta = synthesize_trace(cfg)
-    return Run(df, meta, f"synthetic-dp{dp}"), victim
+    folder = root / f"synthetic-dp{dp}"
+    write_run(cfg, folder)
+    if cli_main(["whatif", "--run", str(folder), "--quiet"]) != 0:
+        raise SystemExit(f"stragglerlab whatif failed on {folder}")
+    return load_run(folder), victim
 
 
 def main() -> None:
@@ -39,8 +49,9 @@ def main() -> None:
     names = args.detector or detector_names()
     print("| dp | ops | detector | offline s | online s | online s/step | found victim |")
     print("|---|---|---|---|---|---|---|")
+    root = Path(tempfile.mkdtemp(prefix="bench-detectors-"))
     for dp in args.dp:
-        run, (vd, vs) = make_run(dp, args.steps)
+        run, (vd, vs) = make_run(dp, args.steps, root)
         for name in names:
             t0 = time.perf_counter()
             findings = get_detector(name).detect(run)
@@ -51,6 +62,7 @@ def main() -> None:
             found = any((r.dp_rank, r.stage) == (vd, vs) for f in findings for r in f.ranks)
             print(f"| {dp} | {len(run.trace):,} | {name} | {offline:.2f} | {online:.2f} | "
                   f"{online / args.steps:.3f} | {'yes' if found else 'no'} |", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
