@@ -6,6 +6,7 @@ Pure pandas/numpy over a trace, no I/O:
 
     pairs = p2p_pair_latency(trace)          # one row per send/recv pair
     signals = sender_window_signals(pairs, pp, dp, steps, window=3)  # LinkSignals
+    signals = worker_window_signals(pairs, pp, dp, steps, window=3)  # sent or received
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ class LinkSignals:
 
 
 def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray,
-                          window: int, own_ok: pd.Series | None = None) -> LinkSignals:
+                          window: int, own_ok: pd.Series | None = None,
+                          informative: bool = False) -> LinkSignals:
     """Per sender and window of `window` consecutive steps (starting at each step), pooled
     over the window's pairs: see `LinkSignals`.
 
@@ -67,9 +69,12 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     is the whole transfer); the sender's own pairs count all (a receiver that came late
     can hide part of a delay, never add one, so a clean sender's late-received pairs
     only look faster, while a throttled sender that blocks in its sends, and so is
-    seldom waited for, still shows). own_ok (bool per pair, default all): pairs that may
-    count as their sender's own; the others serve only as reference (e.g. pairs whose
-    receiver is a slow device, which completes its recvs late by itself).
+    seldom waited for, still shows). informative: of the pairs whose receiver came late,
+    count only those that are slow all the same: a late receiver's fast pair hides what
+    the link did (a delayed first stage of 1F1B is waited for on one microbatch of four).
+    own_ok (bool per pair, default all): pairs that may count as their sender's own; the
+    others serve only as reference (e.g. pairs whose receiver is a slow device, which
+    completes its recvs late by itself).
 
     The reference of a pair is the same step's pairs of the other senders, and with DP
     peers only those of the same stage and direction: pairs differ by where they sit in
@@ -78,49 +83,137 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     or the run is shorter than `window`.
     """
     n_win = max(len(steps) - window + 1, 0)
-    share, excess, excess_s = (np.full((pp, dp, n_win), np.nan) for _ in range(3))
-    count = np.zeros((pp, dp, n_win), dtype=np.int64)
-    out = LinkSignals(share, excess, excess_s, count)
+    out = LinkSignals(*(np.full((pp, dp, n_win), np.nan) for _ in range(3)),
+                      np.zeros((pp, dp, n_win), dtype=np.int64))
+    in_steps = pairs["step"].isin(steps)
+    waiting = pairs[in_steps & pairs["receiver_waiting"]]
+    pairs = pairs[in_steps & (True if own_ok is None else own_ok)
+]
+    if waiting.empty or pairs.empty or n_win == 0:
+        return out
+    q = _leave_one_out_quantiles(waiting["latency_s"].to_numpy(), *_place(waiting, steps, pp, dp),
+                                 *_place(pairs, steps, pp, dp), (0.25, 0.5, 0.75))
+    owner = pairs["sender_stage"].to_numpy() * dp + pairs["dp_rank"].to_numpy()
+    _pool_windows(out, owner, np.searchsorted(steps, pairs["step"].to_numpy()),
+                  pairs["latency_s"].to_numpy(), q, dp, n_win, window,
+                  pairs["receiver_waiting"].to_numpy() if informative else None)
+    return out
+
+
+def worker_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray,
+                          window: int, own_ok: pd.Series | None = None,
+                          informative: bool = False) -> LinkSignals:
+    """Per worker [stage, dp] and window, pooled over the pairs it sends *or receives*.
+
+    A throttled veth (tc, both ways) slows every pair that passes the worker's link, so
+    nearly all of them stand out, while its neighbours have clean pairs too; a sender-side
+    delay slows only half of them (`sender_window_signals` sees that one). Reference of a
+    pair, as seen by a worker (receiver-waiting pairs, as for senders):
+
+    * with DP peers: the same step's pairs of the other DP ranks in its place;
+    * pure PP: the same step's pairs that touch neither the worker (with three or more
+      stages there are some: a throttled inner stage slows its two links, not the third);
+    * pure PP with two stages, where every pair touches both workers: the pairs of the
+      quietest window (lowest median latency) of the run. Both workers then measure the
+      same: the trace cannot tell which end of the one link is slow, and a slow link that
+      lasts the whole run has no reference at all.
+
+    own_ok and informative: as for `sender_window_signals`.
+    """
+    n_win = max(len(steps) - window + 1, 0)
+    out = LinkSignals(*(np.full((pp, dp, n_win), np.nan) for _ in range(3)),
+                      np.zeros((pp, dp, n_win), dtype=np.int64))
     in_steps = pairs["step"].isin(steps)
     waiting = pairs[in_steps & pairs["receiver_waiting"]]
     pairs = pairs[in_steps & (True if own_ok is None else own_ok)]
     if waiting.empty or pairs.empty or n_win == 0:
         return out
+    receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
+    ends = (pairs["sender_stage"].to_numpy(), receiver.to_numpy())
+    step_i = np.searchsorted(steps, pairs["step"].to_numpy())
+    latency = pairs["latency_s"].to_numpy()
+    waited = pairs["receiver_waiting"].to_numpy() if informative else None
+    if dp > 1:  # each pair against its DP peers', counted for both its ends
+        q = _leave_one_out_quantiles(waiting["latency_s"].to_numpy(),
+                                     *_place(waiting, steps, pp, dp),
+                                     *_place(pairs, steps, pp, dp), (0.25, 0.5, 0.75))
+        d = pairs["dp_rank"].to_numpy()
+        _pool_windows(out, np.concatenate([ends[0] * dp + d, ends[1] * dp + d]),
+                      np.tile(step_i, 2), np.tile(latency, 2), [np.tile(x, 2) for x in q],
+                      dp, n_win, window, None if waited is None else np.tile(waited, 2))
+        return out
+    ref_recv = waiting["sender_stage"] + np.where(waiting["direction"] == "forward", 1, -1)
+    owners, at, qs = [], [], []
+    for w in range(pp):  # pure PP: per worker, the pairs that touch neither of its ends
+        mine = np.flatnonzero((ends[0] == w) | (ends[1] == w))
+        if pp > 2:
+            ref = waiting[(waiting["sender_stage"] != w) & (ref_recv != w)]
+            table = ref.groupby("step")["latency_s"].quantile([0.25, 0.5, 0.75]).unstack()
+            table = table.reindex(index=steps, columns=[0.25, 0.5, 0.75])
+            rows = step_i[mine]
+            q = [table[c].to_numpy()[rows] for c in (0.25, 0.5, 0.75)]
+        else:
+            q = [np.full(len(mine), v) for v in _quietest_window(waiting, steps, window)]
+        owners.append(np.full(len(mine), w))
+        at.append(mine)
+        qs.append(q)
+    mine = np.concatenate(at)
+    _pool_windows(out, np.concatenate(owners), step_i[mine], latency[mine],
+                  [np.concatenate([q[k] for q in qs]) for k in range(3)], dp, n_win, window,
+                  None if waited is None else waited[mine])
+    return out
 
-    def place(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(reference group, member left out) of each pair: with DP peers the group is
-        (step, direction, stage) and the member a DP rank, else the step and a stage."""
-        step_i = np.searchsorted(steps, frame["step"].to_numpy())
-        stage = frame["sender_stage"].to_numpy()
-        if dp == 1:
-            return step_i, stage
-        forward = (frame["direction"] == "forward").to_numpy()
-        return (step_i * 2 + forward) * pp + stage, frame["dp_rank"].to_numpy()
 
-    ref_group, ref_member = place(waiting)
-    group, member = place(pairs)
-    q25, q50, q75 = _leave_one_out_quantiles(
-        waiting["latency_s"].to_numpy(), ref_group, ref_member, group, member,
-        (0.25, 0.5, 0.75))
+def _place(frame: pd.DataFrame, steps: np.ndarray, pp: int,
+           dp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(reference group, member left out) of each pair: with DP peers the group is (step,
+    direction, stage) and the member a DP rank, else the step and a stage."""
+    step_i = np.searchsorted(steps, frame["step"].to_numpy())
+    stage = frame["sender_stage"].to_numpy()
+    if dp == 1:
+        return step_i, stage
+    forward = (frame["direction"] == "forward").to_numpy()
+    return (step_i * 2 + forward) * pp + stage, frame["dp_rank"].to_numpy()
+
+
+def _quietest_window(waiting: pd.DataFrame, steps: np.ndarray, window: int) -> list[float]:
+    """Quartiles of the pairs in the window of `window` steps with the lowest median
+    latency (from per-step medians, rolled)."""
+    med = waiting.groupby("step")["latency_s"].median().reindex(steps)
+    rolled = med.rolling(window).median().to_numpy()[window - 1:]
+    if np.isnan(rolled).all():
+        return [np.nan] * 3
+    first = int(np.nanargmin(rolled))
+    lat = waiting.loc[waiting["step"].isin(steps[first:first + window]), "latency_s"]
+    return [float(lat.quantile(x)) for x in (0.25, 0.5, 0.75)]
+
+
+def _pool_windows(out: LinkSignals, owner: np.ndarray, step_i: np.ndarray,
+                  latency: np.ndarray, q: list[np.ndarray], dp: int, n_win: int,
+                  window: int, waited: np.ndarray | None = None) -> None:
+    """Fill `out` per owner (stage * dp + dp_rank) and window from per-pair latencies and
+    their reference quartiles q = [q25, q50, q75]; pairs without a reference are left out."""
+    q25, q50, q75 = q
     keep = ~np.isnan(q50)  # a pair with no reference pair left says nothing
-    latency = pairs["latency_s"].to_numpy()[keep]
-    q25, q50, q75 = q25[keep], q50[keep], q75[keep]
+    if waited is not None:  # a late receiver's fast pair hides what the link did
+        keep &= waited | (latency > q75)
+    latency, q25, q50, q75 = latency[keep], q25[keep], q50[keep], q75[keep]
     above = latency - q50
     frame = pd.DataFrame({
-        "sender": (pairs["sender_stage"].to_numpy() * dp + pairs["dp_rank"].to_numpy())[keep],
-        "step_i": np.searchsorted(steps, pairs["step"].to_numpy())[keep],
-        "over": latency > q75, "rel": above / np.maximum(q75 - q25, 1e-6), "above": above})
+        "owner": owner[keep], "step_i": step_i[keep], "over": latency > q75,
+        "rel": above / np.maximum(q75 - q25, 1e-6), "above": above})
+    if frame.empty:
+        return
     # Each pair counts in every window that holds its step: windows start at step_i - o.
     frame = pd.concat([frame.assign(w=frame["step_i"] - o) for o in range(window)])
     frame = frame[(frame["w"] >= 0) & (frame["w"] < n_win)]
-    grouped = frame.groupby(["sender", "w"])
+    grouped = frame.groupby(["owner", "w"])
     idx = grouped.size().index
     s, w = idx.get_level_values(0).to_numpy(), idx.get_level_values(1).to_numpy()
-    share[s // dp, s % dp, w] = grouped["over"].mean().to_numpy()
-    excess[s // dp, s % dp, w] = grouped["rel"].median().to_numpy()
-    excess_s[s // dp, s % dp, w] = grouped["above"].median().to_numpy()
-    count[s // dp, s % dp, w] = grouped.size().to_numpy()
-    return out
+    out.share[s // dp, s % dp, w] = grouped["over"].mean().to_numpy()
+    out.excess_iqr[s // dp, s % dp, w] = grouped["rel"].median().to_numpy()
+    out.excess_s[s // dp, s % dp, w] = grouped["above"].median().to_numpy()
+    out.count[s // dp, s % dp, w] = grouped.size().to_numpy()
 
 
 def _leave_one_out_quantiles(values: np.ndarray, group: np.ndarray, member: np.ndarray,

@@ -84,6 +84,7 @@ class _Job:
                                  f"steps 0..{cfg.n_steps - 1}, or factor <= 0")
             self.slow[w.stage, w.first_step:last + 1, w.dp_rank] *= w.factor
         self.link_delay = np.zeros((pp, *self.shape))  # [sender stage, step, dp], s
+        self.recv_delay = np.zeros((pp, *self.shape))  # [receiver stage, step, dp], s
         for link in cfg.slow_links:
             last = cfg.n_steps - 1 if link.last_step is None else link.last_step
             if not (0 <= link.dp_rank < cfg.dp_size and 0 <= link.stage < pp
@@ -91,6 +92,9 @@ class _Job:
                 raise ValueError(f"slow link {link} outside dp_size={cfg.dp_size}, "
                                  f"pp_size={pp}, steps 0..{cfg.n_steps - 1}, or delay <= 0")
             self.link_delay[link.stage, link.first_step:last + 1, link.dp_rank] += link.delay_s
+            if link.both_ways:
+                self.recv_delay[link.stage, link.first_step:last + 1, link.dp_rank] += \
+                    link.delay_s
         # Per microbatch [mb, step, dp]: its cost multiplier, mean 1, on every stage it visits.
         sigma = cfg.seq_imbalance_sigma
         self.mb_cost = (np.exp(self.rng.normal(-sigma * sigma / 2, sigma,
@@ -184,9 +188,11 @@ class _Job:
         for k in keys:
             if k not in self.done:
                 both = np.maximum(self.posts[k][True], self.posts[k][False])
-                # k = (direction, sender stage, microbatch): a slow link delays its sends.
+                # k = (direction, sender stage, microbatch): a slow link delays its sends
+                # (and, both ways, what it receives).
+                to = k[1] + (1 if k[0] == _F else -1)
                 self.done[k] = both + self.cfg.p2p_latency_s * self.noise() \
-                    + self.link_delay[k[1]]
+                    + self.link_delay[k[1]] + self.recv_delay[to]
         post, end = self.post[s], np.max([self.done[k] for k in keys], axis=0)
         for h in a.halves:
             self.record(s, _P2P_OPTYPE[h.direction, h.is_send], post, end - post)
@@ -303,7 +309,7 @@ def ground_truth(df: pd.DataFrame, config: SyntheticConfig) -> list[dict]:
                steps & victim, peers)
     for link in cfg.slow_links:
         faults.append({
-            "kind": "net-delay",
+            "kind": "net-throttle" if link.both_ways else "net-delay",
             "targets": [{"rank": link.stage * cfg.dp_size + link.dp_rank,
                          "dp_rank": link.dp_rank, "stage": link.stage}],
             "first_step": link.first_step, "last_step": link.last_step,

@@ -36,7 +36,8 @@ class SlowWorker:
 
 @dataclass(frozen=True)
 class SlowLink:
-    """One worker whose P2P sends arrive late for a range of steps (ground truth 'net-delay')."""
+    """One worker whose P2P sends (both_ways: and receives) arrive late for a range of steps
+    (ground truth 'net-delay'; both ways 'net-throttle', as a tc throttle on its veth)."""
 
     dp_rank: int
     """Data-parallel rank of the sender."""
@@ -48,6 +49,8 @@ class SlowLink:
     """First delayed step (inclusive)."""
     last_step: int | None = None
     """Last delayed step (inclusive); None = to the end."""
+    both_ways: bool = False
+    """Also delay every pair it receives."""
 
 
 @dataclass

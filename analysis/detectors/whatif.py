@@ -46,8 +46,9 @@ reads, in this order:
 
 Beside all of these (a slow link is often one fault of several, and a mild one does
 not make the job straggle): a P2P sender nearly all of whose pairs are slower than
-the other senders' in its place, by enough to cost `link_step_share` of a step ->
-`net-throttle` on it, unless another finding named it (`whatif_links.py`).
+the other senders' in its place, or a worker nearly all of the pairs it sends or
+receives are (a link throttled both ways), by enough to cost `link_step_share` of a
+step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`).
 
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat

@@ -54,12 +54,16 @@ class WhatIfDetectorConfig:
     """A sender is a slow link (any layout with PP, beside other findings) over a window of
     `min_steps` steps where at least this share of its P2P pairs are slower than the upper
     quartile of the other senders' pairs in its place (same step, and with DP peers same
-    stage and direction; receiver waiting; by chance about a quarter are). Set on dev
+    stage and direction; receiver waiting; by chance about a quarter are); a worker is,
+    where that share of the pairs it sends or receives are (`whatif_links.py`). Set on dev
     (2026-11-23, windows of >= `link_min_pairs` pairs): the delayed or throttled senders
     measure 1.00 in 6 of 9, 0.92 in 2 (3 ms and 11 ms delays), 0.83 in one (a throttle
     named by another rule); every other sender at most 0.92 (a sequence-imbalanced run,
     costing 2.0 % of a step; the both-ways throttle's neighbour, 1.00, is resolved as
-    one link), then 0.83."""
+    one link), then 0.83. Worker test (2026-11-24, dev, the extra dev cases, 17 more
+    pure-layout network cases from other sampler seeds and the default suite): every
+    throttled worker 1.00, every delayed one at most 0.83; other workers over 0.85 are a
+    link's other end (resolved as one link) or touch a worker named slow."""
     link_excess_iqr: float = 1.0
     """...and their median latency stands at least this many interquartile ranges of the
     reference pairs over the reference median (a delay out of the timing noise). Not

@@ -1,13 +1,21 @@
 """Slow links for the `whatif` detector, localized from P2P pair latencies (any layout with PP).
 
-A slow link (added latency, a throttled veth) delays every pair its rank sends,
-so over a few steps nearly all of that sender's pairs are slower than the upper
-quartile of the other senders' pairs in its place, and their median stands out
-of those pairs' timing noise.
-A GC pause or a scheduling hiccup slows a pair now and then, not nearly all of
-them; a slow device is named by its own compute before this rule is read. The
-reference pairs are those whose receiver was already waiting (then the latency
-is the whole transfer); see `stragglerlab.p2p_pairs`.
+Two tests over windows of a few steps (`stragglerlab.p2p_pairs`), each against
+reference pairs whose receiver was already waiting (then the latency is the
+whole transfer):
+
+* sender: a delayed sender delays every pair it posts, so nearly all of its pairs
+  are slower than the upper quartile of the other senders' pairs in its place;
+* worker: a veth throttled both ways slows every pair the worker sends or
+  receives, while each neighbour also has a clean link. Its reference is its DP
+  peers' pairs, or in pure PP the pairs that touch neither end; with two stages and
+  no DP (every pair passes both ends) the run's quietest window, and the link is
+  named with both ends, since no trace can tell them apart.
+
+A pair whose receiver came late counts only if it is slow all the same: a late
+receiver hides a delay (it does not add one). A GC pause or a scheduling hiccup
+slows a pair now and then, not nearly all of them; a slow device is named by its
+own compute before this rule is read.
 
 It runs after every other rule, beside their findings: a slow link is often
 one fault of several (a slow worker plus a delayed link), and a mild one does
@@ -15,14 +23,12 @@ not make the job straggle. Pairs to a worker another rule named slow (a slow
 device, GC pauses) do not count against their sender: a slow receiver completes
 its recvs late by itself. Ranks another rule named are not named again
 (`merge_links`), except that a `net-throttle` named from comm excess on the
-other end of a slow link gives way to the link's sender. Two
-senders flagged that send to each other (a link throttled both ways slows the
-victim's sends and its neighbour's sends to it) are one link: the rank whose
-comm ops collect more transfer excess over the run (whatif.json) is named.
+other end of a slow link gives way to the link's sender. Two neighbours flagged
+are one link (`_one_end_per_link` says which end is named).
 
 Thresholds (`WhatIfDetectorConfig.link_pair_share`, `link_excess_iqr`,
-`link_min_pairs`, `link_step_share`) were set on dev; their docstrings give the
-numbers.
+`link_min_pairs`, `link_step_share`), the same for both tests, were set on dev;
+their docstrings give the numbers.
 """
 
 from __future__ import annotations
@@ -33,7 +39,12 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import step_time_total
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
+from stragglerlab.p2p_pairs import (
+    LinkSignals,
+    p2p_pair_latency,
+    sender_window_signals,
+    worker_window_signals,
+)
 
 
 def merge_links(found: list[Finding], links: list[Finding]) -> list[Finding]:
@@ -69,43 +80,88 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     if pp < 2 or len(steps) < cfg.min_steps:
         return []
     pairs = p2p_pair_latency(run.trace)
-    slow = {(r.dp_rank, r.stage) for f in found for r in f.ranks
-            if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
-    own_ok = None
-    if slow:  # a slow receiver's pairs say nothing of its sender's link (reference only)
-        receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
-        own_ok = pd.Series(~pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(
-            pd.MultiIndex.from_tuples(sorted(slow))), index=pairs.index)
-    sig = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps, own_ok)
-    share = sig.share
-    # What the delay costs: its excess on every pair the sender posts in a step, as a share
-    # of the step time (a slow link on a trace where P2P is a sliver of the step is noise).
-    sends = pairs[pairs["step"].isin(steps)].groupby(["sender_stage", "dp_rank"]).size()
-    per_step = np.zeros((pp, dp))
-    per_step[sends.index.get_level_values(0), sends.index.get_level_values(1)] = \
-        sends.to_numpy() / len(steps)
+    pairs = pairs[pairs["step"].isin(steps)]
+    slow = pd.MultiIndex.from_tuples(sorted(
+        {(r.dp_rank, r.stage) for f in found for r in f.ranks
+         if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}) or [(-1, -1)])
+    receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
+    # A slow receiver completes its recvs late by itself: its pairs say nothing of a link
+    # (reference only), for its sender and for the worker test alike.
+    to_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(slow)
+    from_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], pairs["sender_stage"]]).isin(slow)
     step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
-    cost = sig.excess_s * per_step[:, :, None] / max(step_s, 1e-12)
-    with np.errstate(invalid="ignore"):
-        flagged = (share >= cfg.link_pair_share) & (sig.excess_iqr >= cfg.link_excess_iqr) \
-            & (sig.count >= cfg.link_min_pairs) & (cost >= cfg.link_step_share)
-    senders = {(int(p), int(d)) for p, d in zip(*np.nonzero(flagged.any(axis=2)))}
-    # A link slowed both ways flags the victim and the neighbour sending to it: keep one.
-    for p, d in sorted(senders):
-        for q in (p - 1, p + 1):
-            if (p, d) in senders and (q, d) in senders:
-                weaker = min((p, d), (q, d), key=lambda w: comm_excess[w])
-                senders.discard(weaker)
+
+    def flags(sig: LinkSignals, ends: list[pd.Series]) -> tuple[np.ndarray, np.ndarray]:
+        """(cost, flagged) per [stage, dp, window]. Cost: the excess on every pair the
+        owner has in a step, as a share of the step (P2P that is a sliver of the step is
+        noise)."""
+        per_step = np.zeros((pp, dp))
+        for stage in ends:
+            n = pairs.groupby([stage.rename("s"), pairs["dp_rank"]]).size()
+            per_step[n.index.get_level_values(0), n.index.get_level_values(1)] += \
+                n.to_numpy() / len(steps)
+        cost = sig.excess_s * per_step[:, :, None] / max(step_s, 1e-12)
+        with np.errstate(invalid="ignore"):
+            return cost, (sig.share >= cfg.link_pair_share) & (
+                sig.excess_iqr >= cfg.link_excess_iqr) & (sig.count >= cfg.link_min_pairs) \
+                & (cost >= cfg.link_step_share)
+
+    by_sender = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps,
+                                      pd.Series(~to_slow, index=pairs.index), informative=True)
+    by_worker = worker_window_signals(pairs, pp, dp, steps, cfg.min_steps,
+                                      pd.Series(~(to_slow | from_slow), index=pairs.index),
+                                      informative=True)
+    tests = {"sender": (by_sender, *flags(by_sender, [pairs["sender_stage"]])),
+             "worker": (by_worker, *flags(by_worker, [pairs["sender_stage"], receiver]))}
+    flagged = {name: {(int(p), int(d)) for p, d in zip(*np.nonzero(f.any(axis=2)))}
+               for name, (_, _, f) in tests.items()}
+    keep = _one_end_per_link(flagged["sender"], flagged["worker"], comm_excess,
+                             two_ends=dp == 1 and pp == 2)
     links = []
-    for p, d in sorted(senders):
-        windows = np.flatnonzero(flagged[p, d])
+    for cells in keep:
+        p, d = cells[0]
+        test = "worker" if (p, d) in flagged["worker"] else "sender"
+        sig, cost, flag = tests[test]
+        windows = np.flatnonzero(flag[p, d])
         first, last = int(windows[0]), int(windows[-1]) + cfg.min_steps - 1
-        best = int(windows[np.argmax(share[p, d, windows])])
+        best = int(windows[np.argmax(sig.share[p, d, windows])])
         links.append(Finding(
-            [run.worker(d, p)], int(steps[first]), int(steps[last]), RootCause.NET_THROTTLE,
-            confidence=float(min(1.0, 0.5 + (share[p, d, best] - cfg.link_pair_share) * 3)),
+            [run.worker(dd, pp_) for pp_, dd in cells], int(steps[first]), int(steps[last]),
+            RootCause.NET_THROTTLE,
+            confidence=float(min(1.0, 0.5 + (sig.share[p, d, best] - cfg.link_pair_share) * 3)),
             estimated_slowdown=max(slowdown, 1.0),
-            detail={"slow_pair_share": float(share[p, d, best]),
+            detail={"test": test, "slow_pair_share": float(sig.share[p, d, best]),
                     "pair_excess_iqr": float(sig.excess_iqr[p, d, best]),
-                    "step_share": float(cost[p, d, best])}))
+                    "step_share": float(cost[p, d, best]),
+                    **({"link": "either end: every pair passes both"} if len(cells) > 1
+                       else {})}))
     return links
+
+
+def _one_end_per_link(by_sender: set[tuple[int, int]], by_worker: set[tuple[int, int]],
+                      comm_excess: np.ndarray, two_ends: bool) -> list[list[tuple[int, int]]]:
+    """Flagged (stage, dp) cells, one per slow link: a link slowed both ways flags its victim
+    and the neighbour that shares it. The victim is the one more tests flagged (a throttled
+    worker's sends and all its pairs are slow; its neighbour's other link is clean); then the
+    one whose own sends are slow (an in-process delay also holds back the victim's recv
+    posts, so its neighbour's pairs can all look slow while the victim's other link is
+    not); then the one whose comm ops collect more transfer excess (whatif.json). In a
+    two-stage pure-PP job (two_ends) every pair passes both ends: a link only the worker
+    test flagged is named with both."""
+    cells = by_sender | by_worker
+
+    def rank(c: tuple[int, int]) -> tuple[int, int, float]:
+        return (int(c in by_sender) + int(c in by_worker), int(c in by_sender),
+                float(comm_excess[c]))
+
+    joint = []
+    for p, d in sorted(cells):
+        a, b = (p, d), (p + 1, d)
+        if a not in cells or b not in cells:
+            continue
+        if two_ends and not {a, b} & by_sender:
+            cells -= {a, b}
+            joint.append([a, b])
+        else:
+            cells.discard(min(a, b, key=rank))
+    return joint + [[c] for c in sorted(cells)]

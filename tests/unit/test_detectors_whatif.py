@@ -262,6 +262,40 @@ def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
     assert RootCause.NET_THROTTLE not in {f.root_cause for f in strict}
 
 
+def test_a_link_throttled_both_ways_is_named_at_its_worker_in_pure_pp(_run):
+    # Pure PP, four stages: stage 1's veth throttled (4 ms on every pair it sends or
+    # receives) from step 4. Links 0-1 and 1-2 slow, 2-3 clean: the worker test names stage
+    # 1, not its neighbours. With two stages every pair passes both ends: the link is
+    # named with both.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+
+    link = SlowLink(dp_rank=0, stage=1, delay_s=0.004, first_step=4, both_ways=True)
+    run = _run(dp_size=1, pp_size=4, n_steps=10, slow_links=(link,))
+    [found] = WhatIfDetector().detect(run)
+    assert found.root_cause is RootCause.NET_THROTTLE and _cells(found) == [(0, 1)]
+    assert found.detail["test"] == "worker" and 3 <= found.first_step <= 5
+    two = _run(dp_size=1, pp_size=2, n_steps=10, slow_links=(link,))
+    [found] = WhatIfDetector().detect(two)
+    assert _cells(found) == [(0, 0), (0, 1)] and "link" in found.detail
+    assert WhatIfDetector().detect(_run(dp_size=1, pp_size=2, n_steps=10)) == []
+
+
+def test_one_end_per_link_prefers_the_cell_more_tests_flag():
+    from stragglerlab.analysis.detectors.whatif_links import _one_end_per_link
+
+    excess = np.array([[1.0, 0.0], [2.0, 0.0], [0.5, 0.0]])  # [stage, dp]
+    # Throttle at stage 1: flagged by both tests; its upstream neighbour by its sends only.
+    assert _one_end_per_link({(0, 0), (1, 0)}, {(1, 0)}, excess, False) == [[(1, 0)]]
+    # In-process delay at stage 1 (its recv posts held back too): the neighbour's pairs
+    # all look slow (worker test), the victim's sends do (sender test): the sender wins.
+    assert _one_end_per_link({(1, 0)}, {(0, 0)}, excess, False) == [[(1, 0)]]
+    # Alike: the larger transfer excess; two stages, worker test only: both ends.
+    assert _one_end_per_link({(1, 0), (2, 0)}, set(), excess, False) == [[(1, 0)]]
+    assert _one_end_per_link(set(), {(0, 0), (1, 0)}, excess, True) == [[(0, 0), (1, 0)]]
+    # Not neighbours: each its own link.
+    assert _one_end_per_link({(0, 0), (2, 0)}, set(), excess, False) == [[(0, 0)], [(2, 0)]]
+
+
 def test_a_link_replaces_a_comm_excess_throttle_on_its_other_end_only():
     from stragglerlab.analysis.detectors.whatif_links import merge_links
     from stragglerlab.findings import Finding, RankRef

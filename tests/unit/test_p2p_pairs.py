@@ -6,7 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.p2p_pairs import p2p_pair_latency, sender_window_signals
+from stragglerlab.p2p_pairs import (
+    p2p_pair_latency,
+    sender_window_signals,
+    worker_window_signals,
+)
 from tests.unit.injector_helpers import p2p_pair, trace_of
 
 
@@ -94,3 +98,75 @@ def test_leave_one_out_quantiles_match_pandas_without_the_member():
                 assert np.isnan(column[i])
             else:
                 assert column[i] == pytest.approx(rest.quantile(q), abs=1e-12)
+
+
+def _pipeline(extra, pp, steps=range(8), mbs=4, waiting=lambda step, s, k: True):
+    """Pure PP (dp 1), forward and backward pairs between every neighbour; latency 2 ms
+    (+ up to 0.4 ms of spread) + extra(step, sender, receiver, k)."""
+    rows = []
+    for step in steps:
+        for s in range(pp):
+            for r in (s - 1, s + 1):
+                if not 0 <= r < pp:
+                    continue
+                direction = "forward" if r > s else "backward"
+                for k in range(mbs):
+                    t0 = step + 0.1 * k + 0.01 * s + (0.05 if direction == "backward" else 0)
+                    send, recv = (t0 + 0.003, t0) if waiting(step, s, k) else (t0, t0 + 0.001)
+                    rows += p2p_pair(step, 0, s, direction, k, send, recv,
+                                     0.002 + 0.0001 * ((k + s + step) % 5)
+                                     + extra(step, s, r, k))
+    return trace_of(rows, 1)
+
+
+def test_worker_test_finds_a_throttled_inner_stage_the_sender_test_misses():
+    # A tc throttle on stage 1 of four from step 3 slows every pair through its veth:
+    # its sends and its receives (links 0-1 and 1-2), not link 2-3.
+    def extra(step, s, r, k):
+        return 0.012 if step >= 3 and 1 in (s, r) else 0.0
+
+    pairs = p2p_pair_latency(_pipeline(extra, 4))
+    steps = np.arange(8)
+    worker = worker_window_signals(pairs, 4, 1, steps, 3)
+    assert worker.share.shape == (4, 1, 6)
+    assert (worker.share[1, 0, 3:] == 1.0).all() and worker.excess_s[1, 0, 3] > 0.009
+    assert worker.share[1, 0, 0] < 0.5  # steps 0-2, before the throttle
+    for other in (0, 2, 3):  # their reference holds the victim's slow pairs, or they are clean
+        assert (worker.share[other, 0] <= 0.5).all()
+    # Half of the other senders' pairs are slow too, so the victim's sends do not stand out
+    # of them: why the worker test exists.
+    assert (sender_window_signals(pairs, 4, 1, steps, 3).share[1, 0] < 0.85).all()
+
+
+def test_two_stage_link_against_its_quietest_window():
+    # Two stages: every pair passes both ends, so the reference is the run's quietest window.
+    def extra(step, s, r, k):
+        return 0.012 if step >= 4 else 0.0
+
+    steps = np.arange(8)
+    sig = worker_window_signals(p2p_pair_latency(_pipeline(extra, 2)), 2, 1, steps, 3)
+    np.testing.assert_array_equal(sig.share[0], sig.share[1])  # the ends are alike
+    assert (sig.share[0, 0, 4:] == 1.0).all() and sig.share[0, 0, 0] < 0.5
+    # Slow for the whole run: no quiet window, nothing stands out.
+    whole = worker_window_signals(p2p_pair_latency(_pipeline(lambda *a: 0.012, 2)), 2, 1,
+                                  steps, 3)
+    assert (whole.share < 0.5).all()
+
+
+def test_informative_pairs_keep_a_delay_a_late_receiver_hides():
+    # Stage 0 of four delays its forward sends by 10 ms from step 2; stage 1 is busy and
+    # posts its recv late for three microbatches of four, which then complete at once.
+    def extra(step, s, r, k):
+        if (s, r) == (0, 1) and step >= 2:
+            return 0.010 if k == 0 else -0.0015  # received at once
+        return 0.0
+
+    def waiting(step, s, k):
+        return not ((s, step >= 2) == (0, True) and k > 0)
+
+    pairs = p2p_pair_latency(_pipeline(extra, 4, waiting=waiting))
+    steps = np.arange(8)
+    plain = sender_window_signals(pairs, 4, 1, steps, 3)
+    informed = sender_window_signals(pairs, 4, 1, steps, 3, informative=True)
+    assert (plain.share[0, 0, 2:] < 0.5).all()
+    assert (informed.share[0, 0, 2:] == 1.0).all() and (informed.count[0, 0, 2:] == 3).all()
