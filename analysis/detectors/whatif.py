@@ -49,6 +49,9 @@ not make the job straggle): a P2P sender nearly all of whose pairs are slower th
 the other senders' in its place, or a worker nearly all of the pairs it sends or
 receives are (a link throttled both ways), by enough to cost `link_step_share` of a
 step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`).
+A throttled link's transfers enter the ideal and can hide a heavy stage: when links
+are found and no stage was named, the steps outside their windows are re-analysed
+for one (explain one straggler, remove it, re-analyse).
 
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
@@ -129,7 +132,29 @@ class WhatIfDetector(Detector):
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
                            evidence.view.slowdown, found)
-        return merge_links(found, links)
+        merged = merge_links(found, links)
+        if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
+            stage = self._stage_without_links(run, links, evidence.steps)
+            merged += [stage] if stage is not None else []
+        return merged
+
+    def _stage_without_links(self, run: Run, links: list[Finding],
+                             steps: np.ndarray) -> Finding | None:
+        """A heavy stage that slow links hid: explain the links, remove their steps,
+        re-analyse. A throttled link's transfers enter the ideal (each op type's mean), so the
+        job's S no longer says what the stages cost; the steps outside every link's window
+        say it again. The finding spans the run (a stage is heavy from the start)."""
+        clean = steps[~np.any([(steps >= f.first_step) & (steps <= f.last_step)
+                               for f in links], axis=0)]
+        if len(clean) < self.config.min_steps:
+            return None
+        part = Run(run.trace[run.trace["step"].isin(clean)], run.meta, run.path)
+        stage = self._stage_imbalance(part, Evidence.analyse(part).view, clean)
+        if stage is None:
+            return None
+        stage.first_step, stage.last_step = int(steps[0]), int(steps[-1])
+        stage.detail["without_link_steps"] = [int(s) for s in clean]
+        return stage
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
         """GC, then the other causes in the method's order."""

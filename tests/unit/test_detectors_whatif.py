@@ -280,6 +280,25 @@ def test_a_link_throttled_both_ways_is_named_at_its_worker_in_pure_pp(_run):
     assert WhatIfDetector().detect(_run(dp_size=1, pp_size=2, n_steps=10)) == []
 
 
+def test_a_heavy_stage_hidden_by_a_throttled_link_is_found_without_its_steps(_run):
+    # Pure PP, last stage 1.8x from the start, stage 0's veth throttled (80 ms a pair) from
+    # step 4: the throttled transfers enter the ideal, so the stage rule alone misses the
+    # heavy stage; re-analysed on the steps before the link it is named, for the whole run.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+
+    link = SlowLink(dp_rank=0, stage=0, delay_s=0.08, first_step=4, both_ways=True)
+    run = _run(dp_size=1, pp_size=4, n_steps=12, last_stage_factor=1.8, slow_links=(link,))
+    found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
+    assert set(found) == {RootCause.NET_THROTTLE, RootCause.STAGE_IMBALANCE}
+    assert _cells(found[RootCause.NET_THROTTLE]) == [(0, 0)]
+    stage = found[RootCause.STAGE_IMBALANCE]
+    assert _cells(stage) == [(0, 3)] and (stage.first_step, stage.last_step) == (0, 11)
+    assert stage.detail["without_link_steps"] == [0, 1, 2, 3]
+    # The link alone: no stage is named in its clean steps.
+    alone = _run(dp_size=1, pp_size=4, n_steps=12, slow_links=(link,))
+    assert {f.root_cause for f in WhatIfDetector().detect(alone)} == {RootCause.NET_THROTTLE}
+
+
 def test_one_end_per_link_prefers_the_cell_more_tests_flag():
     from stragglerlab.analysis.detectors.whatif_links import _one_end_per_link
 
