@@ -23,7 +23,7 @@ import numpy as np
 
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext
-from stragglerlab.p2p_pairs import p2p_pair_latency
+from stragglerlab.p2p_pairs import p2p_pair_latency, receiver_stage
 
 BYTES_PER_FLOAT = 4
 
@@ -89,9 +89,7 @@ class NetThrottle(Injector):
         mine = np.zeros(len(pairs), dtype=bool)
         for t in self.spec.targets:
             sent = (pairs["dp_rank"] == t.dp_rank) & (pairs["sender_stage"] == t.stage)
-            peer = np.where(pairs["direction"] == "forward", pairs["sender_stage"] + 1,
-                            pairs["sender_stage"] - 1)
-            received = (pairs["dp_rank"] == t.dp_rank) & (peer == t.stage)
+            received = (pairs["dp_rank"] == t.dp_rank) & (receiver_stage(pairs) == t.stage)
             mine |= (sent | received).to_numpy()
         victim = pairs.loc[mine, "latency_s"].to_numpy()
         others = pairs.loc[~mine, "latency_s"].to_numpy()

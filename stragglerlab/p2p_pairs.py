@@ -43,6 +43,11 @@ def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def receiver_stage(pairs: pd.DataFrame) -> np.ndarray:
+    """The stage each pair's recv ran on: the sender's next (forward) or previous stage."""
+    return (pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)).to_numpy()
+
+
 @dataclass(frozen=True)
 class LinkSignals:
     """Per sender and window of consecutive steps, [pp, dp, window], over its pairs there."""
@@ -57,6 +62,12 @@ class LinkSignals:
     """The same excess in seconds (what the delay costs per pair)."""
     count: np.ndarray
     """How many pairs that is."""
+
+    @classmethod
+    def empty(cls, pp: int, dp: int, n_win: int) -> LinkSignals:
+        """NaN signals and zero counts: no pair measured yet."""
+        return cls(*(np.full((pp, dp, n_win), np.nan) for _ in range(3)),
+                   np.zeros((pp, dp, n_win), dtype=np.int64))
 
 
 def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray,
@@ -82,15 +93,9 @@ def sender_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
     compared with the senders in its place. NaN where a sender has no pair in a window,
     or the run is shorter than `window`.
     """
-    n_win = max(len(steps) - window + 1, 0)
-    out = LinkSignals(*(np.full((pp, dp, n_win), np.nan) for _ in range(3)),
-                      np.zeros((pp, dp, n_win), dtype=np.int64))
-    in_steps = pairs["step"].isin(steps)
-    waiting = pairs[in_steps & pairs["receiver_waiting"]]
-    pairs = pairs[in_steps & (True if own_ok is None else own_ok)
-]
-    if waiting.empty or pairs.empty or n_win == 0:
-        return out
+    out, n_win, waiting, pairs = _start(pairs, pp, dp, steps, window, own_ok)
+    if out is None:
+        return LinkSignals.empty(pp, dp, n_win)
     q = _leave_one_out_quantiles(waiting["latency_s"].to_numpy(), *_place(waiting, steps, pp, dp),
                                  *_place(pairs, steps, pp, dp), (0.25, 0.5, 0.75))
     owner = pairs["sender_stage"].to_numpy() * dp + pairs["dp_rank"].to_numpy()
@@ -120,16 +125,10 @@ def worker_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
 
     own_ok and informative: as for `sender_window_signals`.
     """
-    n_win = max(len(steps) - window + 1, 0)
-    out = LinkSignals(*(np.full((pp, dp, n_win), np.nan) for _ in range(3)),
-                      np.zeros((pp, dp, n_win), dtype=np.int64))
-    in_steps = pairs["step"].isin(steps)
-    waiting = pairs[in_steps & pairs["receiver_waiting"]]
-    pairs = pairs[in_steps & (True if own_ok is None else own_ok)]
-    if waiting.empty or pairs.empty or n_win == 0:
-        return out
-    receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
-    ends = (pairs["sender_stage"].to_numpy(), receiver.to_numpy())
+    out, n_win, waiting, pairs = _start(pairs, pp, dp, steps, window, own_ok)
+    if out is None:
+        return LinkSignals.empty(pp, dp, n_win)
+    ends = (pairs["sender_stage"].to_numpy(), receiver_stage(pairs))
     step_i = np.searchsorted(steps, pairs["step"].to_numpy())
     latency = pairs["latency_s"].to_numpy()
     waited = pairs["receiver_waiting"].to_numpy() if informative else None
@@ -142,12 +141,12 @@ def worker_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
                       np.tile(step_i, 2), np.tile(latency, 2), [np.tile(x, 2) for x in q],
                       dp, n_win, window, None if waited is None else np.tile(waited, 2))
         return out
-    ref_recv = waiting["sender_stage"] + np.where(waiting["direction"] == "forward", 1, -1)
+    ref_ends = (waiting["sender_stage"].to_numpy(), receiver_stage(waiting))
     owners, at, qs = [], [], []
     for w in range(pp):  # pure PP: per worker, the pairs that touch neither of its ends
         mine = np.flatnonzero((ends[0] == w) | (ends[1] == w))
         if pp > 2:
-            ref = waiting[(waiting["sender_stage"] != w) & (ref_recv != w)]
+            ref = waiting[(ref_ends[0] != w) & (ref_ends[1] != w)]
             table = ref.groupby("step")["latency_s"].quantile([0.25, 0.5, 0.75]).unstack()
             table = table.reindex(index=steps, columns=[0.25, 0.5, 0.75])
             rows = step_i[mine]
@@ -162,6 +161,19 @@ def worker_window_signals(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarr
                   [np.concatenate([q[k] for q in qs]) for k in range(3)], dp, n_win, window,
                   None if waited is None else waited[mine])
     return out
+
+
+def _start(pairs: pd.DataFrame, pp: int, dp: int, steps: np.ndarray, window: int,
+           own_ok: pd.Series | None) -> tuple:
+    """(signals to fill or None when there is nothing to measure, window count, reference
+    pairs (receiver waiting), own pairs), all within `steps`."""
+    n_win = max(len(steps) - window + 1, 0)
+    in_steps = pairs["step"].isin(steps)
+    waiting = pairs[in_steps & pairs["receiver_waiting"]]
+    pairs = pairs[in_steps & (True if own_ok is None else own_ok)]
+    if waiting.empty or pairs.empty or n_win == 0:
+        return None, n_win, waiting, pairs
+    return LinkSignals.empty(pp, dp, n_win), n_win, waiting, pairs
 
 
 def _place(frame: pd.DataFrame, steps: np.ndarray, pp: int,

@@ -42,6 +42,7 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.p2p_pairs import (
     LinkSignals,
     p2p_pair_latency,
+    receiver_stage,
     sender_window_signals,
     worker_window_signals,
 )
@@ -84,9 +85,9 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     slow = pd.MultiIndex.from_tuples(sorted(
         {(r.dp_rank, r.stage) for f in found for r in f.ranks
          if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}) or [(-1, -1)])
-    receiver = pairs["sender_stage"] + np.where(pairs["direction"] == "forward", 1, -1)
     # A slow receiver completes its recvs late by itself: its pairs say nothing of a link
     # (reference only), for its sender and for the worker test alike.
+    receiver = pd.Series(receiver_stage(pairs), index=pairs.index)
     to_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(slow)
     from_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], pairs["sender_stage"]]).isin(slow)
     step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
