@@ -21,7 +21,7 @@ reads, in this order:
    not read with one DP rank) -> `seq-imbalance` for the whole job;
 4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
    `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
-   slowdown -> `stage-imbalance` on that stage;
+   slowdown -> `stage-imbalance` on that stage (`whatif_stage.py`);
 5. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
    over the step's best worker's (a busy host lifts every worker, a
    straggler lifts one). A worker is a straggler when, from its first to its
@@ -51,7 +51,7 @@ receives are (a link throttled both ways), by enough to cost `link_step_share` o
 step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`).
 A throttled link's transfers enter the ideal and can hide a heavy stage: when links
 are found and no stage was named, the steps outside their windows are re-analysed
-for one (explain one straggler, remove it, re-analyse).
+for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`).
 
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
@@ -79,14 +79,13 @@ from stragglerlab.analysis.detectors.signatures import (
     microbatch_variation_share,
     peel_stragglers,
     seq_len_correlation,
-    stage_constancy,
     step_time_total,
     step_worker_scores,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
-from stragglerlab.results import IdealView
+from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance, stage_without_links
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
 
@@ -134,27 +133,9 @@ class WhatIfDetector(Detector):
                            evidence.view.slowdown, found)
         merged = merge_links(found, links)
         if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
-            stage = self._stage_without_links(run, links, evidence.steps)
+            stage = stage_without_links(run, links, evidence.steps, self.config)
             merged += [stage] if stage is not None else []
         return merged
-
-    def _stage_without_links(self, run: Run, links: list[Finding],
-                             steps: np.ndarray) -> Finding | None:
-        """A heavy stage that slow links hid: explain the links, remove their steps,
-        re-analyse. A throttled link's transfers enter the ideal (each op type's mean), so the
-        job's S no longer says what the stages cost; the steps outside every link's window
-        say it again. The finding spans the run (a stage is heavy from the start)."""
-        clean = steps[~np.any([(steps >= f.first_step) & (steps <= f.last_step)
-                               for f in links], axis=0)]
-        if len(clean) < self.config.min_steps:
-            return None
-        part = Run(run.trace[run.trace["step"].isin(clean)], run.meta, run.path)
-        stage = self._stage_imbalance(part, Evidence.analyse(part).view, clean)
-        if stage is None:
-            return None
-        stage.first_step, stage.last_step = int(steps[0]), int(steps[-1])
-        stage.detail["without_link_steps"] = [int(s) for s in clean]
-        return stage
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
         """GC, then the other causes in the method's order."""
@@ -175,7 +156,7 @@ class WhatIfDetector(Detector):
         seq = self._sequence_imbalance(evidence, steps, seq_corr, run.meta.dp_size)
         if seq is not None:
             return [seq]
-        stage = self._stage_imbalance(run, evidence.view, steps)
+        stage = stage_imbalance(run, evidence.view, steps, self.config)
         if stage is not None:
             return [self._seq_or_stage(run, stage, seq_corr)]
         stragglers = self._stragglers(run, evidence, steps)
@@ -272,33 +253,6 @@ class WhatIfDetector(Detector):
                        confidence=stage.confidence, estimated_slowdown=stage.estimated_slowdown,
                        detail={"microbatch_variation_share": share,
                                "seq_len_correlation": corr})
-
-    def _stage_imbalance(self, run: Run, result: IdealView,
-                         steps: np.ndarray) -> Finding | None:
-        """A stage slower than the others, all its DP ranks alike, in computation."""
-        cfg = self.config
-        s_stage = np.asarray(result.s_stage, dtype=float)
-        heavy = int(np.argmax(s_stage))
-        ratio = float(s_stage[heavy] / s_stage.min())
-        if len(s_stage) < 2 or ratio < cfg.worker_threshold \
-                or result.slowdown < cfg.straggling_slowdown:
-            return None  # stages always differ a little; only a straggling job is imbalanced
-        members = result.worker_score[heavy] - 1.0  # [dp]
-        if run.meta.dp_size > 1 and members.min() < cfg.peer_share * members.max():
-            return None  # one DP rank carries the stage: a worker, not the stage
-        compute_excess, comm_excess = category_excess(result)
-        if comm_excess > compute_excess:
-            return None  # a slow link, not a heavy stage
-        constancy = stage_constancy(result.step_s_stage, heavy)
-        if constancy is not None and constancy < cfg.stage_constancy:
-            return None  # the stage was not always heavy: a device slowed mid-run
-        return Finding(
-            [run.worker(d, heavy) for d in range(run.meta.dp_size)],
-            int(steps[0]), int(steps[-1]), RootCause.STAGE_IMBALANCE,
-            confidence=float(min(1.0, 0.5 + (ratio - cfg.worker_threshold) * 2)),
-            estimated_slowdown=result.slowdown,
-            detail={"stage_ratio": ratio, "m_s": result.m_s.rem, "stage_constancy": constancy,
-                    "s_stage": [float(v) for v in s_stage]})
 
     def _failure(self, run: Run) -> list[Finding]:
         """The rank a failed run lost, as a worker finding."""
