@@ -87,6 +87,7 @@ def _write_quota(cgroup: dict, cores: float) -> None:
     # Both stay >= 1 ms whichever is written first; period first keeps the new ratio exact.
     (cpu_dir / "cpu.cfs_period_us").write_text(str(period))
     (cpu_dir / "cpu.cfs_quota_us").write_text(str(quota))
+    cgroup["cores_now"] = quota / period  # the engine's compute pacing follows it
 
 
 class SlowWorker(Injector):

@@ -137,6 +137,11 @@ class RunConfig:
     """CPU share per rank in cores; None = 90% of the machine's cores / ranks."""
     cpu_period_us: int = 10_000
     """cgroup CFS period, microseconds."""
+    pace_compute: bool = False
+    """With CPU isolation: pad each compute op to its thread CPU time over the rank's
+    share, undoing the CFS quota a rank carries in after a wait (workloads/pacing.py)."""
+    pace_margin: float = 1.0
+    """Paced ops last margin x CPU time / share (>= 1; above 1 it also absorbs scheduling noise)."""
     planned_gc_every: int = 0
     """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
     trace: bool = True
@@ -217,6 +222,8 @@ class Scenario:
             problems.append("run.threads_per_rank must be >= 1 and run.planned_gc_every >= 0")
         if not 1000 <= self.run.cpu_period_us <= 1_000_000:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
+        if not 1.0 <= self.run.pace_margin <= 10.0:
+            problems.append("run.pace_margin must be in [1, 10] (1: pace to the share itself)")
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
         from stragglerlab.faults import parse_faults

@@ -43,6 +43,7 @@ from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
+from stragglerlab.workloads.pacing import ComputePacer
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.tracer import Tracer, now
@@ -135,6 +136,7 @@ class RankTrainer:
                                compute_ops_per_step=2 * self.sc.parallel.microbatches,
                                device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
+        self.pacer = ComputePacer(self._pace_share())
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
@@ -142,7 +144,25 @@ class RankTrainer:
         self.faults.setup()
         self.gc_monitor.start()
 
+    def _pace_share(self) -> float | None:
+        """The share compute ops are paced to (run.pace_compute, CPU ranks), else None: the
+        rank's quota, or without isolation the share a quota would have given it."""
+        run = self.sc.run
+        if not run.pace_compute or self.device.type != "cpu":
+            return None
+        from stragglerlab.workloads.launcher import CPU_HEADROOM
+
+        cores = (self.cgroup["cores"] if self.cgroup else run.cores_per_rank
+                 or CPU_HEADROOM * (os.cpu_count() or 1) / self.sc.world_size)
+        return cores / run.pace_margin
+
     # -- one step ----------------------------------------------------------------------
+    def _paced(self):
+        """The compute op's pacing context: the rank's current CPU share (the slow-worker
+        injector writes a lower one while it acts)."""
+        now_ = self.cgroup.get("cores_now") if self.cgroup else None
+        return self.pacer.op(now_ / self.sc.run.pace_margin if now_ else None)
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -217,10 +237,11 @@ class RankTrainer:
                 self._sync()
                 with self.tracer.op(OpType.FORWARD_COMPUTE, mb, 0, self.stage,
                                     data.seq_len_sq_sum):
-                    with self.faults.compute(step):
-                        out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
-                    if self.last:
-                        out = out / n_mb
+                    with self._paced():
+                        with self.faults.compute(step):
+                            out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
+                        if self.last:
+                            out = out / n_mb
                     self._sync()
                 outputs[mb] = out
                 if self.last:
@@ -234,7 +255,7 @@ class RankTrainer:
                 grad = None if self.last else self._take_recv(B, mb)
                 self._sync()
                 with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
-                    with self.faults.compute(step):
+                    with self._paced(), self.faults.compute(step):
                         out.backward(grad)
                     self._sync()
                 if not self.first:
@@ -349,6 +370,10 @@ class RankTrainer:
             # Reported with the next step's start (one status write per step).
             self._last = (loss if self.last else None, step_times[step])
         self._write_status(self.sc.run.steps - 1, started=self.sc.run.steps)
+        if self.pacer.samples:
+            (self.run_dir / "pacing").mkdir(exist_ok=True)
+            atomic_write_text(self.run_dir / "pacing" / f"rank{self.rank}.json",
+                              json.dumps(self.pacer.samples))
         self._gather_params()
         checksums[self.sc.run.steps] = self.opt.fingerprint()
         return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,

@@ -1,0 +1,45 @@
+"""benchmarks/noise_floor.py: op noise is measured within the step, and noise alone lifts S."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from stragglerlab.errors import InputError
+from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "noise_floor.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("noise_floor", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_op_noise_reads_back_the_jitter_and_ignores_stage_offsets():
+    mod = _module()
+    quiet, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=2, jitter=0.0,
+                                                last_stage_factor=1.5))
+    assert mod.op_noise(quiet) == pytest.approx(0.0, abs=1e-9)  # a heavy stage is no noise
+    noisy, _ = synthesize_trace(SyntheticConfig(dp_size=4, pp_size=2, n_microbatches=8,
+                                                jitter=0.08, seed=3))
+    assert mod.op_noise(noisy) == pytest.approx(0.08, rel=0.25)
+
+
+def test_noise_alone_lifts_s_and_more_noise_lifts_it_more():
+    mod = _module()
+    assert mod.synthetic_s(2, 2, 4, 0.0, seeds=1) == [pytest.approx(1.0, abs=1e-6)]
+    low = mod.synthetic_s(4, 4, 8, 0.03, seeds=2)
+    high = mod.synthetic_s(4, 4, 8, 0.10, seeds=2)
+    assert all(s > 1.0 for s in low)
+    assert min(high) > max(low)
+
+
+def test_a_trace_without_compute_is_a_clear_error():
+    df, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=2))
+    with pytest.raises(InputError, match="no forward/backward compute"):
+        _module().op_noise(df[df["optype"].astype(str) == "optimizer"])

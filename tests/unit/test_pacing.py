@@ -1,0 +1,50 @@
+"""ComputePacer: an op takes at least its thread CPU time over the share; off does nothing."""
+
+from __future__ import annotations
+
+import time
+
+from stragglerlab.workloads.pacing import ComputePacer
+
+
+def _burn(seconds: float) -> None:
+    """Spend about `seconds` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_paced_op_lasts_at_least_cpu_over_share():
+    pacer = ComputePacer(cores=0.25)
+    wall0 = time.perf_counter()
+    cpu0 = time.thread_time()
+    with pacer.op():
+        _burn(0.02)
+    cpu = time.thread_time() - cpu0
+    wall = time.perf_counter() - wall0
+    # On an idle core the burn takes ~its CPU time; the pacer sleeps the rest of 4x.
+    assert wall >= cpu / 0.25 * 0.98
+    assert pacer.ops == 1 and pacer.ops_padded == 1
+    assert pacer.padded_s > 0.02
+
+
+def test_current_share_overrides_the_rank_share():
+    pacer = ComputePacer(cores=1.0)
+    wall0 = time.perf_counter()
+    with pacer.op(cores=0.5):  # e.g. the slow-worker injector halved the quota
+        _burn(0.02)
+    assert time.perf_counter() - wall0 >= 0.02 / 0.5 * 0.98
+
+
+def test_pacing_off_never_sleeps():
+    pacer = ComputePacer(cores=None)
+    with pacer.op(cores=0.1):  # a current share alone does not switch pacing on
+        _burn(0.005)
+    assert pacer.ops == 0 and pacer.padded_s == 0.0
+
+
+def test_an_op_already_at_its_rate_is_untouched():
+    pacer = ComputePacer(cores=1.0)
+    with pacer.op():
+        time.sleep(0.01)  # waiting costs no CPU: the op is slower than cpu / share already
+    assert pacer.ops == 1 and pacer.ops_padded == 0
