@@ -51,7 +51,11 @@ receives are (a link throttled both ways), by enough to cost `link_step_share` o
 step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`).
 A throttled link's transfers enter the ideal and can hide a heavy stage: when links
 are found and no stage was named, the steps outside their windows are re-analysed
-for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`).
+for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`). And when no
+finding names a stage or sequence imbalance, a stage whose forward and backward ops take
+`stage_compute_ratio` over the other stages' on every DP rank in nearly every step is
+named: a link, a slow worker or GC can carry the job's S, but none lengthens the
+partition's compute ops (`whatif_stage.stage_by_compute`).
 
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
@@ -85,7 +89,13 @@ from stragglerlab.analysis.detectors.signatures import (
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
-from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance, stage_without_links
+from stragglerlab.analysis.detectors.whatif_stage import (
+    stage_by_compute,
+    stage_imbalance,
+    stage_without_links,
+)
+
+_STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
 
@@ -134,6 +144,10 @@ class WhatIfDetector(Detector):
         merged = merge_links(found, links)
         if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
             stage = stage_without_links(run, links, evidence.steps, self.config)
+            merged += [stage] if stage is not None else []
+        # Other faults can carry the job's S and hide a heavy stage; its compute ops show it.
+        if not any(f.root_cause in _STAGE_LIKE for f in merged):
+            stage = stage_by_compute(run, evidence.steps, self.config)
             merged += [stage] if stage is not None else []
         return merged
 

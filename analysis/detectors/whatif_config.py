@@ -99,6 +99,15 @@ class WhatIfDetectorConfig:
     the heavy stage's excess over the lightest stage in the weaker half of the steps must be
     at least this share of the stronger half's, else a device slowed from some step on.
     Set on dev: stage-imbalance runs 0.55-0.87, slow workers with a step window 0.01-0.04."""
+    stage_compute_ratio: float = 1.1
+    """A stage whose forward and backward ops, on every DP rank, take this much over the
+    other stages' in at least 90 % of the steps is heavy by its own compute
+    (`whatif_stage.stage_by_compute`), whatever else slows the job: a link or a slow worker
+    can dominate S and hide it from the S-based check. Set on dev (2026-11-24, 96 runs
+    with pp >= 2: dev, the extra dev cases, the other-layout dev cases, the default
+    suite): every stage-imbalance run's heavy stage measures 1.20-3.21 (the lowest beside
+    a 21 Mbit/s throttle), every other run's heaviest stage <= 1.03 (clean runs <= 1.01);
+    1.1 is the detector's straggler ratio, in the gap."""
     mb_variation_share: float = 0.5
     """A stage-imbalance candidate is sequence imbalance instead when at least this share of
     forward-time variance is per microbatch within a worker-step (not a per-stage offset)

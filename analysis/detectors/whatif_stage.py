@@ -5,11 +5,13 @@ Pure functions of a run, its what-if view and the detector's config:
 
     stage_imbalance(run, evidence.view, steps, cfg)        # Finding | None
     stage_without_links(run, links, steps, cfg)           # re-analysed without the links
+    stage_by_compute(run, steps, cfg)                     # from compute ops alone
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import category_excess, stage_constancy
@@ -62,3 +64,57 @@ def stage_without_links(run: Run, links: list[Finding], steps: np.ndarray,
     stage.first_step, stage.last_step = int(steps[0]), int(steps[-1])
     stage.detail["without_link_steps"] = [int(s) for s in clean]
     return stage
+
+
+HEAVY_STEP_QUANTILE = 0.1
+"""The heavy stage must be heavy in all but this share of the steps (a constant offset)."""
+
+
+def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
+    """[stage, step]: per step, the least over the stage's DP ranks and over forward and
+    backward of its median compute op time over the other stages' median; None without
+    compute ops or with one stage. A link, a GC pause or waiting never enters: only the
+    compute ops' own durations, which only the partition (or a slow device) changes."""
+    if pp < 2:
+        return None
+    kinds = trace["optype"].astype(str)
+    compute = trace[kinds.isin(("forward-compute", "backward-compute"))]
+    if compute.empty:
+        return None
+    med = compute.groupby([kinds[compute.index], "stage", "dp_rank", "step"],
+                          observed=True)["duration"].median()
+    ratios = []
+    for optype in ("forward-compute", "backward-compute"):
+        if optype not in med.index.get_level_values(0):
+            return None
+        table = med.loc[optype].unstack("step")  # [(stage, dp), step]
+        stage_of = table.index.get_level_values("stage").to_numpy()
+        values = table.to_numpy()
+        per = np.full((pp, values.shape[1]), np.nan)
+        for s in range(pp):  # pp is small: one vectorized median per stage
+            mine, other = values[stage_of == s], values[stage_of != s]
+            if len(mine) and len(other):
+                per[s] = np.min(mine / np.median(other, axis=0), axis=0)
+        ratios.append(per)
+    return np.fmin(*ratios)
+
+
+def stage_by_compute(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig) -> Finding | None:
+    """A stage heavy by its own compute from start to end, on every DP rank: explain the
+    other faults (a link, a slow worker) by leaving out what they change, waits and
+    transfers, and look at the compute ops alone. The finding spans the run."""
+    ratios = stage_compute_ratios(run.trace, run.meta.pp_size)
+    if ratios is None or ratios.shape[1] < cfg.min_steps:
+        return None
+    low = np.nanquantile(ratios, HEAVY_STEP_QUANTILE, axis=1)  # [stage]
+    if np.all(np.isnan(low)):
+        return None
+    heavy = int(np.nanargmax(low))
+    if low[heavy] < cfg.stage_compute_ratio:
+        return None
+    return Finding(
+        [run.worker(d, heavy) for d in range(run.meta.dp_size)],
+        int(steps[0]), int(steps[-1]), RootCause.STAGE_IMBALANCE,
+        confidence=float(min(1.0, 0.5 + (low[heavy] - cfg.stage_compute_ratio) * 2)),
+        estimated_slowdown=None,
+        detail={"stage_compute_ratio": float(low[heavy]), "test": "compute"})

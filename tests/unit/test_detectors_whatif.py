@@ -299,6 +299,43 @@ def test_a_heavy_stage_hidden_by_a_throttled_link_is_found_without_its_steps(_ru
     assert {f.root_cause for f in WhatIfDetector().detect(alone)} == {RootCause.NET_THROTTLE}
 
 
+def test_a_heavy_stage_under_a_link_for_the_whole_run_shows_in_its_compute_ops(_run):
+    # DP 2 x PP 4, last stage 1.6x, and a link throttled both ways from the first step: no
+    # step is free of the link, so only the compute ops, which a link never lengthens,
+    # can show the stage; every DP rank of it is named.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+
+    link = SlowLink(dp_rank=1, stage=1, delay_s=0.12, first_step=0, both_ways=True)
+    run = _run(dp_size=2, pp_size=4, n_steps=10, last_stage_factor=1.6, slow_links=(link,))
+    found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
+    stage = found[RootCause.STAGE_IMBALANCE]
+    assert _cells(stage) == [(0, 3), (1, 3)]
+    assert stage.detail["stage_compute_ratio"] == pytest.approx(1.6, rel=0.1)
+    assert (stage.first_step, stage.last_step) == (0, 9)
+
+
+def test_stage_by_compute_needs_every_dp_rank_heavy_from_start_to_end(_run):
+    from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_stage import (
+        stage_by_compute,
+        stage_compute_ratios,
+    )
+
+    cfg = WhatIfDetectorConfig()
+    clean = _run(dp_size=2, pp_size=4, jitter=0.03)
+    ratios = stage_compute_ratios(clean.trace, 4)
+    assert ratios.shape == (4, 10) and np.all(np.abs(ratios - 1.0) < 0.1)
+    assert stage_by_compute(clean, clean.steps, cfg) is None
+    # One DP rank of the stage slowed: a device, not the partition.
+    one = _run(dp_size=2, pp_size=4, slow_workers=(SlowWorker(dp_rank=1, stage=2, factor=1.8),))
+    assert stage_by_compute(one, one.steps, cfg) is None
+    # The whole stage slowed, but from step 6 on: not constant, not the partition.
+    late = _run(dp_size=1, pp_size=4, slow_workers=(SlowWorker(dp_rank=0, stage=2, factor=1.8,
+                                                               first_step=6),))
+    assert stage_by_compute(late, late.steps, cfg) is None
+    assert stage_compute_ratios(clean.trace[clean.trace["stage"] == 0], 1) is None
+
+
 def test_one_end_per_link_prefers_the_cell_more_tests_flag():
     from stragglerlab.analysis.detectors.whatif_links import _one_end_per_link
 
