@@ -14,7 +14,10 @@ clean-window mean), else against the clean runs of the suite with the same
 model, layout and data (mean step time ratio), else it is unknown.
 
 Runs of a mitigation (re-partitioned stages, rebalanced sequences, planned GC)
-are not detection cases and are marked `scored = False`.
+are not detection cases and are marked `scored = False`. A fault record whose own
+measurement shows it never acted (`FaultRecord.took_effect`: GC pauses with no full
+collection in their window) is left out of the truth, with a note: no detector could see
+it, and a run left with no fault is scored as clean.
 
     truths = load_truths(["results/slow-worker-1/0", "results/clean-dp2-pp2/0"])
 """
@@ -170,13 +173,16 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
             clean_means.setdefault(_layout_key(record), []).append(float(times.mean()))
 
     truths = []
-    for folder, faults, record, times in raw:
+    for folder, recorded, record, times in raw:
         meta = folder.meta
         world = meta.dp_size * meta.pp_size  # one traced worker per DP x PP cell
         layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size}
+        faults = [f for f in recorded if f.took_effect]
+        idle = sorted({f.kind for f in recorded if not f.took_effect})
+        idle_note = f"left out, measured without effect: {', '.join(idle)}" if idle else ""
         if not faults:
             truths.append(RunTruth(str(folder.path), CLEAN, RootCause.NONE, frozenset(), world,
-                                   None, None, **layout))
+                                   None, None, note=idle_note, **layout))
             continue
         main = faults[0]
         kind = main.kind  # validated by read_faults: a FaultKind value
@@ -189,6 +195,7 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         truth = RunTruth(str(folder.path), kind, RootCause.of_kind(kind), frozenset(ranks),
                          world, min(max(f.first_step, first_traced) for f in faults), None,
                          faults=_fault_truths(faults, world, times, first_traced), **layout)
+        truth.note = idle_note
         if _is_mitigation(faults, record):
             truth.scored, truth.note = False, "mitigation run (not a detection case)"
         elif len(steps):
@@ -198,10 +205,12 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
             values = times.to_numpy()
             if before.sum() >= MIN_BASELINE_STEPS and in_window.any():
                 truth.measured_slowdown = float(values[in_window].mean() / values[before].mean())
-                truth.note = "slowdown measured within the run (fault window vs before)"
+                truth.note = "; ".join(filter(None, (
+                    "slowdown measured within the run (fault window vs before)", idle_note)))
             elif clean_means.get(_layout_key(record)) and in_window.any():
                 truth.measured_slowdown = float(values[in_window].mean()
                                                 / np.mean(clean_means[_layout_key(record)]))
-                truth.note = "slowdown measured against the suite's clean runs"
+                truth.note = "; ".join(filter(None, (
+                    "slowdown measured against the suite's clean runs", idle_note)))
         truths.append(truth)
     return truths

@@ -120,6 +120,14 @@ class FaultRecord:
     measured: dict
     """Measured magnitudes (same units), empty when nothing could be measured."""
 
+    @property
+    def took_effect(self) -> bool:
+        """False when its own measurement shows it never acted, so no detector could see
+        it: GC pauses whose window held no full collection (`measured.pauses` 0; automatic
+        GC fires every few steps, a short window can fall between two collections)."""
+        kind = str(getattr(self.kind, "value", self.kind))
+        return not (kind == FaultKind.GC_PAUSES.value and self.measured.get("pauses") == 0)
+
     def to_json(self) -> dict:
         """JSON form; non-finite magnitudes are written as null (unknown)."""
         return {"kind": str(getattr(self.kind, "value", self.kind)),

@@ -50,6 +50,24 @@ def test_ground_truth_of_clean_windowed_job_wide_and_mitigation_runs(tmp_path):
     assert not t_mit.scored
 
 
+def test_a_fault_measured_without_effect_is_left_out_of_the_truth(tmp_path):
+    idle_gc = {"kind": "gc-pauses", "targets": [{"rank": 2, "dp_rank": 0, "stage": 1}],
+               "first_step": 7, "last_step": 10, "requested": {"pause_ms": 45.0},
+               "measured": {"pause_ms": None, "pauses": 0}}
+    slow = make_run(tmp_path / "slow", slow_workers=(SlowWorker(1, 1, 1.8, first_step=6),))
+    records = json.loads((slow / "faults.json").read_text())
+    (slow / "faults.json").write_text(json.dumps(records + [idle_gc]))
+    only = make_run(tmp_path / "only", faults=[idle_gc])
+    paused = make_run(tmp_path / "paused", faults=[
+        {**idle_gc, "measured": {"pause_ms": 50.0, "pauses": 1}}])
+    t_slow, t_only, t_paused = load_truths([slow, only, paused])
+    assert [f.kind for f in t_slow.faults] == ["slow-worker"]
+    assert t_slow.ranks == frozenset({3}) and "without effect: gc-pauses" in t_slow.note
+    assert (t_only.kind, t_only.cause, t_only.ranks) == (CLEAN, RootCause.NONE, frozenset())
+    assert "without effect" in t_only.note
+    assert t_paused.cause is RootCause.GC_PAUSES and t_paused.ranks == frozenset({2})
+
+
 def test_missing_ground_truth_is_a_clear_error(tmp_path):
     run = make_run(tmp_path / "r")
     (run / "faults.json").unlink()
