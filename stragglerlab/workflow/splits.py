@@ -188,27 +188,30 @@ def _moving(rng: random.Random, dp: int, pp: int, steps: int) -> list[dict]:
 
 
 def _layout_for(rng: random.Random, kinds: tuple[FaultKind, ...],
-                family: LayoutFamily | None = None) -> tuple[int, int]:
+                family: LayoutFamily | None = None,
+                layouts: tuple[tuple[int, int], ...] = LAYOUTS) -> tuple[int, int]:
     need_pp = FaultKind.STAGE_IMBALANCE in kinds
     need_two = sum(k in TARGETED_KINDS for k in kinds) >= 2
-    choices = [(d, p) for d, p in LAYOUTS
+    choices = [(d, p) for d, p in layouts
                if (family is None or LayoutFamily.of(d, p) is family)
                and (not need_pp or p >= 2) and (not need_two or d * p >= 2)]
     return choices[rng.randrange(len(choices))]
 
 
-def _plan(rng: random.Random, count: int) -> list[tuple[tuple[FaultKind, ...], tuple[int, int],
-                                                        bool]]:
+def _plan(rng: random.Random, count: int,
+          layouts: tuple[tuple[int, int], ...] = LAYOUTS,
+          ) -> list[tuple[tuple[FaultKind, ...], tuple[int, int], bool]]:
     """(kinds, layout, moving) of every case: coverage first, then random fill."""
-    plan: list = [((), layout, False) for layout in LAYOUTS]
+    plan: list = [((), layout, False) for layout in layouts]
     for kind in FaultKind:
         for family in LayoutFamily:
             if kind is FaultKind.STAGE_IMBALANCE and family is LayoutFamily.PURE_DP:
                 continue
-            plan.append(((kind,), _layout_for(rng, (kind,), family), False))
+            plan.append(((kind,), _layout_for(rng, (kind,), family, layouts), False))
     for combo in COMBOS:
-        plan.append((combo, _layout_for(rng, combo), False))
-    plan.append(((FaultKind.SLOW_WORKER,), _layout_for(rng, (FaultKind.SLOW_WORKER,) * 2), True))
+        plan.append((combo, _layout_for(rng, combo, layouts=layouts), False))
+    plan.append(((FaultKind.SLOW_WORKER,), _layout_for(rng, (FaultKind.SLOW_WORKER,) * 2,
+                                                  layouts=layouts), True))
     if count < len(plan):
         raise InputError(f"splits: count {count} is below the {len(plan)} cases the coverage "
                          "plan needs (a clean control per layout, every kind per layout "
@@ -216,15 +219,18 @@ def _plan(rng: random.Random, count: int) -> list[tuple[tuple[FaultKind, ...], t
     singles = [k for k in FaultKind if k not in FAILING_KINDS]
     while len(plan) < count:
         kinds = rng.choice(COMBOS) if rng.random() < 0.35 else (rng.choice(singles),)
-        plan.append((kinds, _layout_for(rng, kinds), False))
+        plan.append((kinds, _layout_for(rng, kinds, layouts=layouts), False))
     return plan
 
 
-def generate_split(split: Split, seed: int, steps: int, count: int) -> list[Case]:
-    """The cases of one split (deterministic in seed, split and count)."""
+def generate_split(split: Split, seed: int, steps: int, count: int,
+                   layouts: tuple[tuple[int, int], ...] = LAYOUTS) -> list[Case]:
+    """The cases of one split (deterministic in seed, split and count). `layouts`: the
+    (dp, pp) a case can have; other ones than LAYOUTS draw extra dev material (e.g.
+    config/dev-layout-scenarios.yaml), never a split the workflow runs."""
     rng = random.Random(f"{seed}:{split.value}")
     cases = []
-    for i, (kinds, (dp, pp), moving) in enumerate(_plan(rng, count)):
+    for i, (kinds, (dp, pp), moving) in enumerate(_plan(rng, count, layouts)):
         name = f"{split.value}-{i:02d}"
         taken: set[tuple[int, int]] = set()
         faults = _moving(rng, dp, pp, steps) if moving else \

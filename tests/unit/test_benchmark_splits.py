@@ -43,6 +43,19 @@ def test_splits_are_disjoint_seeded_and_cover_every_kind_and_family():
     assert sum(estimate_seconds(c) for c in test) < 60 * 60
 
 
+def test_other_layouts_draw_cases_only_there_and_still_cover_every_family():
+    from stragglerlab.workflow.splits import generate_split
+
+    layouts = ((3, 1), (1, 3), (3, 2))
+    cases = generate_split(Split.DEV, 707, 14, 36, layouts=layouts)
+    assert {(c.dp, c.pp) for c in cases} == set(layouts)
+    for c in cases:
+        for f in c.entry["faults"]:
+            for t in f.get("targets") or []:
+                assert t["dp_rank"] < c.dp and t["stage"] < c.pp
+    assert {c.kinds[0] for c in cases if (c.dp, c.pp) == (1, 3)} >= {"clean", "stage-imbalance"}
+
+
 def test_splits_are_selected_by_run_and_bad_input_is_one_input_error():
     assert expand_splits(CFG) == ([], {})
     runs, entries = expand_splits({**CFG, "run": ["test"]})
