@@ -103,9 +103,9 @@ class WhatIfDetectorConfig:
     """A stage whose forward and backward ops, on every DP rank, take this much over the
     other stages' in at least 90 % of the steps is heavy by its own compute
     (`whatif_stage.stage_by_compute`), whatever else slows the job: a link or a slow worker
-    can dominate S and hide it from the S-based check. Set on dev (2026-11-24, 96 runs
+    can dominate S and hide it from the S-based check. Set on dev (2026-11-24, 102 runs
     with pp >= 2: dev, the extra dev cases, the other-layout dev cases, the default
-    suite): every stage-imbalance run's heavy stage measures 1.20-3.21 (the lowest beside
+    suite): the 11 stage-imbalance runs' heavy stage measures 1.20-3.21 (the lowest beside
     a 21 Mbit/s throttle), every other run's heaviest stage <= 1.03 (clean runs <= 1.01);
     1.1 is the detector's straggler ratio, in the gap."""
     mb_variation_share: float = 0.5
