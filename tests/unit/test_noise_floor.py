@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from stragglerlab.errors import InputError
 from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "noise_floor.py"
+from tests.unit.bench_modules import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("noise_floor", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("noise_floor")
 
 
 def test_op_noise_reads_back_the_jitter_and_ignores_stage_offsets():

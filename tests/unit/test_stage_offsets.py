@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from stragglerlab.errors import InputError
 from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "stage_offsets.py"
+from tests.unit.bench_modules import load_benchmark
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("stage_offsets", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("stage_offsets")
 
 
 def test_heavy_last_stage_stands_over_the_others_and_the_mean_is_one():

@@ -1,0 +1,17 @@
+"""Load a script of benchmarks/ as a module (they are scripts, not a package)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a fresh module."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
