@@ -15,6 +15,8 @@ trace. Each function is pure:
 * `flagged_steps`: per worker, the steps its relative score crosses a threshold.
 * `category_excess`: how much of the job's slowdown the what-if attributes to
   computation vs communication op types.
+* `stage_compute_ratios`: per step, each stage's compute op times over the other
+  stages' (the least over its DP ranks and over forward and backward).
 * `gc_pauses_by_rank`: measured GC pause time per rank (the trace's
   `gc_pause_s` column, written by the testbed's GC monitor).
 * `comm_excess_by_worker` (computed by the analysis, written to whatif.json):
@@ -37,7 +39,7 @@ from stragglerlab.schema import COMMUNICATION_OPS
 __all__ = ["category_excess", "comm_excess_by_worker", "compute_ratio_to_peers",
            "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
-           "step_time_total", "step_worker_scores"]
+           "stage_compute_ratios", "step_time_total", "step_worker_scores"]
 
 _COMPUTE = ["forward-compute", "backward-compute"]
 _COMM_BUCKETS = {t.value for t in COMMUNICATION_OPS} | {"forward-pp-comm", "backward-pp-comm"}
@@ -75,6 +77,34 @@ def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
     grid[stage, dp_rank, np.searchsorted(steps, step)] = per_cell.to_numpy()
     best = np.nanmin(grid, axis=1, keepdims=True)
     return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
+
+
+def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
+    """[stage, step]: per step, the least over the stage's DP ranks and over forward and
+    backward of its median compute op time over the other stages' median; None without
+    compute ops or with one stage. A link, a GC pause or waiting never enters: only the
+    compute ops' own durations, which only the partition (or a slow device) changes."""
+    if pp < 2:
+        return None
+    compute = trace[trace["optype"].isin(_COMPUTE)]
+    if compute.empty:
+        return None
+    med = compute.groupby(["optype", "stage", "dp_rank", "step"], observed=True)["duration"] \
+        .median()
+    ratios = []
+    for optype in _COMPUTE:
+        if optype not in med.index.get_level_values(0):
+            return None
+        table = med.loc[optype].unstack("step")  # [(stage, dp), step]
+        stage_of = table.index.get_level_values("stage").to_numpy()
+        values = table.to_numpy()
+        per = np.full((pp, values.shape[1]), np.nan)
+        for s in range(pp):  # pp is small: one vectorized median per stage
+            mine, other = values[stage_of == s], values[stage_of != s]
+            if len(mine) and len(other):
+                per[s] = np.min(mine / np.median(other, axis=0), axis=0)
+        ratios.append(per)
+    return np.fmin(*ratios)
 
 
 def category_excess(view: IdealView) -> tuple[float, float]:

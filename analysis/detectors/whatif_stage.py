@@ -11,10 +11,13 @@ Pure functions of a run, its what-if view and the detector's config:
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
-from stragglerlab.analysis.detectors.signatures import category_excess, stage_constancy
+from stragglerlab.analysis.detectors.signatures import (
+    category_excess,
+    stage_compute_ratios,
+    stage_constancy,
+)
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 from stragglerlab.results import IdealView
@@ -68,35 +71,6 @@ def stage_without_links(run: Run, links: list[Finding], steps: np.ndarray,
 
 HEAVY_STEP_QUANTILE = 0.1
 """The heavy stage must be heavy in all but this share of the steps (a constant offset)."""
-
-
-def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
-    """[stage, step]: per step, the least over the stage's DP ranks and over forward and
-    backward of its median compute op time over the other stages' median; None without
-    compute ops or with one stage. A link, a GC pause or waiting never enters: only the
-    compute ops' own durations, which only the partition (or a slow device) changes."""
-    if pp < 2:
-        return None
-    kinds = trace["optype"].astype(str)
-    compute = trace[kinds.isin(("forward-compute", "backward-compute"))]
-    if compute.empty:
-        return None
-    med = compute.groupby([kinds[compute.index], "stage", "dp_rank", "step"],
-                          observed=True)["duration"].median()
-    ratios = []
-    for optype in ("forward-compute", "backward-compute"):
-        if optype not in med.index.get_level_values(0):
-            return None
-        table = med.loc[optype].unstack("step")  # [(stage, dp), step]
-        stage_of = table.index.get_level_values("stage").to_numpy()
-        values = table.to_numpy()
-        per = np.full((pp, values.shape[1]), np.nan)
-        for s in range(pp):  # pp is small: one vectorized median per stage
-            mine, other = values[stage_of == s], values[stage_of != s]
-            if len(mine) and len(other):
-                per[s] = np.min(mine / np.median(other, axis=0), axis=0)
-        ratios.append(per)
-    return np.fmin(*ratios)
 
 
 def stage_by_compute(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig) -> Finding | None:
