@@ -136,7 +136,7 @@ class RankTrainer:
                                compute_ops_per_step=2 * self.sc.parallel.microbatches,
                                device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
-        self.pacer = ComputePacer(self._pace_share())
+        self.pacer = ComputePacer(self._pace_share(), self.sc.run.pace_margin)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
@@ -152,16 +152,14 @@ class RankTrainer:
             return None
         from stragglerlab.workloads.launcher import CPU_HEADROOM
 
-        cores = (self.cgroup["cores"] if self.cgroup else run.cores_per_rank
-                 or CPU_HEADROOM * (os.cpu_count() or 1) / self.sc.world_size)
-        return cores / run.pace_margin
+        return (self.cgroup["cores"] if self.cgroup else run.cores_per_rank
+                or CPU_HEADROOM * (os.cpu_count() or 1) / self.sc.world_size)
 
     # -- one step ----------------------------------------------------------------------
     def _paced(self):
         """The compute op's pacing context: the rank's current CPU share (the slow-worker
         injector writes a lower one while it acts)."""
-        now_ = self.cgroup.get("cores_now") if self.cgroup else None
-        return self.pacer.op(now_ / self.sc.run.pace_margin if now_ else None)
+        return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

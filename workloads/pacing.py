@@ -28,34 +28,44 @@ from stragglerlab.workloads.tracer import now
 class ComputePacer:
     """Pad compute ops to at least their thread CPU time over the rank's current share."""
 
-    def __init__(self, cores: float | None) -> None:
+    def __init__(self, cores: float | None, margin: float = 1.0) -> None:
         self.cores = cores
-        """The share in cores the op's pace follows; None disables pacing. The slow-worker
-        injector lowers it with the quota it writes (cgroup['cores_now'])."""
-        self.padded_s = 0.0
-        """Seconds slept so far (reported in the run's faults/pacing record)."""
-        self.ops = 0
-        """Ops seen so far."""
-        self.ops_padded = 0
-        """Ops that slept."""
+        """The rank's share in cores; None disables pacing."""
+        self.margin = margin
+        """Paced ops last margin x CPU time / share (run.pace_margin)."""
         self.samples: list[tuple[float, float, float]] = []
-        """(thread CPU s, wall s before pacing, share) per op, for the run's pacing record."""
+        """(thread CPU s, wall s before pacing, paced share) per op: the run's pacing record."""
+
+    @property
+    def ops(self) -> int:
+        """Ops paced so far."""
+        return len(self.samples)
+
+    def _pads(self) -> list[float]:
+        return [cpu / share - wall for cpu, wall, share in self.samples if cpu / share > wall]
+
+    @property
+    def ops_padded(self) -> int:
+        """Ops that slept."""
+        return len(self._pads())
+
+    @property
+    def padded_s(self) -> float:
+        """Seconds slept so far."""
+        return float(sum(self._pads()))
 
     @contextlib.contextmanager
     def op(self, cores: float | None = None):
-        """Time the body's thread CPU and wall time; sleep up to cpu / cores after it.
-        cores: the share now, when it differs from the rank's own (ignored if pacing is off)."""
-        share = None if self.cores is None else (cores or self.cores)
-        if share is None or share <= 0:
+        """Time the body's thread CPU and wall time; sleep up to margin x cpu / share after
+        it. cores: the share now, when it differs from the rank's own (the slow-worker
+        injector writes a lower quota while it acts); ignored when pacing is off."""
+        if self.cores is None:
             yield
             return
+        share = (cores or self.cores) / self.margin
         cpu0, wall0 = time.thread_time(), now()
         yield
         cpu, wall = time.thread_time() - cpu0, now() - wall0
         self.samples.append((cpu, wall, share))
-        left = cpu / share - wall
-        self.ops += 1
-        if left > 0:
-            time.sleep(left)
-            self.padded_s += left
-            self.ops_padded += 1
+        if cpu / share > wall:
+            time.sleep(cpu / share - wall)
