@@ -195,7 +195,6 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         truth = RunTruth(str(folder.path), kind, RootCause.of_kind(kind), frozenset(ranks),
                          world, min(max(f.first_step, first_traced) for f in faults), None,
                          faults=_fault_truths(faults, world, times, first_traced), **layout)
-        truth.note = idle_note
         if _is_mitigation(faults, record):
             truth.scored, truth.note = False, "mitigation run (not a detection case)"
         elif len(steps):
@@ -205,12 +204,12 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
             values = times.to_numpy()
             if before.sum() >= MIN_BASELINE_STEPS and in_window.any():
                 truth.measured_slowdown = float(values[in_window].mean() / values[before].mean())
-                truth.note = "; ".join(filter(None, (
-                    "slowdown measured within the run (fault window vs before)", idle_note)))
+                truth.note = "slowdown measured within the run (fault window vs before)"
             elif clean_means.get(_layout_key(record)) and in_window.any():
                 truth.measured_slowdown = float(values[in_window].mean()
                                                 / np.mean(clean_means[_layout_key(record)]))
-                truth.note = "; ".join(filter(None, (
-                    "slowdown measured against the suite's clean runs", idle_note)))
+                truth.note = "slowdown measured against the suite's clean runs"
+        if truth.scored:
+            truth.note = "; ".join(filter(None, (truth.note, idle_note)))
         truths.append(truth)
     return truths

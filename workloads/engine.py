@@ -23,6 +23,7 @@ fails this rank within it instead of hanging. Used by `workloads.launcher`
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import json
@@ -158,7 +159,9 @@ class RankTrainer:
     # -- one step ----------------------------------------------------------------------
     def _paced(self):
         """The compute op's pacing context: the rank's current CPU share (the slow-worker
-        injector writes a lower one while it acts)."""
+        injector writes a lower one while it acts); off, nothing inside the traced op."""
+        if self.pacer.cores is None:
+            return contextlib.nullcontext()
         return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None)
 
     def _sync(self) -> None:

@@ -207,7 +207,7 @@ def _plan(rng: random.Random, count: int,
         for family in LayoutFamily:
             if kind is FaultKind.STAGE_IMBALANCE and family is LayoutFamily.PURE_DP:
                 continue
-            plan.append(((kind,), _layout_for(rng, (kind,), family, layouts), False))
+            plan.append(((kind,), _layout_for(rng, (kind,), family, layouts=layouts), False))
     for combo in COMBOS:
         plan.append((combo, _layout_for(rng, combo, layouts=layouts), False))
     plan.append(((FaultKind.SLOW_WORKER,), _layout_for(rng, (FaultKind.SLOW_WORKER,) * 2,
