@@ -141,7 +141,7 @@ def _peer_compute_s(run, victims: set[tuple[int, int]]) -> float | None:
     keep = t["optype"].isin(_COMPUTE).to_numpy()
     dp, stage = t["dp_rank"].to_numpy(), t["stage"].to_numpy()
     for d, p in victims:
-        keep &= ~((dp == d) & (stage == p))
+        keep = keep & ~((dp == d) & (stage == p))  # to_numpy() may be a read-only view
     return float(t["duration"].to_numpy()[keep].mean()) if keep.any() else None
 
 

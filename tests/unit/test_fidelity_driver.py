@@ -72,3 +72,23 @@ def test_spread():
     assert Spread.of([5.0]).cell() == "-"
     with pytest.raises(ValueError):
         Spread.of([])
+
+
+def test_peer_compute_leaves_the_victims_out_of_a_parquet_trace(fidelity, tmp_path):
+    """The host-drift column reads a trace as parquet gives it (arrow-backed, read-only
+    arrays): the victim's compute ops are left out, comm ops never count."""
+    import pandas as pd
+
+    tables = sys.modules["fidelity_tables"]
+    pd.DataFrame({
+        "optype": ["forward-compute", "backward-compute", "forward-compute", "forward-pp-comm"],
+        "dp_rank": [0, 0, 1, 1], "stage": [0, 0, 0, 0], "duration": [1.0, 3.0, 10.0, 50.0],
+    }).to_parquet(tmp_path / "t.parquet")
+
+    class Run:
+        def trace(self):
+            return pd.read_parquet(tmp_path / "t.parquet")
+
+    assert tables._peer_compute_s(Run(), {(1, 0)}) == 2.0
+    assert tables._peer_compute_s(Run(), set()) == pytest.approx(14 / 3)
+    assert tables._peer_compute_s(Run(), {(0, 0), (1, 0)}) is None
