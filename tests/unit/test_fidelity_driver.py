@@ -77,9 +77,9 @@ def test_spread():
 def test_peer_compute_leaves_the_victims_out_of_a_parquet_trace(fidelity, tmp_path):
     """The host-drift column reads a trace as parquet gives it (arrow-backed, read-only
     arrays): the victim's compute ops are left out, comm ops never count."""
+    import fidelity_tables as tables  # beside fidelity.py, on the path the fixture sets
     import pandas as pd
 
-    tables = sys.modules["fidelity_tables"]
     pd.DataFrame({
         "optype": ["forward-compute", "backward-compute", "forward-compute", "forward-pp-comm"],
         "dp_rank": [0, 0, 1, 1], "stage": [0, 0, 0, 0], "duration": [1.0, 3.0, 10.0, 50.0],
