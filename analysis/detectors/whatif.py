@@ -48,7 +48,10 @@ Beside all of these (a slow link is often one fault of several, and a mild one d
 not make the job straggle): a P2P sender nearly all of whose pairs are slower than
 the other senders' in its place, or a worker nearly all of the pairs it sends or
 receives are (a link throttled both ways), by enough to cost `link_step_share` of a
-step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`).
+step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`);
+in pure DP, the rank whose ring neighbours leave the reduce-scatter and the
+all-gather late and early in the pattern a throttled ring link leaves, by
+`ring_step_share` of a step -> `net-throttle` on it (`whatif_ring.py`).
 A throttled link's transfers enter the ideal and can hide a heavy stage: when links
 are found and no stage was named, the steps outside their windows are re-analysed
 for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`). And when no
@@ -89,6 +92,7 @@ from stragglerlab.analysis.detectors.signatures import (
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
+from stragglerlab.analysis.detectors.whatif_ring import ring_link
 from stragglerlab.analysis.detectors.whatif_stage import (
     stage_by_compute,
     stage_imbalance,
@@ -141,7 +145,9 @@ class WhatIfDetector(Detector):
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
                            evidence.view.slowdown, found)
-        merged = merge_links(found, links)
+        ring = ring_link(run, evidence.steps, self.config, evidence.view.slowdown)  # pure DP
+        links += [ring] if ring is not None else []
+        merged = merge_links(found, links, run.meta.dp_size)
         if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
             stage = stage_without_links(run, links, evidence.steps, self.config)
             merged += [stage] if stage is not None else []

@@ -79,6 +79,15 @@ class WhatIfDetectorConfig:
     missed). On the paper's trace-AR 63 sender windows pass the tests above (GPU P2P
     latency drifting between DP ranks); they cost at most 0.2 % of a step, and nothing
     is named."""
+    ring_step_share: float = 0.05
+    """In pure DP (>= 3 ranks), a rank is a slow link when its ring neighbours' signed
+    transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,
+    all-gather the other way) holds at least this share of a step over `min_steps`
+    consecutive steps. Set on dev (2026-11-24; the pure-DP runs with >= 3 ranks of dev,
+    paced dev, the extra network cases, the other-layout cases and the default suite, 33
+    runs): the five throttled runs (68-143 Mbit/s, DP 3 and 4) measure 0.096-0.150, each
+    on its victim; every other run at most 0.023 (sequence imbalance), clean runs at most
+    0.014, delays at most 0.010. 0.05 sits in the gap, about twice the highest other."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top

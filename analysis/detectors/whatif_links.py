@@ -48,15 +48,20 @@ from stragglerlab.p2p_pairs import (
 )
 
 
-def merge_links(found: list[Finding], links: list[Finding]) -> list[Finding]:
+def merge_links(found: list[Finding], links: list[Finding], dp_size: int = 0) -> list[Finding]:
     """The other rules' findings plus the slow links on ranks they did not name.
 
-    A `net-throttle` another rule named from comm excess on a P2P neighbour of a slow
-    link (same DP rank, next or previous stage) is that link seen from its other end (a
-    pair's excess lands on both ends): the link's own finding replaces it.
+    A `net-throttle` another rule named from comm excess on a neighbour of a slow link
+    is that link seen from its other end (a pair's excess lands on both ends; in a ring,
+    on the ranks either side): the link's own finding replaces it. Neighbours: same DP
+    rank, next or previous stage; for a ring link (`whatif_ring.py`, pure DP, dp_size
+    ranks) the DP ranks either side.
     """
     cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
-    ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
+    ends = {(d, p + o) for d, p in cells for o in (-1, 1)}
+    ends |= {((r.dp_rank + o) % dp_size, r.stage) for f in links
+             if f.detail.get("test") == "ring" for r in f.ranks for o in (-1, 1)}
+    ends -= cells
 
     def other_end(f: Finding) -> bool:
         return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(

@@ -1,0 +1,110 @@
+"""Slow links in pure DP for the `whatif` detector, localized from ring-collective transfer excess.
+
+With one stage there are no P2P pairs to time (`whatif_links.py`), only the DP
+collectives, and a ring makes every rank wait for its slowest link alike: a
+throttled rank's own ops start and end like anyone's. What a slow link does
+leave is *where in the ring* the transfer time lands. The gradient
+reduce-scatter and the parameter all-gather pass chunks around the ranks in
+order (gloo's ring, the backend on CPU), so a rank v throttled both ways
+(tc on its veth) holds back the chunks it forwards: in the reduce-scatter the
+rank before it (v - 1) leaves the collective late and the rank after it
+(v + 1) early; in the all-gather the other way round. Per step, with each
+rank's transfer excess X[r] (transfer duration - the step's median, design.md
+§4), the candidate score is
+
+    RS[v - 1] - RS[v + 1] + AG[v + 1] - AG[v - 1]     (ranks mod dp)
+
+as a share of the step. A rank whose score stays at least `ring_step_share`
+over `min_steps` consecutive steps is named `net-throttle`, unless another
+rule named it. Busy hosts, slow devices, GC and sequence imbalance move a
+rank's exit time on both collectives alike, so the signed neighbour
+differences cancel (dev: at most 2.3 % of a step; the throttles 9.6-15 %).
+
+What it cannot see (and names nothing): DP 2 (both ranks are each other's
+neighbours, v - 1 = v + 1, so the score is 0), an in-process delay (the victim
+sleeps inside its traced collective and everyone leaves the ring together),
+a collective that is not a reduce-scatter/all-gather pair (a plain
+all-reduce), and, until measured there, NCCL, whose ring may run the other
+way. With PP the P2P pairs place a link (`whatif_links.py`); this rule is
+read only in pure DP.
+
+    stragglerlab detect --run results/dev/dev-11/11 --detector whatif
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.signatures import step_time_total
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+
+REDUCE_SCATTER = "grads-reduce-scatter"
+ALL_GATHER = "params-all-gather"
+MIN_RING = 3
+"""DP ranks a ring needs for its two neighbours of a rank to differ."""
+
+
+def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
+                    steps: np.ndarray) -> np.ndarray | None:
+    """[step, dp_rank]: each rank's transfer duration of `optype` (its end minus the latest
+    start in the step's group, clamped at 0) minus the step's median over ranks, s; None
+    when the trace has no such op."""
+    ops = trace[(trace["optype"] == optype) & trace["step"].isin(steps)
+                & trace["dp_rank"].between(0, dp - 1)]
+    if ops.empty:
+        return None
+    end = ops["start_ts"] + ops["duration"]
+    latest = ops.groupby("step")["start_ts"].transform("max")
+    transfer = (end - latest).clip(lower=0.0)
+    per = transfer.groupby([ops["step"], ops["dp_rank"]]).sum()
+    grid = np.full((len(steps), dp), np.nan)
+    grid[np.searchsorted(steps, per.index.get_level_values(0)),
+         per.index.get_level_values(1)] = per.to_numpy()
+    with warnings.catch_warnings():  # a step no rank finished (a failed run) stays NaN -> 0
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nan_to_num(grid - np.nanmedian(grid, axis=1, keepdims=True))
+
+
+def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray) -> np.ndarray | None:
+    """[step, candidate rank]: the signed neighbour excess of the module docstring as a
+    share of the mean step; None without both collectives or with fewer than 3 DP ranks."""
+    if dp < MIN_RING:
+        return None
+    rs = transfer_excess(trace, REDUCE_SCATTER, dp, steps)
+    ag = transfer_excess(trace, ALL_GATHER, dp, steps)
+    if rs is None or ag is None:
+        return None
+    v = np.arange(dp)
+    before, after = (v - 1) % dp, (v + 1) % dp
+    score = rs[:, before] - rs[:, after] + ag[:, after] - ag[:, before]
+    step_s = step_time_total(trace) / max(trace["step"].nunique(), 1)
+    return score / max(step_s, 1e-12)
+
+
+def ring_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
+              slowdown: float) -> Finding | None:
+    """The rank a throttled ring link points at, in pure DP (see the module docstring)."""
+    if run.meta.pp_size != 1 or len(steps) < cfg.min_steps:
+        return None
+    score = ring_scores(run.trace, run.meta.dp_size, steps)
+    if score is None:
+        return None
+    w = cfg.min_steps
+    # A window's level: the least score over its steps (one slow step is noise).
+    held = np.lib.stride_tricks.sliding_window_view(score, w, axis=0).min(axis=2)
+    best = held.max(axis=0)  # [candidate]
+    victim = int(np.argmax(best))
+    if best[victim] < cfg.ring_step_share:
+        return None
+    windows = np.flatnonzero(held[:, victim] >= cfg.ring_step_share)
+    first, last = int(windows[0]), int(windows[-1]) + w - 1
+    return Finding(
+        [run.worker(victim, 0)], int(steps[first]), int(steps[last]), RootCause.NET_THROTTLE,
+        confidence=float(min(1.0, 0.5 + (best[victim] - cfg.ring_step_share) * 5)),
+        estimated_slowdown=max(slowdown, 1.0),
+        detail={"test": "ring", "ring_step_share": float(best[victim]),
+                "ring_step_share_by_rank": [float(b) for b in best]})
