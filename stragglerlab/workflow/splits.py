@@ -32,6 +32,7 @@ trains: the default suite runs none, `--configfile config/test.yaml` runs
     splits:
       seed: 14            # dev draws from "<seed>:dev", test from "<seed>:test"
       steps: 14           # run.steps of every case
+      pace_compute: false # run.pace_compute of every case (workloads/pacing.py)
       run: []             # splits the workflow trains and scores
       dev: {count: 44}
       test: {count: 44}
@@ -108,7 +109,7 @@ FAILING_TIMEOUT_S = 10.0
 SEED_OFFSET = {Split.DEV: 0, Split.TEST: 1000}
 """First run seed of each split's cases."""
 
-_KEYS = {"seed", "steps", "run", "dev", "test"}
+_KEYS = {"seed", "steps", "pace_compute", "run", "dev", "test"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,10 +225,13 @@ def _plan(rng: random.Random, count: int,
 
 
 def generate_split(split: Split, seed: int, steps: int, count: int,
-                   layouts: tuple[tuple[int, int], ...] = LAYOUTS) -> list[Case]:
+                   layouts: tuple[tuple[int, int], ...] = LAYOUTS,
+                   pace_compute: bool = False) -> list[Case]:
     """The cases of one split (deterministic in seed, split and count). `layouts`: the
     (dp, pp) a case can have; other ones than LAYOUTS draw extra dev material (e.g.
-    config/dev-layout-scenarios.yaml), never a split the workflow runs."""
+    config/dev-layout-scenarios.yaml), never a split the workflow runs. `pace_compute`:
+    every case's run.pace_compute (compute ops at the rank's nominal rate, whatever CFS
+    quota it carried in from a wait: workloads/pacing.py); it changes no draw."""
     rng = random.Random(f"{seed}:{split.value}")
     cases = []
     for i, (kinds, (dp, pp), moving) in enumerate(_plan(rng, count, layouts)):
@@ -237,7 +241,7 @@ def generate_split(split: Split, seed: int, steps: int, count: int,
             [_fault(rng, k, dp, pp, steps, taken) for k in kinds]
         seq = FaultKind.SEQ_IMBALANCE in kinds
         base = "seq-imbalance" if seq else "clean-dp2-pp2"
-        run: dict = {"steps": steps}
+        run: dict = {"steps": steps, "pace_compute": pace_compute}
         if any(FaultKind(f["kind"]) in FAILING_KINDS for f in faults):
             run["collective_timeout_s"] = FAILING_TIMEOUT_S
         over = {"run": run, "faults": []}
@@ -305,14 +309,36 @@ def _int(raw: object, where: str, lo: int) -> int:
     return raw
 
 
-def parse_splits(raw: object) -> tuple[int, int, dict[Split, int], list[Split]]:
-    """(seed, steps, count per split, selected splits) of the config's `splits` mapping."""
+@dataclass(frozen=True, kw_only=True)
+class SplitsConfig:
+    """The workflow config's `splits` mapping, checked."""
+
+    seed: int = 14
+    """dev draws from "<seed>:dev", test from "<seed>:test"."""
+    steps: int = 14
+    """run.steps of every case (>= 12: FIRST_STEPS leaves room for a window)."""
+    pace_compute: bool = False
+    """run.pace_compute of every case (workloads/pacing.py). Pacing changes no draw, only how
+    the cases run. Off: dev paced (2026-11-24) scored whatif F1 0.945 against 0.954 unpaced
+    (one more mild slow worker masked by a second fault), though its slowdown error per fault
+    fell from 0.12 to 0.069; the thresholds were set on unpaced dev."""
+    counts: dict[Split, int]
+    """Cases per split."""
+    run: tuple[Split, ...] = ()
+    """The splits the workflow trains and scores."""
+
+
+def parse_splits(raw: object) -> SplitsConfig:
+    """The config's `splits` mapping, checked (None: the defaults, no split run)."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict) or set(raw) - _KEYS:
-        raise InputError("splits must be a mapping with seed, steps, run, dev and test, got "
-                         f"{raw!r}")
+        raise InputError("splits must be a mapping with seed, steps, pace_compute, run, dev "
+                         f"and test, got {raw!r}")
     seed = _int(raw.get("seed", 14), "splits.seed", 0)
     steps = _int(raw.get("steps", 14), "splits.steps", 12)
+    pace = raw.get("pace_compute", False)
+    if not isinstance(pace, bool):
+        raise InputError(f"splits.pace_compute must be true or false, got {pace!r}")
     counts = {}
     for split in Split:
         spec = raw.get(split.value) or {}
@@ -323,13 +349,15 @@ def parse_splits(raw: object) -> tuple[int, int, dict[Split, int], list[Split]]:
     if not isinstance(selected, list) or not all(s in {x.value for x in Split}
                                                  for s in selected):
         raise InputError(f"splits.run must be a list of dev and/or test, got {selected!r}")
-    return seed, steps, counts, [Split(s) for s in dict.fromkeys(selected)]
+    return SplitsConfig(seed=seed, steps=steps, pace_compute=pace, counts=counts,
+                        run=tuple(Split(s) for s in dict.fromkeys(selected)))
 
 
 def all_cases(raw: object) -> dict[Split, list[Case]]:
     """Both splits' cases, checked disjoint (no case signature in both)."""
-    seed, steps, counts, _ = parse_splits(raw)
-    cases = {s: generate_split(s, seed, steps, counts[s]) for s in Split}
+    cfg = parse_splits(raw)
+    cases = {s: generate_split(s, cfg.seed, cfg.steps, cfg.counts[s],
+                               pace_compute=cfg.pace_compute) for s in Split}
     dev = {c.signature() for c in cases[Split.DEV]}
     shared = dev & {c.signature() for c in cases[Split.TEST]}
     if shared:
@@ -339,7 +367,7 @@ def all_cases(raw: object) -> dict[Split, list[Case]]:
 
 def expand_splits(raw: object) -> tuple[list[Run], dict[str, dict]]:
     """Runs and scenario entries of the splits the config selects (`splits.run`)."""
-    _, _, _, selected = parse_splits(raw)
+    selected = parse_splits(raw).run
     if not selected:
         return [], {}
     cases = all_cases(raw)

@@ -66,6 +66,17 @@ def test_splits_are_selected_by_run_and_bad_input_is_one_input_error():
         all_cases({**CFG, "test": {"count": 5}})
 
 
+def test_splits_pace_every_case_when_asked_and_pacing_changes_no_draw():
+    unpaced, paced = all_cases(CFG), all_cases({**CFG, "pace_compute": True})
+    for split in Split:
+        assert all(c.entry["run"]["pace_compute"] is True for c in paced[split])
+        assert all(c.entry["run"]["pace_compute"] is False for c in unpaced[split])
+        assert [c.signature() for c in paced[split]] == [c.signature() for c in unpaced[split]]
+        assert [c.seed for c in paced[split]] == [c.seed for c in unpaced[split]]
+    with pytest.raises(InputError, match="pace_compute"):
+        all_cases({**CFG, "pace_compute": "yes"})
+
+
 def _f(ranks, cause, first=0, last=20, est=None, at=None):
     return Finding([RankRef(r, r % 2, r // 2) for r in ranks], first, last, cause, 0.9, est, at)
 
