@@ -87,7 +87,12 @@ class WhatIfDetectorConfig:
     paced dev, the extra network cases, the other-layout cases and the default suite, 33
     runs): the five throttled runs (68-143 Mbit/s, DP 3 and 4) measure 0.096-0.150, each
     on its victim; every other run at most 0.023 (sequence imbalance), clean runs at most
-    0.014, delays at most 0.010. 0.05 sits in the gap, about twice the highest other."""
+    0.014, delays at most 0.010. 0.05 sits in the gap, about twice the highest other.
+    With two DP ranks (one link, named with both ends), the same share of a step is the
+    least its transfers must stay over the run's quietest window (`two_rank_link`); not
+    re-tuned, and on the dev material's 11 pure DP-2 runs: the five throttles (23-131
+    Mbit/s) 0.51-1.23, three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms
+    delay 0.024, the clean, GC and hang runs at most 0.012."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top

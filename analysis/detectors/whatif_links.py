@@ -69,7 +69,13 @@ def merge_links(found: list[Finding], links: list[Finding], dp_size: int = 0) ->
 
     kept = [f for f in found if not other_end(f)]
     named = {(r.dp_rank, r.stage) for f in kept for r in f.ranks}
-    return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named]
+    # A link named with both ends (no trace tells them apart) gives way to a rule that
+    # chose one of them as a slow link.
+    chosen = {(r.dp_rank, r.stage) for f in kept if f.root_cause is RootCause.NET_THROTTLE
+              for r in f.ranks}
+    return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
+                   and not (len(f.ranks) > 1 and {(r.dp_rank, r.stage) for r in f.ranks}
+                            & chosen)]
 
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

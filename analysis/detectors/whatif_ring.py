@@ -20,9 +20,13 @@ rule named it. Busy hosts, slow devices, GC and sequence imbalance move a
 rank's exit time on both collectives alike, so the signed neighbour
 differences cancel (dev: at most 2.3 % of a step; the throttles 9.6-15 %).
 
-What it cannot see (and names nothing): DP 2 (both ranks are each other's
-neighbours, v - 1 = v + 1, so the score is 0), an in-process delay (the victim
-sleeps inside its traced collective and everyone leaves the ring together),
+A ring of two (DP 2) has one link, and both ranks are each other's neighbours
+(v - 1 = v + 1, the score is 0): as for a two-stage pure-PP job, its reference
+is the run's quietest window, and a link whose transfers stay slow over it is
+named with both ends (`two_rank_link`), since no trace can tell them apart.
+
+What it cannot see (and names nothing): with 3 or more ranks, an in-process delay (the
+victim sleeps inside its traced collective and everyone leaves the ring together),
 a collective that is not a reduce-scatter/all-gather pair (a plain
 all-reduce), and, until measured there, NCCL, whose ring may run the other
 way. With PP the P2P pairs place a link (`whatif_links.py`); this rule is
@@ -87,24 +91,67 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray) -> np.ndarray |
 
 def ring_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
               slowdown: float) -> Finding | None:
-    """The rank a throttled ring link points at, in pure DP (see the module docstring)."""
+    """The rank a throttled ring link points at, in pure DP (see the module docstring);
+    with two DP ranks, the one link itself (`two_rank_link`)."""
     if run.meta.pp_size != 1 or len(steps) < cfg.min_steps:
         return None
+    if run.meta.dp_size == 2:
+        return two_rank_link(run, steps, cfg, slowdown)
     score = ring_scores(run.trace, run.meta.dp_size, steps)
     if score is None:
         return None
-    w = cfg.min_steps
-    # A window's level: the least score over its steps (one slow step is noise).
-    held = np.lib.stride_tricks.sliding_window_view(score, w, axis=0).min(axis=2)
+    held = _held(score, cfg.min_steps)
     best = held.max(axis=0)  # [candidate]
     victim = int(np.argmax(best))
     if best[victim] < cfg.ring_step_share:
         return None
-    windows = np.flatnonzero(held[:, victim] >= cfg.ring_step_share)
-    first, last = int(windows[0]), int(windows[-1]) + w - 1
+    first, last = _window(held[:, victim] >= cfg.ring_step_share, steps, cfg.min_steps)
     return Finding(
-        [run.worker(victim, 0)], int(steps[first]), int(steps[last]), RootCause.NET_THROTTLE,
+        [run.worker(victim, 0)], first, last, RootCause.NET_THROTTLE,
         confidence=float(min(1.0, 0.5 + (best[victim] - cfg.ring_step_share) * 5)),
         estimated_slowdown=max(slowdown, 1.0),
         detail={"test": "ring", "ring_step_share": float(best[victim]),
                 "ring_step_share_by_rank": [float(b) for b in best]})
+
+
+def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
+                  slowdown: float) -> Finding | None:
+    """A ring of two is one link, slowed for both ranks alike: as for a two-stage pure-PP
+    job (`whatif_links.py`), the reference is the run's quietest window, and the link is
+    named with both ends when its transfers (reduce-scatter plus all-gather, mean over the
+    two ranks) stay `ring_step_share` of a step above that window's over `min_steps`
+    steps. Waiting is not transfer (a slow device's peer waits before the ring, not in
+    it), and one long step (a GC pause) is not a window."""
+    ops = run.trace[run.trace["optype"].isin((REDUCE_SCATTER, ALL_GATHER))
+                    & run.trace["step"].isin(steps)]
+    if ops["optype"].nunique() < 2:
+        return None
+    end = ops["start_ts"] + ops["duration"]
+    latest = ops.groupby(["step", "optype"], observed=True)["start_ts"].transform("max")
+    per = (end - latest).clip(lower=0.0).groupby(ops["step"]).sum() / 2
+    transfer = per.reindex(steps).fillna(0.0).to_numpy()
+    step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
+    w = cfg.min_steps
+    quiet = np.min(np.median(np.lib.stride_tricks.sliding_window_view(transfer, w), axis=1))
+    excess = _held((transfer - quiet)[:, None], w)[:, 0] / max(step_s, 1e-12)
+    if excess.max() < cfg.ring_step_share:
+        return None
+    first, last = _window(excess >= cfg.ring_step_share, steps, w)
+    return Finding(
+        [run.worker(0, 0), run.worker(1, 0)], first, last, RootCause.NET_THROTTLE,
+        confidence=float(min(1.0, 0.5 + (excess.max() - cfg.ring_step_share) * 5)),
+        estimated_slowdown=max(slowdown, 1.0),
+        detail={"test": "ring", "ring_step_share": float(excess.max()),
+                "link": "either end: a ring of two"})
+
+
+def _held(score: np.ndarray, w: int) -> np.ndarray:
+    """[window, column]: the least of each column over every run of w steps (one slow step
+    is noise)."""
+    return np.lib.stride_tricks.sliding_window_view(score, w, axis=0).min(axis=2)
+
+
+def _window(flagged: np.ndarray, steps: np.ndarray, w: int) -> tuple[int, int]:
+    """First and last step covered by the flagged windows of w steps."""
+    where = np.flatnonzero(flagged)
+    return int(steps[where[0]]), int(steps[where[-1] + w - 1])

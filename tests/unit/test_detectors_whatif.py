@@ -436,3 +436,37 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
     before = at(RootCause.NET_THROTTLE, 3)        # rank 0's neighbour on a ring of four
     across = at(RootCause.NET_THROTTLE, 2)        # not a neighbour: its own finding
     assert merge_links([before, across], [ring], dp_size=4) == [across, ring]
+
+
+def test_a_ring_of_two_names_its_slow_link_with_both_ends():
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_link
+
+    cfg = WhatIfDetectorConfig()
+    # Both ranks' transfers 60 ms longer from step 3 (a 0.2 s step): one link, both ends.
+    run = _ring_run(2, None)
+    slow = run.trace["optype"].isin(["grads-reduce-scatter", "params-all-gather"]) \
+        & (run.trace["step"] >= 3)
+    run.trace.loc[slow, "duration"] += 0.03
+    found = ring_link(run, np.arange(8), cfg, 1.0)
+    assert found is not None and _cells(found) == [(0, 0), (1, 0)]
+    assert (found.first_step, found.last_step) == (3, 7) and "link" in found.detail
+    # The same noise without the link, or one slow step (a GC pause in the ring): nothing.
+    assert ring_link(_ring_run(2, None), np.arange(8), cfg, 1.0) is None
+    once = _ring_run(2, None)
+    once.trace.loc[once.trace["optype"].eq("params-all-gather") & once.trace["step"].eq(5),
+                   "duration"] += 0.1
+    assert ring_link(once, np.arange(8), cfg, 1.0) is None
+
+
+def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
+    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.findings import Finding, RankRef
+
+    both = Finding([RankRef(0, 0, 0), RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8,
+                   detail={"test": "ring", "link": "either end: a ring of two"})
+    chose = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8)
+    slow = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.SLOW_WORKER, 0.8)
+    assert merge_links([chose], [both], dp_size=2) == [chose]
+    # A slow device on one end is another fault: the link is still named.
+    assert merge_links([slow], [both], dp_size=2) == [slow, both]
