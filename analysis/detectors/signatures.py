@@ -39,7 +39,7 @@ from stragglerlab.schema import COMMUNICATION_OPS
 __all__ = ["category_excess", "comm_excess_by_worker", "compute_ratio_to_peers",
            "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
-           "stage_compute_ratios", "step_time_total", "step_worker_scores"]
+           "stage_compute_ratios", "step_time_total", "mean_step_time", "step_worker_scores"]
 
 _COMPUTE = ["forward-compute", "backward-compute"]
 _COMM_BUCKETS = {t.value for t in COMMUNICATION_OPS} | {"forward-pp-comm", "backward-pp-comm"}
@@ -163,6 +163,11 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
 def step_time_total(trace: pd.DataFrame) -> float:
     """Sum over steps of the traced step time (latest end - earliest start), s."""
     return float(step_times(trace).sum())
+
+
+def mean_step_time(trace: pd.DataFrame) -> float:
+    """Mean traced step time, s (0 for an empty trace)."""
+    return step_time_total(trace) / max(trace["step"].nunique(), 1)
 
 
 def _window(relative: np.ndarray, step_threshold: float,

@@ -147,7 +147,8 @@ class WhatIfDetector(Detector):
                            evidence.view.slowdown, found)
         ring = ring_link(run, evidence.steps, self.config, evidence.view.slowdown)  # pure DP
         links += [ring] if ring is not None else []
-        merged = merge_links(found, links, run.meta.dp_size)
+        merged = merge_links(found, links,
+                             ring_size=run.meta.dp_size if run.meta.pp_size == 1 else 0)
         if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
             stage = stage_without_links(run, links, evidence.steps, self.config)
             merged += [stage] if stage is not None else []

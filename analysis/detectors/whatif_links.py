@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
-from stragglerlab.analysis.detectors.signatures import step_time_total
+from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.p2p_pairs import (
     LinkSignals,
@@ -48,20 +48,20 @@ from stragglerlab.p2p_pairs import (
 )
 
 
-def merge_links(found: list[Finding], links: list[Finding], dp_size: int = 0) -> list[Finding]:
+def merge_links(found: list[Finding], links: list[Finding], ring_size: int = 0) -> list[Finding]:
     """The other rules' findings plus the slow links on ranks they did not name.
 
     A `net-throttle` another rule named from comm excess on a neighbour of a slow link
     is that link seen from its other end (a pair's excess lands on both ends; in a ring,
     on the ranks either side): the link's own finding replaces it. Neighbours: same DP
-    rank, next or previous stage; for a ring link (`whatif_ring.py`, pure DP, dp_size
-    ranks) the DP ranks either side.
+    rank, next or previous stage; in a pure-DP job (ring_size = its DP ranks,
+    `whatif_ring.py`) the DP ranks either side.
     """
     cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
-    ends = {(d, p + o) for d, p in cells for o in (-1, 1)}
-    ends |= {((r.dp_rank + o) % dp_size, r.stage) for f in links
-             if f.detail.get("test") == "ring" for r in f.ranks for o in (-1, 1)}
-    ends -= cells
+    if ring_size:
+        ends = {((d + o) % ring_size, p) for d, p in cells for o in (-1, 1)} - cells
+    else:
+        ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
 
     def other_end(f: Finding) -> bool:
         return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
@@ -101,7 +101,7 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     receiver = pd.Series(receiver_stage(pairs), index=pairs.index)
     to_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(slow)
     from_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], pairs["sender_stage"]]).isin(slow)
-    step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
+    step_s = mean_step_time(run.trace)
 
     def flags(sig: LinkSignals, ends: list[pd.Series]) -> tuple[np.ndarray, np.ndarray]:
         """(cost, flagged) per [stage, dp, window]. Cost: the excess on every pair the

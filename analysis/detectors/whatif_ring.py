@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
-from stragglerlab.analysis.detectors.signatures import step_time_total
+from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 
 REDUCE_SCATTER = "grads-reduce-scatter"
@@ -52,11 +52,11 @@ MIN_RING = 3
 """DP ranks a ring needs for its two neighbours of a rank to differ."""
 
 
-def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
-                    steps: np.ndarray) -> np.ndarray | None:
+def transfer_by_rank(trace: pd.DataFrame, optype: str, dp: int,
+                     steps: np.ndarray) -> np.ndarray | None:
     """[step, dp_rank]: each rank's transfer duration of `optype` (its end minus the latest
-    start in the step's group, clamped at 0) minus the step's median over ranks, s; None
-    when the trace has no such op."""
+    start in the step's group, clamped at 0), s; NaN where a rank has no such op, None when
+    the trace has none."""
     ops = trace[(trace["optype"] == optype) & trace["step"].isin(steps)
                 & trace["dp_rank"].between(0, dp - 1)]
     if ops.empty:
@@ -68,6 +68,16 @@ def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
     grid = np.full((len(steps), dp), np.nan)
     grid[np.searchsorted(steps, per.index.get_level_values(0)),
          per.index.get_level_values(1)] = per.to_numpy()
+    return grid
+
+
+def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
+                    steps: np.ndarray) -> np.ndarray | None:
+    """[step, dp_rank]: `transfer_by_rank` minus the step's median over ranks, s (0 where
+    a rank has no such op); None when the trace has none."""
+    grid = transfer_by_rank(trace, optype, dp, steps)
+    if grid is None:
+        return None
     with warnings.catch_warnings():  # a step no rank finished (a failed run) stays NaN -> 0
         warnings.simplefilter("ignore", RuntimeWarning)
         return np.nan_to_num(grid - np.nanmedian(grid, axis=1, keepdims=True))
@@ -85,8 +95,7 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray) -> np.ndarray |
     v = np.arange(dp)
     before, after = (v - 1) % dp, (v + 1) % dp
     score = rs[:, before] - rs[:, after] + ag[:, after] - ag[:, before]
-    step_s = step_time_total(trace) / max(trace["step"].nunique(), 1)
-    return score / max(step_s, 1e-12)
+    return score / max(mean_step_time(trace), 1e-12)
 
 
 def ring_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
@@ -122,15 +131,11 @@ def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     two ranks) stay `ring_step_share` of a step above that window's over `min_steps`
     steps. Waiting is not transfer (a slow device's peer waits before the ring, not in
     it), and one long step (a GC pause) is not a window."""
-    ops = run.trace[run.trace["optype"].isin((REDUCE_SCATTER, ALL_GATHER))
-                    & run.trace["step"].isin(steps)]
-    if ops["optype"].nunique() < 2:
+    grids = [transfer_by_rank(run.trace, op, 2, steps) for op in (REDUCE_SCATTER, ALL_GATHER)]
+    if any(g is None for g in grids):
         return None
-    end = ops["start_ts"] + ops["duration"]
-    latest = ops.groupby(["step", "optype"], observed=True)["start_ts"].transform("max")
-    per = (end - latest).clip(lower=0.0).groupby(ops["step"]).sum() / 2
-    transfer = per.reindex(steps).fillna(0.0).to_numpy()
-    step_s = step_time_total(run.trace) / max(run.trace["step"].nunique(), 1)
+    transfer = sum(np.nansum(g, axis=1) for g in grids) / 2  # per step, mean over the two
+    step_s = mean_step_time(run.trace)
     w = cfg.min_steps
     quiet = np.min(np.median(np.lib.stride_tricks.sliding_window_view(transfer, w), axis=1))
     excess = _held((transfer - quiet)[:, None], w)[:, 0] / max(step_s, 1e-12)

@@ -435,7 +435,7 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
     ring = at(RootCause.NET_THROTTLE, 0, test="ring")
     before = at(RootCause.NET_THROTTLE, 3)        # rank 0's neighbour on a ring of four
     across = at(RootCause.NET_THROTTLE, 2)        # not a neighbour: its own finding
-    assert merge_links([before, across], [ring], dp_size=4) == [across, ring]
+    assert merge_links([before, across], [ring], ring_size=4) == [across, ring]
 
 
 def test_a_ring_of_two_names_its_slow_link_with_both_ends():
@@ -467,6 +467,6 @@ def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
                    detail={"test": "ring", "link": "either end: a ring of two"})
     chose = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8)
     slow = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.SLOW_WORKER, 0.8)
-    assert merge_links([chose], [both], dp_size=2) == [chose]
+    assert merge_links([chose], [both], ring_size=2) == [chose]
     # A slow device on one end is another fault: the link is still named.
-    assert merge_links([slow], [both], dp_size=2) == [slow, both]
+    assert merge_links([slow], [both], ring_size=2) == [slow, both]
