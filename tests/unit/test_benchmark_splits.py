@@ -13,14 +13,8 @@ from stragglerlab.analysis.detectors.signatures import peel_stragglers
 from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth
 from stragglerlab.analysis.scoring import score_run, score_suite
 from stragglerlab.errors import InputError
-from stragglerlab.workflow.splits import (
-    LayoutFamily,
-    Split,
-    all_cases,
-    coverage_table,
-    estimate_seconds,
-    expand_splits,
-)
+from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds
+from stragglerlab.workflow.splits import LayoutFamily, Split, all_cases, expand_splits
 
 CFG = {"seed": 14, "steps": 14, "dev": {"count": 44}, "test": {"count": 44}}
 

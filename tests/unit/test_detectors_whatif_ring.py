@@ -1,0 +1,114 @@
+"""The `whatif` detector's slow links in pure DP (analysis/detectors/whatif_ring.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stragglerlab.analysis.detectors import RootCause, Run
+
+
+def _cells(finding) -> list[tuple[int, int]]:
+    return [(r.dp_rank, r.stage) for r in finding.ranks]
+
+
+def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int = 3,
+              n_steps: int = 8, seed: int = 0) -> Run:
+    """Pure-DP trace of a 0.2 s step: compute, then a reduce-scatter and an all-gather that
+    every rank enters together. With a victim, from step `first` on, the ring pattern of a
+    throttled link: the rank before it leaves the reduce-scatter late and the one after it
+    early, and the other way round in the all-gather. Every rank's exit also jitters."""
+    import pandas as pd
+
+    from stragglerlab.meta import JobMeta
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for step in range(n_steps):
+        t0 = step * 0.2
+        for d in range(dp):
+            late = {"grads-reduce-scatter": 0.0, "params-all-gather": 0.0}
+            if victim is not None and step >= first:
+                late["grads-reduce-scatter"] = lateness_s * (
+                    (d == (victim - 1) % dp) - (d == (victim + 1) % dp))
+                late["params-all-gather"] = lateness_s * (
+                    (d == (victim + 1) % dp) - (d == (victim - 1) % dp))
+            rows.append((d, d, 0, step, "forward-compute", t0, 0.1))
+            for k, op in enumerate(("grads-reduce-scatter", "params-all-gather")):
+                start = t0 + 0.1 + 0.04 * k
+                rows.append((d, d, 0, step, op, start,
+                             0.03 + late[op] * 0.5 + rng.normal(0, 0.001)))
+    df = pd.DataFrame(rows, columns=["rank", "dp_rank", "stage", "step", "optype",
+                                     "start_ts", "duration"])
+    return Run(df, JobMeta(dp_size=dp, pp_size=1), "synthetic-ring")
+
+
+def test_a_throttled_ring_link_in_pure_dp_is_named_at_its_rank_and_nowhere_else():
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_link, ring_scores
+
+    cfg = WhatIfDetectorConfig()
+    for dp, victim in ((4, 2), (4, 0), (3, 1), (6, 5)):
+        run = _ring_run(dp, victim)
+        steps = np.arange(8)
+        found = ring_link(run, steps, cfg, slowdown=1.0)
+        assert found is not None and found.root_cause is RootCause.NET_THROTTLE
+        assert _cells(found) == [(victim, 0)] and (found.first_step, found.last_step) == (3, 7)
+        # Its ring neighbours' signed excess: 4 x 10 ms over a 0.2 s step, the others ~0.
+        assert found.detail["ring_step_share"] == pytest.approx(0.2, abs=0.03)
+    # No link, or a ring of two (each rank is both neighbours of the other): nothing.
+    assert ring_link(_ring_run(4, None), np.arange(8), cfg, 1.0) is None
+    assert ring_scores(_ring_run(2, 1).trace, 2, np.arange(8)) is None
+    # Two slow steps are not a window of three.
+    assert ring_link(_ring_run(4, 2, first=6), np.arange(8), cfg, 1.0) is None
+    # A job with stages is left to the P2P tests.
+    staged = _ring_run(4, 2)
+    staged.meta = type(staged.meta)(dp_size=2, pp_size=2)
+    assert ring_link(staged, np.arange(8), cfg, 1.0) is None
+
+
+def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
+    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.findings import Finding, RankRef
+
+    def at(cause, d, **detail):
+        return Finding([RankRef(d, d, 0)], 3, 9, cause, 0.8, detail=detail)
+
+    ring = at(RootCause.NET_THROTTLE, 0, test="ring")
+    before = at(RootCause.NET_THROTTLE, 3)        # rank 0's neighbour on a ring of four
+    across = at(RootCause.NET_THROTTLE, 2)        # not a neighbour: its own finding
+    assert merge_links([before, across], [ring], ring_size=4) == [across, ring]
+
+
+def test_a_ring_of_two_names_its_slow_link_with_both_ends():
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_link
+
+    cfg = WhatIfDetectorConfig()
+    # Both ranks' transfers 60 ms longer from step 3 (a 0.2 s step): one link, both ends.
+    run = _ring_run(2, None)
+    slow = run.trace["optype"].isin(["grads-reduce-scatter", "params-all-gather"]) \
+        & (run.trace["step"] >= 3)
+    run.trace.loc[slow, "duration"] += 0.03
+    found = ring_link(run, np.arange(8), cfg, 1.0)
+    assert found is not None and _cells(found) == [(0, 0), (1, 0)]
+    assert (found.first_step, found.last_step) == (3, 7) and "link" in found.detail
+    # The same noise without the link, or one slow step (a GC pause in the ring): nothing.
+    assert ring_link(_ring_run(2, None), np.arange(8), cfg, 1.0) is None
+    once = _ring_run(2, None)
+    once.trace.loc[once.trace["optype"].eq("params-all-gather") & once.trace["step"].eq(5),
+                   "duration"] += 0.1
+    assert ring_link(once, np.arange(8), cfg, 1.0) is None
+
+
+def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
+    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.findings import Finding, RankRef
+
+    both = Finding([RankRef(0, 0, 0), RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8,
+                   detail={"test": "ring", "link": "either end: a ring of two"})
+    chose = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8)
+    slow = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.SLOW_WORKER, 0.8)
+    assert merge_links([chose], [both], ring_size=2) == [chose]
+    # A slow device on one end is another fault: the link is still named.
+    assert merge_links([slow], [both], ring_size=2) == [slow, both]
