@@ -308,7 +308,10 @@ def parse_splits(raw: object) -> SplitsConfig:
 
 def all_cases(raw: object) -> dict[Split, list[Case]]:
     """Both splits' cases, checked disjoint (no case signature in both)."""
-    cfg = parse_splits(raw)
+    return _all_cases(parse_splits(raw))
+
+
+def _all_cases(cfg: SplitsConfig) -> dict[Split, list[Case]]:
     cases = {s: generate_split(s, cfg.seed, cfg.steps, cfg.counts[s],
                                pace_compute=cfg.pace_compute) for s in Split}
     dev = {c.signature() for c in cases[Split.DEV]}
@@ -320,12 +323,12 @@ def all_cases(raw: object) -> dict[Split, list[Case]]:
 
 def expand_splits(raw: object) -> tuple[list[Run], dict[str, dict]]:
     """Runs and scenario entries of the splits the config selects (`splits.run`)."""
-    selected = parse_splits(raw).run
-    if not selected:
+    cfg = parse_splits(raw)
+    if not cfg.run:
         return [], {}
-    cases = all_cases(raw)
+    cases = _all_cases(cfg)
     runs, entries = [], {}
-    for split in selected:
+    for split in cfg.run:
         for case in cases[split]:
             entries[case.name] = case.entry
             runs.append(Run(case.name, case.seed, f"split-{split.value}", kind_of(case.entry)))
