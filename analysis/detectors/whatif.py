@@ -90,9 +90,10 @@ from stragglerlab.analysis.detectors.signatures import (
     step_worker_scores,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_device import slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
-from stragglerlab.analysis.detectors.whatif_ring import ring_link
+from stragglerlab.analysis.detectors.whatif_ring import prefer_ring_ends, ring_links
 from stragglerlab.analysis.detectors.whatif_stage import (
     stage_by_compute,
     stage_imbalance,
@@ -141,14 +142,18 @@ class WhatIfDetector(Detector):
     def diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
         """Straggler findings from the what-if evidence and the run's trace (not failures)."""
         found = self._causes(run, evidence)
+        # A slow device is a fault whether or not it straggles (slack, or another fault on
+        # the critical path): its own compute against its DP peers' shows it.
+        found += slow_devices(run, evidence.steps, self.config, found,
+                              step_worker_scores(evidence.view))
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
                            evidence.view.slowdown, found)
-        ring = ring_link(run, evidence.steps, self.config, evidence.view.slowdown)  # pure DP
-        links += [ring] if ring is not None else []
-        merged = merge_links(found, links,
-                             ring_size=run.meta.dp_size if run.meta.pp_size == 1 else 0)
+        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown)
+        links = prefer_ring_ends(links, ring, run.meta.dp_size)
+        merged = merge_links(found, links, ring, run.meta.dp_size)
+        links += ring
         if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
             stage = stage_without_links(run, links, evidence.steps, self.config)
             merged += [stage] if stage is not None else []
@@ -256,13 +261,21 @@ class WhatIfDetector(Detector):
         # With one DP rank M_W's top worker is a whole stage: it cannot tell one worker from
         # lengths that slow every stage, so there the Σs² signal decides alone.
         one_worker = result.m_w.rem >= cfg.mw_worker and (dp_size > 1 or not by_lengths)
+        left = None
+        if one_worker and by_lengths:
+            # The top worker explains most (a slow device beside the lengths, or in a small
+            # job the rank that drew the long sequences): explained and removed, the
+            # slowdown left, 1 + (S - 1)(1 - M_W), must still reach the floor.
+            left = 1.0 + (result.slowdown - 1.0) * (1.0 - min(result.m_w.rem, 1.0))
+            one_worker = left < floor
         if result.slowdown < floor or one_worker:
             return None
         return Finding(
             [], int(steps[0]), int(steps[-1]), RootCause.SEQ_IMBALANCE,
             confidence=float(min(1.0, 0.5 + margin * 2)),
             estimated_slowdown=result.slowdown,
-            detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem})
+            detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem,
+                    **({"slowdown_left": left} if left is not None else {})})
 
     def _seq_or_stage(self, run: Run, stage: Finding, corr: float | None) -> Finding:
         """Per-microbatch variation that follows sum(s^2) is sequences, not the stage."""

@@ -79,6 +79,11 @@ class WhatIfDetectorConfig:
     missed). On the paper's trace-AR 63 sender windows pass the tests above (GPU P2P
     latency drifting between DP ranks); they cost at most 0.2 % of a step, and nothing
     is named."""
+    device_compute_ratio: float = 1.2
+    """A worker is a slow device when its work-normalized compute over the least of its
+    stage's DP ranks holds at least this over `min_steps` consecutive steps
+    (`whatif_device.py`), whether or not it straggles. Set on dev (see its docstring in
+    docs/detectors/README.md for the numbers)."""
     ring_step_share: float = 0.05
     """In pure DP (>= 3 ranks), a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,

@@ -48,20 +48,24 @@ from stragglerlab.p2p_pairs import (
 )
 
 
-def merge_links(found: list[Finding], links: list[Finding], ring_size: int = 0) -> list[Finding]:
-    """The other rules' findings plus the slow links on ranks they did not name.
+def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] = (),
+                dp: int = 0) -> list[Finding]:
+    """The other rules' findings plus the slow links (P2P `links`, then `ring` links,
+    `whatif_ring.py`) on ranks they did not name.
 
     A `net-throttle` another rule named from comm excess on a neighbour of a slow link
     is that link seen from its other end (a pair's excess lands on both ends; in a ring,
-    on the ranks either side): the link's own finding replaces it. Neighbours: same DP
-    rank, next or previous stage; in a pure-DP job (ring_size = its DP ranks,
-    `whatif_ring.py`) the DP ranks either side.
+    on the ranks either side): the link's own finding replaces it. Neighbours: of a P2P
+    link, same DP rank, next or previous stage; of a ring link, the same stage's DP
+    ranks either side (mod `dp`).
     """
-    cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
-    if ring_size:
-        ends = {((d + o) % ring_size, p) for d, p in cells for o in (-1, 1)} - cells
-    else:
-        ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
+    p2p_cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
+    ring_cells = {(r.dp_rank, r.stage) for f in ring for r in f.ranks}
+    ends = {(d, p + o) for d, p in p2p_cells for o in (-1, 1)}
+    if dp:
+        ends |= {((d + o) % dp, p) for d, p in ring_cells for o in (-1, 1)}
+    ends -= p2p_cells | ring_cells
+    links = [*links, *ring]
 
     def other_end(f: Finding) -> bool:
         return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(

@@ -1,4 +1,4 @@
-"""Slow links in pure DP for the `whatif` detector, localized from ring-collective transfer excess.
+"""Slow links for the `whatif` detector, localized from ring-collective transfer excess.
 
 With one stage there are no P2P pairs to time (`whatif_links.py`), only the DP
 collectives, and a ring makes every rank wait for its slowest link alike: a
@@ -16,7 +16,7 @@ rank's transfer excess X[r] (transfer duration - the step's median, design.md
 
 as a share of the step. A rank whose score stays at least `ring_step_share`
 over `min_steps` consecutive steps is named `net-throttle`, unless another
-rule named it. Busy hosts, slow devices, GC and sequence imbalance move a
+rule named it (and every other such rank that is not a ring neighbour of one named). Busy hosts, slow devices, GC and sequence imbalance move a
 rank's exit time on both collectives alike, so the signed neighbour
 differences cancel (dev: at most 2.3 % of a step; the throttles 9.6-15 %).
 
@@ -25,12 +25,18 @@ A ring of two (DP 2) has one link, and both ranks are each other's neighbours
 is the run's quietest window, and a link whose transfers stay slow over it is
 named with both ends (`two_rank_link`), since no trace can tell them apart.
 
+With stages, each stage's DP ranks run their own ring (its gradients and
+parameters), so the same score is read in every stage's group of 3 or more DP
+ranks. There it also settles which end of a slow P2P link is throttled: a veth
+throttled both ways slows the P2P pairs on both ends of a pipeline link, but
+only its own stage's ring (`prefer_ring_ends`). A ring of two with stages is left
+to the P2P tests, which see both of its ends' links.
+
 What it cannot see (and names nothing): with 3 or more ranks, an in-process delay (the
 victim sleeps inside its traced collective and everyone leaves the ring together),
 a collective that is not a reduce-scatter/all-gather pair (a plain
 all-reduce), and, until measured there, NCCL, whose ring may run the other
-way. With PP the P2P pairs place a link (`whatif_links.py`); this rule is
-read only in pure DP.
+way.
 
     stragglerlab detect --run results/dev/dev-11/11 --detector whatif
 """
@@ -83,9 +89,11 @@ def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
         return np.nan_to_num(grid - np.nanmedian(grid, axis=1, keepdims=True))
 
 
-def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray) -> np.ndarray | None:
+def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray,
+                step_s: float | None = None) -> np.ndarray | None:
     """[step, candidate rank]: the signed neighbour excess of the module docstring as a
-    share of the mean step; None without both collectives or with fewer than 3 DP ranks."""
+    share of the mean step (`step_s`, default: the trace's); None without both
+    collectives or with fewer than 3 DP ranks. `trace` holds one ring: one stage's ops."""
     if dp < MIN_RING:
         return None
     rs = transfer_excess(trace, REDUCE_SCATTER, dp, steps)
@@ -95,32 +103,64 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray) -> np.ndarray |
     v = np.arange(dp)
     before, after = (v - 1) % dp, (v + 1) % dp
     score = rs[:, before] - rs[:, after] + ag[:, after] - ag[:, before]
-    return score / max(mean_step_time(trace), 1e-12)
+    return score / max(step_s if step_s is not None else mean_step_time(trace), 1e-12)
 
 
-def ring_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-              slowdown: float) -> Finding | None:
-    """The rank a throttled ring link points at, in pure DP (see the module docstring);
-    with two DP ranks, the one link itself (`two_rank_link`)."""
-    if run.meta.pp_size != 1 or len(steps) < cfg.min_steps:
-        return None
-    if run.meta.dp_size == 2:
-        return two_rank_link(run, steps, cfg, slowdown)
-    score = ring_scores(run.trace, run.meta.dp_size, steps)
-    if score is None:
-        return None
-    held = _held(score, cfg.min_steps)
-    best = held.max(axis=0)  # [candidate]
-    victim = int(np.argmax(best))
-    if best[victim] < cfg.ring_step_share:
-        return None
-    first, last = _window(held[:, victim] >= cfg.ring_step_share, steps, cfg.min_steps)
-    return Finding(
-        [run.worker(victim, 0)], first, last, RootCause.NET_THROTTLE,
-        confidence=float(min(1.0, 0.5 + (best[victim] - cfg.ring_step_share) * 5)),
-        estimated_slowdown=max(slowdown, 1.0),
-        detail={"test": "ring", "ring_step_share": float(best[victim]),
-                "ring_step_share_by_rank": [float(b) for b in best]})
+def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
+               slowdown: float) -> list[Finding]:
+    """The ranks throttled ring links point at, in every stage's DP group of 3 or more
+    ranks (see the module docstring); in pure DP with two ranks, the one link itself
+    (`two_rank_link`)."""
+    pp, dp = run.meta.pp_size, run.meta.dp_size
+    if len(steps) < cfg.min_steps:
+        return []
+    if dp == 2 and pp == 1:
+        link = two_rank_link(run, steps, cfg, slowdown)
+        return [link] if link is not None else []
+    if dp < MIN_RING:
+        return []
+    step_s = mean_step_time(run.trace)
+    found = []
+    for stage, ops in run.trace.groupby("stage", sort=True):
+        score = ring_scores(ops, dp, steps, step_s)
+        if score is None or len(score) < cfg.min_steps:
+            continue
+        held = _held(score, cfg.min_steps)
+        best = held.max(axis=0)  # [candidate]
+        named: list[int] = []
+        for victim in np.argsort(-best, kind="stable"):
+            if best[victim] < cfg.ring_step_share:
+                break
+            # A strong link leaves some of its pattern on its neighbours' scores too.
+            if any((victim - n) % dp in (1, dp - 1) for n in named):
+                continue
+            named.append(int(victim))
+            first, last = _window(held[:, victim] >= cfg.ring_step_share, steps,
+                                  cfg.min_steps)
+            found.append(Finding(
+                [run.worker(int(victim), int(stage))], first, last, RootCause.NET_THROTTLE,
+                confidence=float(min(1.0, 0.5 + (best[victim] - cfg.ring_step_share) * 5)),
+                estimated_slowdown=max(slowdown, 1.0),
+                detail={"test": "ring", "ring_step_share": float(best[victim]),
+                        "ring_step_share_by_rank": [float(b) for b in best]}))
+    return found
+
+
+def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list[Finding]:
+    """P2P link findings, less those on the pipeline neighbour of a rank a ring named
+    (same DP rank, next or previous stage): a veth throttled both ways slows the P2P
+    pairs of both ends, but only its own stage's ring, so the ring says which end it is.
+    Only where the neighbour's own stage has a ring to show it (3 or more DP ranks)."""
+    if dp < MIN_RING or not ring:
+        return links
+    cells = {(r.dp_rank, r.stage) for f in ring for r in f.ranks}
+    ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
+
+    def other_end(f: Finding) -> bool:
+        return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
+            (r.dp_rank, r.stage) in ends for r in f.ranks)
+
+    return [f for f in links if not other_end(f)]
 
 
 def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

@@ -221,6 +221,26 @@ def test_mild_sequence_imbalance_in_pure_pp_is_named(_run):
     assert strict.detect(run) == []
 
 
+def test_sequence_imbalance_beside_a_slow_device_names_both(_run):
+    # The slow device is the top worker (M_W >= 0.5), which alone used to rule out
+    # sequences; explained and removed, the lengths still cost the job at least 1.03, and
+    # the device is named from its own compute against its DP peer's.
+    run = _run(dp_size=2, pp_size=2, n_steps=12, seq_imbalance_sigma=0.6,
+               slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=2.5, first_step=4),))
+    found = {f.root_cause: f for f in get_detector("whatif").detect(run)}
+    assert set(found) == {RootCause.SEQ_IMBALANCE, RootCause.SLOW_WORKER}
+    assert _cells(found[RootCause.SLOW_WORKER]) == [(0, 1)]
+    assert found[RootCause.SLOW_WORKER].first_step == 4
+    assert found[RootCause.SEQ_IMBALANCE].detail["m_w"] >= 0.5
+    seq = found[RootCause.SEQ_IMBALANCE].detail
+    assert seq["slowdown_left"] == pytest.approx(1 + (seq["slowdown"] - 1) * (1 - seq["m_w"]))
+    assert seq["slowdown_left"] >= 1.03
+    # Left under the floor (a stricter one here), the top worker explains the job alone.
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
+    strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=seq["slowdown_left"] + 0.01))
+    assert {f.root_cause for f in strict.detect(run)} == {RootCause.SLOW_WORKER}
+
+
 def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
     # 1.2x on one worker of 16 with 16 microbatches: no step stands 1.15x over the best
     # worker, but the job straggles and fixing the top worker removes the slowdown
@@ -233,7 +253,11 @@ def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
     assert finding.root_cause is RootCause.SLOW_WORKER
     assert [(r.dp_rank, r.stage) for r in finding.ranks] == [(1, 3)]
     assert finding.detail["m_w"] >= 0.5  # named by the worker-issue rule, not per step
-    assert WhatIfDetector(WhatIfDetectorConfig(mw_worker=1.01)).detect(run) == []
+    # Without it only the device rule (its own compute, 1.2x its peers') would name it.
+    (device,) = WhatIfDetector(WhatIfDetectorConfig(mw_worker=1.01)).detect(run)
+    assert device.detail["test"] == "device" and _cells(device) == [(1, 3)]
+    assert WhatIfDetector(WhatIfDetectorConfig(mw_worker=1.01,
+                                               device_compute_ratio=1.5)).detect(run) == []
 
 
 def test_mild_slow_link_is_named_beside_a_slow_worker(_run):

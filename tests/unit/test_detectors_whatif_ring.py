@@ -45,26 +45,50 @@ def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int 
 
 def test_a_throttled_ring_link_in_pure_dp_is_named_at_its_rank_and_nowhere_else():
     from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
-    from stragglerlab.analysis.detectors.whatif_ring import ring_link, ring_scores
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links, ring_scores
 
     cfg = WhatIfDetectorConfig()
     for dp, victim in ((4, 2), (4, 0), (3, 1), (6, 5)):
         run = _ring_run(dp, victim)
         steps = np.arange(8)
-        found = ring_link(run, steps, cfg, slowdown=1.0)
-        assert found is not None and found.root_cause is RootCause.NET_THROTTLE
-        assert _cells(found) == [(victim, 0)] and (found.first_step, found.last_step) == (3, 7)
+        found = ring_links(run, steps, cfg, slowdown=1.0)
+        assert len(found) == 1 and found[0].root_cause is RootCause.NET_THROTTLE
+        assert _cells(found[0]) == [(victim, 0)]
+        assert (found[0].first_step, found[0].last_step) == (3, 7)
         # Its ring neighbours' signed excess: 4 x 10 ms over a 0.2 s step, the others ~0.
-        assert found.detail["ring_step_share"] == pytest.approx(0.2, abs=0.03)
+        assert found[0].detail["ring_step_share"] == pytest.approx(0.2, abs=0.03)
     # No link, or a ring of two (each rank is both neighbours of the other): nothing.
-    assert ring_link(_ring_run(4, None), np.arange(8), cfg, 1.0) is None
+    assert ring_links(_ring_run(4, None), np.arange(8), cfg, 1.0) == []
     assert ring_scores(_ring_run(2, 1).trace, 2, np.arange(8)) is None
     # Two slow steps are not a window of three.
-    assert ring_link(_ring_run(4, 2, first=6), np.arange(8), cfg, 1.0) is None
-    # A job with stages is left to the P2P tests.
-    staged = _ring_run(4, 2)
-    staged.meta = type(staged.meta)(dp_size=2, pp_size=2)
-    assert ring_link(staged, np.arange(8), cfg, 1.0) is None
+    assert ring_links(_ring_run(4, 2, first=6), np.arange(8), cfg, 1.0) == []
+
+
+def test_each_stage_has_its_own_ring_and_two_links_far_apart_are_both_named():
+    import pandas as pd
+
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links
+    from stragglerlab.meta import JobMeta
+
+    cfg = WhatIfDetectorConfig()
+    # DP 4 x PP 2: stage 1's ring points at DP rank 3, stage 0's ring is clean.
+    clean, slow = _ring_run(4, None, seed=1).trace, _ring_run(4, 3).trace.assign(stage=1)
+    staged = Run(pd.concat([clean, slow], ignore_index=True), JobMeta(dp_size=4, pp_size=2),
+                 "synthetic-staged-ring")
+    found = ring_links(staged, np.arange(8), cfg, 1.0)
+    assert [_cells(f) for f in found] == [[(3, 1)]]
+    # Two throttled ranks that are not ring neighbours (DP 6: ranks 1 and 4) are two links.
+    two = _ring_run(6, 1).trace
+    other = _ring_run(6, 4, seed=2).trace
+    links = two["optype"].isin(["grads-reduce-scatter", "params-all-gather"])
+    two.loc[links, "duration"] += other.loc[links, "duration"] - 0.03
+    found = ring_links(Run(two, JobMeta(dp_size=6, pp_size=1), "two"), np.arange(8), cfg, 1.0)
+    assert sorted(_cells(f)[0] for f in found) == [(1, 0), (4, 0)]
+    # With stages, a ring of two is left to the P2P tests.
+    pair = _ring_run(2, None).trace
+    assert ring_links(Run(pair, JobMeta(dp_size=2, pp_size=2), "pair"), np.arange(8),
+                      cfg, 1.0) == []
 
 
 def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
@@ -77,12 +101,27 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
     ring = at(RootCause.NET_THROTTLE, 0, test="ring")
     before = at(RootCause.NET_THROTTLE, 3)        # rank 0's neighbour on a ring of four
     across = at(RootCause.NET_THROTTLE, 2)        # not a neighbour: its own finding
-    assert merge_links([before, across], [ring], ring_size=4) == [across, ring]
+    assert merge_links([before, across], [], [ring], dp=4) == [across, ring]
+
+
+def test_the_ring_says_which_end_of_a_pipeline_link_is_throttled():
+    from stragglerlab.analysis.detectors.whatif_ring import prefer_ring_ends
+    from stragglerlab.findings import Finding, RankRef
+
+    def at(d, p, **detail):
+        return Finding([RankRef(d * 2 + p, d, p)], 9, 13, RootCause.NET_THROTTLE, 0.8,
+                       detail=detail)
+
+    ring = [at(0, 1, test="ring")]                # stage 1's ring points at (0, 1)
+    p2p_other_end, p2p_elsewhere = at(0, 0, test="worker"), at(2, 0, test="sender")
+    assert prefer_ring_ends([p2p_other_end, p2p_elsewhere], ring, dp=4) == [p2p_elsewhere]
+    # A DP-2 stage has no ring to say it: the P2P finding stands.
+    assert prefer_ring_ends([p2p_other_end], ring, dp=2) == [p2p_other_end]
 
 
 def test_a_ring_of_two_names_its_slow_link_with_both_ends():
     from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
-    from stragglerlab.analysis.detectors.whatif_ring import ring_link
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links
 
     cfg = WhatIfDetectorConfig()
     # Both ranks' transfers 60 ms longer from step 3 (a 0.2 s step): one link, both ends.
@@ -90,15 +129,15 @@ def test_a_ring_of_two_names_its_slow_link_with_both_ends():
     slow = run.trace["optype"].isin(["grads-reduce-scatter", "params-all-gather"]) \
         & (run.trace["step"] >= 3)
     run.trace.loc[slow, "duration"] += 0.03
-    found = ring_link(run, np.arange(8), cfg, 1.0)
-    assert found is not None and _cells(found) == [(0, 0), (1, 0)]
+    (found,) = ring_links(run, np.arange(8), cfg, 1.0)
+    assert _cells(found) == [(0, 0), (1, 0)]
     assert (found.first_step, found.last_step) == (3, 7) and "link" in found.detail
     # The same noise without the link, or one slow step (a GC pause in the ring): nothing.
-    assert ring_link(_ring_run(2, None), np.arange(8), cfg, 1.0) is None
+    assert ring_links(_ring_run(2, None), np.arange(8), cfg, 1.0) == []
     once = _ring_run(2, None)
     once.trace.loc[once.trace["optype"].eq("params-all-gather") & once.trace["step"].eq(5),
                    "duration"] += 0.1
-    assert ring_link(once, np.arange(8), cfg, 1.0) is None
+    assert ring_links(once, np.arange(8), cfg, 1.0) == []
 
 
 def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
@@ -109,6 +148,6 @@ def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
                    detail={"test": "ring", "link": "either end: a ring of two"})
     chose = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8)
     slow = Finding([RankRef(1, 1, 0)], 5, 9, RootCause.SLOW_WORKER, 0.8)
-    assert merge_links([chose], [both], ring_size=2) == [chose]
+    assert merge_links([chose], [], [both], dp=2) == [chose]
     # A slow device on one end is another fault: the link is still named.
-    assert merge_links([slow], [both], ring_size=2) == [slow, both]
+    assert merge_links([slow], [], [both], dp=2) == [slow, both]

@@ -1,0 +1,125 @@
+"""Slow devices for the `whatif` detector, from a worker's own compute against its DP peers'.
+
+A slow device is a fault whether or not it straggles: 1F1B's slack can absorb a
+mild one, and a heavy stage or a second slow worker can take the job's
+critical path from it, so the per-step worker scores (rule 5 of `whatif.py`)
+do not always rank it. What it always does is take longer over the same work
+than the other DP ranks of its stage, which run the same partition on the
+same microbatch shapes. Per step, each worker's *work-normalized* compute,
+
+    sum over its forward and backward ops of (duration - GC pause inside it)
+    / the same ops' modelled cost,
+
+over the median of its stage's other DP ranks; held over `min_steps` consecutive steps
+(a busy host or one long op is a step, not a device). The modelled cost of an
+op is its (stage, op type) median with fixed lengths, and with varying lengths
+the least-squares line a + b * sum(seq_len^2) over the stage's ops of that type
+(attention grows with sum(s^2), so a rank that drew the long sequences is not
+a slow device). A worker whose held ratio reaches `device_compute_ratio` is
+named `slow-worker` over the steps it holds it, unless another rule named it.
+
+Needs DP peers (with one DP rank there is nothing to hold a stage's compute
+against). Runs beside every other rule, before the slow-link rules, whose pairs
+to a slow device say nothing of a link.
+
+    slow_devices(run, steps, cfg, found, worker_scores)   # list[Finding]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+
+_COMPUTE = ("forward-compute", "backward-compute")
+
+
+def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
+    """Per compute op, its modelled cost, s: the (stage, op type) median, or with
+    varying lengths the least-squares line on sum(seq_len^2) over those ops. The line is
+    fitted with each DP rank's own speed factored out (fit, take each rank's median
+    time over the line, refit on the times over it), so a slow device among the ranks
+    does not bend the model it is measured against."""
+    cost = ops.groupby(["stage", "optype"], observed=True)["duration"].transform("median") \
+        .to_numpy(dtype=float, copy=True)
+    if "seq_len_sq_sum" not in ops.columns:
+        return cost
+    s2 = ops["seq_len_sq_sum"].to_numpy(dtype=float)
+    dur = ops["duration"].to_numpy(dtype=float)
+    rank = ops["dp_rank"].to_numpy()
+    group = ops.groupby(["stage", "optype"], observed=True).ngroup().to_numpy()
+    for g in np.unique(group):  # stages x 2 op types: a handful of small fits
+        mine = group == g
+        x, y, r = s2[mine], dur[mine], rank[mine]
+        if not np.all(np.isfinite(x)) or x.std() <= 0.1 * max(abs(x.mean()), 1e-12):
+            continue  # lengths fixed (or not traced): the median is the model
+        speed = np.ones(len(y))
+        for _ in range(3):
+            slope, icpt = np.polyfit(x, y / speed, 1)
+            fitted = np.maximum(icpt + slope * x, 1e-12)
+            over = pd.Series(y / fitted).groupby(r).median()
+            speed = over.reindex(r).to_numpy() / max(float(over.min()), 1e-12)
+        cost[mine] = np.where(icpt + slope * x > 0, icpt + slope * x, cost[mine])
+    return cost
+
+
+def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
+                       steps: np.ndarray) -> np.ndarray | None:
+    """[stage, dp_rank, step]: work-normalized compute over the median of the stage's
+    other DP ranks in that step; None with one DP rank or no compute ops."""
+    if dp < 2:
+        return None
+    ops = trace[trace["optype"].isin(_COMPUTE) & trace["step"].isin(steps)]
+    if ops.empty:
+        return None
+    pause = ops["gc_pause_s"].fillna(0.0) if "gc_pause_s" in ops.columns else 0.0
+    ops = ops.assign(duration=(ops["duration"] - pause).clip(lower=0.0))
+    if "seq_len_sq_sum" in ops.columns:  # traced on forward ops: a backward has its forward's
+        keys = ["stage", "dp_rank", "step", "mb_id"]
+        fwd = ops[ops["optype"] == "forward-compute"].groupby(keys)["seq_len_sq_sum"].first()
+        ops = ops.assign(seq_len_sq_sum=fwd.reindex(pd.MultiIndex.from_frame(ops[keys]))
+                         .to_numpy(dtype=float))
+    ops = ops.assign(cost=modelled_cost(ops))
+    sums = ops.groupby(["stage", "dp_rank", "step"])[["duration", "cost"]].sum()
+    per = sums["duration"] / np.maximum(sums["cost"], 1e-12)
+    grid = np.full((pp, dp, len(steps)), np.nan)
+    grid[per.index.get_level_values(0), per.index.get_level_values(1),
+         np.searchsorted(steps, per.index.get_level_values(2))] = per.to_numpy()
+    # Each worker over the median of the stage's *other* DP ranks: the least of many peers
+    # would drift down as DP grows and lift everyone's ratio.
+    others = np.stack([np.nanmedian(np.delete(grid, d, axis=1), axis=1)
+                       for d in range(dp)], axis=1)
+    return np.nan_to_num(grid / np.maximum(others, 1e-12), nan=1.0)
+
+
+def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
+                 found: list[Finding], worker_scores: np.ndarray) -> list[Finding]:
+    """`slow-worker` findings for workers whose own compute is slow against their DP
+    peers' (module docstring), on workers no finding in `found` names.
+
+    worker_scores: the what-if's per-step worker score [pp, dp, steps], for the
+    estimate of how much the device held the job."""
+    pp, dp = run.meta.pp_size, run.meta.dp_size
+    w = cfg.min_steps
+    ratio = compute_over_peers(run.trace, pp, dp, steps)
+    if ratio is None or ratio.shape[2] < w:
+        return []
+    held = np.lib.stride_tricks.sliding_window_view(ratio, w, axis=2).min(axis=3)
+    named = {(r.dp_rank, r.stage) for f in found for r in f.ranks}
+    out = []
+    for stage, d in zip(*np.nonzero(held.max(axis=2) >= cfg.device_compute_ratio)):
+        if (int(d), int(stage)) in named:
+            continue
+        where = np.flatnonzero(held[stage, d] >= cfg.device_compute_ratio)
+        first, last = int(where[0]), int(where[-1] + w - 1)
+        peak = float(held[stage, d].max())
+        score = worker_scores[stage, d, first:last + 1] if worker_scores.size else np.ones(1)
+        out.append(Finding(
+            [run.worker(int(d), int(stage))], int(steps[first]), int(steps[last]),
+            RootCause.SLOW_WORKER,
+            confidence=float(min(1.0, 0.5 + (peak - cfg.device_compute_ratio) * 2)),
+            estimated_slowdown=float(max(np.mean(score), 1.0)),
+            detail={"test": "device", "compute_over_peers": peak}))
+    return out
