@@ -16,9 +16,11 @@ rank's transfer excess X[r] (transfer duration - the step's median, design.md
 
 as a share of the step. A rank whose score stays at least `ring_step_share`
 over `min_steps` consecutive steps is named `net-throttle`, unless another
-rule named it (and every other such rank that is not a ring neighbour of one named). Busy hosts, slow devices, GC and sequence imbalance move a
-rank's exit time on both collectives alike, so the signed neighbour
-differences cancel (dev: at most 2.3 % of a step; the throttles 9.6-15 %).
+rule named it, and so is every other such rank that is not a ring neighbour of
+one named (a strong link leaves some of its pattern beside it). Busy hosts,
+slow devices, GC and sequence imbalance move a rank's exit time on both
+collectives alike, so the signed neighbour differences cancel (dev: at most
+2.3 % of a step; the throttles 9.6-15 %).
 
 A ring of two (DP 2) has one link, and both ranks are each other's neighbours
 (v - 1 = v + 1, the score is 0): as for a two-stage pure-PP job, its reference
