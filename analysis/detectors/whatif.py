@@ -17,8 +17,10 @@ reads, in this order:
    correlate (within-worker-step residuals, >= `seq_correlation`; the job must
    straggle, S >= 1.1) or a microbatch's compute time follows its
    sum(seq_len^2) (the trace's `seq_len_sq_sum`; residuals within (stage,
-   step), >= `seq_len_correlation`; S >= `seq_min_slowdown`, 1.03, and M_W
-   not read with one DP rank) -> `seq-imbalance` for the whole job;
+   step), >= `seq_len_correlation`; S >= `seq_min_slowdown`, 1.03; with one DP
+   rank M_W is not read, and when the top worker explains most (M_W >= 0.5, a slow
+   device beside the lengths) the slowdown left once it is explained and removed,
+   1 + (S - 1)(1 - M_W), must still reach 1.03) -> `seq-imbalance` for the whole job;
 4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
    `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
    slowdown -> `stage-imbalance` on that stage (`whatif_stage.py`);
@@ -44,14 +46,19 @@ reads, in this order:
    compute not slow -> `net-throttle` on that rank (a mild slow link that slows
    every rank it talks to about equally).
 
-Beside all of these (a slow link is often one fault of several, and a mild one does
-not make the job straggle): a P2P sender nearly all of whose pairs are slower than
+Beside all of these, a worker whose own compute, per unit of modelled work (sum(s^2)
+where lengths vary) and without its GC pauses, holds `device_compute_ratio` over
+the median of its stage's other DP ranks -> `slow-worker` on it: a slow device is a
+fault whether or not 1F1B's slack or another fault keeps it off the critical path
+(`whatif_device.py`). And (a slow link is often one fault of several, and a mild one
+does not make the job straggle): a P2P sender nearly all of whose pairs are slower than
 the other senders' in its place, or a worker nearly all of the pairs it sends or
 receives are (a link throttled both ways), by enough to cost `link_step_share` of a
 step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`);
-in pure DP, the rank whose ring neighbours leave the reduce-scatter and the
-all-gather late and early in the pattern a throttled ring link leaves, by
-`ring_step_share` of a step -> `net-throttle` on it (`whatif_ring.py`).
+in every stage's DP group of 3 or more ranks, the rank whose ring neighbours leave the
+reduce-scatter and the all-gather late and early in the pattern a throttled ring link
+leaves, by `ring_step_share` of a step -> `net-throttle` on it (`whatif_ring.py`;
+with stages it also says which end of a slow pipeline link is throttled).
 A throttled link's transfers enter the ideal and can hide a heavy stage: when links
 are found and no stage was named, the steps outside their windows are re-analysed
 for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`). And when no
