@@ -27,6 +27,8 @@ to a slow device say nothing of a link.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -89,9 +91,34 @@ def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
          np.searchsorted(steps, per.index.get_level_values(2))] = per.to_numpy()
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
     # would drift down as DP grows and lift everyone's ratio.
-    others = np.stack([np.nanmedian(np.delete(grid, d, axis=1), axis=1)
-                       for d in range(dp)], axis=1)
-    return np.nan_to_num(grid / np.maximum(others, 1e-12), nan=1.0)
+    missing = np.isnan(grid)
+    if missing.all():
+        return None
+    with warnings.catch_warnings():  # a step no rank of a stage traced stays NaN -> 1
+        warnings.simplefilter("ignore", RuntimeWarning)
+        filled = np.where(missing, np.nanmedian(grid, axis=1, keepdims=True), grid)
+    ratio = filled / np.maximum(median_of_others(filled), 1e-12)
+    return np.where(missing, 1.0, np.nan_to_num(ratio, nan=1.0))
+
+
+def median_of_others(grid: np.ndarray) -> np.ndarray:
+    """[a, n, b] -> [a, n, b]: for each entry along axis 1, the median of the other n - 1
+    entries, from one sort (n >= 2): the k-th of the others is the k-th of all when the
+    entry itself sorts after it, else the (k + 1)-th."""
+    n = grid.shape[1]
+    order = np.argsort(grid, axis=1, kind="stable")
+    srt = np.take_along_axis(grid, order, axis=1)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.broadcast_to(np.arange(n)[None, :, None], order.shape),
+                      axis=1)
+
+    def kth_of_others(k: int) -> np.ndarray:
+        return np.where(pos > k, srt[:, k:k + 1, :], srt[:, k + 1:k + 2, :])
+
+    m = n - 1
+    if m % 2:
+        return kth_of_others(m // 2)
+    return (kth_of_others(m // 2 - 1) + kth_of_others(m // 2)) / 2
 
 
 def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

@@ -74,3 +74,15 @@ def test_one_dp_rank_has_no_peers():
     run = Run(df, meta, "pure-pp")
     assert compute_over_peers(df, 2, 1, np.sort(df["step"].unique())) is None
     assert _found(run, np.sort(df["step"].unique())) == []
+
+
+def test_median_of_others_is_the_leave_one_out_median():
+    from stragglerlab.analysis.detectors.whatif_device import median_of_others
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 4, 5, 8, 9):
+        grid = rng.normal(size=(3, n, 7))
+        grid[0, 1, 2] = grid[0, 0, 2]  # a tie
+        loo = np.stack([np.median(np.delete(grid, d, axis=1), axis=1) for d in range(n)],
+                       axis=1)
+        np.testing.assert_allclose(median_of_others(grid), loo)
