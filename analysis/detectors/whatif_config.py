@@ -80,10 +80,16 @@ class WhatIfDetectorConfig:
     latency drifting between DP ranks); they cost at most 0.2 % of a step, and nothing
     is named."""
     device_compute_ratio: float = 1.2
-    """A worker is a slow device when its work-normalized compute over the least of its
-    stage's DP ranks holds at least this over `min_steps` consecutive steps
-    (`whatif_device.py`), whether or not it straggles. Set on dev (see its docstring in
-    docs/detectors/README.md for the numbers)."""
+    """A worker is a slow device when its work-normalized compute (GC pauses out) over the
+    median of its stage's other DP ranks holds at least this over `min_steps`
+    consecutive steps (`whatif_device.py`), whether or not it straggles. Set on dev
+    material (2026-11-24: dev, the other-layout, extra network and hand-written dev cases;
+    74 runs with DP peers, 450 workers): every worker that is not a slow device holds at
+    most 1.114 (a slow worker's stage peer; clean runs up to 1.110, sequence-imbalance
+    runs 1.113 once each rank's lengths are modelled; a GC victim, which the GC rule
+    names, 1.163); the 27 slow devices 1.07-3.7, 25 of them at 1.247 or more. 1.2 sits in
+    that gap; under it stay a 1.15x device beside GC (1.195) and a 1.25x one beside GC in
+    DP 3 x PP 3 (1.07)."""
     ring_step_share: float = 0.05
     """In pure DP (>= 3 ranks), a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,
