@@ -91,7 +91,7 @@ class WhatIfDetectorConfig:
     that gap; under it stay a 1.15x device beside GC (1.195) and a 1.25x one beside GC in
     DP 3 x PP 3 (1.07)."""
     ring_step_share: float = 0.05
-    """In pure DP (>= 3 ranks), a rank is a slow link when its ring neighbours' signed
+    """In a DP group of >= 3 ranks, a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,
     all-gather the other way) holds at least this share of a step over `min_steps`
     consecutive steps. Set on dev (2026-11-24; the pure-DP runs with >= 3 ranks of dev,
@@ -103,7 +103,11 @@ class WhatIfDetectorConfig:
     least its transfers must stay over the run's quietest window (`two_rank_link`); not
     re-tuned, and on the dev material's 11 pure DP-2 runs: the five throttles (23-131
     Mbit/s) 0.51-1.23, three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms
-    delay 0.024, the clean, GC and hang runs at most 0.012."""
+    delay 0.024, the clean, GC and hang runs at most 0.012. Read since in every stage's DP
+    group too, unchanged, after checking it on the dev material with stages and >= 3 DP
+    ranks (2026-11-24, 25 runs, 208 workers): the throttled ranks 0.077-0.170 (and 0.031
+    for one beside a heavy stage in DP 4 x PP 4, which the P2P worker test names), every
+    other worker at most 0.026."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top
