@@ -90,7 +90,6 @@ from stragglerlab.analysis.detectors.signatures import (
     category_excess,
     compute_ratio_to_peers,
     gc_pauses_by_rank,
-    microbatch_variation_share,
     peel_stragglers,
     seq_len_correlation,
     step_time_total,
@@ -101,6 +100,7 @@ from stragglerlab.analysis.detectors.whatif_device import slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
 from stragglerlab.analysis.detectors.whatif_ring import prefer_ring_ends, ring_links
+from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance, sequences_or_stage
 from stragglerlab.analysis.detectors.whatif_stage import (
     stage_by_compute,
     stage_imbalance,
@@ -186,12 +186,12 @@ class WhatIfDetector(Detector):
     def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
         """Findings of the causes other than GC, first match in the method's order."""
         seq_corr = seq_len_correlation(run.trace)  # read by both sequence checks
-        seq = self._sequence_imbalance(evidence, steps, seq_corr, run.meta.dp_size)
+        seq = sequence_imbalance(evidence, steps, seq_corr, run.meta.dp_size, self.config)
         if seq is not None:
             return [seq]
         stage = stage_imbalance(run, evidence.view, steps, self.config)
         if stage is not None:
-            return [self._seq_or_stage(run, stage, seq_corr)]
+            return [sequences_or_stage(run, stage, seq_corr, self.config)]
         stragglers = self._stragglers(run, evidence, steps)
         if stragglers:
             return stragglers
@@ -246,54 +246,6 @@ class WhatIfDetector(Detector):
                        confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
                        estimated_slowdown=evidence.view.slowdown,
                        detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
-
-    def _sequence_imbalance(self, evidence: Evidence, steps: np.ndarray,
-                            seq_corr: float | None, dp_size: int) -> Finding | None:
-        """The job straggles, not because of one worker, and long microbatches are slow."""
-        cfg = self.config
-        result = evidence.view
-        signals = {"fwd_bwd_correlation": evidence.fwd_bwd_correlation,
-                   "seq_len_correlation": seq_corr}
-        thresholds = {"fwd_bwd_correlation": cfg.seq_correlation,
-                      "seq_len_correlation": cfg.seq_len_correlation}
-        # Each signal against its own threshold; the margin of the clearer one.
-        margins = {k: v - thresholds[k] for k, v in signals.items() if v is not None}
-        margin = max(margins.values(), default=None)
-        if margin is None or margin < 0:
-            return None
-        # Σs² following compute time is the mechanism itself: the method's attribution
-        # threshold suffices; the fwd-bwd signature alone needs a straggling job.
-        by_lengths = margins.get("seq_len_correlation", -1.0) >= 0
-        floor = cfg.seq_min_slowdown if by_lengths else cfg.straggling_slowdown
-        # With one DP rank M_W's top worker is a whole stage: it cannot tell one worker from
-        # lengths that slow every stage, so there the Σs² signal decides alone.
-        one_worker = result.m_w.rem >= cfg.mw_worker and (dp_size > 1 or not by_lengths)
-        left = None
-        if one_worker and by_lengths:
-            # The top worker explains most (a slow device beside the lengths, or in a small
-            # job the rank that drew the long sequences): explained and removed, the
-            # slowdown left, 1 + (S - 1)(1 - M_W), must still reach the floor.
-            left = 1.0 + (result.slowdown - 1.0) * (1.0 - min(result.m_w.rem, 1.0))
-            one_worker = left < floor
-        if result.slowdown < floor or one_worker:
-            return None
-        return Finding(
-            [], int(steps[0]), int(steps[-1]), RootCause.SEQ_IMBALANCE,
-            confidence=float(min(1.0, 0.5 + margin * 2)),
-            estimated_slowdown=result.slowdown,
-            detail={**signals, "slowdown": result.slowdown, "m_w": result.m_w.rem,
-                    **({"slowdown_left": left} if left is not None else {})})
-
-    def _seq_or_stage(self, run: Run, stage: Finding, corr: float | None) -> Finding:
-        """Per-microbatch variation that follows sum(s^2) is sequences, not the stage."""
-        share = microbatch_variation_share(run.trace)
-        if share is None or corr is None or share < self.config.mb_variation_share \
-                or corr < self.config.seq_len_correlation:
-            return stage
-        return Finding([], stage.first_step, stage.last_step, RootCause.SEQ_IMBALANCE,
-                       confidence=stage.confidence, estimated_slowdown=stage.estimated_slowdown,
-                       detail={"microbatch_variation_share": share,
-                               "seq_len_correlation": corr})
 
     def _failure(self, run: Run) -> list[Finding]:
         """The rank a failed run lost, as a worker finding."""
