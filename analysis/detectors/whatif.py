@@ -157,7 +157,9 @@ class WhatIfDetector(Detector):
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
                            evidence.view.slowdown, found)
-        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown)
+        slow = {(r.dp_rank, r.stage) for f in found for r in f.ranks
+                if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
+        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown, slow)
         links = prefer_ring_ends(links, ring, run.meta.dp_size)
         merged = merge_links(found, links, ring, run.meta.dp_size)
         links += ring

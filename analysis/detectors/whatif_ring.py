@@ -109,10 +109,15 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray,
 
 
 def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-               slowdown: float) -> list[Finding]:
+               slowdown: float, slow: set[tuple[int, int]] = frozenset()) -> list[Finding]:
     """The ranks throttled ring links point at, in every stage's DP group of 3 or more
     ranks (see the module docstring); in pure DP with two ranks, the one link itself
-    (`two_rank_link`)."""
+    (`two_rank_link`).
+
+    slow: (dp_rank, stage) of workers another rule named a slow device or GC victim. Its
+    ring neighbours are not named: a slow rank's own reduce-scatter and all-gather
+    excess differ (gloo reduces on the CPU in the one, not the other), and each
+    neighbour's score holds that difference, one with each sign."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if len(steps) < cfg.min_steps:
         return []
@@ -130,11 +135,13 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         held = _held(score, cfg.min_steps)
         best = held.max(axis=0)  # [candidate]
         named: list[int] = []
+        busy = [d for d, p in slow if p == stage]
         for victim in np.argsort(-best, kind="stable"):
             if best[victim] < cfg.ring_step_share:
                 break
-            # A strong link leaves some of its pattern on its neighbours' scores too.
-            if any((victim - n) % dp in (1, dp - 1) for n in named):
+            # A strong link leaves some of its pattern on its neighbours' scores too, and
+            # so does a slow rank.
+            if any((victim - n) % dp in (1, dp - 1) for n in named + busy):
                 continue
             named.append(int(victim))
             first, last = _window(held[:, victim] >= cfg.ring_step_share, steps,

@@ -91,6 +91,18 @@ def test_each_stage_has_its_own_ring_and_two_links_far_apart_are_both_named():
                       cfg, 1.0) == []
 
 
+def test_a_slow_ranks_ring_neighbours_are_not_named():
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links
+
+    cfg = WhatIfDetectorConfig()
+    run = _ring_run(4, 2)  # the pattern points at rank 2
+    assert ring_links(run, np.arange(8), cfg, 1.0, slow={(1, 0)}) == []  # 1 is slow
+    (found,) = ring_links(run, np.arange(8), cfg, 1.0, slow={(0, 0)})     # 0 is not beside 2
+    assert _cells(found) == [(2, 0)]
+    assert len(ring_links(run, np.arange(8), cfg, 1.0, slow={(1, 1)})) == 1  # other stage
+
+
 def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
     from stragglerlab.analysis.detectors.whatif_links import merge_links
     from stragglerlab.findings import Finding, RankRef
