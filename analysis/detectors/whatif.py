@@ -98,8 +98,13 @@ from stragglerlab.analysis.detectors.signatures import (
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
-from stragglerlab.analysis.detectors.whatif_links import merge_links, slow_links
-from stragglerlab.analysis.detectors.whatif_ring import prefer_ring_ends, ring_links
+from stragglerlab.analysis.detectors.whatif_links import (
+    merge_links,
+    prefer_ring_ends,
+    slow_links,
+    slowed_workers,
+)
+from stragglerlab.analysis.detectors.whatif_ring import ring_links
 from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance, sequences_or_stage
 from stragglerlab.analysis.detectors.whatif_stage import (
     stage_by_compute,
@@ -157,9 +162,8 @@ class WhatIfDetector(Detector):
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
                            evidence.view.slowdown, found)
-        slow = {(r.dp_rank, r.stage) for f in found for r in f.ranks
-                if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
-        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown, slow)
+        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown,
+                          slowed_workers(found))
         links = prefer_ring_ends(links, ring, run.meta.dp_size)
         merged = merge_links(found, links, ring, run.meta.dp_size)
         links += ring

@@ -39,6 +39,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.p2p_pairs import (
     LinkSignals,
     p2p_pair_latency,
@@ -46,6 +47,41 @@ from stragglerlab.p2p_pairs import (
     sender_window_signals,
     worker_window_signals,
 )
+
+
+def slowed_workers(found: list[Finding]) -> set[tuple[int, int]]:
+    """(dp_rank, stage) of the workers a finding names a slow device or GC victim: their
+    own slowness shows in the links they touch (a slow receiver completes its recvs late,
+    a slow ring member reduces late), which says nothing of a link."""
+    return {(r.dp_rank, r.stage) for f in found for r in f.ranks
+            if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
+
+
+def _cells(findings: list[Finding]) -> set[tuple[int, int]]:
+    return {(r.dp_rank, r.stage) for f in findings for r in f.ranks}
+
+
+def _pipeline_ends(cells: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Same DP rank, next or previous stage."""
+    return {(d, p + o) for d, p in cells for o in (-1, 1)}
+
+
+def _throttle_on(f: Finding, ends: set[tuple[int, int]]) -> bool:
+    """A `net-throttle` naming only ranks in `ends`: a link seen from its other end."""
+    return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
+        (r.dp_rank, r.stage) in ends for r in f.ranks)
+
+
+def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list[Finding]:
+    """P2P link findings, less those on the pipeline neighbour of a rank a ring named
+    (`whatif_ring.py`): a veth throttled both ways slows the P2P pairs of both ends, but
+    only its own stage's ring, so the ring says which end it is. Only where the
+    neighbour's own stage has a ring to show it (3 or more DP ranks)."""
+    if dp < MIN_RING or not ring:
+        return links
+    ring_cells = _cells(ring)
+    ends = _pipeline_ends(ring_cells) - ring_cells
+    return [f for f in links if not _throttle_on(f, ends)]
 
 
 def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] = (),
@@ -59,27 +95,19 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
     link, same DP rank, next or previous stage; of a ring link, the same stage's DP
     ranks either side (mod `dp`).
     """
-    p2p_cells = {(r.dp_rank, r.stage) for f in links for r in f.ranks}
-    ring_cells = {(r.dp_rank, r.stage) for f in ring for r in f.ranks}
-    ends = {(d, p + o) for d, p in p2p_cells for o in (-1, 1)}
+    p2p_cells, ring_cells = _cells(links), _cells(ring)
+    ends = _pipeline_ends(p2p_cells)
     if dp:
         ends |= {((d + o) % dp, p) for d, p in ring_cells for o in (-1, 1)}
     ends -= p2p_cells | ring_cells
     links = [*links, *ring]
-
-    def other_end(f: Finding) -> bool:
-        return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
-            (r.dp_rank, r.stage) in ends for r in f.ranks)
-
-    kept = [f for f in found if not other_end(f)]
-    named = {(r.dp_rank, r.stage) for f in kept for r in f.ranks}
+    kept = [f for f in found if not _throttle_on(f, ends)]
+    named = _cells(kept)
     # A link named with both ends (no trace tells them apart) gives way to a rule that
     # chose one of them as a slow link.
-    chosen = {(r.dp_rank, r.stage) for f in kept if f.root_cause is RootCause.NET_THROTTLE
-              for r in f.ranks}
+    chosen = _cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
     return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
-                   and not (len(f.ranks) > 1 and {(r.dp_rank, r.stage) for r in f.ranks}
-                            & chosen)]
+                   and not (len(f.ranks) > 1 and _cells([f]) & chosen)]
 
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
@@ -97,9 +125,7 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         return []
     pairs = p2p_pair_latency(run.trace)
     pairs = pairs[pairs["step"].isin(steps)]
-    slow = pd.MultiIndex.from_tuples(sorted(
-        {(r.dp_rank, r.stage) for f in found for r in f.ranks
-         if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}) or [(-1, -1)])
+    slow = pd.MultiIndex.from_tuples(sorted(slowed_workers(found)) or [(-1, -1)])
     # A slow receiver completes its recvs late by itself: its pairs say nothing of a link
     # (reference only), for its sender and for the worker test alike.
     receiver = pd.Series(receiver_stage(pairs), index=pairs.index)

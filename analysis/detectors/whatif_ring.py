@@ -31,8 +31,8 @@ With stages, each stage's DP ranks run their own ring (its gradients and
 parameters), so the same score is read in every stage's group of 3 or more DP
 ranks. There it also settles which end of a slow P2P link is throttled: a veth
 throttled both ways slows the P2P pairs on both ends of a pipeline link, but
-only its own stage's ring (`prefer_ring_ends`). A ring of two with stages is left
-to the P2P tests, which see both of its ends' links.
+only its own stage's ring (`whatif_links.prefer_ring_ends`). A ring of two with
+stages is left to the P2P tests, which see both of its ends' links.
 
 What it cannot see (and names nothing): with 3 or more ranks, an in-process delay (the
 victim sleeps inside its traced collective and everyone leaves the ring together),
@@ -153,23 +153,6 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 detail={"test": "ring", "ring_step_share": float(best[victim]),
                         "ring_step_share_by_rank": [float(b) for b in best]}))
     return found
-
-
-def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list[Finding]:
-    """P2P link findings, less those on the pipeline neighbour of a rank a ring named
-    (same DP rank, next or previous stage): a veth throttled both ways slows the P2P
-    pairs of both ends, but only its own stage's ring, so the ring says which end it is.
-    Only where the neighbour's own stage has a ring to show it (3 or more DP ranks)."""
-    if dp < MIN_RING or not ring:
-        return links
-    cells = {(r.dp_rank, r.stage) for f in ring for r in f.ranks}
-    ends = {(d, p + o) for d, p in cells for o in (-1, 1)} - cells
-
-    def other_end(f: Finding) -> bool:
-        return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
-            (r.dp_rank, r.stage) in ends for r in f.ranks)
-
-    return [f for f in links if not other_end(f)]
 
 
 def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

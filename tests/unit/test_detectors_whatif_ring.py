@@ -117,7 +117,7 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
 
 
 def test_the_ring_says_which_end_of_a_pipeline_link_is_throttled():
-    from stragglerlab.analysis.detectors.whatif_ring import prefer_ring_ends
+    from stragglerlab.analysis.detectors.whatif_links import prefer_ring_ends
     from stragglerlab.findings import Finding, RankRef
 
     def at(d, p, **detail):
