@@ -36,7 +36,7 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.results import IdealView
 from stragglerlab.schema import COMMUNICATION_OPS
 
-__all__ = ["category_excess", "comm_excess_by_worker", "compute_ratio_to_peers",
+__all__ = ["category_excess", "cell_grid", "comm_excess_by_worker", "compute_ratio_to_peers",
            "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
            "stage_compute_ratios", "step_time_total", "mean_step_time", "step_worker_scores"]
@@ -61,6 +61,16 @@ def flagged_steps(relative: np.ndarray, threshold: float) -> np.ndarray:
     return relative >= threshold
 
 
+def cell_grid(per_cell: pd.Series, pp: int, dp: int, steps: np.ndarray) -> np.ndarray:
+    """[stage, dp_rank, step] array of a Series indexed by (stage, dp_rank, step); NaN
+    where it has no value."""
+    grid = np.full((pp, dp, len(steps)), np.nan)
+    stage, dp_rank, step = (per_cell.index.get_level_values(k).to_numpy()
+                            for k in ("stage", "dp_rank", "step"))
+    grid[stage, dp_rank, np.searchsorted(steps, step)] = per_cell.to_numpy()
+    return grid
+
+
 def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
                            steps: np.ndarray) -> np.ndarray | None:
     """Per step, each worker's compute time over the fastest DP peer of its stage, [pp, dp, steps].
@@ -71,10 +81,7 @@ def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
         return None
     compute = trace[trace["optype"].isin(_COMPUTE)]
     per_cell = compute.groupby(["stage", "dp_rank", "step"])["duration"].sum()
-    grid = np.full((meta.pp_size, meta.dp_size, len(steps)), np.nan)
-    stage, dp_rank, step = (per_cell.index.get_level_values(k).to_numpy()
-                            for k in ("stage", "dp_rank", "step"))
-    grid[stage, dp_rank, np.searchsorted(steps, step)] = per_cell.to_numpy()
+    grid = cell_grid(per_cell, meta.pp_size, meta.dp_size, steps)
     best = np.nanmin(grid, axis=1, keepdims=True)
     return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
 

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 
 _COMPUTE = ("forward-compute", "backward-compute")
@@ -44,14 +45,14 @@ def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
     fitted with each DP rank's own speed factored out (fit, take each rank's median
     time over the line, refit on the times over it), so a slow device among the ranks
     does not bend the model it is measured against."""
-    cost = ops.groupby(["stage", "optype"], observed=True)["duration"].transform("median") \
-        .to_numpy(dtype=float, copy=True)
+    by_type = ops.groupby(["stage", "optype"], observed=True)
+    cost = by_type["duration"].transform("median").to_numpy(dtype=float, copy=True)
     if "seq_len_sq_sum" not in ops.columns:
         return cost
     s2 = ops["seq_len_sq_sum"].to_numpy(dtype=float)
     dur = ops["duration"].to_numpy(dtype=float)
     rank = ops["dp_rank"].to_numpy()
-    group = ops.groupby(["stage", "optype"], observed=True).ngroup().to_numpy()
+    group = by_type.ngroup().to_numpy()
     for g in np.unique(group):  # stages x 2 op types: a handful of small fits
         mine = group == g
         x, y, r = s2[mine], dur[mine], rank[mine]
@@ -85,10 +86,7 @@ def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
                          .to_numpy(dtype=float))
     ops = ops.assign(cost=modelled_cost(ops))
     sums = ops.groupby(["stage", "dp_rank", "step"])[["duration", "cost"]].sum()
-    per = sums["duration"] / np.maximum(sums["cost"], 1e-12)
-    grid = np.full((pp, dp, len(steps)), np.nan)
-    grid[per.index.get_level_values(0), per.index.get_level_values(1),
-         np.searchsorted(steps, per.index.get_level_values(2))] = per.to_numpy()
+    grid = cell_grid(sums["duration"] / np.maximum(sums["cost"], 1e-12), pp, dp, steps)
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
     # would drift down as DP grows and lift everyone's ratio.
     missing = np.isnan(grid)
