@@ -50,9 +50,13 @@ Beside all of these, a worker whose own compute, per unit of modelled work (sum(
 where lengths vary) and without its GC pauses, holds `device_compute_ratio` over
 the median of its stage's other DP ranks -> `slow-worker` on it: a slow device is a
 fault whether or not 1F1B's slack or another fault keeps it off the critical path
-(`whatif_device.py`). And (a slow link is often one fault of several, and a mild one
-does not make the job straggle): a P2P sender nearly all of whose pairs are slower than
-the other senders' in its place, or a worker nearly all of the pairs it sends or
+(`whatif_device.py`); and where a device has no unslowed DP peer (pure PP, or a whole stage
+slowed), a stage whose own compute rose mid-run by `device_compute_ratio`, over its
+earlier or later steps and over the other stages' -> `slow-worker` on its DP ranks (a
+heavy stage is heavy from the first step; `whatif_shift.py`). And (a slow link is often
+one fault of several, and a mild one does not make the job straggle): a P2P sender
+nearly all of whose pairs are slower than the other senders' in its place, or a worker
+nearly all of the pairs it sends or
 receives are (a link throttled both ways), by enough to cost `link_step_share` of a
 step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`);
 in every stage's DP group of 3 or more ranks, the rank whose ring neighbours leave the
@@ -106,6 +110,7 @@ from stragglerlab.analysis.detectors.whatif_links import (
 )
 from stragglerlab.analysis.detectors.whatif_ring import ring_links
 from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance, sequences_or_stage
+from stragglerlab.analysis.detectors.whatif_shift import slowed_stages
 from stragglerlab.analysis.detectors.whatif_stage import (
     stage_by_compute,
     stage_imbalance,
@@ -156,8 +161,10 @@ class WhatIfDetector(Detector):
         found = self._causes(run, evidence)
         # A slow device is a fault whether or not it straggles (slack, or another fault on
         # the critical path): its own compute against its DP peers' shows it.
-        found += slow_devices(run, evidence.steps, self.config, found,
-                              step_worker_scores(evidence.view))
+        scores = step_worker_scores(evidence.view)
+        found += slow_devices(run, evidence.steps, self.config, found, scores)
+        # With no unslowed DP peer (pure PP, or a whole stage slowed), its compute over time.
+        found += slowed_stages(run, evidence.steps, self.config, found, scores)
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,

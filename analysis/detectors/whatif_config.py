@@ -89,7 +89,14 @@ class WhatIfDetectorConfig:
     runs 1.113 once each rank's lengths are modelled; a GC victim, which the GC rule
     names, 1.163); the 27 slow devices 1.07-3.7, 25 of them at 1.247 or more. 1.2 sits in
     that gap; under it stay a 1.15x device beside GC (1.195) and a 1.25x one beside GC in
-    DP 3 x PP 3 (1.07)."""
+    DP 3 x PP 3 (1.07).
+
+    The same ratio names a stage whose own compute rose mid-run with no unslowed DP peer
+    (`whatif_shift.py`: pure PP, or every DP rank of a stage slowed). On dev material
+    (2026-11-24, stop 29: dev, other-layout, extra network and hand-written cases; 117 runs
+    with stages, 319 stages) no stage without a slowed device rose over 1.060; the 13 whole
+    stages slowed rose 0.87-2.43, the 7 slowed after 2+ clean steps by a 1.5x device or
+    more 1.56-2.43."""
     ring_step_share: float = 0.05
     """In a DP group of >= 3 ranks, a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,

@@ -68,12 +68,10 @@ def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
     return cost
 
 
-def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
+def normalized_compute(trace: pd.DataFrame, pp: int, dp: int,
                        steps: np.ndarray) -> np.ndarray | None:
-    """[stage, dp_rank, step]: work-normalized compute over the median of the stage's
-    other DP ranks in that step; None with one DP rank or no compute ops."""
-    if dp < 2:
-        return None
+    """[stage, dp_rank, step]: each worker's compute (GC pauses out) over the same ops'
+    modelled cost; NaN where a worker traced no compute op in a step; None without any."""
     ops = trace[trace["optype"].isin(_COMPUTE) & trace["step"].isin(steps)]
     if ops.empty:
         return None
@@ -86,7 +84,18 @@ def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
                          .to_numpy(dtype=float))
     ops = ops.assign(cost=modelled_cost(ops))
     sums = ops.groupby(["stage", "dp_rank", "step"])[["duration", "cost"]].sum()
-    grid = cell_grid(sums["duration"] / np.maximum(sums["cost"], 1e-12), pp, dp, steps)
+    return cell_grid(sums["duration"] / np.maximum(sums["cost"], 1e-12), pp, dp, steps)
+
+
+def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
+                       steps: np.ndarray) -> np.ndarray | None:
+    """[stage, dp_rank, step]: work-normalized compute over the median of the stage's
+    other DP ranks in that step; None with one DP rank or no compute ops."""
+    if dp < 2:
+        return None
+    grid = normalized_compute(trace, pp, dp, steps)
+    if grid is None:
+        return None
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
     # would drift down as DP grows and lift everyone's ratio.
     missing = np.isnan(grid)
