@@ -163,8 +163,13 @@ class WhatIfDetector(Detector):
         # the critical path): its own compute against its DP peers' shows it.
         scores = step_worker_scores(evidence.view)
         found += slow_devices(run, evidence.steps, self.config, found, scores)
-        # With no unslowed DP peer (pure PP, or a whole stage slowed), its compute over time.
-        found += slowed_stages(run, evidence.steps, self.config, found, scores)
+        # With no unslowed DP peer (pure PP, or a whole stage slowed), its compute over time;
+        # a stage that rose mid-run is no heavy stage (a partition is heavy from the start).
+        shifted = slowed_stages(run, evidence.steps, self.config,
+                                [f for f in found if f.root_cause not in _STAGE_LIKE], scores)
+        rose = {r.stage for f in shifted for r in f.ranks}
+        found = [f for f in found if f.root_cause is not RootCause.STAGE_IMBALANCE
+                 or not {r.stage for r in f.ranks} <= rose] + shifted
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
@@ -180,7 +185,7 @@ class WhatIfDetector(Detector):
         # Other faults can carry the job's S and hide a heavy stage; its compute ops show it.
         if not any(f.root_cause in _STAGE_LIKE for f in merged):
             stage = stage_by_compute(run, evidence.steps, self.config)
-            merged += [stage] if stage is not None else []
+            merged += [stage] if stage is not None and stage.ranks[0].stage not in rose else []
         return merged
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run, get_detector
-from stragglerlab.analysis.detectors.whatif import Evidence
+from stragglerlab.analysis.detectors.whatif import Evidence, WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
 from stragglerlab.trace_io import read_trace, write_trace
@@ -155,6 +156,20 @@ def test_pure_pp_stage_slowed_from_some_step_on_is_a_slow_worker_not_the_stage(_
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.SLOW_WORKER
     assert _cells(finding) == [(0, 1)]
+
+
+def test_a_pure_pp_device_slowed_early_is_not_a_heavy_stage(_run):
+    # Slowed from step 4 of 14, the stage is heavy in enough of both halves of the run to
+    # pass rule 4's constancy test; its own compute rising after three steps says device.
+    slow = (SlowWorker(dp_rank=0, stage=2, factor=1.8, first_step=4),)
+    run = _run(dp_size=1, pp_size=4, n_steps=14, slow_workers=slow)
+    evidence = Evidence.analyse(run)
+    rule4 = stage_imbalance(run, evidence.view, evidence.steps, WhatIfDetectorConfig())
+    assert rule4 is not None and _cells(rule4) == [(0, 2)]  # rule 4 alone says stage
+    (finding,) = get_detector("whatif").diagnose(run, evidence)
+    assert finding.root_cause is RootCause.SLOW_WORKER
+    assert (_cells(finding), finding.first_step, finding.last_step) == ([(0, 2)], 4, 13)
+    assert finding.detail["test"] == "stage-shift"
 
 
 def test_pure_pp_heavy_last_stage_from_the_start_stays_stage_imbalance(_run):
