@@ -32,7 +32,7 @@ from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_folder import RunFolder
 
-__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run"]
+__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run", "named_cells"]
 
 
 @dataclass
@@ -64,6 +64,11 @@ class Run:
     def worker(self, dp_rank: int, stage: int) -> RankRef:
         """RankRef of a (dp_rank, stage) worker."""
         return RankRef(int(stage * self.meta.dp_size + dp_rank), int(dp_rank), int(stage))
+
+
+def named_cells(findings: list[Finding]) -> set[tuple[int, int]]:
+    """(dp_rank, stage) of every worker the findings name."""
+    return {(r.dp_rank, r.stage) for f in findings for r in f.ranks}
 
 
 def load_run(run_dir: str | Path) -> Run:

@@ -89,7 +89,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import (
     category_excess,
     compute_ratio_to_peers,
@@ -100,7 +100,7 @@ from stragglerlab.analysis.detectors.signatures import (
     step_worker_scores,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import slow_devices
+from stragglerlab.analysis.detectors.whatif_device import normalized_compute, slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_links import (
     merge_links,
@@ -120,6 +120,13 @@ from stragglerlab.analysis.detectors.whatif_stage import (
 _STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
+
+
+def _not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:
+    """The findings less any stage-imbalance on a stage whose compute rose mid-run
+    (`whatif_shift.py`): slow devices, not a partition."""
+    return [f for f in findings if f.root_cause is not RootCause.STAGE_IMBALANCE
+            or not {r.stage for r in f.ranks} <= rose]
 
 
 class WhatIfDetector(Detector):
@@ -162,14 +169,16 @@ class WhatIfDetector(Detector):
         # A slow device is a fault whether or not it straggles (slack, or another fault on
         # the critical path): its own compute against its DP peers' shows it.
         scores = step_worker_scores(evidence.view)
-        found += slow_devices(run, evidence.steps, self.config, found, scores)
+        grid = normalized_compute(run.trace, run.meta.pp_size, run.meta.dp_size,
+                                  evidence.steps)  # read by both device rules
+        found += slow_devices(run, evidence.steps, self.config, found, scores, grid)
         # With no unslowed DP peer (pure PP, or a whole stage slowed), its compute over time;
         # a stage that rose mid-run is no heavy stage (a partition is heavy from the start).
         shifted = slowed_stages(run, evidence.steps, self.config,
-                                [f for f in found if f.root_cause not in _STAGE_LIKE], scores)
+                                [f for f in found if f.root_cause not in _STAGE_LIKE], scores,
+                                grid)
         rose = {r.stage for f in shifted for r in f.ranks}
-        found = [f for f in found if f.root_cause is not RootCause.STAGE_IMBALANCE
-                 or not {r.stage for r in f.ranks} <= rose] + shifted
+        found = _not_heavy(found, rose) + shifted
         # A slow link is often one fault of several and too mild to make the job straggle:
         # looked for beside every other finding, on ranks they did not name.
         links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
@@ -185,8 +194,8 @@ class WhatIfDetector(Detector):
         # Other faults can carry the job's S and hide a heavy stage; its compute ops show it.
         if not any(f.root_cause in _STAGE_LIKE for f in merged):
             stage = stage_by_compute(run, evidence.steps, self.config)
-            merged += [stage] if stage is not None and stage.ranks[0].stage not in rose else []
-        return merged
+            merged += [stage] if stage is not None else []
+        return _not_heavy(merged, rose)
 
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
         """GC, then the other causes in the method's order."""
@@ -196,9 +205,9 @@ class WhatIfDetector(Detector):
             return self._not_gc(run, evidence, steps)
         # GC explains its own ranks' pauses, not the rest of the job: look on for other causes
         # (a slow worker beside the pauses), leaving out what only names the GC ranks.
-        named = {(r.dp_rank, r.stage) for r in gc.ranks}
+        named = named_cells([gc])
         rest = [f for f in self._not_gc(run, evidence, steps)
-                if not f.ranks or not {(r.dp_rank, r.stage) for r in f.ranks} <= named]
+                if not f.ranks or not named_cells([f]) <= named]
         return [gc, *rest]
 
     def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:

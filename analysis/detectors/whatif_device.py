@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 
@@ -93,8 +93,13 @@ def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
     other DP ranks in that step; None with one DP rank or no compute ops."""
     if dp < 2:
         return None
-    grid = normalized_compute(trace, pp, dp, steps)
-    if grid is None:
+    return over_peers(normalized_compute(trace, pp, dp, steps))
+
+
+def over_peers(grid: np.ndarray | None) -> np.ndarray | None:
+    """`normalized_compute`'s grid over the median of each stage's other DP ranks;
+    None without a grid or with one DP rank."""
+    if grid is None or grid.shape[1] < 2:
         return None
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
     # would drift down as DP grows and lift everyone's ratio.
@@ -129,19 +134,23 @@ def median_of_others(grid: np.ndarray) -> np.ndarray:
 
 
 def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-                 found: list[Finding], worker_scores: np.ndarray) -> list[Finding]:
+                 found: list[Finding], worker_scores: np.ndarray,
+                 grid: np.ndarray | None = None) -> list[Finding]:
     """`slow-worker` findings for workers whose own compute is slow against their DP
     peers' (module docstring), on workers no finding in `found` names.
 
     worker_scores: the what-if's per-step worker score [pp, dp, steps], for the
-    estimate of how much the device held the job."""
+    estimate of how much the device held the job. grid: `normalized_compute` of the
+    run over `steps` when the caller has it (computed here otherwise)."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
     w = cfg.min_steps
-    ratio = compute_over_peers(run.trace, pp, dp, steps)
+    if grid is None and dp >= 2:
+        grid = normalized_compute(run.trace, pp, dp, steps)
+    ratio = over_peers(grid)
     if ratio is None or ratio.shape[2] < w:
         return []
     held = np.lib.stride_tricks.sliding_window_view(ratio, w, axis=2).min(axis=3)
-    named = {(r.dp_rank, r.stage) for f in found for r in f.ranks}
+    named = named_cells(found)
     out = []
     for stage, d in zip(*np.nonzero(held.max(axis=2) >= cfg.device_compute_ratio)):
         if (int(d), int(stage)) in named:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
@@ -53,12 +53,8 @@ def slowed_workers(found: list[Finding]) -> set[tuple[int, int]]:
     """(dp_rank, stage) of the workers a finding names a slow device or GC victim: their
     own slowness shows in the links they touch (a slow receiver completes its recvs late,
     a slow ring member reduces late), which says nothing of a link."""
-    return {(r.dp_rank, r.stage) for f in found for r in f.ranks
-            if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)}
-
-
-def _cells(findings: list[Finding]) -> set[tuple[int, int]]:
-    return {(r.dp_rank, r.stage) for f in findings for r in f.ranks}
+    return named_cells([f for f in found
+                        if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)])
 
 
 def _pipeline_ends(cells: set[tuple[int, int]]) -> set[tuple[int, int]]:
@@ -79,7 +75,7 @@ def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list
     neighbour's own stage has a ring to show it (3 or more DP ranks)."""
     if dp < MIN_RING or not ring:
         return links
-    ring_cells = _cells(ring)
+    ring_cells = named_cells(ring)
     ends = _pipeline_ends(ring_cells) - ring_cells
     return [f for f in links if not _throttle_on(f, ends)]
 
@@ -95,19 +91,19 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
     link, same DP rank, next or previous stage; of a ring link, the same stage's DP
     ranks either side (mod `dp`).
     """
-    p2p_cells, ring_cells = _cells(links), _cells(ring)
+    p2p_cells, ring_cells = named_cells(links), named_cells(ring)
     ends = _pipeline_ends(p2p_cells)
     if dp:
         ends |= {((d + o) % dp, p) for d, p in ring_cells for o in (-1, 1)}
     ends -= p2p_cells | ring_cells
     links = [*links, *ring]
     kept = [f for f in found if not _throttle_on(f, ends)]
-    named = _cells(kept)
+    named = named_cells(kept)
     # A link named with both ends (no trace tells them apart) gives way to a rule that
     # chose one of them as a slow link.
-    chosen = _cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
+    chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
     return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
-                   and not (len(f.ranks) > 1 and _cells([f]) & chosen)]
+                   and not (len(f.ranks) > 1 and named_cells([f]) & chosen)]
 
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

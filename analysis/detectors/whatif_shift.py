@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import median_of_others, normalized_compute
 
@@ -80,16 +80,19 @@ def shift_at(series: np.ndarray, a: int, b: int) -> float:
 
 
 def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
-                  found: list[Finding], worker_scores: np.ndarray) -> list[Finding]:
+                  found: list[Finding], worker_scores: np.ndarray,
+                  grid: np.ndarray | None = None) -> list[Finding]:
     """`slow-worker` findings for the DP ranks of a stage whose own compute rose mid-run
     (module docstring), on workers no finding in `found` names.
 
     worker_scores: the what-if's per-step worker score [pp, dp, steps], for the
-    estimate of how much the stage held the job."""
+    estimate of how much the stage held the job. grid: `normalized_compute` of the run
+    over `steps` when the caller has it (computed here otherwise)."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if pp < 2 or len(steps) < 1 + cfg.min_steps + SHIFT_REFERENCE_STEPS:
         return []
-    grid = normalized_compute(run.trace, pp, dp, steps)
+    if grid is None:
+        grid = normalized_compute(run.trace, pp, dp, steps)
     if grid is None:
         return []
     with warnings.catch_warnings():  # a step a stage did not trace: its median, a no-shift
@@ -99,7 +102,7 @@ def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     if np.isnan(own).any():
         return []
     over_others = own / np.maximum(median_of_others(own[None])[0], 1e-12)
-    named = {(r.dp_rank, r.stage) for f in found for r in f.ranks}
+    named = named_cells(found)
     out = []
     for stage in range(pp):
         ratio, a, b = level_shift(over_others[stage], cfg.min_steps)
