@@ -36,3 +36,20 @@ def tiny_parquet(tmp_path: Path, tiny_df: pd.DataFrame, tiny_meta: JobMeta) -> P
     path = tmp_path / "trace.parquet"
     write_trace(tiny_df, tiny_meta, path)
     return path
+
+
+@pytest.fixture
+def whatif_run(tmp_path, capsys):
+    """Synthetic run (dp 2 x pp 2, 10 steps unless overridden), analysed into tmp_path
+    (tests/unit/whatif_runs.py)."""
+    from stragglerlab.analysis.detectors import Run
+    from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
+    from tests.unit.whatif_runs import analysed
+
+    def make(**kwargs) -> Run:
+        cfg = SyntheticConfig(**{"dp_size": 2, "pp_size": 2, "n_steps": 10, **kwargs})
+        df, meta = synthesize_trace(cfg)
+        run = analysed(Run(df, meta, "synthetic"), tmp_path)
+        capsys.readouterr()  # the verb's summary
+        return run
+    return make

@@ -6,17 +6,14 @@ first runs `stragglerlab whatif` on the trace (as the workflow does).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run, get_detector
 from stragglerlab.analysis.detectors.whatif import Evidence, WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
-from stragglerlab.cli import main
 from stragglerlab.errors import InputError
-from stragglerlab.trace_io import read_trace, write_trace
+from stragglerlab.trace_io import read_trace
 from stragglerlab.workloads.synthetic import (
     SlowLink,
     SlowWorker,
@@ -24,44 +21,16 @@ from stragglerlab.workloads.synthetic import (
     synthesize_trace,
 )
 from tests.unit.refdata import reference
-
-_FOLDERS = itertools.count()
-
-
-def analysed(run: Run, root) -> Run:
-    """`run` as a run folder under root with whatif/whatif.json written by `stragglerlab whatif`."""
-    folder = root / f"run{next(_FOLDERS)}"
-    folder.mkdir()
-    write_trace(run.trace, run.meta, folder / "trace.parquet")
-    run.meta.dump(folder / "meta.yaml")
-    assert main(["whatif", "--trace", str(folder / "trace.parquet"), "--meta",
-                 str(folder / "meta.yaml"), "--out", str(folder / "whatif"), "--quiet"]) == 0
-    run.path = str(folder)
-    return run
+from tests.unit.whatif_runs import analysed
+from tests.unit.whatif_runs import cells as _cells
 
 
-@pytest.fixture
-def _run(tmp_path, capsys):
-    """Synthetic run (dp 2 x pp 2, 10 steps unless overridden), analysed into tmp_path."""
-    def make(**kwargs) -> Run:
-        cfg = SyntheticConfig(**{"dp_size": 2, "pp_size": 2, "n_steps": 10, **kwargs})
-        df, meta = synthesize_trace(cfg)
-        run = analysed(Run(df, meta, "synthetic"), tmp_path)
-        capsys.readouterr()  # the verb's summary
-        return run
-    return make
+def test_clean_job_has_no_findings(whatif_run):
+    assert get_detector("whatif").detect(whatif_run()) == []
 
 
-def _cells(finding) -> list[tuple[int, int]]:
-    return [(r.dp_rank, r.stage) for r in finding.ranks]
-
-
-def test_clean_job_has_no_findings(_run):
-    assert get_detector("whatif").detect(_run()) == []
-
-
-def test_slow_worker_is_named_as_a_worker_issue(_run):
-    run = _run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
+def test_slow_worker_is_named_as_a_worker_issue(whatif_run):
+    run = whatif_run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.SLOW_WORKER
     assert _cells(finding) == [(2, 1)]
@@ -69,15 +38,15 @@ def test_slow_worker_is_named_as_a_worker_issue(_run):
     assert finding.estimated_slowdown > 1.1
 
 
-def test_heavy_last_stage_is_stage_imbalance_on_every_dp_rank_of_it(_run):
-    run = _run(pp_size=3, last_stage_factor=1.6)
+def test_heavy_last_stage_is_stage_imbalance_on_every_dp_rank_of_it(whatif_run):
+    run = whatif_run(pp_size=3, last_stage_factor=1.6)
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.STAGE_IMBALANCE
     assert sorted(_cells(finding)) == [(0, 2), (1, 2)]
 
 
-def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_steps(_run):
-    run = _run(n_steps=14, slow_workers=(SlowWorker(dp_rank=1, stage=0, factor=1.8,
+def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_steps(whatif_run):
+    run = whatif_run(n_steps=14, slow_workers=(SlowWorker(dp_rank=1, stage=0, factor=1.8,
                                                     first_step=6),))
     (offline,) = get_detector("whatif").detect(run)
     assert (offline.first_step, offline.last_step) == (6, 13)
@@ -86,8 +55,8 @@ def test_windowed_fault_sets_the_step_range_and_is_caught_online_within_two_step
     assert 6 <= online.detected_at_step <= 8
 
 
-def test_measured_gc_pauses_make_gc_the_cause(_run):
-    run = _run()
+def test_measured_gc_pauses_make_gc_the_cause(whatif_run):
+    run = whatif_run()
     rng = np.random.default_rng(0)
     pauses = np.zeros(len(run.trace))
     compute = run.trace["optype"].isin(["forward-compute", "backward-compute"]).to_numpy()
@@ -100,8 +69,8 @@ def test_measured_gc_pauses_make_gc_the_cause(_run):
     assert {r.rank for r in finding.ranks} <= paused
 
 
-def test_failed_run_names_the_rank_the_runtime_lost(_run):
-    run = _run()
+def test_failed_run_names_the_rank_the_runtime_lost(whatif_run):
+    run = whatif_run()
     run.outcome, run.error = "failed", {"rank": 3, "kind": "hang", "message": "no progress"}
     run.last_step_by_rank = {0: 9, 1: 9, 2: 9, 3: 9}
     findings = get_detector("whatif").detect(run)
@@ -110,10 +79,10 @@ def test_failed_run_names_the_rank_the_runtime_lost(_run):
     assert [f.detected_at_step for f in online] == [10]
 
 
-def test_a_crash_is_placed_at_the_step_after_the_last_traced_one(_run):
+def test_a_crash_is_placed_at_the_step_after_the_last_traced_one(whatif_run):
     # Status files lag by one step (a step's end is reported with the next start); the
     # trace holds every step all ranks finished, so it decides when they say less.
-    run = _run()
+    run = whatif_run()
     last = int(run.trace["step"].max())
     run.outcome, run.error = "failed", {"rank": 1, "kind": "worker-died", "message": "gone"}
     run.last_step_by_rank = {0: last - 1, 1: last - 1, 2: last - 1, 3: last - 1}
@@ -133,9 +102,9 @@ def test_reference_traces_are_diagnosed_as_in_the_paper(name, cause, cells, tmp_
     assert [(f.root_cause, sorted(_cells(f))) for f in findings] == [(cause, cells)]
 
 
-def test_whatif_json_gives_the_same_findings_as_a_fresh_analysis(_run):
+def test_whatif_json_gives_the_same_findings_as_a_fresh_analysis(whatif_run):
     """The JSON round trip loses nothing the diagnosis reads."""
-    run = _run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
+    run = whatif_run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
     detector = get_detector("whatif")
     from_file = [f.to_dict() for f in detector.detect(run)]
     fresh = [f.to_dict() for f in detector.diagnose(run, Evidence.analyse(run))]
@@ -148,21 +117,21 @@ def test_missing_whatif_json_says_to_run_whatif_first(tmp_path):
         get_detector("whatif").detect(Run(df, meta, str(tmp_path)))
 
 
-def test_pure_pp_stage_slowed_from_some_step_on_is_a_slow_worker_not_the_stage(_run):
+def test_pure_pp_stage_slowed_from_some_step_on_is_a_slow_worker_not_the_stage(whatif_run):
     # Without DP peers the two look alike per step; a partition's offset is there from the
     # first step, a device slowed mid-run is not.
-    run = _run(dp_size=1, n_steps=14,
+    run = whatif_run(dp_size=1, n_steps=14,
                slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=1.8, first_step=7),))
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.SLOW_WORKER
     assert _cells(finding) == [(0, 1)]
 
 
-def test_a_pure_pp_device_slowed_early_is_not_a_heavy_stage(_run):
+def test_a_pure_pp_device_slowed_early_is_not_a_heavy_stage(whatif_run):
     # Slowed from step 4 of 14, the stage is heavy in enough of both halves of the run to
     # pass rule 4's constancy test; its own compute rising after three steps says device.
     slow = (SlowWorker(dp_rank=0, stage=2, factor=1.8, first_step=4),)
-    run = _run(dp_size=1, pp_size=4, n_steps=14, slow_workers=slow)
+    run = whatif_run(dp_size=1, pp_size=4, n_steps=14, slow_workers=slow)
     evidence = Evidence.analyse(run)
     rule4 = stage_imbalance(run, evidence.view, evidence.steps, WhatIfDetectorConfig())
     assert rule4 is not None and _cells(rule4) == [(0, 2)]  # rule 4 alone says stage
@@ -172,15 +141,15 @@ def test_a_pure_pp_device_slowed_early_is_not_a_heavy_stage(_run):
     assert finding.detail["test"] == "stage-shift"
 
 
-def test_pure_pp_heavy_last_stage_from_the_start_stays_stage_imbalance(_run):
-    run = _run(dp_size=1, pp_size=3, n_steps=14, last_stage_factor=1.6)
+def test_pure_pp_heavy_last_stage_from_the_start_stays_stage_imbalance(whatif_run):
+    run = whatif_run(dp_size=1, pp_size=3, n_steps=14, last_stage_factor=1.6)
     (finding,) = get_detector("whatif").detect(run)
     assert finding.root_cause is RootCause.STAGE_IMBALANCE
     assert finding.detail["stage_constancy"] > 0.5
 
 
-def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(_run):
-    run = _run(dp_size=4, n_steps=12,
+def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(whatif_run):
+    run = whatif_run(dp_size=4, n_steps=12,
                slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.8),))
     pauses = np.zeros(len(run.trace))
     on_rank0 = (run.trace["rank"] == 0).to_numpy() & run.trace["optype"].isin(
@@ -193,76 +162,13 @@ def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(_run):
     assert causes.get(RootCause.SLOW_WORKER) == [(2, 1)]
 
 
-def test_long_sequences_slow_every_stage_alike_is_sequence_imbalance(_run):
-    # Microbatch cost follows sum(seq_len^2) on every stage: variation per microbatch, not a
-    # per-stage offset and not one worker, so the whole job is named.
-    run = _run(dp_size=2, pp_size=2, n_steps=12, seq_imbalance_sigma=0.6)
-    (finding,) = get_detector("whatif").detect(run)
-    assert finding.root_cause is RootCause.SEQ_IMBALANCE
-    assert finding.ranks == []
-    assert finding.detail["seq_len_correlation"] > 0.9
-
-
-def test_seq_len_correlation_ignores_stage_offsets_and_busy_steps():
-    from stragglerlab.analysis.detectors.signatures import seq_len_correlation
-    df, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=3, n_steps=8,
-                                             seq_imbalance_sigma=0.5, last_stage_factor=3.0))
-    with_offsets = df.copy()
-    busy = with_offsets["step"] % 2 == 1  # every other step slower on every worker
-    with_offsets.loc[busy, "duration"] *= 2.0
-    assert seq_len_correlation(df) > 0.9
-    assert seq_len_correlation(with_offsets) > 0.9
-    fixed, _ = synthesize_trace(SyntheticConfig(dp_size=2, pp_size=3, n_steps=8))
-    assert "seq_len_sq_sum" not in fixed.columns and seq_len_correlation(fixed) is None
-    shuffled = df.copy()
-    fwd = shuffled["optype"] == "forward-compute"
-    shuffled.loc[fwd, "seq_len_sq_sum"] = np.random.default_rng(0).permutation(
-        shuffled.loc[fwd, "seq_len_sq_sum"].to_numpy())
-    assert abs(seq_len_correlation(shuffled)) < 0.3
-
-
-def test_mild_sequence_imbalance_in_pure_pp_is_named(_run):
-    # One DP rank: the top worker is a whole stage, so M_W cannot say "one worker"; and a
-    # mild job slowdown, between the attribution threshold (1.03) and straggling (1.1),
-    # is enough when compute time follows sum(seq_len^2).
-    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
-
-    run = _run(dp_size=1, pp_size=2, n_steps=12, seq_imbalance_sigma=0.25)
-    (finding,) = WhatIfDetector().detect(run)
-    assert finding.root_cause is RootCause.SEQ_IMBALANCE and finding.ranks == []
-    s = finding.estimated_slowdown
-    assert 1.03 <= s < 1.1, s  # the case the straggling threshold alone would miss
-    strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=1.1))
-    assert strict.detect(run) == []
-
-
-def test_sequence_imbalance_beside_a_slow_device_names_both(_run):
-    # The slow device is the top worker (M_W >= 0.5), which alone used to rule out
-    # sequences; explained and removed, the lengths still cost the job at least 1.03, and
-    # the device is named from its own compute against its DP peer's.
-    run = _run(dp_size=2, pp_size=2, n_steps=12, seq_imbalance_sigma=0.6,
-               slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=2.5, first_step=4),))
-    found = {f.root_cause: f for f in get_detector("whatif").detect(run)}
-    assert set(found) == {RootCause.SEQ_IMBALANCE, RootCause.SLOW_WORKER}
-    assert _cells(found[RootCause.SLOW_WORKER]) == [(0, 1)]
-    assert found[RootCause.SLOW_WORKER].first_step == 4
-    assert found[RootCause.SEQ_IMBALANCE].detail["m_w"] >= 0.5
-    seq = found[RootCause.SEQ_IMBALANCE].detail
-    assert seq["slowdown_left"] == pytest.approx(1 + (seq["slowdown"] - 1) * (1 - seq["m_w"]))
-    assert seq["slowdown_left"] >= 1.03
-    # Left under the floor (a stricter one here), the top worker explains the job alone.
-    from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
-    strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=seq["slowdown_left"] + 0.01))
-    assert {f.root_cause for f in strict.detect(run)} == {RootCause.SLOW_WORKER}
-
-
-def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
+def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(whatif_run):
     # 1.2x on one worker of 16 with 16 microbatches: no step stands 1.15x over the best
     # worker, but the job straggles and fixing the top worker removes the slowdown
     # (M_W >= 0.5, paper §5.1), and its own compute is slow against its DP peers.
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
 
-    run = _run(dp_size=4, pp_size=4, n_microbatches=16, n_steps=8,
+    run = whatif_run(dp_size=4, pp_size=4, n_microbatches=16, n_steps=8,
                slow_workers=(SlowWorker(dp_rank=1, stage=3, factor=1.2),))
     (finding,) = WhatIfDetector().detect(run)
     assert finding.root_cause is RootCause.SLOW_WORKER
@@ -275,14 +181,14 @@ def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(_run):
                                                device_compute_ratio=1.5)).detect(run) == []
 
 
-def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
+def test_mild_slow_link_is_named_beside_a_slow_worker(whatif_run):
     # A 3 ms delay on every pair one inner sender posts, from step 4 (~5 % of a step over its
     # 8 sends): too mild for the job to straggle, but nearly all its pairs are slower than
     # their reference's upper quartile.
     # A slow worker elsewhere is named by its own rule; the link beside it.
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
 
-    run = _run(dp_size=2, pp_size=4, n_steps=10,
+    run = whatif_run(dp_size=2, pp_size=4, n_steps=10,
                slow_workers=(SlowWorker(dp_rank=0, stage=3, factor=1.6),),
                slow_links=(SlowLink(dp_rank=1, stage=1, delay_s=0.003, first_step=4),))
     found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
@@ -293,7 +199,7 @@ def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
     assert 3 <= link.first_step <= 5 and link.last_step == 9
     assert link.detail["slow_pair_share"] >= 0.85
     # Without the delay no link is named (the same noise, the same slow worker).
-    plain = _run(dp_size=2, pp_size=4, n_steps=10,
+    plain = whatif_run(dp_size=2, pp_size=4, n_steps=10,
                  slow_workers=(SlowWorker(dp_rank=0, stage=3, factor=1.6),))
     assert [f.root_cause for f in WhatIfDetector().detect(plain)] == [RootCause.SLOW_WORKER]
     # A share no sender can reach names nothing.
@@ -301,7 +207,7 @@ def test_mild_slow_link_is_named_beside_a_slow_worker(_run):
     assert RootCause.NET_THROTTLE not in {f.root_cause for f in strict}
 
 
-def test_a_link_throttled_both_ways_is_named_at_its_worker_in_pure_pp(_run):
+def test_a_link_throttled_both_ways_is_named_at_its_worker_in_pure_pp(whatif_run):
     # Pure PP, four stages: stage 1's veth throttled (4 ms on every pair it sends or
     # receives) from step 4. Links 0-1 and 1-2 slow, 2-3 clean: the worker test names stage
     # 1, not its neighbours. With two stages every pair passes both ends: the link is
@@ -309,24 +215,24 @@ def test_a_link_throttled_both_ways_is_named_at_its_worker_in_pure_pp(_run):
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 
     link = SlowLink(dp_rank=0, stage=1, delay_s=0.004, first_step=4, both_ways=True)
-    run = _run(dp_size=1, pp_size=4, n_steps=10, slow_links=(link,))
+    run = whatif_run(dp_size=1, pp_size=4, n_steps=10, slow_links=(link,))
     [found] = WhatIfDetector().detect(run)
     assert found.root_cause is RootCause.NET_THROTTLE and _cells(found) == [(0, 1)]
     assert found.detail["test"] == "worker" and 3 <= found.first_step <= 5
-    two = _run(dp_size=1, pp_size=2, n_steps=10, slow_links=(link,))
+    two = whatif_run(dp_size=1, pp_size=2, n_steps=10, slow_links=(link,))
     [found] = WhatIfDetector().detect(two)
     assert _cells(found) == [(0, 0), (0, 1)] and "link" in found.detail
-    assert WhatIfDetector().detect(_run(dp_size=1, pp_size=2, n_steps=10)) == []
+    assert WhatIfDetector().detect(whatif_run(dp_size=1, pp_size=2, n_steps=10)) == []
 
 
-def test_a_heavy_stage_hidden_by_a_throttled_link_is_found_without_its_steps(_run):
+def test_a_heavy_stage_hidden_by_a_throttled_link_is_found_without_its_steps(whatif_run):
     # Pure PP, last stage 1.8x from the start, stage 0's veth throttled (80 ms a pair) from
     # step 4: the throttled transfers enter the ideal, so the stage rule alone misses the
     # heavy stage; re-analysed on the steps before the link it is named, for the whole run.
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 
     link = SlowLink(dp_rank=0, stage=0, delay_s=0.08, first_step=4, both_ways=True)
-    run = _run(dp_size=1, pp_size=4, n_steps=12, last_stage_factor=1.8, slow_links=(link,))
+    run = whatif_run(dp_size=1, pp_size=4, n_steps=12, last_stage_factor=1.8, slow_links=(link,))
     found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
     assert set(found) == {RootCause.NET_THROTTLE, RootCause.STAGE_IMBALANCE}
     assert _cells(found[RootCause.NET_THROTTLE]) == [(0, 0)]
@@ -334,18 +240,18 @@ def test_a_heavy_stage_hidden_by_a_throttled_link_is_found_without_its_steps(_ru
     assert _cells(stage) == [(0, 3)] and (stage.first_step, stage.last_step) == (0, 11)
     assert stage.detail["without_link_steps"] == [0, 1, 2, 3]
     # The link alone: no stage is named in its clean steps.
-    alone = _run(dp_size=1, pp_size=4, n_steps=12, slow_links=(link,))
+    alone = whatif_run(dp_size=1, pp_size=4, n_steps=12, slow_links=(link,))
     assert {f.root_cause for f in WhatIfDetector().detect(alone)} == {RootCause.NET_THROTTLE}
 
 
-def test_a_heavy_stage_under_a_link_for_the_whole_run_shows_in_its_compute_ops(_run):
+def test_a_heavy_stage_under_a_link_for_the_whole_run_shows_in_its_compute_ops(whatif_run):
     # DP 2 x PP 4, last stage 1.6x, and a link throttled both ways from the first step: no
     # step is free of the link, so only the compute ops, which a link never lengthens,
     # can show the stage; every DP rank of it is named.
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 
     link = SlowLink(dp_rank=1, stage=1, delay_s=0.12, first_step=0, both_ways=True)
-    run = _run(dp_size=2, pp_size=4, n_steps=10, last_stage_factor=1.6, slow_links=(link,))
+    run = whatif_run(dp_size=2, pp_size=4, n_steps=10, last_stage_factor=1.6, slow_links=(link,))
     found = {f.root_cause: f for f in WhatIfDetector().detect(run)}
     stage = found[RootCause.STAGE_IMBALANCE]
     assert _cells(stage) == [(0, 3), (1, 3)]
@@ -353,7 +259,7 @@ def test_a_heavy_stage_under_a_link_for_the_whole_run_shows_in_its_compute_ops(_
     assert (stage.first_step, stage.last_step) == (0, 9)
 
 
-def test_stage_by_compute_needs_every_dp_rank_heavy_from_start_to_end(_run):
+def test_stage_by_compute_needs_every_dp_rank_heavy_from_start_to_end(whatif_run):
     from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
     from stragglerlab.analysis.detectors.whatif_stage import (
         stage_by_compute,
@@ -361,15 +267,16 @@ def test_stage_by_compute_needs_every_dp_rank_heavy_from_start_to_end(_run):
     )
 
     cfg = WhatIfDetectorConfig()
-    clean = _run(dp_size=2, pp_size=4, jitter=0.03)
+    clean = whatif_run(dp_size=2, pp_size=4, jitter=0.03)
     ratios = stage_compute_ratios(clean.trace, 4)
     assert ratios.shape == (4, 10) and np.all(np.abs(ratios - 1.0) < 0.1)
     assert stage_by_compute(clean, clean.steps, cfg) is None
     # One DP rank of the stage slowed: a device, not the partition.
-    one = _run(dp_size=2, pp_size=4, slow_workers=(SlowWorker(dp_rank=1, stage=2, factor=1.8),))
+    one = whatif_run(dp_size=2, pp_size=4,
+                     slow_workers=(SlowWorker(dp_rank=1, stage=2, factor=1.8),))
     assert stage_by_compute(one, one.steps, cfg) is None
     # The whole stage slowed, but from step 6 on: not constant, not the partition.
-    late = _run(dp_size=1, pp_size=4, slow_workers=(SlowWorker(dp_rank=0, stage=2, factor=1.8,
+    late = whatif_run(dp_size=1, pp_size=4, slow_workers=(SlowWorker(dp_rank=0, stage=2, factor=1.8,
                                                                first_step=6),))
     assert stage_by_compute(late, late.steps, cfg) is None
     assert stage_compute_ratios(clean.trace[clean.trace["stage"] == 0], 1) is None
