@@ -13,6 +13,11 @@ at least MIN_BASELINE_STEPS clean traced steps (faulty-window mean step time /
 clean-window mean), else against the clean runs of the suite with the same
 model, layout and data (mean step time ratio), else it is unknown.
 
+Each fault also says whether op-level traces can place it at all (`observability`:
+an older in-process delay slept inside the victim's collective in pure DP cannot be;
+the scorer counts such a fault apart) and how far its measured slowdown stands over
+its layout family's clean S (`over_floor`, from the shipped noise floor).
+
 Runs of a mitigation (re-partitioned stages, rebalanced sequences, planned GC)
 are not detection cases and are marked `scored = False`. A fault record whose own
 measurement shows it never acted (`FaultRecord.took_effect`: GC pauses with no full
@@ -24,6 +29,7 @@ it, and a run left with no fault is scored as clean.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +41,7 @@ from stragglerlab.analysis.steps import step_times
 from stragglerlab.faults import FaultKind, FaultRecord
 from stragglerlab.findings import RootCause
 from stragglerlab.meta import LayoutFamily
+from stragglerlab.noise_floor import noise_floor_option
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.run_record import RunRecord
 
@@ -65,6 +72,12 @@ class FaultTruth:
     measured_slowdown: float | None = None
     """Job slowdown over its own window vs the clean steps before the first fault, when
     separable (no other fault active in its window), else None."""
+    observable: bool = True
+    """False when no op-level trace can place it (`observability`): scored apart."""
+    over_floor: float | None = None
+    """Its measured slowdown's excess over the highest clean S of its layout family
+    ((S - 1) / (S_clean_max - 1), the shipped noise floor): under 1, clean noise alone
+    slows a job that much. None when either is unknown."""
 
 
 @dataclass
@@ -95,6 +108,8 @@ class RunTruth:
     """DP degree (0: unknown)."""
     pp_size: int = 0
     """PP degree (0: unknown)."""
+    n_steps: int = 0
+    """Traced steps (for false findings per clean worker-step)."""
 
     @property
     def family(self) -> str:
@@ -114,12 +129,47 @@ def _is_mitigation(faults: list[FaultRecord], record: RunRecord) -> bool:
     return bool(planned_gc) or any(f.requested.get("rebalance") for f in faults)
 
 
+UNOBSERVABLE_DELAY = "in-process delay (this kernel has no netem)"
+"""The mechanism older net-delay records name: the victim slept inside its traced
+collective, so in pure DP every rank's collective lengthened alike."""
+
+
+def observability(fault: FaultRecord, pp_size: int) -> tuple[bool, str]:
+    """Whether op-level traces can place the fault at all, and why not. A record may say
+    so itself (`measured.observable`); a net delay slept inside the victim's traced
+    collective (the old fallback) has no trace of its own in pure DP, where a collective
+    is all the victim's communication."""
+    said = fault.measured.get("observable")
+    if isinstance(said, bool):
+        return said, str(fault.measured.get("observable_note", ""))
+    if fault.kind == FaultKind.NET_DELAY.value and pp_size == 1 \
+            and fault.measured.get("mechanism") == UNOBSERVABLE_DELAY:
+        return False, ("a delay inside the victim's traced collective lengthens every "
+                       "rank's collective alike in pure DP")
+    return True, ""
+
+
 def _fault_ranks(fault: FaultRecord, world: int) -> set[int]:
     return {int(t["rank"]) for t in fault.targets} if fault.targets else set(range(world))
 
 
+def over_floor(slowdown: float | None, dp_size: int, pp_size: int) -> float | None:
+    """(S - 1) / (S_clean_max - 1) against the shipped floor of the layout's family."""
+    clean = _clean_max(LayoutFamily.of(dp_size, pp_size)) if dp_size and pp_size else None
+    if slowdown is None or clean is None or clean <= 1.0:
+        return None
+    return round((slowdown - 1.0) / (clean - 1.0), 3)
+
+
+@functools.cache
+def _clean_max(family: LayoutFamily) -> float | None:
+    floor = noise_floor_option(None)
+    fam = floor.family(family) if floor is not None else None
+    return fam.job_slowdown.max if fam is not None and fam.job_slowdown else None
+
+
 def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
-                  first_traced: int) -> list[FaultTruth]:
+                  first_traced: int, dp_size: int = 0, pp_size: int = 0) -> list[FaultTruth]:
     """Each record on its own; its slowdown = its window's mean step time over the clean
     steps before the first fault, when no other fault is active in its window."""
     steps = times.index.to_numpy()
@@ -140,7 +190,9 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
             slowdown = float(values[alone].mean() / values[clean].mean())
         out.append(FaultTruth(kind=f.kind, cause=RootCause.of_kind(f.kind),
                               ranks=frozenset(_fault_ranks(f, world)), first_step=starts[i],
-                              last_step=f.last_step, measured_slowdown=slowdown))
+                              last_step=f.last_step, measured_slowdown=slowdown,
+                              observable=observability(f, pp_size)[0],
+                              over_floor=over_floor(slowdown, dp_size, pp_size)))
     return out
 
 
@@ -176,7 +228,7 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
     for folder, recorded, record, times in raw:
         meta = folder.meta
         world = meta.dp_size * meta.pp_size  # one traced worker per DP x PP cell
-        layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size}
+        layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size, "n_steps": len(times)}
         faults = [f for f in recorded if f.took_effect]
         idle = sorted({f.kind for f in recorded if not f.took_effect})
         idle_note = f"left out, measured without effect: {', '.join(idle)}" if idle else ""
@@ -194,7 +246,8 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         start = max(main.first_step, first_traced)
         truth = RunTruth(str(folder.path), kind, RootCause.of_kind(kind), frozenset(ranks),
                          world, min(max(f.first_step, first_traced) for f in faults), None,
-                         faults=_fault_truths(faults, world, times, first_traced), **layout)
+                         faults=_fault_truths(faults, world, times, first_traced,
+                                              meta.dp_size, meta.pp_size), **layout)
         if _is_mitigation(faults, record):
             truth.scored, truth.note = False, "mitigation run (not a detection case)"
         elif len(steps):

@@ -18,6 +18,13 @@ Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
   finding (`none` without findings), right when it names any of the run's
   fault causes; accuracy over all scored runs, clean ones included, with a
   confusion matrix truth -> predicted.
+* Apart: a fault no op-level trace can place (`FaultTruth.observable` false, e.g. a
+  delay slept inside the victim's collective in pure DP) is not counted for or against
+  a detector: its ranks are neither a miss nor a false positive, and it is reported
+  apart (`unobservable_faults`, `unobservable_recalled`).
+* Sensitivity: fault recall by the fault's own measured slowdown (`sensitivity`, bins
+  `SENSITIVITY_BINS`); false findings: findings on clean runs per 1,000 clean
+  worker-steps (`false_findings_per_1k_clean_worker_steps`).
 * Intervals: a seeded bootstrap over cases (analysis/bootstrap.py) beside
   every score, as `ci: {metric: [lo, hi]}`.
 * Breakdowns: `by_kind`, `by_family` (pure-dp, pure-pp, dp+pp) and
@@ -56,12 +63,17 @@ class FaultScore:
     measured_slowdown: float | None = None
     """The fault's own step-time slowdown from the ground truth (None: not separable), so a
     reader can tell a missed fault that slowed the job from one that barely did."""
+    observable: bool = True
+    """False: no op-level trace can place it; scored apart."""
+    over_floor: float | None = None
+    """Its measured slowdown over its family's clean noise (FaultTruth.over_floor)."""
 
     def to_json(self) -> dict:
         """JSON form."""
         return {"kind": self.kind, "recalled": self.recalled, "cause_right": self.cause_right,
                 "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error,
-                "measured_slowdown": self.measured_slowdown}
+                "measured_slowdown": self.measured_slowdown, "observable": self.observable,
+                "over_floor": self.over_floor}
 
 
 @dataclass
@@ -94,6 +106,10 @@ class RunScore:
     """Every fault kind of the run (`clean` for none)."""
     family: str = "?"
     """Layout family."""
+    findings: int = 0
+    """Findings the detector reported on the run."""
+    worker_steps: int = 0
+    """Traced workers x traced steps."""
 
     @property
     def cause_ok(self) -> bool:
@@ -110,6 +126,7 @@ class RunScore:
                 "true_cause": self.true_cause.value,
                 "predicted_cause": self.predicted_cause.value, "cause_right": self.cause_ok,
                 "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error,
+                "findings": self.findings, "worker_steps": self.worker_steps,
                 "faults": [f.to_json() for f in self.faults]}
 
 
@@ -158,13 +175,19 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
     return FaultScore(kind=fault.kind, recalled=bool(hits),
                       cause_right=any(same_cause(fault.cause, f.root_cause) for f in hits),
                       latency_steps=latency, slowdown_error=error,
-                      measured_slowdown=fault.measured_slowdown)
+                      measured_slowdown=fault.measured_slowdown,
+                      observable=fault.observable, over_floor=fault.over_floor)
 
 
 def score_run(truth: RunTruth, findings: list[Finding],
               online: list[Finding] | None = None) -> RunScore:
     """Score one run's offline findings (and online ones, for latency)."""
-    named = _named_ranks(findings, truth.world_size)
+    faults = _faults_of(truth)
+    # Ranks only unobservable faults act on count neither way (module docstring).
+    seen = frozenset().union(*[f.ranks for f in faults if f.observable])
+    apart = frozenset().union(*[f.ranks for f in faults if not f.observable]) - seen
+    named = _named_ranks(findings, truth.world_size) - apart
+    wanted = truth.ranks - apart
     top = max(findings, key=lambda f: f.confidence, default=None)
     predicted = top.root_cause if top is not None else RootCause.NONE
 
@@ -182,13 +205,38 @@ def score_run(truth: RunTruth, findings: list[Finding],
         best = max(estimates, key=lambda f: f.confidence)
         error = abs(best.estimated_slowdown - truth.measured_slowdown) / truth.measured_slowdown
 
-    faults = _faults_of(truth)
-    causes = {f.cause for f in faults} or {truth.cause}
-    return RunScore(truth.run, truth.kind, len(named & truth.ranks), len(named - truth.ranks),
-                    len(truth.ranks - named), truth.cause, predicted, latency, error,
+    causes = {f.cause for f in faults if f.observable} or {truth.cause}
+    return RunScore(truth.run, truth.kind, len(named & wanted), len(named - wanted),
+                    len(wanted - named), truth.cause, predicted, latency, error,
                     faults=[score_fault(f, findings, online) for f in faults],
                     cause_right=any(same_cause(c, predicted) for c in causes),
-                    kinds=truth.kinds, family=truth.family)
+                    kinds=truth.kinds, family=truth.family, findings=len(findings),
+                    worker_steps=truth.world_size * truth.n_steps)
+
+
+SENSITIVITY_BINS = (1.0, 1.05, 1.1, 1.2, 1.5, np.inf)
+"""Edges of the fault measured-slowdown bins of the sensitivity curve."""
+
+
+def sensitivity(faults: list[FaultScore]) -> list[dict]:
+    """Recall per bin of the faults' own measured slowdown (observable faults); faults
+    whose slowdown could not be separated form the last row (`lo` null)."""
+    edges = SENSITIVITY_BINS
+    measured = [f for f in faults if f.measured_slowdown is not None]
+    # a fault measured under 1.0 (host drift) counts in the lowest bin
+    at = [max(int(np.searchsorted(edges, f.measured_slowdown, side="right")) - 1, 0)
+          for f in measured]
+    rows = []
+    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        inside = [f for f, b in zip(measured, at) if b == i]
+        rows.append({"lo": lo, "hi": None if np.isinf(hi) else hi, "n": len(inside),
+                     "recalled": sum(f.recalled for f in inside)})
+    unknown = [f for f in faults if f.measured_slowdown is None]
+    rows.append({"lo": None, "hi": None, "n": len(unknown),
+                 "recalled": sum(f.recalled for f in unknown)})
+    for r in rows:
+        r["recall"] = r["recalled"] / r["n"] if r["n"] else None
+    return rows
 
 
 def _nan(values: list) -> np.ndarray:
@@ -206,9 +254,13 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
     recall = t / (t + n_) if t + n_ else 1.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     cause = np.array([r.cause_ok for r in runs], dtype=float)
-    n_faults = np.array([len(r.faults) for r in runs], dtype=float)
-    recalled = np.array([sum(f.recalled for f in r.faults) for r in runs], dtype=float)
-    fault_cause = np.array([sum(f.cause_right for f in r.faults) for r in runs], dtype=float)
+    seen = [[f for f in r.faults if f.observable] for r in runs]  # the rest: apart
+    apart = [f for r in runs for f in r.faults if not f.observable]
+    n_faults = np.array([len(fs) for fs in seen], dtype=float)
+    recalled = np.array([sum(f.recalled for f in fs) for fs in seen], dtype=float)
+    fault_cause = np.array([sum(f.cause_right for f in fs) for fs in seen], dtype=float)
+    clean = [r for r in runs if r.kind == CLEAN]
+    clean_steps = sum(r.worker_steps for r in clean)
     latency = _nan([r.latency_steps for r in runs])
     error = _nan([r.slowdown_error for r in runs])
     fault_lat = [f.latency_steps for r in runs for f in r.faults if f.latency_steps is not None]
@@ -237,6 +289,13 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
                                  if n_faults.sum() else None),
         "fault_median_latency_steps": float(np.median(fault_lat)) if fault_lat else None,
         "fault_slowdown_error": float(np.median(fault_err)) if fault_err else None,
+        "unobservable_faults": len(apart),
+        "unobservable_recalled": sum(f.recalled for f in apart),
+        "clean_runs": len(clean),
+        "clean_runs_with_findings": sum(r.findings > 0 for r in clean),
+        "false_findings_per_1k_clean_worker_steps": (
+            1000.0 * sum(r.findings for r in clean) / clean_steps if clean_steps else None),
+        "sensitivity": sensitivity([f for fs in seen for f in fs]),
     }
     out["ci"] = {
         "precision": boot.precision_ci(tp, fp, fn),

@@ -56,6 +56,7 @@ FIGURES = Registry(kind="figure", group="stragglerlab.figures", check=_is_figure
     "table_s6": f"{_PKG}.table_s6",
     "table_mitigation": f"{_PKG}.table_mitigation",
     "fig_confusion": f"{_PKG}.fig_confusion",
+    "fig_sensitivity": f"{_PKG}.fig_sensitivity",
 })
 """Figure NAME -> module, in figure order; plug-in figures register under the entry-point
 group `stragglerlab.figures` (a module defining NAME, TITLE, PAPER, build, INPUTS)."""

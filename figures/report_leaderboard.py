@@ -26,7 +26,7 @@ from pathlib import Path
 from stragglerlab.figures.report_blocks import Block
 from stragglerlab.figures.scores import DetectorScore, ScoreFile, Slice, confusion_matrices, fmt
 
-SCORE_FIGURES = ("fig_confusion",)
+SCORE_FIGURES = ("fig_confusion", "fig_sensitivity")
 """Figure outputs shown in the leaderboard section, not among the paper's figures."""
 SCORE_METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
                  "slowdown_error")

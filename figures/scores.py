@@ -93,6 +93,29 @@ class Slice:
         return Estimate(None)
 
 
+@dataclass(frozen=True)
+class SensitivityBin:
+    """Faults whose measured slowdown fell in [lo, hi), and how many a detector recalled."""
+
+    lo: float | None
+    """Lower edge (None: the faults whose slowdown could not be separated)."""
+    hi: float | None
+    """Upper edge (None: open)."""
+    n: int
+    """Faults in the bin."""
+    recalled: int
+    """Of them, recalled."""
+
+    @property
+    def label(self) -> str:
+        """`<1.05`, `1.05-1.1`, `>=1.5` or `unmeasured`."""
+        if self.lo is None:
+            return "unmeasured"
+        if self.hi is None:
+            return f">={self.lo:g}"
+        return f"<{self.hi:g}" if self.lo <= 1.0 else f"{self.lo:g}-{self.hi:g}"
+
+
 @dataclass
 class DetectorScore:
     """One detector's row of the scores file."""
@@ -107,6 +130,8 @@ class DetectorScore:
     """Per (fault kind, layout family)."""
     confusion: dict[str, dict[str, int]] = field(default_factory=dict)
     """Runs per true root cause -> predicted cause (most confident finding)."""
+    sensitivity: list[SensitivityBin] = field(default_factory=list)
+    """Fault recall by the faults' measured slowdown (empty in older score files)."""
 
     def sort_key(self) -> tuple:
         """F1 descending, then cause accuracy descending, then name (None last)."""
@@ -195,6 +220,14 @@ def _detector(chk: Checker, name: str, raw: object) -> DetectorScore:
         score.by_kind_family[(kind, fam)] = _slice(chk, s, label)
     if raw.get("confusion") is not None:
         score.confusion = _confusion(chk, raw["confusion"], f"{where}.confusion")
+    for i, row in enumerate(chk.listing(raw.get("sensitivity") or [], f"{where}.sensitivity")):
+        name = f"{where}.sensitivity[{i}]"
+        row = chk.mapping(row, name)
+        n = chk.integer(row.get("n"), f"{name}.n", minimum=0)
+        score.sensitivity.append(SensitivityBin(
+            lo=chk.number(row.get("lo"), f"{name}.lo", optional=True),
+            hi=chk.number(row.get("hi"), f"{name}.hi", optional=True), n=n,
+            recalled=chk.integer(row.get("recalled"), f"{name}.recalled", 0, n)))
     chk.listing(raw.get("runs") or [], f"{where}.runs")
     return score
 

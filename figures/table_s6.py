@@ -1,8 +1,14 @@
 """§6 table: injected slow worker, measured job slowdown vs the what-if estimate, three levels.
 
-For `slow-worker-1/2/3` (DP 4 x PP 4, the paper's trace-AR layout) against
-the clean run of the same layout (`clean-dp4-pp4`; runs of another layout pair
-with `clean-dp<d>-pp<p>`) over matching seeds, every seed one repeat:
+For `slow-worker-1/2/3` (DP 4 x PP 4, the paper's trace-AR layout), each run one
+repeat. The slow worker starts after a few clean traced steps, which are the
+control (figures/s6_control.py): measured = mean step time in the fault window /
+the same run's clean steps before it; estimated = the what-if S of the window; every
+run's error is shown (the worst beside the mean), and the host drift the control
+removes (the bystanders' compute against the clean run of the same seed). Runs
+without clean steps before the fault (older ones) fall back to a ratio between
+processes, against the clean run of the same layout (`clean-dp4-pp4`; runs of
+another layout pair with `clean-dp<d>-pp<p>`) over matching seeds:
 measured = mean step time of the slow run / mean step time of the clean run
 (run.json step times of the traced steps, replicas of a seed averaged), given
 as the mean over repeats with its spread (sd, min–max); estimated = the
@@ -29,6 +35,7 @@ import numpy as np
 
 from stragglerlab.figures.data import FigureData, RunSummary
 from stragglerlab.figures.registry import FigureResult, no_data
+from stragglerlab.figures.s6_control import InRun, in_run
 from stragglerlab.figures.tables import Spread, draw_table, markdown_table, paired_ratio
 
 NAME = "table_s6"
@@ -53,11 +60,12 @@ dp4-pp4 S with the median 1.069 at 4 x 1024-token microbatches, 1.048 at 16), so
 leans high. The default was the median until the first 3-repeat run (chosen on a 3-step
 smoke run) and was switched to the mean after it; it has stayed the mean since, whatever
 later runs showed, which is why both columns stay in the table."""
-HEADER = ["level", "scenario", "seeds", "injected factor\n(measured)", "measured S\n(ours)",
-          "spread\nsd (min–max)", "est. S, mean\nideal (ours)", "error\n(mean)",
-          "est. S, median\nideal (ours)", "error\n(median)", "spread of est.\n(median)",
+HEADER = ["level", "scenario", "seeds", "injected factor\n(measured)", "control",
+          "measured S\n(ours)", "spread\nsd (min–max)", "est. S, mean\nideal (ours)",
+          "error\n(mean)", "worst run\nerror (mean)", "est. S, median\nideal (ours)",
+          "error\n(median)", "spread of est.\n(median)", "host drift\nremoved",
           "victim\nhottest", "measured S\n(paper)", "estimated S\n(paper)", "error\n(paper)"]
-INPUTS = ("runs", "whatif")
+INPUTS = ("runs", "whatif", "traces")
 """Run-folder files this figure reads (figures/registry.py)."""
 
 
@@ -126,7 +134,11 @@ def level_row(data: FigureData, level: int, scenario: str | None = None, key: st
     pm, pe = PAPER_MEASURED[level], PAPER_ESTIMATED[level]
     paper_cells = [f"{pm:.2f}", f"{pe:.2f}", f"{100 * (pe / pm - 1):+.1f}%"]
     slow = data.by_scenario(scenario)
-    pair = paired_ratio(slow, data.by_scenario(_clean_for(data, slow)))
+    clean = data.by_scenario(_clean_for(data, slow))
+    controlled = [(r, m) for r in slow if r.ok and (m := in_run(r, clean)) is not None]
+    if controlled:
+        return _in_run_row(level, scenario, key, controlled, paper_cells)
+    pair = paired_ratio(slow, clean)
     if pair is None:
         return [str(level), scenario, *["-"] * (len(HEADER) - 5), *paper_cells], {}, []
     measured = Spread.of(pair.ratios)
@@ -154,12 +166,58 @@ def level_row(data: FigureData, level: int, scenario: str | None = None, key: st
         ours[f"{key}_victim_hottest"] = f"{sum(hot)}/{len(hot)}"
     seeds = ",".join(str(s) for s in pair.seeds)
     n = len(pair.runs_a)
+    ours[f"{key}_control"] = "clean run"
     row = [str(level), scenario, f"{seeds} ({n} run{'s' if n > 1 else ''})",
-           _factor(pair.runs_a), f"{pair.ratio:.2f}", measured.cell(),
-           cells.get("mean", "-"), cells.get("mean_err", "-"), cells.get("median", "-"),
-           cells.get("median_err", "-"), cells.get("median_spread", "-"),
+           _factor(pair.runs_a), "clean run", f"{pair.ratio:.2f}", measured.cell(),
+           cells.get("mean", "-"), cells.get("mean_err", "-"), "-", cells.get("median", "-"),
+           cells.get("median_err", "-"), cells.get("median_spread", "-"), "-",
            f"{sum(hot)}/{len(hot)}" if hot else "-", *paper_cells]
     return row, ours, pair.runs_a + pair.runs_b
+
+
+def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunSummary, InRun]],
+                paper_cells: list[str]) -> tuple[list[str], dict, list[RunSummary]]:
+    """A level measured against each run's own clean steps (figures/s6_control.py): the
+    measured S, the what-if S of the fault window, every run's error and the host drift
+    the control removes."""
+    runs = [r for r, _ in controlled]
+    ms = [m for _, m in controlled]
+    measured = Spread.of([m.measured for m in ms])
+    ours: dict = {f"{key}_control": "in-run", f"{key}_seeds": len({r.seed for r in runs}),
+                  f"{key}_measured": round(measured.mean, 3),
+                  f"{key}_measured_sd": round(measured.sd, 4),
+                  f"{key}_measured_min": round(measured.lo, 3),
+                  f"{key}_measured_max": round(measured.hi, 3),
+                  f"{key}_clean_steps": min(m.clean_steps for m in ms)}
+    cells = {}
+    for ideal, suffix in (("mean", ""), ("median", "_median_ideal")):
+        est = Spread.of([m.estimated[ideal] for m in ms])
+        errs = [100.0 * m.error(ideal) for m in ms]
+        ours[f"{key}_estimated{suffix}"] = round(est.mean, 3)
+        ours[f"{key}_estimated{suffix}_sd"] = round(est.sd, 4)
+        ours[f"{key}_error{suffix}_pct"] = round(100.0 * (est.mean / measured.mean - 1), 1)
+        ours[f"{key}_run_errors{suffix}_pct"] = [round(e, 1) for e in errs]
+        worst = max(errs, key=abs)
+        ours[f"{key}_worst_error{suffix}_pct"] = round(worst, 1)
+        cells[ideal] = f"{est.mean:.2f}"
+        cells[ideal + "_err"] = f"{ours[f'{key}_error{suffix}_pct']:+.1f}%"
+        cells[ideal + "_worst"] = f"{worst:+.1f}%"
+        cells[ideal + "_spread"] = est.cell()
+    drift = [m.drift for m in ms if m.drift is not None]
+    if drift:
+        ours[f"{key}_drift_min"], ours[f"{key}_drift_max"] = round(min(drift), 3), \
+            round(max(drift), 3)
+    hot = [h for h in (victim_is_hottest(r) for r in runs) if h is not None]
+    if hot:
+        ours[f"{key}_victim_hottest"] = f"{sum(hot)}/{len(hot)}"
+    seeds = ",".join(str(s) for s in sorted({r.seed for r in runs}))
+    row = [str(level), scenario, f"{seeds} ({len(runs)} run{'s' if len(runs) > 1 else ''})",
+           _factor(runs), f"in-run ({ours[f'{key}_clean_steps']}+ clean steps)",
+           f"{measured.mean:.2f}", measured.cell(), cells["mean"], cells["mean_err"],
+           cells["mean_worst"], cells["median"], cells["median_err"], cells["median_spread"],
+           f"{min(drift):.2f}–{max(drift):.2f}" if drift else "-",
+           f"{sum(hot)}/{len(hot)}" if hot else "-", *paper_cells]
+    return row, ours, runs
 
 
 def _note(ours: dict, workers: int) -> str:
@@ -179,6 +237,12 @@ def _note(ours: dict, workers: int) -> str:
             f"within {abs(worst):.1f}% of the measured slowdown (paper: within 4.3%); "
             + ("agrees." if abs(worst) <= 5 else "short of it." if worst < 0
                else "ours overestimates it."))
+    suffix = "_median_ideal" if name == "median" else ""
+    per_run = [abs(float(v)) for k, v in ours.items() if k.startswith("level")
+               and k.endswith(f"_worst_error{suffix}_pct")]
+    if per_run:
+        note += (f" Measured in-run (fault window vs the same run's clean steps), every run "
+                 f"is within {max(per_run):.1f}%.")
     if other:
         other_name = "mean" if name == "median" else "median"
         note += (f" With the {other_name} ideal: within {max(abs(e) for e in other):.1f}%")
@@ -211,8 +275,9 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
     paths = draw_table(
         Path(out_dir) / NAME, TITLE, HEADER, rows,
         source=f"{source}: slow-worker-1/2/3 vs the clean run of their layout, matching seeds",
-        footnote="measured: mean step time slow / clean (traced steps), mean over seeds; "
-                 "estimated: what-if S of the slow runs (mean / median compute ideal); "
-                 "error = estimated / measured - 1")
+        footnote="measured, in-run: mean step time in the fault window / the same run's "
+                 "clean steps before it, and estimated: what-if S of the window; else slow / "
+                 "clean run and the slow run's S; error = estimated / measured - 1; drift: "
+                 "bystanders' compute vs the clean run's (what the in-run control removes)")
     workers = max(run.meta.world_size for run in used.values())
     return FigureResult(NAME, paths, source, PAPER, ours, _note(ours, workers), TITLE)

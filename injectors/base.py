@@ -135,7 +135,8 @@ class Injector:
         """Inside every traced compute op, after the model ran for `seconds`."""
 
     def before_comm(self, ctx: RankContext, step: int) -> None:
-        """Before every P2P send post, and inside every traced collective before its call."""
+        """Before every P2P send post (inside the traced send), and before every traced
+        collective (outside it: a delay here makes the rank arrive late)."""
 
     def before_send(self, ctx: RankContext) -> None:
         """Before each P2P send is posted (on the P2P poster thread)."""

@@ -1,15 +1,26 @@
 """Network delay: added latency on the victim's P2P and collectives.
 
 `netem` would add it in the kernel, but these machines' kernel has no netem,
-so this is the named in-process fallback: the victim waits `delay_ms` before
-posting each P2P send, and inside each traced collective before calling it, so
-data it sends arrives `delay_ms` later and its peers' transfer time grows by
-that much (as under netem; a wait before the traced op would instead look like
-untraced launch delay, which the what-if model sets to zero).
-Measured: the median latency of P2P pairs the victim sends (recv end minus
-the later of the pair's two starts) minus that of the same stage's other DP
-ranks, inside the window, over pairs whose receiver was already waiting (for
-the others the receiver's own lateness hides part of the delay).
+so this is the named in-process fallback, placed where a real delay shows:
+
+* P2P: the victim waits `delay_ms` on its poster thread before each send, inside
+  the traced send, so the data arrives `delay_ms` later and the pair's transfer
+  time grows by that much, as under netem;
+* collectives: the victim waits before each traced collective, outside it, so it
+  arrives late and its peers wait for it inside theirs (the last arrival is the
+  victim, as when its data comes in late). A wait inside the traced collective,
+  the fallback before this one, lengthened every rank's collective alike: in pure
+  DP no trace could place it (the ground truth of such older runs says
+  unobservable, analysis/ground_truth.py).
+
+What each layout reveals: with PP, the victim's slow P2P pairs (the `whatif`
+link rules); in pure DP, only its late arrival at every collective (last-arrival
+style signals; the what-if takes the wait as untraced launch delay).
+Measured: with PP, the median latency of P2P pairs the victim sends (recv end
+minus the later of the pair's two starts) minus that of the same stage's other
+DP ranks, inside the window, over pairs whose receiver was already waiting (for
+the others the receiver's own lateness hides part of the delay); without, the
+median lateness of the victim's collective starts behind the median rank's.
 
     - kind: net-delay
       targets: [{dp_rank: 0, stage: 0}]
@@ -23,14 +34,15 @@ import time
 import pandas as pd
 
 from stragglerlab.faults import FaultKind
-from stragglerlab.injectors.base import Injector, RankContext
+from stragglerlab.injectors.base import Injector, RankContext, window
 from stragglerlab.p2p_pairs import p2p_pair_latency
 
-MECHANISM = "in-process delay (this kernel has no netem)"
+MECHANISM = ("in-process delay: inside P2P sends, before collectives "
+             "(this kernel has no netem)")
 
 
 class NetDelay(Injector):
-    """Sleep delay_ms before each of the victim's P2P posts and collectives."""
+    """Sleep delay_ms before each of the victim's P2P sends and collectives."""
 
     kind = FaultKind.NET_DELAY
 
@@ -45,6 +57,8 @@ class NetDelay(Injector):
             time.sleep(self.delay_s)
 
     def measure(self, trace, run: dict) -> dict:
+        if "stage" in trace and trace["stage"].nunique() < 2:
+            return {"arrival_ms": self._arrival_ms(trace), "mechanism": MECHANISM}
         pairs = p2p_pair_latency(trace)
         pairs = pairs[(pairs["step"] >= self.spec.first_step) & (
             pairs["step"] <= (self.spec.last_step if self.spec.last_step is not None
@@ -61,3 +75,17 @@ class NetDelay(Injector):
         added = pairs.loc[victim, "latency_s"].median() - \
             pairs.loc[same_stage & ~victim, "latency_s"].median()
         return {"delay_ms": round(1000 * float(added), 3), "mechanism": MECHANISM}
+
+    def _arrival_ms(self, trace: pd.DataFrame) -> float | None:
+        """Median lateness of the victims' collective starts behind the median rank's, ms."""
+        coll = trace[trace["optype"].astype(str).isin(_COLLECTIVES) & window(trace, self.spec)]
+        if coll.empty:
+            return None
+        keys = ["step", "optype", "seq_id"]
+        median = coll.groupby(keys, observed=True)["start_ts"].transform("median")
+        victim = coll["rank"].isin([t.rank for t in self.spec.targets])
+        late = (coll["start_ts"] - median)[victim]
+        return None if late.empty else round(1000 * float(late.median()), 3)
+
+
+_COLLECTIVES = ("params-all-gather", "grads-reduce-scatter", "optimizer-clip-main-grad")

@@ -31,10 +31,11 @@ class SeqImbalance(Injector):
     kind = FaultKind.SEQ_IMBALANCE
     needs_targets = False
 
-    free_params = frozenset({"rebalance"})
+    free_params = frozenset({"rebalance", "implied_by"})
 
     def check_params(self) -> None:
-        unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance"}
+        unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance",
+                                           "implied_by"}
         if unknown:
             raise InputError(f"seq-imbalance: unknown params {sorted(unknown)}", self.where)
         if "mean_seq_len" in self.spec.params:

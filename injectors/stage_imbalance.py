@@ -31,11 +31,11 @@ class StageImbalance(Injector):
     kind = FaultKind.STAGE_IMBALANCE
     needs_targets = False
 
-    free_params = frozenset({"layers_per_stage", "rebalance"})
+    free_params = frozenset({"layers_per_stage", "rebalance", "implied_by"})
 
     def check_params(self) -> None:
         p = self.spec.params
-        unknown = set(p) - {"vocab", "layers_per_stage", "rebalance"}
+        unknown = set(p) - {"vocab", "layers_per_stage", "rebalance", "implied_by"}
         if unknown:
             raise InputError(f"stage-imbalance: unknown params {sorted(unknown)}", self.where)
         if "vocab" in p:

@@ -181,13 +181,19 @@ class FindingsDocument:
     """True for a step-by-step replay (findings carry detected_at_step)."""
     findings: list[Finding] = field(default_factory=list)
     """What it found ([] for a clean verdict)."""
+    noise_floor: dict | None = None
+    """The run's noise floor as the detector read it (whatif: family, clean S, thresholds
+    raised, findings under the floor, which are reported here and not counted)."""
     schema: str = FINDINGS_SCHEMA
     """Schema version of the file."""
 
     def to_json(self) -> dict:
         """The file's JSON document."""
-        return {"schema": self.schema, "detector": self.detector, "run": self.run,
-                "online": self.online, "findings": [f.to_dict() for f in self.findings]}
+        out = {"schema": self.schema, "detector": self.detector, "run": self.run,
+               "online": self.online, "findings": [f.to_dict() for f in self.findings]}
+        if self.noise_floor is not None:
+            out["noise_floor"] = finite_or_none(self.noise_floor)
+        return out
 
     @classmethod
     def from_json(cls, raw: object, chk: Checker, meta: JobMeta | None = None) -> FindingsDocument:
@@ -202,6 +208,8 @@ class FindingsDocument:
                    online=chk.boolean(raw.get("online", False), "online"),
                    findings=[Finding.from_dict(f, chk, f"findings[{i}]", meta)
                              for i, f in enumerate(findings)],
+                   noise_floor=(None if raw.get("noise_floor") is None
+                                else chk.mapping(raw["noise_floor"], "noise_floor")),
                    schema=schema)
 
 

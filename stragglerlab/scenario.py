@@ -344,7 +344,11 @@ def load_scenario(
                          where)
     merged = _merge(_merge(defaults, scenarios[name] or {}), overrides or {})
     merged["name"] = name
-    return _build(Scenario, merged, where, f"scenario {name!r}").check(where)
+    from stragglerlab.implied_faults import with_implied_faults
+
+    # Imbalance phrased outside `faults` is a fault all the same (ground truth says so).
+    scenario = _build(Scenario, merged, where, f"scenario {name!r}").check(where)
+    return with_implied_faults(scenario).check(where)
 
 
 def list_scenarios(config: str | Path | None = None) -> list[Scenario]:

@@ -277,21 +277,21 @@ class RankTrainer:
         with self.tracer.op(OpType.LAYERNORM_GRADS_ALL_REDUCE):
             pass  # all-reduced over tensor-parallel ranks; with tp = 1 there are none
         if self.emb_group is not None:
+            self.faults.before_comm()  # outside the traced op: the rank arrives late
             with self.tracer.op(OpType.EMBEDDING_GRADS_ALL_REDUCE):
-                self.faults.before_comm()
                 dist.all_reduce(self.shared_emb.grad, group=self.emb_group)
                 self._sync()
         if self.dp > 1:
+            self.faults.before_comm()  # outside the traced op: the rank arrives late
             with self.tracer.op(OpType.GRADS_REDUCE_SCATTER, mc=0):
-                self.faults.before_comm()
                 shard_grad = torch.empty_like(self.opt.master)
                 dist.reduce_scatter_single(shard_grad, self.opt.flat_grad(), group=self.dp_group)
                 shard_grad /= self.dp
                 self._sync()
         else:
             shard_grad = self.opt.flat_grad()
+        self.faults.before_comm()  # outside the traced op: the rank arrives late
         with self.tracer.op(OpType.OPTIMIZER_CLIP_MAIN_GRAD):
-            self.faults.before_comm()
             sq = self.opt.local_sq_norm(shard_grad)
             dist.all_reduce(sq)
             norm = float(sq.sqrt())
@@ -348,8 +348,8 @@ class RankTrainer:
             self.gc_monitor.step = step
             step_start = now()
             if self.dp > 1:
+                self.faults.before_comm()  # outside the traced op: the rank arrives late
                 with self.tracer.op(OpType.PARAMS_ALL_GATHER, mc=0):
-                    self.faults.before_comm()
                     self._gather_params()
                     self._sync()
             else:  # no DP: nothing to gather, and no DP op in the trace

@@ -51,6 +51,8 @@ class Run:
     """run.json's error record of a failed run: {rank, kind, message}."""
     last_step_by_rank: dict[int, int] = field(default_factory=dict)
     """Last step each rank finished, from the run's status files (tells a hung or dead rank)."""
+    testbed: bool = False
+    """The run has a run.json: this testbed trained it (on this kind of host)."""
 
     @property
     def steps(self) -> np.ndarray:
@@ -79,6 +81,7 @@ def load_run(run_dir: str | Path) -> Run:
         record = folder.record
         run.outcome = record.outcome
         run.error = None if record.error is None else record.error.to_json()
+        run.testbed = True
     run.last_step_by_rank = folder.last_step_by_rank()
     return run
 

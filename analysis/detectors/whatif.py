@@ -71,6 +71,11 @@ finding names a stage or sequence imbalance, a stage whose forward and backward 
 named: a link, a slow worker or GC can carry the job's S, but none lengthens the
 partition's compute ops (`whatif_stage.stage_by_compute`).
 
+Every threshold above stands over the noise measured on clean runs of the run's layout
+family: where the noise floor (config/noise-floor.yaml, `whatif_noise.py`) reaches a
+threshold, it is raised just above it, and what the configured thresholds alone would
+have named is reported under the floor and not counted (`noise_report`).
+
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
 however long the run. This is the one place the analysis is recomputed, and
@@ -93,7 +98,6 @@ from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, R
 from stragglerlab.analysis.detectors.signatures import (
     category_excess,
     compute_ratio_to_peers,
-    gc_pauses_by_rank,
     peel_stragglers,
     seq_len_correlation,
     step_time_total,
@@ -102,11 +106,17 @@ from stragglerlab.analysis.detectors.signatures import (
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute, slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
+from stragglerlab.analysis.detectors.whatif_failure import failure_findings, gc_pauses
 from stragglerlab.analysis.detectors.whatif_links import (
     merge_links,
     prefer_ring_ends,
     slow_links,
     slowed_workers,
+)
+from stragglerlab.analysis.detectors.whatif_noise import (
+    CleanReading,
+    clean_reading,
+    floored_config,
 )
 from stragglerlab.analysis.detectors.whatif_ring import ring_links
 from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance, sequences_or_stage
@@ -116,10 +126,16 @@ from stragglerlab.analysis.detectors.whatif_stage import (
     stage_imbalance,
     stage_without_links,
 )
+from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
 
 _STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 
 __all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
+
+
+def _key(f: Finding) -> tuple:
+    """A finding's identity across two diagnoses: cause and ranks."""
+    return f.root_cause, tuple(sorted(f.ranks))
 
 
 def _not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:
@@ -137,20 +153,32 @@ class WhatIfDetector(Detector):
     reads_whatif = True
     """Offline it reads <run>/whatif/whatif.json (the workflow's detect job depends on it)."""
 
-    def __init__(self, config: WhatIfDetectorConfig | None = None) -> None:
+    def __init__(self, config: WhatIfDetectorConfig | None = None,
+                 noise_floor: NoiseFloor | None | str = "default") -> None:
+        """noise_floor: the measured floor thresholds are raised to (`whatif_noise.py`);
+        "default" reads the shipped config/noise-floor.yaml, which was measured on this
+        testbed and so applies to its runs only (run.json), None uses none."""
         self.config = config or WhatIfDetectorConfig()
+        self.noise_floor = (noise_floor_option(None) if noise_floor == "default"
+                            else noise_floor)
+        self.shipped_floor = noise_floor == "default"
         # Online: a sliding window keeps the cost per step flat however long the run.
         self.online_window_steps = self.config.online_window_steps
+        self.noise_report: dict | None = None
+        """After `detect`: the run's family floor, the thresholds it raised and the
+        findings that stayed under it (reported, not counted)."""
 
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
-        return super().detect_online(run) + self._failure(run)
+        self.noise_report = self._floored(run)[1]
+        return super().detect_online(run) + failure_findings(run)
 
     def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
         """Online: re-analyse the latest `online_window_steps` steps (only the steps so far)."""
         self._seen.append(step_trace)
         del self._seen[:-self.online_window_steps]
-        seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
+        seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path,
+                   testbed=run.testbed)
         if seen.trace["step"].nunique() < self.config.min_steps:
             return []
         return self.diagnose(seen, Evidence.analyse(seen))
@@ -158,13 +186,40 @@ class WhatIfDetector(Detector):
     # -- offline -----------------------------------------------------------------------
     def detect(self, run: Run) -> list[Finding]:
         """Findings of the whole run, from its whatif/whatif.json and its trace."""
-        findings = self._failure(run)
+        findings = failure_findings(run)
+        rules, self.noise_report = self._floored(run)
         if run.trace.empty or run.trace["step"].nunique() < self.config.min_steps:
             return findings
-        return findings + self.diagnose(run, read_evidence(run))
+        evidence = read_evidence(run)
+        self.noise_report["job_slowdown"] = float(evidence.view.slowdown)
+        found = rules._diagnose(run, evidence)
+        if rules is not self:  # what the configured thresholds alone would have named
+            kept = {_key(f) for f in found}
+            self.noise_report["below_floor"] = [
+                f.to_dict() for f in self._diagnose(run, evidence) if _key(f) not in kept]
+        return findings + found
 
     def diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
-        """Straggler findings from the what-if evidence and the run's trace (not failures)."""
+        """Straggler findings from the what-if evidence and the run's trace (not failures),
+        under thresholds raised to the run's layout family's noise floor."""
+        return self._floored(run)[0]._diagnose(run, evidence)
+
+    def clean_reading(self, run: Run) -> CleanReading:
+        """A clean run's reading for the noise floor (`whatif_noise.py`)."""
+        evidence = read_evidence(run)
+        return clean_reading(
+            run, evidence, self.config,
+            lambda cfg: WhatIfDetector(cfg, noise_floor=None)._diagnose(run, evidence))
+
+    def _floored(self, run: Run) -> tuple[WhatIfDetector, dict]:
+        """The detector whose thresholds stand above the run's family floor, and the
+        report of that floor."""
+        floor = None if self.shipped_floor and not run.testbed else self.noise_floor
+        cfg, report = floored_config(self.config, floor, run.meta)
+        return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
+
+    def _diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
+        """The rules under this detector's own thresholds."""
         found = self._causes(run, evidence)
         # A slow device is a fault whether or not it straggles (slack, or another fault on
         # the critical path): its own compute against its DP peers' shows it.
@@ -200,7 +255,7 @@ class WhatIfDetector(Detector):
     def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
         """GC, then the other causes in the method's order."""
         steps = evidence.steps
-        gc = self._gc(run, evidence.view.slowdown, steps)
+        gc = gc_pauses(run, evidence.view.slowdown, steps, self.config)
         if gc is None:
             return self._not_gc(run, evidence, steps)
         # GC explains its own ranks' pauses, not the rest of the job: look on for other causes
@@ -273,44 +328,6 @@ class WhatIfDetector(Detector):
                        confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
                        estimated_slowdown=evidence.view.slowdown,
                        detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
-
-    def _failure(self, run: Run) -> list[Finding]:
-        """The rank a failed run lost, as a worker finding."""
-        if run.outcome != "failed":
-            return []
-        rank = (run.error or {}).get("rank")
-        if rank is None and run.last_step_by_rank:
-            last = min(run.last_step_by_rank.values())
-            stopped = [r for r, s in run.last_step_by_rank.items() if s == last]
-            rank = stopped[0] if len(stopped) == 1 else None
-        if rank is None:
-            return []
-        # The failing step follows the last one the rank finished. Its status file lags by
-        # one (a step's end is reported with the next step's start), so the trace, which
-        # holds every step all ranks finished, may know a later one.
-        traced = int(run.trace["step"].max()) if not run.trace.empty else 0
-        step = max(run.last_step_by_rank.get(int(rank), traced), traced) + 1
-        # A dead process is a crash; a rank that stopped progressing (or timed out) hung.
-        died = (run.error or {}).get("kind") == "worker-died"
-        cause = RootCause.CRASH if died else RootCause.HANG
-        return [Finding([run.rank_ref(int(rank))], step, step, cause, 1.0,
-                        detected_at_step=step,
-                        detail={"failure": (run.error or {}).get("kind", "stopped")})]
-
-    def _gc(self, run: Run, slowdown: float, steps: np.ndarray) -> Finding | None:
-        pauses = gc_pauses_by_rank(run.trace)
-        if pauses.empty or pauses.max() <= 0:
-            return None
-        share = float(pauses.max() / max(step_time_total(run.trace), 1e-12))
-        if share < self.config.gc_min_share:
-            return None
-        pausing = pauses[pauses >= self.config.gc_rank_share * pauses.max()].index
-        return Finding(
-            [run.rank_ref(int(r)) for r in sorted(pausing)], int(steps[0]), int(steps[-1]),
-            RootCause.GC_PAUSES, confidence=float(min(1.0, 0.5 + share * 5)),
-            estimated_slowdown=slowdown,
-            detail={"gc_pause_share": share,
-                    "gc_pause_s_by_rank": {str(k): float(v) for k, v in pauses.items()}})
 
     def _stragglers(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
         cfg = self.config

@@ -35,6 +35,7 @@ VERBS: dict[str, str] = {
     "list": "stragglerlab.cli.listing",
     "import": "stragglerlab.cli.import_kineto",
     "clean": "stragglerlab.cli.clean",
+    "noise-floor": "stragglerlab.cli.noise_floor",
 }
 """Verb name -> module with `add_parser(sub, name) -> ArgumentParser` and `run(args) -> int`."""
 

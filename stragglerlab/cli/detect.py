@@ -30,6 +30,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="replay the run step by step; findings carry the step they appeared at")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output folder; writes <detector>.json or <detector>-online.json")
+    p.add_argument("--noise-floor", default="default", metavar="FILE",
+                   help="whatif: the measured noise floor its thresholds are raised to "
+                        "(`stragglerlab noise-floor` writes one); `default`: the shipped "
+                        "config/noise-floor.yaml, for this testbed's runs (with run.json) "
+                        "only; `none`: no floor (default: %(default)s)")
     return p
 
 
@@ -43,13 +48,19 @@ def run(args) -> int:
     out = out_folder(args.out) / findings_name(args.detector, args.online)
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
+    from stragglerlab.noise_floor import noise_floor_option
 
     detector = get_detector(args.detector)
+    if hasattr(detector, "noise_floor") and args.noise_floor != "default":
+        detector.noise_floor = noise_floor_option(args.noise_floor)
+        detector.shipped_floor = False
     run_data = load_run(args.run)
     t0 = time.perf_counter()
     findings = detector.detect_online(run_data) if args.online else detector.detect(run_data)
+    report = getattr(detector, "noise_report", None)
     write_findings(out, FindingsDocument(detector=args.detector, run=str(args.run),
-                                         online=args.online, findings=findings))
+                                         online=args.online, findings=findings,
+                                         noise_floor=report))
     if not args.quiet:
         mode = "online" if args.online else "offline"
         print(f"{args.detector} ({mode}) on {args.run}: {len(findings)} finding(s) "
@@ -59,4 +70,20 @@ def run(args) -> int:
             est = f", est. slowdown {f.estimated_slowdown:.2f}" if f.estimated_slowdown else ""
             print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
                   f"confidence {f.confidence:.2f}{est}", file=sys.stderr)
+        if report:
+            print("  " + floor_line(report), file=sys.stderr)
     return 0
+
+
+def floor_line(report: dict) -> str:
+    """One line on the run's noise floor: its family's clean S and what it raised."""
+    if not report.get("measured"):
+        return (f"noise floor: none for this run ({report['family']}; the shipped floor is "
+                "this testbed's: measure yours with `stragglerlab noise-floor`)")
+    s = report.get("clean_job_slowdown") or {}
+    clean = f", clean S {s['min']:.3f}-{s['max']:.3f}" if s else ""
+    raised = "; ".join(f"{k} {v['configured']:.3g} -> {v['used']:.3g}"
+                       for k, v in report["raised"].items()) or "no threshold raised"
+    below = len(report.get("below_floor") or [])
+    return (f"noise floor ({report['family']}, {report['n_runs']} clean runs{clean}): "
+            f"{raised}; {below} finding(s) under it, not counted")

@@ -124,7 +124,33 @@ def table(scores: dict) -> str:
                        f"{_fmt(m['f1'])}/{_fmt(m['root_cause_accuracy'])}/"
                        f"{_fmt(m['median_latency_steps'])}")
         lines.append(f"{name:18s} " + " ".join(f"{c:>16s}" for c in row))
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + noise_table(ranked))
+
+
+def _bin(row: dict) -> str:
+    if row["lo"] is None:
+        return "unmeasured"
+    return f"<{row['hi']}" if row["lo"] == 1.0 else \
+        f">={row['lo']}" if row["hi"] is None else f"{row['lo']}-{row['hi']}"
+
+
+def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
+    """Per detector: false findings per 1,000 clean worker-steps, faults scored apart as
+    unobservable, and recall by the faults' measured slowdown (the sensitivity curve)."""
+    if not ranked:
+        return []
+    bins = [_bin(r) for r in ranked[0][1]["sensitivity"]]
+    lines = ["noise and sensitivity: false findings per 1,000 clean worker-steps (clean runs "
+             "with findings / clean runs), unobservable faults apart, fault recall by "
+             "measured slowdown (faults)",
+             f"{'detector':18s} {'false/1k':>9s} {'clean':>7s} {'apart':>6s} "
+             + " ".join(f"{b:>12s}" for b in bins)]
+    for name, s in ranked:
+        cells = [f"{_fmt(r['recall'])}({r['n']})" if r["n"] else "-" for r in s["sensitivity"]]
+        lines.append(f"{name:18s} {_fmt(s['false_findings_per_1k_clean_worker_steps']):>9s} "
+                     f"{s['clean_runs_with_findings']}/{s['clean_runs']:<5d} "
+                     f"{s['unobservable_faults']:>6d} " + " ".join(f"{c:>12s}" for c in cells))
+    return lines
 
 
 def run(args) -> int:

@@ -48,7 +48,7 @@ def test_run_folder_is_complete(clean_run: Path):
     assert run["versions"]["torch"].startswith("2.13") and run["seed"] == 0
     assert run["scenario"]["parallel"] == {"dp": 2, "pp": 2, "microbatches": 4,
                                            "layers_per_stage": None, "partition": "balanced"}
-    assert len(run["trace"]["complete_steps"]) == 30  # 31 steps, 1 warm-up
+    assert len(run["trace"]["complete_steps"]) == 29  # 31 steps, 2 warm-up
     assert json.loads((clean_run / "faults.json").read_text()) == []
 
 

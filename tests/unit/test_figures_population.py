@@ -231,7 +231,8 @@ def test_table_s6_pairs_matching_seeds(tmp_path):
     assert ours["level1_seeds"] == 2
     assert not any(k.startswith(("level2", "level3")) for k in ours)
     md = ours["markdown"].splitlines()
-    assert len(md) == 5 and "| 1 | slow-worker-1 | 0,1 (2 runs) | 1.40 (1.38) | 1.15 |" in md[2]
+    assert len(md) == 5
+    assert "| 1 | slow-worker-1 | 0,1 (2 runs) | 1.40 (1.38) | clean run | 1.15 |" in md[2]
     assert "1.16" in md[2] and "1.21" in md[2]  # the paper's values beside ours
     assert md[4].startswith("| 3 | slow-worker-3 | - |")
 

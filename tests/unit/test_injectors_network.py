@@ -64,6 +64,21 @@ def test_net_delay_measure_without_peers_is_none():
     assert inj.measure(only_victim, {})["delay_ms"] is None
 
 
+def test_net_delay_in_pure_dp_is_measured_as_the_victims_late_arrival():
+    """Without PP the victim's wait before each collective shows as late starts."""
+    from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
+
+    df, _ = synthesize_trace(SyntheticConfig(dp_size=4, pp_size=1, n_steps=6))
+    victim = target(2, 0)
+    late = (df["rank"] == victim.rank) & df["optype"].astype(str).isin(
+        ["params-all-gather", "grads-reduce-scatter", "optimizer-clip-main-grad"])
+    df.loc[late & (df["step"] >= 3), "start_ts"] += 0.020
+    inj = build(spec(FaultKind.NET_DELAY, [victim], first=3, delay_ms=20))
+    got = inj.measure(df, {})
+    assert got["arrival_ms"] == pytest.approx(20.0, abs=1.0)
+    assert "before collectives" in got["mechanism"]
+
+
 # --- net throttle ----------------------------------------------------------------------
 
 

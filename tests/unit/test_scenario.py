@@ -108,8 +108,12 @@ def test_user_config_merges_defaults_and_builtin_scenarios(tmp_path: Path):
     assert mine.description == "new one"
     assert (mine.parallel.dp, mine.parallel.pp, mine.world_size) == (1, 4, 4)
     assert mine.data.length_distribution is LengthDistribution.LONGTAIL
-    assert mine.faults == [{"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 1}],
-                            "params": {"factor": 2.0}}]
+    assert mine.faults[0] == {"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 1}],
+                              "params": {"factor": 2.0}}
+    # long-tailed lengths and a logit layer (vocab 256) 12 % over a one-block stage are
+    # imbalance the job runs: faults too (stragglerlab/implied_faults.py)
+    assert [(f["kind"], f["params"]["implied_by"]) for f in mine.faults[1:]] == [
+        ("stage-imbalance", "model.vocab"), ("seq-imbalance", "data.length_distribution")]
     assert mine.run.seed == 42
     names = [x.name for x in list_scenarios(path)]
     assert {"clean-dp2-pp2", "clean-dp2-pp4", "mine"} <= set(names)

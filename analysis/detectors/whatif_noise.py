@@ -1,0 +1,168 @@
+"""The `whatif` detector against the noise floor: measuring it, and raising thresholds to it.
+
+Every rule of the detector compares one statistic with one threshold field of
+`WhatIfDetectorConfig` (a link's cost as a share of the step, a device's compute
+over its peers, ...). How high that statistic goes on clean runs is measured
+with the rule itself: on a clean run, the detector is run again with that one
+threshold taken away (`RELAXED`), the other tests of the rule left as they are,
+and the highest value the statistic takes among what it then reports is the
+run's reading. Windows, peers and references are the rule's own, so the floor
+is read over the same window length the rule uses. A family's floor is the
+highest reading over its clean runs (`measure_floor`).
+
+When a run is diagnosed, each threshold is raised to just above its family's
+floor where the floor is higher (`floored_config`): a finding must stand out of
+the noise measured for its layout. Nothing is tuned here: a threshold that
+clean noise never reaches stays as it was set.
+
+    reading = WhatIfDetector().clean_reading(run)      # a clean run's statistics
+    floor = measure_floor({LayoutFamily.DP_PP: [reading, ...]}, config)
+    cfg, report = floored_config(config, floor, run.meta)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from stragglerlab.analysis.detectors.base import Finding, Run
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.meta import JobMeta, LayoutFamily
+from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, Spread
+from stragglerlab.run_folder import RunFolder
+
+ABOVE = 1e-6
+"""A raised threshold sits this far (relative) above the floor: a finding must exceed it."""
+
+
+@dataclass(frozen=True)
+class Relaxed:
+    """How one threshold is taken away, and where its rules write the statistic."""
+
+    off: float
+    """The value under which the threshold passes everything."""
+    keys: tuple[str, ...]
+    """Finding detail keys that hold the statistic (the rule's own evidence)."""
+    both: bool = False
+    """The statistic is the least of the keys (a rule that needs every reading over it)."""
+
+
+RELAXED: dict[str, Relaxed] = {
+    # comm cost of a slow P2P link, share of a step (whatif_links.py)
+    "link_step_share": Relaxed(0.0, ("step_share",)),
+    # a DP ring link's signed excess, share of a step (whatif_ring.py)
+    "ring_step_share": Relaxed(0.0, ("ring_step_share",)),
+    # a device's compute over its DP peers' (whatif_device.py)
+    "device_compute_ratio": Relaxed(1.0, ("compute_over_peers",)),
+    # a straggler's windowed worker score over the step's best (whatif.py rule 5)
+    "worker_threshold": Relaxed(1.0, ("relative_score",)),
+    # a straggler's own compute over its stage peers' (rules 5 and 6)
+    "compute_ratio": Relaxed(1.0, ("compute_ratio",)),
+    # a stage's forward and backward over the other stages' (whatif_stage.stage_by_compute)
+    "stage_compute_ratio": Relaxed(1.0, ("stage_compute_ratio",)),
+    # measured GC pause time over job time (rule 2)
+    "gc_min_share": Relaxed(0.0, ("gc_pause_share",)),
+    # a rank's comm excess over job time when no straggler stands out (rule 7)
+    "link_share": Relaxed(0.0, ("comm_excess_share",)),
+}
+"""Threshold field -> how its noise is read. The stage-shift rule reads
+`device_compute_ratio` too, as the lesser of its two readings."""
+
+SHIFT = Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True)
+"""The stage-shift rule's reading of `device_compute_ratio` (whatif_shift.py)."""
+
+
+def _values(detail: dict, relaxed: Relaxed) -> list[float]:
+    """The statistic a finding's detail holds, as numbers (a per-worker dict: each)."""
+    got = []
+    for key in relaxed.keys:
+        v = detail.get(key)
+        vals = list(v.values()) if isinstance(v, dict) else [v]
+        got.append([float(x) for x in vals if isinstance(x, (int, float))])
+    if relaxed.both:
+        return [min(v[0] for v in got)] if all(got) else []
+    return [x for v in got for x in v]
+
+
+def reading(findings: list[Finding], name: str) -> float | None:
+    """The highest value of threshold `name`'s statistic among findings, None without one."""
+    vals = [x for f in findings for x in _values(f.detail, RELAXED[name])]
+    if name == "device_compute_ratio":
+        vals += [x for f in findings for x in _values(f.detail, SHIFT)]
+    return max(vals) if vals else None
+
+
+def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
+                   meta: JobMeta) -> tuple[WhatIfDetectorConfig, dict]:
+    """`config` with every threshold the run's family floor reaches raised just above it,
+    and the report of that floor: {family, measured, source, n_runs, layouts,
+    clean_job_slowdown, raised: {field: {configured, floor, used}}, below_floor: []}."""
+    family = LayoutFamily.of(meta.dp_size, meta.pp_size)
+    floor = noise_floor.family(family) if noise_floor is not None else None
+    report: dict = {"family": family.value, "measured": floor is not None,
+                    "source": noise_floor.source if noise_floor is not None else None,
+                    "raised": {}, "below_floor": []}
+    if floor is None:
+        return config, report
+    report.update(n_runs=floor.n_runs, layouts=list(floor.layouts),
+                  clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
+    raised = report["raised"]
+    for name, value in floor.statistics.items():
+        if name not in RELAXED:
+            continue  # a statistic this detector version does not floor
+        configured = getattr(config, name)
+        if value * (1 + ABOVE) > configured:
+            raised[name] = {"configured": configured, "floor": value,
+                            "used": value * (1 + ABOVE)}
+    return replace(config, **{k: v["used"] for k, v in raised.items()}), report
+
+
+@dataclass
+class CleanReading:
+    """What one clean run reads for the noise floor."""
+
+    layout: str
+    """`dp<D>-pp<P>`."""
+    statistics: dict[str, float | None] = field(default_factory=dict)
+    """Threshold field -> its statistic's highest value with the threshold taken away."""
+    job_slowdown: float | None = None
+    """The run's what-if S."""
+    discrepancy: float | None = None
+    """Simulation discrepancy, actual / simulated - 1."""
+
+
+def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
+                  diagnose: Callable[[WhatIfDetectorConfig], list[Finding]]) -> CleanReading:
+    """One clean run's reading: per threshold field, its statistic's highest value with
+    that threshold taken away (`diagnose(cfg)` runs the detector's rules under a config),
+    and the run's S and simulation discrepancy (its whatif.json)."""
+    stats = {name: reading(diagnose(replace(config, **{name: relaxed.off})), name)
+             for name, relaxed in RELAXED.items()}
+    discrepancy = None
+    folder = RunFolder(path=Path(run.path))
+    if folder.has_whatif:
+        d = folder.whatif.get("simulation_discrepancy")
+        discrepancy = float(d) - 1.0 if isinstance(d, (int, float)) else None
+    return CleanReading(layout=f"dp{run.meta.dp_size}-pp{run.meta.pp_size}",
+                        statistics=stats, job_slowdown=float(evidence.view.slowdown),
+                        discrepancy=discrepancy)
+
+
+def measure_floor(readings: dict, config: WhatIfDetectorConfig) -> NoiseFloor:
+    """The noise floor of clean runs: readings is {LayoutFamily: [CleanReading, ...]}."""
+    known = {f.name for f in fields(config)}
+    families = {}
+    for family, runs in readings.items():
+        stats = {}
+        for name in RELAXED:
+            vals = [r.statistics.get(name) for r in runs]
+            vals = [v for v in vals if v is not None]
+            if vals and name in known:
+                stats[name] = max(vals)
+        families[family] = FamilyFloor(
+            n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),
+            statistics=stats,
+            job_slowdown=Spread.of([r.job_slowdown for r in runs]),
+            discrepancy=Spread.of([r.discrepancy for r in runs]))
+    return NoiseFloor(families=families)

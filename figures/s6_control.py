@@ -1,0 +1,93 @@
+"""§6 with a control inside the run: the slow worker's slowdown measured against the same
+run's clean steps, not against another process run minutes earlier.
+
+This host's speed drifts between processes (issue 34: the non-victim workers' forward
+ran 13 % faster in a slow run than in the clean run before it), and a ratio between two
+runs carries that drift. The §6 scenarios therefore start the slow worker at a step
+after at least `MIN_BASELINE_STEPS` clean traced steps, and for such a run:
+
+* measured = mean step time over the fault's window / over the clean traced steps
+  before it (run.json step times);
+* estimated = the what-if S of the fault's window alone (its trace, analysed with the
+  mean and the median compute ideal), the paper's method on the straggling period;
+* drift = what the control removes: the non-victim workers' median compute op time in
+  the window over the same in the clean run of the same layout and seed (None without
+  one); > 1 means the host ran slower during the slow run.
+
+    m = in_run(run, clean_runs)        # InRun or None (no clean steps before the fault)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stragglerlab.analysis.ground_truth import MIN_BASELINE_STEPS
+from stragglerlab.analysis.whatif import ComputeIdeal, analyze
+from stragglerlab.figures.data import RunSummary
+
+_COMPUTE = ("forward-compute", "backward-compute")
+
+
+@dataclass(frozen=True)
+class InRun:
+    """One slow run measured against its own clean steps."""
+
+    measured: float
+    """Mean step time in the fault window / before it."""
+    estimated: dict[str, float]
+    """What-if S of the window, by compute ideal (`mean`, `median`)."""
+    drift: float | None
+    """Non-victim compute in the window over the clean run's (same seed)."""
+    window: tuple[int, int]
+    """First and last step of the fault window."""
+    clean_steps: int
+    """Clean traced steps before it."""
+
+    def error(self, ideal: str) -> float | None:
+        """estimated / measured - 1 for one ideal."""
+        est = self.estimated.get(ideal)
+        return None if est is None else est / self.measured - 1.0
+
+
+def _slow_fault(run: RunSummary) -> dict | None:
+    faults = [f for f in run.faults if f.get("kind") == "slow-worker"]
+    return faults[0] if len(faults) == 1 else None
+
+
+def in_run(run: RunSummary, clean: list[RunSummary]) -> InRun | None:
+    """The run's in-run measurement; None when the fault leaves too few clean steps."""
+    fault = _slow_fault(run)
+    times = run.step_times_s()
+    if fault is None or not times:
+        return None
+    steps = np.array(sorted(times))
+    first = int(fault.get("first_step") or 0)
+    last = fault.get("last_step")
+    last = int(steps.max()) if last is None else int(last)
+    before = steps[steps < first]
+    window = steps[(steps >= first) & (steps <= last)]
+    if len(before) < MIN_BASELINE_STEPS or not len(window):
+        return None
+    measured = float(np.mean([times[s] for s in window]) / np.mean([times[s] for s in before]))
+    trace = run.trace()
+    part = trace[(trace["step"] >= first) & (trace["step"] <= last)]
+    estimated = {ideal.value: float(analyze(part, run.meta, where=str(run.path),
+                                            compute_ideal=ideal).slowdown)
+                 for ideal in (ComputeIdeal.MEAN, ComputeIdeal.MEDIAN)}
+    victims = {int(t["rank"]) for t in fault.get("targets") or []}
+    same = [c for c in clean if c.seed == run.seed and c.ok]
+    drift = None
+    if same:
+        ours = _bystander_compute(part, victims)
+        theirs = _bystander_compute(same[0].trace(), victims)
+        drift = ours / theirs if ours and theirs else None
+    return InRun(measured=measured, estimated=estimated, drift=drift,
+                 window=(int(window.min()), int(window.max())), clean_steps=len(before))
+
+
+def _bystander_compute(trace, victims: set[int]) -> float | None:
+    """Median compute op duration of the workers that are not victims, s."""
+    ops = trace[trace["optype"].astype(str).isin(_COMPUTE) & ~trace["rank"].isin(victims)]
+    return float(ops["duration"].median()) if len(ops) else None

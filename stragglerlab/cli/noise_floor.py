@@ -1,0 +1,75 @@
+"""`stragglerlab noise-floor`: measure the noise floor of clean runs (per layout family).
+
+    stragglerlab noise-floor --runs results/clean-*/* --out results/noise
+    stragglerlab detect --run R --detector whatif \
+        --noise-floor results/noise/noise-floor.yaml --out R/detect
+
+Each run must be clean (its faults.json is `[]`) and analysed (`stragglerlab whatif`
+first). For every threshold of the `whatif` detector it reads how high the threshold's
+statistic goes on each run with that threshold taken away
+(stragglerlab/analysis/detectors/whatif_noise.py), and writes `noise-floor.yaml` into
+--out: per layout family the highest reading of each statistic, and the spread of the
+runs' S and simulation discrepancy. The shipped floor (config/noise-floor.yaml) was
+written this way from the testbed's clean runs; measure your own on your host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from stragglerlab.cli.common import out_folder
+from stragglerlab.errors import InputError
+
+ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
+
+
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet)."""
+    p = sub.add_parser(name, help="measure the detector's noise floor on clean runs",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", nargs="+", required=True, metavar="DIR",
+                   help="clean, analysed run folders (faults.json [] and whatif/whatif.json)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output folder; writes noise-floor.yaml")
+    return p
+
+
+def run(args) -> int:
+    """Read every run, measure, write."""
+    out = out_folder(args.out)
+    from stragglerlab.analysis.detectors import load_run
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+    from stragglerlab.analysis.detectors.whatif_noise import measure_floor
+    from stragglerlab.meta import LayoutFamily
+    from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
+    from stragglerlab.run_folder import RunFolder
+
+    detector = WhatIfDetector(noise_floor=None)
+    readings: dict = {}
+    for i, run_dir in enumerate(args.runs, 1):
+        folder = RunFolder(path=Path(run_dir))
+        if folder.faults_path.is_file() and folder.faults:
+            raise InputError(f"{ASSUMED_CLEAN}; drop it from --runs", str(folder.faults_path))
+        run = load_run(run_dir)
+        reading = detector.clean_reading(run)
+        family = LayoutFamily.of(run.meta.dp_size, run.meta.pp_size)
+        readings.setdefault(family, []).append(reading)
+        if not args.quiet:
+            print(f"[{i}/{len(args.runs)}] {run_dir} ({reading.layout}): S "
+                  f"{reading.job_slowdown:.3f}", file=sys.stderr)
+    floor = measure_floor(readings, detector.config)
+    path = out / NOISE_FLOOR_YAML
+    write_noise_floor(path, floor, header=(
+        "Noise floor of the whatif detector, measured by `stragglerlab noise-floor` on "
+        f"{len(args.runs)} clean runs.\nPer layout family: the highest value each threshold's "
+        "statistic reached with that threshold taken away\n(analysis/detectors/"
+        "whatif_noise.py), and the spread of the runs' S and simulation discrepancy."))
+    for family, ff in floor.families.items():
+        stats = ", ".join(f"{k} {v:.4g}" for k, v in sorted(ff.statistics.items())) or "none"
+        s = ff.job_slowdown
+        print(f"{family.value:6s} {ff.n_runs} runs ({', '.join(ff.layouts)}): S "
+              f"{s.min:.3f}-{s.max:.3f}; statistics: {stats}")
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,198 @@
+"""The noise floor: what clean runs of each layout family look like to the analysis.
+
+A detector threshold set on fault cases says nothing of how often clean noise
+crosses it. The noise floor is measured instead: over clean runs of a layout
+family (pure DP, pure PP, DP x PP), the highest value each detector statistic
+reached when its own threshold was taken away (`whatif_noise.py` says how), and
+the spread of the run-level numbers (job S, simulation discrepancy). A
+finding must stand above its family's floor to be counted.
+
+The file (`config/noise-floor.yaml` ships the testbed's; `stragglerlab
+noise-floor` writes one from your clean runs):
+
+    schema: stragglerlab.noise-floor/1
+    families:
+      dp+pp:
+        n_runs: 9
+        layouts: [dp2-pp2, dp2-pp4, dp4-pp4]
+        statistics: {link_step_share: 0.041, ...}    # threshold field -> clean maximum
+        job_slowdown: {min: 1.02, median: 1.04, max: 1.06, n: 9}
+        ...
+
+    floor = read_noise_floor(DEFAULT_NOISE_FLOOR)
+    floor.family(LayoutFamily.DP_PP).statistics["link_step_share"]
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from stragglerlab.atomic import atomic_write_text
+from stragglerlab.errors import InputError
+from stragglerlab.filecheck import Checker, echo, load_yaml
+from stragglerlab.meta import LayoutFamily
+
+NOISE_FLOOR_SCHEMA = "stragglerlab.noise-floor/1"
+"""Schema tag of a noise-floor file."""
+NOISE_FLOOR_FIX = ("rewrite it with `stragglerlab noise-floor --runs CLEAN_RUN... --out DIR`, "
+                   "or pass --noise-floor none")
+"""The fix a bad noise-floor file message suggests."""
+NOISE_FLOOR_YAML = "noise-floor.yaml"
+"""Fixed file name inside a --out folder."""
+DEFAULT_NOISE_FLOOR = Path(str(importlib.resources.files("stragglerlab") / "config"
+                               / NOISE_FLOOR_YAML))
+"""The testbed's measured floor, shipped as package data."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spread:
+    """How one run-level number spread over clean runs."""
+
+    min: float
+    """Lowest value."""
+    median: float
+    """Median."""
+    max: float
+    """Highest value."""
+    n: int
+    """Runs it was read on."""
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread | None:
+        """The spread of finite values; None without any."""
+        v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
+        if not len(v):
+            return None
+        return cls(min=round(float(v.min()), 6), median=round(float(np.median(v)), 6),
+                   max=round(float(v.max()), 6), n=int(len(v)))
+
+    def to_json(self) -> dict:
+        """YAML/JSON form."""
+        return {"min": self.min, "median": self.median, "max": self.max, "n": self.n}
+
+    @classmethod
+    def from_json(cls, raw: object, chk: Checker, where: str) -> Spread:
+        """Validated."""
+        raw = chk.mapping(raw, where)
+        out = cls(min=chk.number(raw.get("min"), f"{where}.min"),
+                  median=chk.number(raw.get("median"), f"{where}.median"),
+                  max=chk.number(raw.get("max"), f"{where}.max"),
+                  n=chk.integer(raw.get("n"), f"{where}.n", minimum=1))
+        if not out.min <= out.median <= out.max:
+            chk.fail(where, "needs min <= median <= max")
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyFloor:
+    """The floor of one layout family."""
+
+    n_runs: int
+    """Clean runs it was measured on."""
+    layouts: tuple[str, ...] = ()
+    """Their layouts, `dp<D>-pp<P>`."""
+    statistics: dict[str, float] = field(default_factory=dict)
+    """Detector threshold field -> the highest value its statistic reached on these clean
+    runs with that threshold taken away. A field absent never reached the rule's other
+    tests on a clean run: its configured threshold stands."""
+    job_slowdown: Spread | None = None
+    """The runs' what-if S."""
+    discrepancy: Spread | None = None
+    """Their simulation discrepancy, actual / simulated step time - 1."""
+
+    def to_json(self) -> dict:
+        """YAML/JSON form."""
+        out: dict = {"n_runs": self.n_runs, "layouts": list(self.layouts),
+                     "statistics": {k: round(float(v), 6)
+                                    for k, v in sorted(self.statistics.items())}}
+        for name in ("job_slowdown", "discrepancy"):
+            spread = getattr(self, name)
+            if spread is not None:
+                out[name] = spread.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, raw: object, chk: Checker, where: str) -> FamilyFloor:
+        """Validated."""
+        raw = chk.mapping(raw, where)
+        stats = chk.mapping(raw.get("statistics", {}) or {}, f"{where}.statistics")
+        spreads = {name: Spread.from_json(raw[name], chk, f"{where}.{name}")
+                   for name in ("job_slowdown", "discrepancy")
+                   if raw.get(name) is not None}
+        return cls(n_runs=chk.integer(raw.get("n_runs"), f"{where}.n_runs", minimum=1),
+                   layouts=tuple(chk.string(x, f"{where}.layouts[{i}]") for i, x in
+                                 enumerate(chk.listing(raw.get("layouts", []) or [],
+                                                       f"{where}.layouts"))),
+                   statistics={chk.string(k, f"{where}.statistics key"):
+                               chk.number(v, f"{where}.statistics.{k}", minimum=0.0)
+                               for k, v in stats.items()},
+                   **spreads)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoiseFloor:
+    """Every measured family's floor."""
+
+    families: dict[LayoutFamily, FamilyFloor] = field(default_factory=dict)
+    """Layout family -> its floor (a family not measured has none)."""
+    source: str = ""
+    """Where it was read from (for messages and reports)."""
+
+    def family(self, family: LayoutFamily) -> FamilyFloor | None:
+        """The family's floor, None when it was not measured."""
+        return self.families.get(family)
+
+    def to_json(self) -> dict:
+        """YAML/JSON form."""
+        return {"schema": NOISE_FLOOR_SCHEMA,
+                "families": {f.value: ff.to_json() for f, ff in sorted(
+                    self.families.items(), key=lambda kv: kv[0].value)}}
+
+    @classmethod
+    def from_json(cls, raw: object, chk: Checker, source: str = "") -> NoiseFloor:
+        """Validated."""
+        raw = chk.mapping(raw, "noise-floor file")
+        schema = chk.string(raw.get("schema"), "schema")
+        if schema != NOISE_FLOOR_SCHEMA:
+            chk.fail("schema", f"{echo(schema)} is not {NOISE_FLOOR_SCHEMA}")
+        fams = chk.mapping(raw.get("families", {}) or {}, "families")
+        out = {}
+        for name, value in fams.items():
+            try:
+                fam = LayoutFamily(name)
+            except ValueError:
+                chk.fail(f"families.{echo(name)}", "not a layout family (one of "
+                         f"{', '.join(f.value for f in LayoutFamily)})")
+            out[fam] = FamilyFloor.from_json(value, chk, f"families.{name}")
+        return cls(families=out, source=source)
+
+
+def read_noise_floor(path: str | Path) -> NoiseFloor:
+    """Read and validate a noise-floor file."""
+    chk = Checker(path, NOISE_FLOOR_FIX)
+    return NoiseFloor.from_json(load_yaml(path, "noise-floor file", NOISE_FLOOR_FIX), chk,
+                                str(path))
+
+
+def write_noise_floor(path: str | Path, floor: NoiseFloor, header: str = "") -> None:
+    """Write a noise-floor file atomically (`header`: comment lines put on top)."""
+    text = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
+    atomic_write_text(path, text + yaml.safe_dump(floor.to_json(), sort_keys=False))
+
+
+def noise_floor_option(value: str | None) -> NoiseFloor | None:
+    """A verb's --noise-floor: None or `default` -> the shipped floor (none when it is not
+    installed), `none` -> no floor, else a file."""
+    if value == "none":
+        return None
+    path = DEFAULT_NOISE_FLOOR if value in (None, "default") else Path(value)
+    if value in (None, "default") and not path.is_file():
+        return None
+    if not path.is_file():
+        raise InputError(f"no noise-floor file {value}: {NOISE_FLOOR_FIX}")
+    return read_noise_floor(path)

@@ -1,0 +1,157 @@
+"""The detector noise floor: its file, its measurement with the detector's own rules, and
+thresholds raised to it (stragglerlab/noise_floor.py, analysis/detectors/whatif_noise.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_noise import (
+    CleanReading,
+    floored_config,
+    measure_floor,
+    reading,
+)
+from stragglerlab.cli import main
+from stragglerlab.errors import InputError
+from stragglerlab.findings import Finding, RootCause
+from stragglerlab.meta import JobMeta, LayoutFamily
+from stragglerlab.noise_floor import (
+    DEFAULT_NOISE_FLOOR,
+    FamilyFloor,
+    NoiseFloor,
+    Spread,
+    read_noise_floor,
+    write_noise_floor,
+)
+from stragglerlab.workloads.synthetic import SlowWorker
+
+
+def _floor(**stats) -> NoiseFloor:
+    return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
+        n_runs=3, layouts=("dp2-pp2",), statistics=stats,
+        job_slowdown=Spread.of([1.02, 1.03, 1.05]))})
+
+
+def test_file_round_trip_and_shipped_floor_reads(tmp_path):
+    path = tmp_path / "noise-floor.yaml"
+    write_noise_floor(path, _floor(link_step_share=0.041), header="measured here")
+    back = read_noise_floor(path)
+    fam = back.family(LayoutFamily.DP_PP)
+    assert fam.statistics == {"link_step_share": 0.041} and fam.n_runs == 3
+    assert fam.job_slowdown == Spread(min=1.02, median=1.03, max=1.05, n=3)
+    assert back.family(LayoutFamily.PURE_PP) is None
+    assert path.read_text().startswith("# measured here\n")
+    shipped = read_noise_floor(DEFAULT_NOISE_FLOOR)  # the package's own file is valid
+    assert set(shipped.families) == set(LayoutFamily)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("schema: other/1\n", "schema"),
+    ("schema: stragglerlab.noise-floor/1\nfamilies: {tp-only: {n_runs: 1}}\n", "tp-only"),
+    ("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 0}}\n", "n_runs"),
+    ("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 2, statistics: "
+     "{link_step_share: -1}}}\n", "link_step_share"),
+    ("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 2, job_slowdown: "
+     "{min: 2, median: 1, max: 3, n: 2}}}\n", "job_slowdown"),
+    ("[1, 2]\n", "noise-floor file"),
+])
+def test_a_bad_file_is_one_clear_error(tmp_path, text, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=field):
+        read_noise_floor(path)
+
+
+def test_reading_takes_the_rules_own_statistic():
+    def f(**detail):
+        return Finding([], 0, 3, RootCause.NET_THROTTLE, 0.5, detail=detail)
+
+    found = [f(step_share=0.02), f(step_share=0.05), f(compute_over_peers=1.3),
+             f(shift_over_other_stages=1.4, shift_own=1.25),
+             f(compute_ratio={"dp0-pp1": 1.12, "dp1-pp1": 1.3})]
+    assert reading(found, "link_step_share") == 0.05
+    # the device rule and the stage-shift rule (the lesser of its two readings) share a field
+    assert reading(found, "device_compute_ratio") == 1.3
+    assert reading(found[3:4], "device_compute_ratio") == 1.25
+    assert reading(found, "compute_ratio") == 1.3
+    assert reading(found, "ring_step_share") is None
+
+
+def test_floored_config_raises_only_what_the_noise_reaches():
+    cfg = WhatIfDetectorConfig()
+    meta = JobMeta(dp_size=2, pp_size=2)
+    floored, report = floored_config(cfg, _floor(link_step_share=0.041, ring_step_share=0.01),
+                                     meta)
+    assert floored.link_step_share > 0.041 and floored.link_step_share < 0.0411
+    assert floored.ring_step_share == cfg.ring_step_share  # noise under the threshold
+    assert set(report["raised"]) == {"link_step_share"} and report["n_runs"] == 3
+    # a family without a floor keeps every threshold
+    same, report = floored_config(cfg, _floor(link_step_share=0.5), JobMeta(dp_size=4, pp_size=1))
+    assert same == cfg and not report["measured"] and report["family"] == "pure-dp"
+
+
+def test_measure_floor_is_the_highest_reading_per_family():
+    runs = [CleanReading(layout="dp2-pp2", statistics={"link_step_share": 0.02,
+                                                       "ring_step_share": None},
+                         job_slowdown=1.03, discrepancy=0.01),
+            CleanReading(layout="dp2-pp4", statistics={"link_step_share": 0.035},
+                         job_slowdown=1.06, discrepancy=0.02)]
+    floor = measure_floor({LayoutFamily.DP_PP: runs}, WhatIfDetectorConfig())
+    fam = floor.family(LayoutFamily.DP_PP)
+    assert fam.statistics == {"link_step_share": 0.035}  # never-reached statistics stay out
+    assert fam.layouts == ("dp2-pp2", "dp2-pp4") and fam.n_runs == 2
+    assert fam.job_slowdown.max == 1.06 and fam.discrepancy.min == 0.01
+
+
+def test_a_finding_under_the_floor_is_reported_apart_and_not_counted(whatif_run):
+    run = whatif_run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
+    found = WhatIfDetector(noise_floor=None).detect(run)
+    assert [(r.dp_rank, r.stage) for f in found for r in f.ranks] == [(2, 1)]
+    # A floor the slow device stands above changes nothing; one it does not, hides it.
+    low = WhatIfDetector(noise_floor=_floor(device_compute_ratio=1.05, compute_ratio=1.05,
+                                            worker_threshold=1.05))
+    assert [f.root_cause for f in low.detect(run)] == [f.root_cause for f in found]
+    high = {"device_compute_ratio": 4.0, "compute_ratio": 4.0, "worker_threshold": 4.0}
+    det = WhatIfDetector(noise_floor=_floor(**high))
+    assert det.detect(run) == []
+    report = det.noise_report
+    assert set(report["raised"]) == set(high)
+    assert [(c["ranks"][0]["dp_rank"], c["ranks"][0]["stage"])
+            for c in report["below_floor"]] == [(2, 1)]
+
+
+def test_shipped_floor_applies_to_testbed_runs_only(whatif_run):
+    run = whatif_run(dp_size=4)
+    det = WhatIfDetector()  # the shipped floor
+    det.detect(run)
+    assert not det.noise_report["measured"]  # a synthetic trace: no run.json
+    run.testbed = True
+    det.detect(run)
+    assert det.noise_report["measured"] and det.noise_report["family"] == "dp+pp"
+
+
+def test_noise_floor_verb_measures_clean_runs_and_refuses_faulty_ones(whatif_run, tmp_path,
+                                                                      capsys):
+    clean = [whatif_run(dp_size=2, seed=s) for s in (1, 2)]
+    out = tmp_path / "nf"
+    assert main(["noise-floor", "--runs", *[r.path for r in clean], "--out", str(out),
+                 "--quiet"]) == 0
+    fam = read_noise_floor(out / "noise-floor.yaml").family(LayoutFamily.DP_PP)
+    assert fam.n_runs == 2 and fam.job_slowdown.n == 2
+    # detect with it writes the floor beside the findings
+    assert main(["detect", "--run", clean[0].path, "--noise-floor",
+                 str(out / "noise-floor.yaml"), "--out", str(tmp_path / "d"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "d" / "whatif.json").read_text())
+    assert doc["noise_floor"]["measured"] and doc["noise_floor"]["n_runs"] == 2
+    faulty = whatif_run(dp_size=2)
+    Path(faulty.path, "faults.json").write_text(json.dumps([{
+        "kind": "slow-worker", "targets": [{"rank": 0, "dp_rank": 0, "stage": 0}],
+        "first_step": 0, "last_step": None, "requested": {"factor": 2}, "measured": {}}]))
+    capsys.readouterr()
+    assert main(["noise-floor", "--runs", faulty.path, "--out", str(out)]) == 2
+    assert "clean runs only" in capsys.readouterr().err

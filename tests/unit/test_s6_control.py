@@ -1,0 +1,71 @@
+"""§6 against a control inside the run (figures/s6_control.py, table_s6's in-run rows): the
+slow worker measured against the same run's clean steps, the what-if of its window, every
+run's error and the host drift the control removes."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from stragglerlab.analysis.steps import step_times  # noqa: E402
+from stragglerlab.figures.data import load_figure_data  # noqa: E402
+from stragglerlab.figures.registry import build_figure  # noqa: E402
+from stragglerlab.figures.s6_control import in_run  # noqa: E402
+from stragglerlab.trace_io import write_trace  # noqa: E402
+from stragglerlab.workloads.synthetic import (  # noqa: E402
+    SlowWorker,
+    SyntheticConfig,
+    ground_truth,
+    synthesize_trace,
+)
+
+
+def _run(path, scenario: str, speed: float = 1.0, **kwargs):
+    cfg = SyntheticConfig(dp_size=4, pp_size=2, n_steps=12, seed=3, **kwargs)
+    df, meta = synthesize_trace(cfg)
+    df["start_ts"] *= speed
+    df["duration"] *= speed  # a host that ran this process slower
+    path.mkdir(parents=True)
+    write_trace(df, meta, path / "trace.parquet")
+    meta.dump(path / "meta.yaml")
+    (path / "faults.json").write_text(json.dumps(ground_truth(df, cfg)))
+    times = step_times(df[["step", "start_ts", "duration"]])
+    (path / "run.json").write_text(json.dumps({
+        "name": scenario, "seed": 3, "outcome": "ok", "error": None,
+        "scenario": {"name": scenario, "parallel": {"dp": 4, "pp": 2},
+                     "run": {"steps": 12, "warmup_steps": 0, "seed": 3}},
+        "step_time_s": {str(int(s)): float(t) for s, t in times.items()},
+        "trace": {"complete_steps": [int(s) for s in times.index]}}))
+    return path, times
+
+
+def test_in_run_measures_the_window_against_its_own_clean_steps(tmp_path):
+    slow, times = _run(tmp_path / "slow", "slow-worker-1", speed=0.9,
+                       slow_workers=(SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=5),))
+    clean, _ = _run(tmp_path / "clean", "clean-dp4-pp2")
+    data = load_figure_data([slow, clean])
+    m = in_run(data.by_scenario("slow-worker-1")[0], data.by_scenario("clean-dp4-pp2"))
+    assert m.window == (5, 11) and m.clean_steps == 5
+    assert m.measured == pytest.approx(times[times.index >= 5].mean()
+                                       / times[times.index < 5].mean())
+    assert m.measured > 1.2 and set(m.estimated) == {"mean", "median"}
+    assert m.drift == pytest.approx(0.9, rel=0.02)  # the slower host the control removes
+    result = build_figure("table_s6", data, tmp_path / "fig")
+    ours = result.ours
+    assert ours["level1_control"] == "in-run" and ours["level1_measured"] == round(m.measured, 3)
+    assert ours["level1_run_errors_pct"] == [round(100 * m.error("mean"), 1)]
+    assert ours["level1_drift_min"] == ours["level1_drift_max"] == round(m.drift, 3)
+    assert "in-run (5+ clean steps)" in ours["markdown"]
+    assert "every run is within" in result.note
+
+
+def test_a_fault_from_the_first_step_has_no_in_run_control(tmp_path):
+    slow, _ = _run(tmp_path / "slow", "slow-worker-1",
+                   slow_workers=(SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=1),))
+    data = load_figure_data([slow])
+    assert in_run(data.by_scenario("slow-worker-1")[0], []) is None

@@ -1,0 +1,81 @@
+"""Scoring beside F1: unobservable faults apart, recall by magnitude (the sensitivity curve)
+and false findings per 1,000 clean worker-steps (analysis/scoring.py)."""
+
+from __future__ import annotations
+
+from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
+from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth, observability
+from stragglerlab.analysis.scoring import score_run, score_suite
+from stragglerlab.faults import FaultRecord
+
+
+def _fault(kind: str, ranks: set[int], slowdown: float | None = None,
+           observable: bool = True) -> FaultTruth:
+    return FaultTruth(kind=kind, cause=RootCause.of_kind(kind), ranks=frozenset(ranks),
+                      first_step=0, last_step=None, measured_slowdown=slowdown,
+                      observable=observable)
+
+
+def _run(name: str, *faults: FaultTruth, steps: int = 10) -> RunTruth:
+    ranks = frozenset().union(*[f.ranks for f in faults]) if faults else frozenset()
+    kind = faults[0].kind if faults else CLEAN
+    cause = faults[0].cause if faults else RootCause.NONE
+    return RunTruth(name, kind, cause, ranks, 4, 0 if faults else None, None,
+                    faults=list(faults), dp_size=4, pp_size=1, n_steps=steps)
+
+
+def _names(*ranks: int, cause=RootCause.SLOW_WORKER) -> Finding:
+    return Finding([RankRef(r, r, 0) for r in ranks], 0, 9, cause, 0.9)
+
+
+def test_an_unobservable_fault_counts_neither_way():
+    truth = _run("d", _fault("net-delay", {2}, observable=False))
+    for findings in ([], [_names(2, cause=RootCause.NET_THROTTLE)]):
+        s = score_run(truth, findings)
+        assert (s.true_positives, s.false_positives, s.false_negatives) == (0, 0, 0)
+    # a finding elsewhere is still false
+    assert score_run(truth, [_names(0)]).false_positives == 1
+    out = score_suite([truth], {"d": [_names(2, cause=RootCause.NET_THROTTLE)]}).to_json()
+    assert out["n_faults"] == 0 and out["unobservable_faults"] == 1
+    assert out["unobservable_recalled"] == 1 and out["fault_recall"] is None
+
+
+def test_a_fault_beside_an_unobservable_one_is_scored_as_usual():
+    truth = _run("m", _fault("slow-worker", {1}), _fault("net-delay", {2}, observable=False))
+    s = score_run(truth, [])
+    assert s.false_negatives == 1 and [f.observable for f in s.faults] == [True, False]
+
+
+def test_sensitivity_is_recall_by_the_faults_measured_slowdown():
+    truths = [_run("a", _fault("slow-worker", {1}, 1.02)),
+              _run("b", _fault("slow-worker", {1}, 1.03)),
+              _run("c", _fault("slow-worker", {1}, 1.3)),
+              _run("d", _fault("slow-worker", {1}, 0.98)),    # drift: the lowest bin
+              _run("e", _fault("slow-worker", {1}, None))]
+    found = {"b": [_names(1)], "c": [_names(1)], "e": [_names(1)]}
+    rows = score_suite(truths, found).to_json()["sensitivity"]
+    first = rows[0]
+    assert (first["lo"], first["hi"], first["n"], first["recalled"]) == (1.0, 1.05, 3, 1)
+    (mid,) = [r for r in rows if r["lo"] == 1.2]
+    assert (mid["n"], mid["recall"]) == (1, 1.0)
+    assert rows[-1]["lo"] is None and rows[-1]["n"] == 1   # not separable
+    assert sum(r["n"] for r in rows) == 5
+
+
+def test_false_findings_are_counted_per_1000_clean_worker_steps():
+    truths = [_run("c1", steps=50), _run("c2", steps=50), _run("f", _fault("slow-worker", {1}))]
+    found = {"c1": [_names(0), _names(3)], "f": [_names(1), _names(2)]}
+    out = score_suite(truths, found).to_json()
+    # two findings over 2 clean runs x 4 workers x 50 steps = 400 worker-steps
+    assert out["false_findings_per_1k_clean_worker_steps"] == 5.0
+    assert (out["clean_runs"], out["clean_runs_with_findings"]) == (2, 1)
+
+
+def test_old_in_process_delays_in_pure_dp_are_unobservable():
+    old = "in-process delay (this kernel has no netem)"
+    rec = FaultRecord("net-delay", [{"rank": 1, "dp_rank": 1, "stage": 0}], 0, None,
+                      {"delay_ms": 15}, {"delay_ms": 14.8, "mechanism": old})
+    assert observability(rec, pp_size=1)[0] is False
+    assert observability(rec, pp_size=2)[0] is True      # P2P shows it
+    rec.measured["observable"] = True                     # a record that says so wins
+    assert observability(rec, pp_size=1)[0] is True
