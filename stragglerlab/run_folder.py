@@ -292,10 +292,14 @@ class RunFolder:
         for p in sorted(folder.glob("rank*.json")) if folder.is_dir() else []:
             try:
                 raw = json.loads(p.read_text())
-                if isinstance(raw, dict):
-                    out[int(p.stem[4:])] = raw
             except (OSError, ValueError, RecursionError):
                 continue  # a status file caught mid-write says nothing
+            if not isinstance(raw, dict) or not p.stem[4:].isdigit():
+                # Whole JSON of another shape is no torn write: a corrupt or foreign file.
+                raise InputError(f"a rank status file holds {type(raw).__name__}, not the "
+                                 "{step, ...} object the trainer writes (or its name is not "
+                                 "rank<N>.json); delete it or rerun the training", str(p))
+            out[int(p.stem[4:])] = raw
         return out
 
     def last_step_by_rank(self) -> dict[int, int]:
@@ -303,8 +307,11 @@ class RunFolder:
         out = {}
         for rank, s in self.status().items():
             step = s.get("step", -1)
-            if isinstance(step, int) and not isinstance(step, bool):
-                out[rank] = step
+            if not isinstance(step, int) or isinstance(step, bool) or step < -1:
+                raise InputError(f"step {str(step)[:40]!r} is not a step number (an integer "
+                                 ">= -1); delete the file or rerun the training",
+                                 str(self.status_path(rank)))
+            out[rank] = step
         return out
 
     # -- writers ----------------------------------------------------------------------

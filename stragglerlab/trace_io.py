@@ -165,10 +165,7 @@ def read_trace(
             "corrupt: re-create it",
             path,
         ) from None
-    # Widen stored ints (int8, int16, ...) to int64 in arrow: cheaper than in pandas.
-    for i, field in enumerate(table.schema):
-        if pa.types.is_integer(field.type) and field.name in _INT_COLUMNS:
-            table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+    table = _arrow_types(table, path)
     # ignore_metadata: stored pandas dtypes/index are not trusted; validation judges values.
     # self_destruct frees each arrow column once converted: halves the peak on big traces.
     df = table.to_pandas(ignore_metadata=True, split_blocks=True, self_destruct=True)
@@ -181,6 +178,48 @@ def read_trace(
         # A trace/meta contradiction: name the meta file too, either may be the wrong one.
         raise InputError(f"{str(e)[len(path) + 2:]} (job meta: {meta_path})", path) from None
     return normalize_trace(df), meta
+
+
+_KINDS = {c.name: c.kind for c in TRACE_COLUMNS}
+
+
+def _arrow_types(table: pa.Table, path: str) -> pa.Table:
+    """The schema columns in types the reader can judge by value, at the file's edge:
+    ints widened to int64 (cheaper in arrow than in pandas), decimals to float64; text,
+    lists, structs, binary, a repeated column name or unsigned ints past int64 are one
+    clear error each (pandas would turn them into objects no check expects)."""
+    names = table.schema.names
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InputError(f"column(s) {', '.join(map(repr, repeated))} appear more than once; "
+                         "write each column once", path)
+    for i, field in enumerate(table.schema):
+        kind, t = _KINDS.get(field.name), field.type
+        if kind is None:
+            continue  # extra columns: judged by whoever reads them
+        if kind in ("int", "float") and pa.types.is_decimal(t):
+            table = table.set_column(i, field.name, table.column(i).cast(pa.float64()))
+        elif kind in ("int", "float") and (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                           or pa.types.is_dictionary(t)):
+            raise InputError(f"column {field.name!r} holds text ({t}), not numbers; write it "
+                             f"as {'integers' if kind == 'int' else 'seconds (float)'}", path)
+        elif kind in ("int", "float") and (pa.types.is_nested(t) or pa.types.is_binary(t)
+                                           or pa.types.is_large_binary(t)):
+            raise InputError(f"column {field.name!r} holds {t} values, not one number per "
+                             f"row; write it as {'integers' if kind == 'int' else 'floats'}",
+                             path)
+        elif kind == "int" and pa.types.is_integer(t):
+            try:
+                table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
+            except pa.ArrowInvalid:
+                raise InputError(f"column {field.name!r} holds {t} values beyond the int64 "
+                                 f"range (> {np.iinfo(np.int64).max}); write it as int64",
+                                 path) from None
+        elif kind == "category" and not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                         or pa.types.is_dictionary(t) or pa.types.is_null(t)):
+            raise InputError(f"column {field.name!r} holds {t} values, not op type names; "
+                             "write the op type as text", path)
+    return table
 
 
 def _pandas_index_columns(pf: pq.ParquetFile) -> set[str]:

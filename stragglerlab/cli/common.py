@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -39,4 +40,20 @@ def out_folder(path: str | None, flag: str = "--out") -> Path:
         raise InputError(f"{flag} {out}: {probe} is a file, so no folder can be made below it")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise InputError(f"{flag} {out}: {probe} is not writable; choose a folder you can write")
+    try:  # os.access says yes on /proc or /sys as root: only making something there tells
+        os.rmdir(tempfile.mkdtemp(prefix=".stragglerlab-probe.", dir=probe))
+    except OSError as e:
+        raise InputError(f"{flag} {out}: nothing can be written in {probe} ({e.strerror}; a "
+                         "pseudo-filesystem such as /proc or /sys?); choose a folder on a "
+                         "disk") from None
     return out
+
+
+def out_file(path: str | None, name: str, flag: str = "--out") -> Path:
+    """The fixed file `name` inside the output folder `path` (checked as `out_folder`),
+    refused when something that is not a file already takes the name."""
+    target = out_folder(path, flag) / name
+    if target.exists() and not target.is_file():
+        raise InputError(f"{flag} {path}: {target} exists and is not a file (a folder?), so "
+                         f"{name} cannot be written there; remove it or choose another folder")
+    return target

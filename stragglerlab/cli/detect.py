@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import out_file
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -45,7 +45,7 @@ def findings_name(detector: str, online: bool) -> str:
 
 def run(args) -> int:
     """Detect and write the findings."""
-    out = out_folder(args.out) / findings_name(args.detector, args.online)
+    out = out_file(args.out, findings_name(args.detector, args.online))
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
     from stragglerlab.noise_floor import noise_floor_option

@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import out_file
 from stragglerlab.errors import InputError
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
@@ -38,13 +38,14 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Read every run, measure, write."""
-    out = out_folder(args.out)
     from stragglerlab.analysis.detectors import load_run
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
     from stragglerlab.analysis.detectors.whatif_noise import measure_floor
     from stragglerlab.meta import LayoutFamily
     from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
     from stragglerlab.run_folder import RunFolder
+
+    path = out_file(args.out, NOISE_FLOOR_YAML)  # checked before any work starts
 
     detector = WhatIfDetector(noise_floor=None)
     readings: dict = {}
@@ -60,7 +61,6 @@ def run(args) -> int:
             print(f"[{i}/{len(args.runs)}] {run_dir} ({reading.layout}): S "
                   f"{reading.job_slowdown:.3f}", file=sys.stderr)
     floor = measure_floor(readings, detector.config)
-    path = out / NOISE_FLOOR_YAML
     write_noise_floor(path, floor, header=(
         "Noise floor of the whatif detector, measured by `stragglerlab noise-floor` on "
         f"{len(args.runs)} clean runs.\nPer layout family: the highest value each threshold's "

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import out_file
 from stragglerlab.errors import InputError
 
 SCORES_NAME = "scores.json"
@@ -159,7 +159,7 @@ def run(args) -> int:
     from stragglerlab.analysis.ground_truth import load_truths
     from stragglerlab.analysis.scoring import score_suite
 
-    out = out_folder(args.out) / SCORES_NAME
+    out = out_file(args.out, SCORES_NAME)
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:
         if name not in detector_names():

@@ -48,8 +48,32 @@ def load_json(path: Path) -> dict:
         raise InputError(f"not valid JSON, probably truncated ({str(e).splitlines()[0]}); copy "
                          "the file again or re-export it with prof.export_chrome_trace",
                          str(path)) from None
+    except RecursionError:
+        raise InputError("JSON nested deeper than a Chrome trace ever is (a trace is a list of "
+                         "flat events); pass the torch.profiler export itself", str(path)) \
+            from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise InputError("not a Chrome trace (no 'traceEvents' list); pass files written by "
                          "torch.profiler's export_chrome_trace or tensorboard_trace_handler",
                          str(path))
     return doc
+
+
+MAX_TIME_US = 2.0 ** 62
+"""Largest |ts| or dur accepted, microseconds (~146,000 years): past it a number is no time."""
+
+
+def event_problem(e: dict) -> str | None:
+    """What makes one complete ('X') event unusable, None when its ts, dur and args are
+    well-formed: finite real times within MAX_TIME_US, dur >= 0, args an object."""
+    for key in ("ts", "dur"):
+        v = e.get(key, 0.0 if key == "dur" else None)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{key} is {type(v).__name__} {str(v)[:40]!r}, not a number (microseconds)"
+        if not abs(v) < MAX_TIME_US:  # also NaN and ints too large for a float
+            return f"{key} {str(v)[:40]} is not a finite time within {MAX_TIME_US:.3g} us"
+    if e.get("dur", 0.0) < 0:
+        return f"dur {e['dur']} is negative"
+    if e.get("args") is not None and not isinstance(e["args"], dict):
+        return f"args is {type(e['args']).__name__}, not an object"
+    return None

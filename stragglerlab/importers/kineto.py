@@ -50,10 +50,19 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
-from stragglerlab.importers.chrome import find_traces, load_json  # noqa: F401 (re-export)
+from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
+    event_problem,
+    find_traces,
+    load_json,
+)
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
-from stragglerlab.meta import JobMeta
+from stragglerlab.meta import MAX_WORKERS, JobMeta
 from stragglerlab.schema import OPTYPE_VALUES, P2P_OPS, OpType
+
+MAX_WORLD = MAX_WORKERS
+"""Largest world_size a trace may name (65,536 ranks, the job meta's worker limit): every
+rank of the world is checked for a file, so a world_size from a corrupt file must not size
+that work (2**32 ran for minutes and filled the memory)."""
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
@@ -168,8 +177,23 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
         raise InputError("no distributedInfo with rank and world_size, so the file's rank is "
                          "unknown; profile after torch.distributed.init_process_group (torch "
                          "then writes distributedInfo into every trace)", where)
-    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"
-              and isinstance(e.get("ts"), (int, float))]
+    world, rank = info["world_size"], info["rank"]
+    if not 1 <= world <= MAX_WORLD or not 0 <= rank < world:
+        raise InputError(f"distributedInfo says rank {rank} of world_size {world}; need "
+                         f"1 <= world_size <= {MAX_WORLD:,} and 0 <= rank < world_size: pass "
+                         "traces torch.profiler wrote", where)
+    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    for i, e in enumerate(events):
+        if (problem := event_problem(e)) is not None:
+            bad = sum(event_problem(x) is not None for x in events)
+            raise InputError(f"{bad:,} complete event(s) are malformed, e.g. "
+                             f"{str(e.get('name', '?'))[:60]!r} (event #{i}): {problem}; "
+                             "pass the profiler's export unedited", where)
+    base = doc.get("baseTimeNanoseconds", 0)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) \
+            or not abs(base) < 2.0 ** 63:
+        raise InputError(f"baseTimeNanoseconds {str(base)[:40]!r} is not a time in "
+                         "nanoseconds; pass the profiler's export unedited", where)
     has_kernels = any(e.get("cat") == "kernel" for e in events)
     if timing == "gpu" and not has_kernels:
         raise InputError("--timing gpu, but the trace holds no GPU kernels; use --timing cpu "
@@ -211,10 +235,8 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
     if not steps:
         raise InputError("no ProfilerStep#N ranges; profile with a schedule and call "
                          "prof.step() once per training step", where)
-    base = doc.get("baseTimeNanoseconds", 0)
     return RankTrace(where, info["rank"], info["world_size"], str(doc.get("host_name", "")),
-                     info.get("pg_config") or [],
-                     float(base) / 1e3 if isinstance(base, (int, float)) else 0.0, steps, ops,
+                     info.get("pg_config") or [], float(base) / 1e3, steps, ops,
                      has_kernels, unfinished, gpu_timed)
 
 

@@ -1,7 +1,7 @@
 """Fuzz corpus: every bad input to every verb exits 2 with one line, no traceback, no output.
 
-The cases (tests/unit/fuzz_corpus.py, fuzz_corpus_runs.py) cover whatif,
-detect, score, figures, report and train. Each runs in-process through
+The cases (tests/unit/fuzz_corpus.py, fuzz_corpus_runs.py, fuzz_corpus_types.py) cover
+whatif, detect, score, figures, report, train and import. Each runs in-process through
 `stragglerlab.cli.main` and must:
 
 * return 2 (train: before Ray is imported or the launcher is called),
@@ -20,8 +20,9 @@ import pytest
 from stragglerlab.cli import main
 from tests.unit.fuzz_corpus import Case, make_base, whatif_cases
 from tests.unit.fuzz_corpus_runs import run_cases
+from tests.unit.fuzz_corpus_types import type_cases
 
-CASES: list[Case] = whatif_cases() + run_cases()
+CASES: list[Case] = whatif_cases() + run_cases() + type_cases()
 
 
 def test_corpus_is_large_and_distinct():
