@@ -24,6 +24,7 @@ rule detect:
         run=lambda w: run_dir(w.scenario, w.seed),
         out=lambda w: f"{run_dir(w.scenario, w.seed)}/detect",
         online=lambda w: "--online" if w.mode == MODES["online"] else "",
+        settings=lambda w: WF.set_flags(w.detector),
     shell:
         "{SL} detect --run {params.run:q} --detector {wildcards.detector:q} {params.online} "
-        "--out {params.out:q} > {log:q} 2>&1"
+        "{params.settings:q} --out {params.out:q} > {log:q} 2>&1"

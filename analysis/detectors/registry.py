@@ -14,7 +14,11 @@ name is the detector's name (`stragglerlab detect --detector mydet`).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from stragglerlab.analysis.detectors.base import Detector
+from stragglerlab.errors import InputError
 from stragglerlab.plugins import Registry
 
 ENTRY_POINT_GROUP = "stragglerlab.detectors"
@@ -45,8 +49,44 @@ def detector_names() -> list[str]:
     return DETECTORS.names()
 
 
-def get_detector(name: str) -> Detector:
-    """A fresh instance of the detector called `name`."""
-    detector = DETECTORS.load(name)()
+def get_detector(name: str, settings: dict[str, str] | None = None) -> Detector:
+    """A fresh instance of the detector called `name`, with `settings` (config field ->
+    value as text, e.g. from `stragglerlab detect --set`) applied to its config."""
+    cls = DETECTORS.load(name)
+    detector = cls()
+    if settings:
+        detector = cls(configured(name, getattr(detector, "config", None), settings))
     detector.name = name
     return detector
+
+
+def configured(name: str, config, settings: dict[str, str]):
+    """`config` (a dataclass) with each setting parsed by its field's type; one InputError
+    naming the detector, the field and what it takes for an unknown field or a bad value."""
+    if config is None or not dataclasses.is_dataclass(config):
+        raise InputError(f"detector {name!r} has no settings (no config dataclass)")
+    types = {f.name: f.type for f in dataclasses.fields(config)}
+    values = {}
+    for key, text in settings.items():
+        if key not in types:
+            raise InputError(f"detector {name!r} has no setting {key!r}; its settings: "
+                             f"{', '.join(sorted(types))}")
+        current = getattr(config, key)
+        kind = type(current) if current is not None else float
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
+                value = text.lower() == "true"
+            else:
+                value = kind(text)
+        except (TypeError, ValueError):
+            raise InputError(f"{name} setting {key}={text!r}: expected a {kind.__name__} "
+                             f"(now {current!r})") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{name} setting {key}={text!r}: expected a finite number")
+        values[key] = value
+    try:
+        return dataclasses.replace(config, **values)
+    except (TypeError, ValueError) as e:  # a config's own __post_init__ checks
+        raise InputError(f"{name} settings {settings}: {e}") from None

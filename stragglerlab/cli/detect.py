@@ -17,6 +17,7 @@ import sys
 import time
 
 from stragglerlab.cli.common import out_file
+from stragglerlab.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -30,12 +31,27 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="replay the run step by step; findings carry the step they appeared at")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output folder; writes <detector>.json or <detector>-online.json")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one field of the detector's config (repeatable), e.g. --set "
+                        "link_step_share=0.04; `stragglerlab list detectors` names them")
     p.add_argument("--noise-floor", default="default", metavar="FILE",
                    help="whatif: the measured noise floor its thresholds are raised to "
                         "(`stragglerlab noise-floor` writes one); `default`: the shipped "
                         "config/noise-floor.yaml, for this testbed's runs (with run.json) "
                         "only; `none`: no floor (default: %(default)s)")
     return p
+
+
+def settings(pairs: list[str]) -> dict[str, str]:
+    """--set NAME=VALUE flags as a mapping (the detector parses each value)."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise InputError(f"--set {pair!r}: expected NAME=VALUE, e.g. --set "
+                             "link_step_share=0.04")
+        out[name.strip()] = value.strip()
+    return out
 
 
 def findings_name(detector: str, online: bool) -> str:
@@ -50,7 +66,7 @@ def run(args) -> int:
     from stragglerlab.findings import FindingsDocument, write_findings
     from stragglerlab.noise_floor import noise_floor_option
 
-    detector = get_detector(args.detector)
+    detector = get_detector(args.detector, settings(args.set))
     if hasattr(detector, "noise_floor") and args.noise_floor != "default":
         detector.noise_floor = noise_floor_option(args.noise_floor)
         detector.shipped_floor = False

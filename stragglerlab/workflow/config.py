@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.resources
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -34,7 +34,7 @@ from stragglerlab.workflow.population import Population, Run, expand_population
 from stragglerlab.workflow.splits import expand_splits
 
 KEYS = ("results", "reference_traces", "detectors", "online", "fixed", "population", "splits",
-        "ray_address")
+        "ray_address", "detector_settings")
 """Top-level keys of the workflow config."""
 
 SCHEMA = Path(str(importlib.resources.files("stragglerlab") / "config" / "workflow.schema.yaml"))
@@ -73,6 +73,13 @@ class WorkflowConfig:
     """Every run and its scenario entry."""
     ray_address: str | None = None
     """Ray cluster the train rule attaches to (`train --ray-address`); None: a private Ray."""
+    detector_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Detector -> {config field: value}, passed to `detect` as `--set NAME=VALUE`."""
+
+    def set_flags(self, detector: str) -> list[str]:
+        """The detect rule's `--set` flags of one detector."""
+        return [f"--set={k}={v}" for k, v in sorted(self.detector_settings.get(detector,
+                                                                              {}).items())]
 
     @property
     def runs(self) -> tuple[Run, ...]:
@@ -119,7 +126,29 @@ def _load(raw: object, known: list[str]) -> WorkflowConfig:
     if ray_address is not None and (not isinstance(ray_address, str) or not ray_address.strip()):
         raise InputError(f"ray_address must be a Ray address (HOST:PORT) or null, "
                          f"got {ray_address!r}")
+    settings = _detector_settings(raw.get("detector_settings"), detectors)
     population = expand_population(raw.get("fixed"), raw.get("population"),
                                    extra=expand_splits(raw.get("splits")))
     return WorkflowConfig(results.strip().rstrip("/"), reference, tuple(detectors), online,
-                          population, ray_address=ray_address)
+                          population, ray_address=ray_address, detector_settings=settings)
+
+
+def _detector_settings(raw: object, detectors: list[str]) -> dict[str, dict[str, str]]:
+    """detector_settings: {detector: {field: value}}, each checked against the detector's
+    config now (a typo stops the workflow before any rule runs)."""
+    from stragglerlab.analysis.detectors.registry import get_detector
+
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise InputError("detector_settings must map a detector to {field: value}, got "
+                         f"{raw!r}"[:200])
+    out = {}
+    for name, fields in raw.items():
+        if name not in detectors:
+            raise InputError(f"detector_settings names {name!r}, which is not in detectors "
+                             f"({', '.join(detectors)})")
+        out[name] = {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+                     for k, v in fields.items()}
+        get_detector(name, out[name])  # parses every value: one clear error if bad
+    return out

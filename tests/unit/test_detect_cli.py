@@ -140,3 +140,22 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and "Traceback" not in err[0]
+
+
+def test_set_changes_a_detector_setting_and_refuses_unknown_ones(tmp_path, capsys):
+    from stragglerlab.analysis.detectors.registry import get_detector
+
+    run = make_run(tmp_path / "slow", slow_workers=(SlowWorker(1, 1, 1.8, first_step=6),))
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+    det = get_detector("whatif", {"device_compute_ratio": "1.5", "min_steps": "4"})
+    assert det.config.device_compute_ratio == 1.5 and det.config.min_steps == 4
+    assert main(["detect", "--run", str(run), "--set", "min_steps=40", "--out",
+                 str(tmp_path / "d"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "d" / "whatif.json").read_text())
+    assert doc["findings"] == []  # no straggler holds 40 steps of 12
+    for bad, says in (("colour=red", "no setting 'colour'"), ("min_steps=x", "expected a int"),
+                      ("min_steps", "expected NAME=VALUE"), ("seq_correlation=nan", "finite")):
+        capsys.readouterr()
+        assert main(["detect", "--run", str(run), "--set", bad, "--out",
+                     str(tmp_path / "e")]) == 2
+        assert says in capsys.readouterr().err

@@ -51,6 +51,10 @@ def test_smoke_config_replaces_the_suite():
     ({"results": "."}, "results must name an output folder"),
     ({"reference_traces": 3}, "reference_traces must be a folder path or null"),
     ({"fixed": [{"scenario": "clean-dp2-pp2", "seeds": ["0"]}]}, "seeds must be"),
+    ({"detector_settings": {"whatif": {"link_stepshare": 0.04}}}, "no setting 'link_stepshare'"),
+    ({"detector_settings": {"whatif": {"min_steps": 2.5}}}, "expected a int"),
+    ({"detector_settings": {"astrology": {"x": 1}}}, "not in detectors"),
+    ({"detector_settings": {"whatif": 3}}, "detector_settings must map"),
 ])
 def test_bad_config_is_one_clear_error(override, message):
     raw = config("workflow.yaml")
@@ -77,3 +81,12 @@ def test_snakefile_stops_on_a_bad_config_before_any_rule(tmp_path):
     assert "online must be true or false, got 'maybe'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_detector_settings_become_set_flags_of_that_detector_only():
+    raw = config("workflow.yaml")
+    update_config(raw, {"detector_settings": {"whatif": {"link_step_share": 0.04,
+                                                          "min_steps": 4}}})
+    wf = load_workflow_config(raw, KNOWN)
+    assert wf.set_flags("whatif") == ["--set=link_step_share=0.04", "--set=min_steps=4"]
+    assert wf.set_flags("nvrx") == []
