@@ -127,6 +127,7 @@ from stragglerlab.analysis.detectors.whatif_stage import (
     stage_without_links,
 )
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
+from stragglerlab.results import WhatIfResult
 
 _STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 
@@ -184,13 +185,14 @@ class WhatIfDetector(Detector):
         return self.diagnose(seen, Evidence.analyse(seen))
 
     # -- offline -----------------------------------------------------------------------
-    def detect(self, run: Run) -> list[Finding]:
-        """Findings of the whole run, from its whatif/whatif.json and its trace."""
+    def detect(self, run: Run, result: WhatIfResult | None = None) -> list[Finding]:
+        """Findings of the whole run, from its whatif/whatif.json (or the what-if `result`
+        the caller already has) and its trace."""
         findings = failure_findings(run)
         rules, self.noise_report = self._floored(run)
         if run.trace.empty or run.trace["step"].nunique() < self.config.min_steps:
             return findings
-        evidence = read_evidence(run)
+        evidence = read_evidence(run) if result is None else Evidence.from_result(result)
         self.noise_report["job_slowdown"] = float(evidence.view.slowdown)
         found = rules._diagnose(run, evidence)
         if rules is not self:  # what the configured thresholds alone would have named

@@ -17,7 +17,7 @@ import numpy as np
 from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
 from stragglerlab.errors import InputError
-from stragglerlab.results import IdealView
+from stragglerlab.results import IdealView, WhatIfResult
 from stragglerlab.run_folder import WHATIF_JSON, RunFolder
 from stragglerlab.whatif_record import WhatIfRecord
 
@@ -44,8 +44,12 @@ class Evidence:
     @classmethod
     def analyse(cls, run: Run) -> Evidence:
         """From a fresh analysis of the run's trace (online: the sliding window)."""
-        result = run_whatif(run.trace, run.meta, where=run.path,
-                            compute_ideal=ComputeIdeal.MEAN).result
+        return cls.from_result(run_whatif(run.trace, run.meta, where=run.path,
+                                          compute_ideal=ComputeIdeal.MEAN).result)
+
+    @classmethod
+    def from_result(cls, result: WhatIfResult) -> Evidence:
+        """From a what-if result in memory (the mean ideal's, the paper's)."""
         return cls(np.asarray(result.steps), result.ideal_view(), result.fwd_bwd_correlation,
                    np.asarray(result.comm_excess_by_worker))
 

@@ -1,0 +1,166 @@
+"""The Python API for notebooks: one object per analysed job, DataFrames out.
+
+    import stragglerlab
+    job = stragglerlab.open("examples/slow-worker")          # a run folder, or
+    job = stragglerlab.open("trace-ST.parquet", meta="meta-ST.yaml")
+    job.summary()          # S, waste, discrepancy, M_W, M_S (a Series)
+    job.workers()          # per worker: S_dp, S_stage, worker score (a DataFrame)
+    job.optypes()          # S_t per op type
+    job.steps()            # per-step S and step times
+    job.detect("whatif")   # findings as a DataFrame (any registered detector)
+    job.truth()            # the injected faults, where the folder has faults.json
+    job.heatmap()          # the worker heatmap (a matplotlib Figure)
+
+A thin facade: it hands off to the analyzers the verbs call (`analysis.whatif`,
+the detector registry, `analysis.ground_truth`, the Fig. 14 heatmap) and keeps
+each result, so a method computes once per job. It never writes into the folder.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.analysis.detectors.base import Run
+from stragglerlab.analysis.detectors.registry import get_detector
+from stragglerlab.analysis.whatif import analyze
+from stragglerlab.errors import InputError
+from stragglerlab.results import WhatIfResult
+from stragglerlab.run_folder import RunFolder
+from stragglerlab.trace_io import read_trace
+
+__all__ = ["FINDING_COLUMNS", "Job", "open_job"]
+
+FINDING_COLUMNS = ["root_cause", "dp_rank", "stage", "rank", "first_step", "last_step",
+                   "confidence", "estimated_slowdown"]
+"""Columns of `Job.detect`."""
+
+
+class Job:
+    """One traced job: a run folder, or a trace file with its meta."""
+
+    def __init__(self, path: str | Path, meta: str | Path | None = None) -> None:
+        path = Path(path)
+        if path.is_dir():
+            self.folder: RunFolder | None = RunFolder(path=path)
+            trace_path, meta = self.folder.trace_path, meta or self.folder.meta_path
+        elif path.is_file():
+            self.folder, trace_path = None, path
+        else:
+            raise InputError("no run folder or trace file here; pass a folder with "
+                             "trace.parquet and meta.yaml, or a trace .parquet", str(path))
+        self.path = path
+        self.trace, self.meta = read_trace(trace_path, meta)
+        """The validated trace (design.md §3 columns) and its job meta."""
+        self._findings: dict[str, pd.DataFrame] = {}
+
+    def __repr__(self) -> str:
+        return (f"Job({str(self.path)!r}: dp={self.meta.dp_size}, pp={self.meta.pp_size}, "
+                f"{self.trace['step'].nunique()} steps, {len(self.trace):,} ops)")
+
+    @functools.cached_property
+    def _run(self) -> Run:
+        if self.folder is not None:
+            from stragglerlab.analysis.detectors.base import load_run
+            return load_run(self.path)
+        return Run(self.trace, self.meta, str(self.path))
+
+    def whatif(self) -> WhatIfResult:
+        """The what-if analysis (mean compute ideal, the paper's), computed once."""
+        return self._whatif
+
+    @functools.cached_property
+    def _whatif(self) -> WhatIfResult:
+        return analyze(self.trace, self.meta, where=str(self.path))
+
+    def summary(self) -> pd.Series:
+        """S, waste, simulation discrepancy, M_W, M_S and the fwd-bwd correlation."""
+        r = self.whatif()
+        return pd.Series({"slowdown": r.slowdown, "waste": r.waste,
+                          "simulation_discrepancy": r.simulation_discrepancy - 1.0,
+                          "m_w": r.m_w.rem, "m_s": r.m_s.rem,
+                          "fwd_bwd_correlation": r.fwd_bwd_correlation,
+                          "steps": len(r.steps), "workers": self.meta.dp_size * self.meta.pp_size},
+                         name=self.meta.trial_name or str(self.path))
+
+    def workers(self) -> pd.DataFrame:
+        """Per worker (dp_rank, stage): S_dp, S_stage and the worker score min of both,
+        highest score first."""
+        view = self.whatif().ideal_view()
+        pp, dp = view.worker_score.shape
+        stage, dp_rank = np.divmod(np.arange(pp * dp), dp)
+        return pd.DataFrame({
+            "dp_rank": dp_rank, "stage": stage,
+            "s_dp": np.asarray(view.s_dp)[dp_rank], "s_stage": np.asarray(view.s_stage)[stage],
+            "worker_score": view.worker_score.ravel()}).sort_values(
+            "worker_score", ascending=False, kind="stable").reset_index(drop=True)
+
+    def optypes(self) -> pd.DataFrame:
+        """S_t per op type (P2P grouped per direction), highest first."""
+        by = self.whatif().ideal_view().slowdown_by_optype
+        return pd.DataFrame({"optype": list(by), "slowdown": list(by.values())}).sort_values(
+            "slowdown", ascending=False, kind="stable").reset_index(drop=True)
+
+    def steps(self) -> pd.DataFrame:
+        """Per traced step: actual, simulated and ideal step time (s) and the step's S."""
+        j = self.whatif().to_json()
+        steps = [int(s) for s in j["step_slowdown"]]
+        return pd.DataFrame({
+            "step": steps,
+            "actual_s": [j["step_time_actual_s"][str(s)] for s in steps],
+            "simulated_s": [j["step_time_nodelay_s"][str(s)] for s in steps],
+            "slowdown": [j["step_slowdown"][str(s)] for s in steps]})
+
+    def detect(self, name: str = "whatif") -> pd.DataFrame:
+        """A detector's findings over the whole job, one row per named worker (a job-level
+        finding has dp_rank, stage and rank None); computed once per detector."""
+        if name not in self._findings:
+            detector = get_detector(name)
+            if getattr(detector, "reads_whatif", False):  # hand it this job's analysis
+                findings = detector.detect(self._run, result=self.whatif())
+            else:
+                findings = detector.detect(self._run)
+            rows = [{"root_cause": f.root_cause.value,
+                     "dp_rank": None if r is None else r.dp_rank,
+                     "stage": None if r is None else r.stage,
+                     "rank": None if r is None else r.rank,
+                     "first_step": f.first_step, "last_step": f.last_step,
+                     "confidence": f.confidence, "estimated_slowdown": f.estimated_slowdown}
+                    for f in findings for r in (f.ranks or [None])]
+            self._findings[name] = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+        return self._findings[name].copy()
+
+    def truth(self) -> pd.DataFrame:
+        """The injected faults (faults.json), one row per target; empty for a clean run or
+        a folder without ground truth."""
+        if self.folder is None or not self.folder.has_faults:
+            return pd.DataFrame(columns=["kind", "dp_rank", "stage", "rank", "first_step",
+                                         "last_step"])
+        rows = [{"kind": f.kind, "dp_rank": t.get("dp_rank"), "stage": t.get("stage"),
+                 "rank": t.get("rank"), "first_step": f.first_step, "last_step": f.last_step}
+                for f in self.folder.faults for t in (f.targets or [{}])]
+        return pd.DataFrame(rows, columns=["kind", "dp_rank", "stage", "rank", "first_step",
+                                           "last_step"])
+
+    def heatmap(self, out: str | Path | None = None):
+        """The worker heatmap (DP x stage, Fig. 14) as a matplotlib Figure; written as PNG
+        too when `out` is given."""
+        import tempfile
+
+        from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
+
+        title = f"worker slowdown: {self.meta.trial_name or self.path}"
+        if out is not None:
+            return plot_worker_heatmap(self.whatif().worker_score, out, title=title)
+        with tempfile.TemporaryDirectory() as tmp:
+            return plot_worker_heatmap(self.whatif().worker_score, Path(tmp) / "h.png",
+                                       title=title)
+
+
+def open_job(path: str | Path, meta: str | Path | None = None) -> Job:
+    """The job at `path` (a run folder, or a trace .parquet with `meta`)."""
+    return Job(path, meta)
+
