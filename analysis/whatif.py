@@ -30,6 +30,7 @@ import pandas as pd
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.launch import launch_decomposition
+from stragglerlab.analysis.settling import settling_note
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
@@ -137,7 +138,9 @@ def run_whatif(
     launch_by = None if launch is None else {
         name: {k: StepSeries(steps, v) for k, v in getattr(launch, f"by_{name}").items()}
         for name in LAUNCH_TABLES}
+    settling = settling_note(steps, t_base)
     for r in (result, *result.variants.values()):
+        r.notes += [settling] if settling else []
         r.launch_by = launch_by
         r.fwd_bwd_correlation = correlation
         r.comm_excess_by_worker = excess

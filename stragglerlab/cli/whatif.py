@@ -136,5 +136,6 @@ def summary(result, out: Path) -> str:
     if result.fwd_bwd_correlation is not None:
         lines.append(f"  fwd-bwd correlation {result.fwd_bwd_correlation:.3f} "
                      "(>= 0.9: sequence-length imbalance)")
+    lines += [f"  note                {note}" for note in result.notes]
     lines.append(f"  outputs in          {out}/")
     return "\n".join(lines)
