@@ -7,7 +7,10 @@ runs carries that drift. The §6 scenarios therefore start the slow worker at a 
 after at least `MIN_BASELINE_STEPS` clean traced steps, and for such a run:
 
 * measured = mean step time over the fault's window / over the clean traced steps
-  before it (run.json step times);
+  before it (run.json step times), over the host's own change between the two: the
+  bystanders' (every worker but the victim) median compute op time in the window / before
+  (`in_run_drift`; a load that comes or goes mid-run slows every worker alike, the fault
+  only the victim);
 * estimated = the what-if S of the fault's window alone (its trace, analysed with the
   mean and the median compute ideal), the paper's method on the straggling period;
 * drift = what the control removes: the non-victim workers' median compute op time in
@@ -35,7 +38,11 @@ class InRun:
     """One slow run measured against its own clean steps."""
 
     measured: float
-    """Mean step time in the fault window / before it."""
+    """Mean step time in the fault window / before it, over `in_run_drift`."""
+    measured_raw: float
+    """Mean step time in the fault window / before it, as timed."""
+    in_run_drift: float
+    """Bystanders' median compute op time in the window / before it (1: a steady host)."""
     estimated: dict[str, float]
     """What-if S of the window, by compute ideal (`mean`, `median`)."""
     drift: float | None
@@ -70,20 +77,23 @@ def in_run(run: RunSummary, clean: list[RunSummary]) -> InRun | None:
     window = steps[(steps >= first) & (steps <= last)]
     if len(before) < MIN_BASELINE_STEPS or not len(window):
         return None
-    measured = float(np.mean([times[s] for s in window]) / np.mean([times[s] for s in before]))
+    raw = float(np.mean([times[s] for s in window]) / np.mean([times[s] for s in before]))
     trace = run.trace()
     part = trace[(trace["step"] >= first) & (trace["step"] <= last)]
+    victims = {int(t["rank"]) for t in fault.get("targets") or []}
+    now = _bystander_compute(part, victims)
+    then = _bystander_compute(trace[trace["step"].isin(before)], victims)
+    in_run_drift = now / then if now and then else 1.0
     estimated = {ideal.value: float(analyze(part, run.meta, where=str(run.path),
                                             compute_ideal=ideal).slowdown)
                  for ideal in (ComputeIdeal.MEAN, ComputeIdeal.MEDIAN)}
-    victims = {int(t["rank"]) for t in fault.get("targets") or []}
     same = [c for c in clean if c.seed == run.seed and c.ok]
     drift = None
     if same:
-        ours = _bystander_compute(part, victims)
         theirs = _bystander_compute(same[0].trace(), victims)
-        drift = ours / theirs if ours and theirs else None
-    return InRun(measured=measured, estimated=estimated, drift=drift,
+        drift = now / theirs if now and theirs else None
+    return InRun(measured=raw / in_run_drift, measured_raw=raw, in_run_drift=in_run_drift,
+                 estimated=estimated, drift=drift,
                  window=(int(window.min()), int(window.max())), clean_steps=len(before))
 
 

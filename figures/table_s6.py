@@ -203,6 +203,8 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
         cells[ideal + "_err"] = f"{ours[f'{key}_error{suffix}_pct']:+.1f}%"
         cells[ideal + "_worst"] = f"{worst:+.1f}%"
         cells[ideal + "_spread"] = est.cell()
+    ours[f"{key}_measured_raw"] = round(float(np.mean([m.measured_raw for m in ms])), 3)
+    ours[f"{key}_in_run_drift"] = [round(m.in_run_drift, 3) for m in ms]
     drift = [m.drift for m in ms if m.drift is not None]
     if drift:
         ours[f"{key}_drift_min"], ours[f"{key}_drift_max"] = round(min(drift), 3), \
@@ -276,7 +278,8 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         Path(out_dir) / NAME, TITLE, HEADER, rows,
         source=f"{source}: slow-worker-1/2/3 vs the clean run of their layout, matching seeds",
         footnote="measured, in-run: mean step time in the fault window / the same run's "
-                 "clean steps before it, and estimated: what-if S of the window; else slow / "
+                 "clean steps before it, over the bystanders' compute change between the two; "
+                 "estimated: what-if S of the window; else slow / "
                  "clean run and the slow run's S; error = estimated / measured - 1; drift: "
                  "bystanders' compute vs the clean run's (what the in-run control removes)")
     workers = max(run.meta.world_size for run in used.values())

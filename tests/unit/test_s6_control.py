@@ -25,11 +25,16 @@ from stragglerlab.workloads.synthetic import (  # noqa: E402
 )
 
 
-def _run(path, scenario: str, speed: float = 1.0, **kwargs):
+def _run(path, scenario: str, speed: float = 1.0, slower_from: int | None = None, **kwargs):
     cfg = SyntheticConfig(dp_size=4, pp_size=2, n_steps=12, seed=3, **kwargs)
     df, meta = synthesize_trace(cfg)
     df["start_ts"] *= speed
     df["duration"] *= speed  # a host that ran this process slower
+    if slower_from is not None:  # ... and 20 % slower still from that step on
+        late = df["step"] >= slower_from
+        t0 = df.loc[late, "start_ts"].min()
+        df.loc[late, "start_ts"] = t0 + (df.loc[late, "start_ts"] - t0) * 1.2
+        df.loc[late, "duration"] *= 1.2
     path.mkdir(parents=True)
     write_trace(df, meta, path / "trace.parquet")
     meta.dump(path / "meta.yaml")
@@ -51,8 +56,9 @@ def test_in_run_measures_the_window_against_its_own_clean_steps(tmp_path):
     data = load_figure_data([slow, clean])
     m = in_run(data.by_scenario("slow-worker-1")[0], data.by_scenario("clean-dp4-pp2"))
     assert m.window == (5, 11) and m.clean_steps == 5
-    assert m.measured == pytest.approx(times[times.index >= 5].mean()
-                                       / times[times.index < 5].mean())
+    assert m.measured_raw == pytest.approx(times[times.index >= 5].mean()
+                                           / times[times.index < 5].mean())
+    assert m.in_run_drift == pytest.approx(1.0, abs=0.02)  # a steady host
     assert m.measured > 1.2 and set(m.estimated) == {"mean", "median"}
     assert m.drift == pytest.approx(0.9, rel=0.02)  # the slower host the control removes
     result = build_figure("table_s6", data, tmp_path / "fig")
@@ -69,3 +75,15 @@ def test_a_fault_from_the_first_step_has_no_in_run_control(tmp_path):
                    slow_workers=(SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=1),))
     data = load_figure_data([slow])
     assert in_run(data.by_scenario("slow-worker-1")[0], []) is None
+
+
+def test_a_host_that_slows_mid_run_is_taken_out_of_the_measured_slowdown(tmp_path):
+    fault = (SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=5),)
+    steady, _ = _run(tmp_path / "steady", "slow-worker-1", slow_workers=fault)
+    loaded, _ = _run(tmp_path / "loaded", "slow-worker-2", slower_from=5, slow_workers=fault)
+    data = load_figure_data([steady, loaded])
+    a = in_run(data.by_scenario("slow-worker-1")[0], [])
+    b = in_run(data.by_scenario("slow-worker-2")[0], [])
+    assert b.measured_raw == pytest.approx(1.2 * a.measured_raw, rel=0.03)
+    assert b.in_run_drift == pytest.approx(1.2, rel=0.02)
+    assert b.measured == pytest.approx(a.measured, rel=0.03)  # the load taken out
