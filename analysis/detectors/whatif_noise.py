@@ -16,14 +16,14 @@ the noise measured for its layout. Nothing is tuned here: a threshold that
 clean noise never reaches stays as it was set.
 
     reading = WhatIfDetector().clean_reading(run)      # a clean run's statistics
-    floor = measure_floor({LayoutFamily.DP_PP: [reading, ...]}, config)
+    floor = measure_floor({LayoutFamily.DP_PP: [reading, ...]})
     cfg, report = floored_config(config, floor, run.meta)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stragglerlab.analysis.detectors.base import Finding, Run
@@ -149,16 +149,14 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
                         discrepancy=discrepancy)
 
 
-def measure_floor(readings: dict, config: WhatIfDetectorConfig) -> NoiseFloor:
+def measure_floor(readings: dict) -> NoiseFloor:
     """The noise floor of clean runs: readings is {LayoutFamily: [CleanReading, ...]}."""
-    known = {f.name for f in fields(config)}
     families = {}
     for family, runs in readings.items():
         stats = {}
         for name in RELAXED:
-            vals = [r.statistics.get(name) for r in runs]
-            vals = [v for v in vals if v is not None]
-            if vals and name in known:
+            vals = [v for r in runs if (v := r.statistics.get(name)) is not None]
+            if vals:
                 stats[name] = max(vals)
         families[family] = FamilyFloor(
             n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),

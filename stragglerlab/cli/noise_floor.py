@@ -60,7 +60,7 @@ def run(args) -> int:
         if not args.quiet:
             print(f"[{i}/{len(args.runs)}] {run_dir} ({reading.layout}): S "
                   f"{reading.job_slowdown:.3f}", file=sys.stderr)
-    floor = measure_floor(readings, detector.config)
+    floor = measure_floor(readings)
     write_noise_floor(path, floor, header=(
         "Noise floor of the whatif detector, measured by `stragglerlab noise-floor` on "
         f"{len(args.runs)} clean runs.\nPer layout family: the highest value each threshold's "

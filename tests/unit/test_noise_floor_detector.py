@@ -101,7 +101,7 @@ def test_measure_floor_is_the_highest_reading_per_family():
                          job_slowdown=1.03, discrepancy=0.01),
             CleanReading(layout="dp2-pp4", statistics={"link_step_share": 0.035},
                          job_slowdown=1.06, discrepancy=0.02)]
-    floor = measure_floor({LayoutFamily.DP_PP: runs}, WhatIfDetectorConfig())
+    floor = measure_floor({LayoutFamily.DP_PP: runs})
     fam = floor.family(LayoutFamily.DP_PP)
     assert fam.statistics == {"link_step_share": 0.035}  # never-reached statistics stay out
     assert fam.layouts == ("dp2-pp2", "dp2-pp4") and fam.n_runs == 2
