@@ -94,14 +94,14 @@ def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
         while time.monotonic() < deadline:
             try:
                 s = json.loads(status.read_text())
-                if s["step"] >= 3:
+                if s["step"] >= 4:  # two warm-up steps (0, 1), then three traced
                     pid = s["pid"]
                     break
             except (OSError, ValueError):
                 pass
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             time.sleep(0.2)
-        assert pid is not None, "the run never reached step 3"
+        assert pid is not None, "the run never reached step 4"
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         _, stderr = proc.communicate(timeout=120)
