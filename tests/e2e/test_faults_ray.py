@@ -64,7 +64,7 @@ def test_failed_rank_ends_the_run_in_time(tmp_path: Path, scenario: str, victim:
     faults = json.loads((out / "faults.json").read_text())
     assert faults[0]["kind"] == scenario and faults[0]["measured"]["failed_rank"] == victim
     df, _ = read_trace(out / "trace.parquet", out / "meta.yaml")  # steps before the fault
-    assert set(df["step"].unique()) == set(range(1, 5))
+    assert set(df["step"].unique()) == set(range(2, 5))  # two warm-up steps (0, 1)
 
 
 def killed_mid_injection(tmp_path: Path, sig: int = signal.SIGKILL,
