@@ -180,6 +180,9 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
     """A level measured against each run's own clean steps (figures/s6_control.py): the
     measured S, the what-if S of the fault window, every run's error and the host drift
     the control removes."""
+    steady = [(r, m) for r, m in controlled if m.steady]
+    unsteady = [f"{r.seed}: {m.in_run_drift:.3f}" for r, m in controlled if not m.steady]
+    controlled = steady or controlled  # with no steady run, every run, flagged below
     runs = [r for r, _ in controlled]
     ms = [m for _, m in controlled]
     measured = Spread.of([m.measured for m in ms])
@@ -203,8 +206,8 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
         cells[ideal + "_err"] = f"{ours[f'{key}_error{suffix}_pct']:+.1f}%"
         cells[ideal + "_worst"] = f"{worst:+.1f}%"
         cells[ideal + "_spread"] = est.cell()
-    ours[f"{key}_measured_raw"] = round(float(np.mean([m.measured_raw for m in ms])), 3)
     ours[f"{key}_in_run_drift"] = [round(m.in_run_drift, 3) for m in ms]
+    ours[f"{key}_unsteady_runs"] = unsteady
     drift = [m.drift for m in ms if m.drift is not None]
     if drift:
         ours[f"{key}_drift_min"], ours[f"{key}_drift_max"] = round(min(drift), 3), \
@@ -214,7 +217,9 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
         ours[f"{key}_victim_hottest"] = f"{sum(hot)}/{len(hot)}"
     seeds = ",".join(str(s) for s in sorted({r.seed for r in runs}))
     row = [str(level), scenario, f"{seeds} ({len(runs)} run{'s' if len(runs) > 1 else ''})",
-           _factor(runs), f"in-run ({ours[f'{key}_clean_steps']}+ clean steps)",
+           _factor(runs), f"in-run ({ours[f'{key}_clean_steps']}+ clean steps)"
+           + (f"; {len(unsteady)} unsteady apart" if steady and unsteady else
+              "; host unsteady" if unsteady else ""),
            f"{measured.mean:.2f}", measured.cell(), cells["mean"], cells["mean_err"],
            cells["mean_worst"], cells["median"], cells["median_err"], cells["median_spread"],
            f"{min(drift):.2f}–{max(drift):.2f}" if drift else "-",
