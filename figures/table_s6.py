@@ -180,9 +180,7 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
     """A level measured against each run's own clean steps (figures/s6_control.py): the
     measured S, the what-if S of the fault window, every run's error and the host drift
     the control removes."""
-    steady = [(r, m) for r, m in controlled if m.steady]
     unsteady = [f"{r.seed}: {m.in_run_drift:.3f}" for r, m in controlled if not m.steady]
-    controlled = steady or controlled  # with no steady run, every run, flagged below
     runs = [r for r, _ in controlled]
     ms = [m for _, m in controlled]
     measured = Spread.of([m.measured for m in ms])
@@ -218,8 +216,7 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
     seeds = ",".join(str(s) for s in sorted({r.seed for r in runs}))
     row = [str(level), scenario, f"{seeds} ({len(runs)} run{'s' if len(runs) > 1 else ''})",
            _factor(runs), f"in-run ({ours[f'{key}_clean_steps']}+ clean steps)"
-           + (f"; {len(unsteady)} unsteady apart" if steady and unsteady else
-              "; host unsteady" if unsteady else ""),
+           + (f"; {len(unsteady)} unsteady" if unsteady else ""),
            f"{measured.mean:.2f}", measured.cell(), cells["mean"], cells["mean_err"],
            cells["mean_worst"], cells["median"], cells["median_err"], cells["median_spread"],
            f"{min(drift):.2f}–{max(drift):.2f}" if drift else "-",
