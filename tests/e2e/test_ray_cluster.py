@@ -182,8 +182,9 @@ def start_long_run(cluster, tmp_path: Path, name: str) -> tuple[subprocess.Popen
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline:
         try:
+            # step 3: at least one traced step after the two warm-up steps (0, 1) is done
             if min(json.loads((out / "status" / f"rank{r}.json").read_text())["step"]
-                   for r in range(4)) >= 2:
+                   for r in range(4)) >= 3:
                 break
         except (OSError, ValueError):
             pass
@@ -192,7 +193,7 @@ def start_long_run(cluster, tmp_path: Path, name: str) -> tuple[subprocess.Popen
         time.sleep(0.3)
     else:
         proc.kill()
-        pytest.fail("the run never reached step 2")
+        pytest.fail("the run never reached step 3")
     pids = [json.loads((out / "status" / f"rank{r}.json").read_text())["pid"] for r in range(4)]
     return proc, out, pids
 
