@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Run
+from stragglerlab.analysis.detectors.base import Run, load_run
 from stragglerlab.analysis.detectors.registry import get_detector
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.errors import InputError
@@ -64,7 +64,6 @@ class Job:
     @functools.cached_property
     def _run(self) -> Run:
         if self.folder is not None:
-            from stragglerlab.analysis.detectors.base import load_run
             return load_run(self.path)
         return Run(self.trace, self.meta, str(self.path))
 
