@@ -14,7 +14,22 @@ the OSDI'25 artifact's timelines, but one process per worker):
   the whole file (pid * 8 + stream index), as in the artifact;
 * one complete event (ph='X') per op: name and cat = optype, ts and dur in
   microseconds, args = {step, seq_id, mb_id} (+ model_chunk when the frame has
-  an 'mc' column). Negative durations are drawn as 0.
+  an 'mc' column). Negative durations are drawn as 0;
+* one flow arrow (cat 'p2p', name 'forward p2p' / 'backward p2p', ph='s' on
+  the send where the transfer can start, ph='f' with bp='e' near the end of its
+  receive, each inside its slice so it binds to it) from every P2P send to the
+  receive it pairs with (`stragglerlab.p2p_pairs.p2p_pair_rows`), when both
+  are written.
+
+With `ideal=` (the simulated ideal step, `analysis.whatif.ideal_timeline`) the
+file holds the ideal job beside the traced one: the traced workers keep pids
+0..W-1 and are named 'traced DP d / PP p', the ideal workers get pids
+W..2W-1 (W = dp_size * pp_size), named 'ideal DP d / PP p', with one copy of
+the ideal step starting where each written traced step starts (args.step =
+that traced step), so each step's gap to its ideal shows on one time axis.
+With `step_slowdown=` ({step: S}) a counter track 'step slowdown' (ph='C',
+arg 'S') in its own process (pid 2W with an ideal, else W, sorted first)
+holds each traced step's S from that step's start.
 
 Steps on the time axis. Traces from the artifact store start_ts relative to
 each step (every step starts near 0), so drawn as-is all steps would pile up.
@@ -27,20 +42,26 @@ overlap) keep their real spacing, shifted so the first op starts at 0.
 layout='back-to-back' or 'as-is' forces either behaviour. The choice is
 recorded in the file's "otherData".
 
-max_events caps the number of op events by keeping whole steps in step order
-(if the first step alone is larger, its earliest max_events ops); otherData
-then says truncated=true and how many steps/events were kept.
+max_events caps the number of op events (traced plus ideal copies) by keeping
+whole steps in step order, each with its ideal copy (if the first step alone is
+larger, its earliest ops and the earliest ops of one ideal copy); otherData then
+says truncated=true and how many steps/events were kept. Flow and counter
+events come on top: at most one per P2P op written, and one per step plus one.
 
     from stragglerlab.analysis.timeline import write_perfetto
     write_perfetto(frame, "out/timeline.json.gz", title="trace-ST")
+    write_perfetto(frame, "out/timeline.json.gz", ideal=ideal_timeline(run),
+                   step_slowdown=run.result.step_slowdown())      # traced + ideal, one file
 
-    stragglerlab whatif --run results/x/0 --timelines   # timeline.json.gz + ideal-timeline.json.gz
+    stragglerlab whatif --run results/x/0 --timelines   # timeline.json.gz (traced + ideal)
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +69,7 @@ import pandas as pd
 
 from stragglerlab.atomic import atomic_write
 from stragglerlab.errors import InputError
+from stragglerlab.p2p_pairs import p2p_pair_rows
 
 STREAMS: tuple[str, ...] = (
     "compute", "dp-comm", "fwd-send", "fwd-recv", "bwd-send", "bwd-recv", "step-tail", "other",
@@ -71,19 +93,21 @@ STREAM_OF_OPTYPE: dict[str, str] = {
 REQUIRED_COLUMNS = ("dp_rank", "stage", "step", "optype", "start_ts", "duration", "seq_id", "mb_id")
 LAYOUTS = ("auto", "back-to-back", "as-is")
 OVERLAP_TOLERANCE_S = 1e-6
+COUNTER_NAME = "step slowdown"
+"""Name of the per-step slowdown counter events (their one arg is 'S')."""
 
 
-def _check(frame: pd.DataFrame) -> None:
+def _check(frame: pd.DataFrame, what: str = "the frame") -> None:
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise InputError(f"timeline: frame lacks column(s) {missing}; add them")
+        raise InputError(f"timeline: {what} lacks column(s) {missing}; add them")
     if len(frame) == 0:
-        raise InputError("timeline: the frame has no rows, nothing to draw")
+        raise InputError(f"timeline: {what} has no rows, nothing to draw")
     for col in ("start_ts", "duration"):
         bad = np.flatnonzero(~np.isfinite(frame[col].to_numpy(dtype=float)))
         if bad.size:
             raise InputError(
-                f"timeline: column {col} is NaN/inf in rows {bad[:10].tolist()}"
+                f"timeline: column {col} of {what} is NaN/inf in rows {bad[:10].tolist()}"
                 f"{' ...' if bad.size > 10 else ''}; fix or drop them")
 
 
@@ -114,6 +138,11 @@ def _step_offsets(
     return (origin - lo)[inv], layout
 
 
+def _earliest(rows: np.ndarray, ts: np.ndarray, n: int) -> np.ndarray:
+    """The n rows (of `rows`) that start first."""
+    return rows[np.argsort(ts[rows], kind="stable")[:n]]
+
+
 def _select(step: np.ndarray, ts: np.ndarray, max_events: int | None) -> tuple[np.ndarray, bool]:
     """Row mask keeping whole steps (in step order) up to max_events rows."""
     n = step.size
@@ -125,10 +154,147 @@ def _select(step: np.ndarray, ts: np.ndarray, max_events: int | None) -> tuple[n
     kept = int(np.searchsorted(np.cumsum(counts), max_events, side="right"))
     if kept > 0:
         return np.isin(step, steps[:kept]), True
-    first = np.flatnonzero(step == steps[0])
     keep = np.zeros(n, dtype=bool)
-    keep[first[np.argsort(ts[first], kind="stable")[:max_events]]] = True
+    keep[_earliest(np.flatnonzero(step == steps[0]), ts, max_events)] = True
     return keep, True
+
+
+def _select_with_ideal(
+    step: np.ndarray, ts: np.ndarray, max_events: int | None, n_ideal: int
+) -> tuple[np.ndarray, bool, np.ndarray, int]:
+    """(traced row mask, truncated, the steps that get an ideal copy, ideal rows per copy):
+    whole steps, each with its copy of the n_ideal-row ideal step, up to max_events rows."""
+    steps, counts = np.unique(step, return_counts=True)
+    per_step = counts + n_ideal
+    if max_events is None or per_step.sum() <= max_events:
+        return np.ones(step.size, dtype=bool), False, steps, n_ideal
+    if max_events < 1:
+        raise ValueError(f"max_events must be >= 1, got {max_events}")
+    kept = int(np.searchsorted(np.cumsum(per_step), max_events, side="right"))
+    if kept > 0:
+        return np.isin(step, steps[:kept]), True, steps[:kept], n_ideal
+    # The first step and its ideal copy alone exceed max_events: the first step whole when
+    # it takes at most half, else half each (earliest ops first).
+    n_first = int(counts[0])
+    ideal_kept = min(n_ideal, max(max_events - n_first, max_events // 2))
+    keep = np.zeros(step.size, dtype=bool)
+    keep[_earliest(np.flatnonzero(step == steps[0]), ts, max_events - ideal_kept)] = True
+    return keep, True, steps[:1] if ideal_kept else steps[:0], ideal_kept
+
+
+@dataclass
+class _Ops:
+    """One frame's op columns as arrays (one entry per row)."""
+
+    dp: np.ndarray
+    stage: np.ndarray
+    step: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    optype: np.ndarray
+    stream: np.ndarray
+    seq: np.ndarray
+    mb: np.ndarray
+    mc: np.ndarray | None
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> _Ops:
+        cat = frame["optype"].astype("category").cat
+        labels = [str(c) for c in cat.categories]
+        codes = cat.codes.to_numpy()
+        other_idx = STREAMS.index("other")
+        stream_of_code = np.array(
+            [STREAMS.index(STREAM_OF_OPTYPE[o]) if o in STREAM_OF_OPTYPE else other_idx
+             for o in labels], dtype=np.int64)
+        return cls(
+            dp=frame["dp_rank"].to_numpy(dtype=np.int64),
+            stage=frame["stage"].to_numpy(dtype=np.int64),
+            step=frame["step"].to_numpy(dtype=np.int64),
+            start=frame["start_ts"].to_numpy(dtype=np.float64),
+            dur=np.maximum(frame["duration"].to_numpy(dtype=np.float64), 0.0),
+            optype=np.array(labels, dtype=object)[codes],
+            stream=stream_of_code[codes],
+            seq=frame["seq_id"].to_numpy(dtype=np.int64),
+            mb=frame["mb_id"].to_numpy(dtype=np.int64),
+            mc=frame["mc"].to_numpy(dtype=np.int64) if "mc" in frame.columns else None,
+        )
+
+    def take(self, rows: np.ndarray) -> _Ops:
+        """The ops at `rows`, in that order."""
+        return _Ops(*(None if a is None else a[rows] for a in (
+            self.dp, self.stage, self.step, self.start, self.dur, self.optype, self.stream,
+            self.seq, self.mb, self.mc)))
+
+
+@dataclass
+class _Slices:
+    """Op slices ready to write: one entry per X event."""
+
+    ops: _Ops
+    pid: np.ndarray
+    tid: np.ndarray
+    ts: np.ndarray
+    """Start, us on the file's time axis."""
+    dur: np.ndarray
+    """Duration, us."""
+    step: np.ndarray
+    """The `step` arg (for an ideal copy: the traced step it sits beside)."""
+
+    def events(self) -> list[dict]:
+        """The X events, ordered by pid, tid and start."""
+        order = np.lexsort((self.ts, self.tid, self.pid))
+        stp = self.step[order].tolist()
+        seq = self.ops.seq[order].tolist()
+        mb = self.ops.mb[order].tolist()
+        if self.ops.mc is not None:
+            args = [{"step": s, "seq_id": q, "mb_id": m, "model_chunk": c}
+                    for s, q, m, c in zip(stp, seq, mb, self.ops.mc[order].tolist(),
+                                          strict=True)]
+        else:
+            args = [{"step": s, "seq_id": q, "mb_id": m} for s, q, m in
+                    zip(stp, seq, mb, strict=True)]
+        cols = (self.ops.optype[order].tolist(), self.pid[order].tolist(),
+                self.tid[order].tolist(), self.ts[order].tolist(), self.dur[order].tolist())
+        return [{"name": n, "cat": n, "ph": "X", "pid": p, "tid": t, "ts": s, "dur": d,
+                 "args": a} for n, p, t, s, d, a in zip(*cols, args, strict=True)]
+
+
+def _slices(ops: _Ops, pp: int, pid_base: int, ts: np.ndarray, step: np.ndarray) -> _Slices:
+    pid = pid_base + ops.dp * pp + ops.stage
+    return _Slices(ops, pid, pid * len(STREAMS) + ops.stream, ts,
+                   np.round(ops.dur * 1e6, 3), step)
+
+
+def _pairs(ops: _Ops) -> pd.DataFrame:
+    """P2P pairs among `ops` (positions into them)."""
+    return p2p_pair_rows(pd.DataFrame({
+        "optype": ops.optype, "step": ops.step, "dp_rank": ops.dp, "stage": ops.stage,
+        "seq_id": ops.seq}))
+
+
+def _flows(sl: _Slices, send: np.ndarray, recv: np.ndarray, direction: np.ndarray,
+           first_id: int) -> list[dict]:
+    """A flow arrow per (send, recv) position pair of `sl`, each end just inside its slice
+    (so it binds to it): 's' where the transfer can start (both posted), 'f' (bp='e') at
+    the recv's end, where the data has landed; never backwards where the trace is sane."""
+    ts, dur = sl.ts, sl.dur
+    s0, s_dur, r0, r_dur = ts[send], dur[send], ts[recv], dur[recv]
+    inset_s, inset_r = np.minimum(0.05 * s_dur, 1.0), np.minimum(0.05 * r_dur, 1.0)  # us
+    land = r0 + r_dur - inset_r
+    start = np.clip(np.maximum(s0, r0), s0 + inset_s, s0 + s_dur - inset_s)
+    start = np.maximum(s0, np.minimum(start, land))
+    start = np.clip(np.round(start, 3), s0, s0 + s_dur)
+    land = np.clip(np.round(land, 3), r0, r0 + r_dur)
+    events = []
+    for k, (s, r, d, a, b) in enumerate(zip(send.tolist(), recv.tolist(), direction.tolist(),
+                                            start.tolist(), land.tolist(), strict=True)):
+        name, fid = f"{d} p2p", first_id + k
+        events.append({"name": name, "cat": "p2p", "ph": "s", "id": fid,
+                       "pid": int(sl.pid[s]), "tid": int(sl.tid[s]), "ts": a,
+                       "args": {"step": int(sl.step[s]), "seq_id": int(sl.ops.seq[s])}})
+        events.append({"name": name, "cat": "p2p", "ph": "f", "bp": "e", "id": fid,
+                       "pid": int(sl.pid[r]), "tid": int(sl.tid[r]), "ts": b})
+    return events
 
 
 def build_events(
@@ -138,67 +304,107 @@ def build_events(
     layout: str = "auto",
     step_gap: float = 0.1,
     pp_size: int | None = None,
+    ideal: pd.DataFrame | None = None,
+    step_slowdown: Mapping[int | str, float] | None = None,
+    flows: bool = True,
 ) -> dict:
-    """The Chrome-trace JSON object (dict with traceEvents and otherData) for frame."""
+    """The Chrome-trace JSON object (dict with traceEvents and otherData) for frame.
+
+    ideal: the simulated ideal step (one step, same columns), drawn beside the traced
+    job; step_slowdown: {step: S} for the counter track; flows: P2P send -> recv arrows.
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     _check(frame)
-    dp = frame["dp_rank"].to_numpy(dtype=np.int64)
-    stage = frame["stage"].to_numpy(dtype=np.int64)
-    step = frame["step"].to_numpy(dtype=np.int64)
-    start = frame["start_ts"].to_numpy(dtype=np.float64)
-    dur = np.maximum(frame["duration"].to_numpy(dtype=np.float64), 0.0)
-    cat = frame["optype"].astype("category").cat
-    labels = [str(c) for c in cat.categories]
-    codes = cat.codes.to_numpy()
-    optype = np.array(labels, dtype=object)[codes]
-    other_idx = STREAMS.index("other")
-    stream_of_code = np.array(
-        [STREAMS.index(STREAM_OF_OPTYPE[o]) if o in STREAM_OF_OPTYPE else other_idx
-         for o in labels], dtype=np.int64)
-    stream_idx = stream_of_code[codes]
-    pp = int(stage.max()) + 1
+    ops = _Ops.of(frame)
+    iops = None
+    if ideal is not None:
+        _check(ideal, "the ideal frame")
+        iops = _Ops.of(ideal)
+        if np.unique(iops.step).size != 1:
+            raise ValueError("ideal must hold one simulated step (analysis.whatif."
+                             f"ideal_timeline), got steps {np.unique(iops.step)[:5].tolist()}")
+    pp = int(max(ops.stage.max(), -1 if iops is None else iops.stage.max())) + 1
     if pp_size is not None:
         if pp_size < pp:
             raise ValueError(f"pp_size={pp_size} but the frame has stage {pp - 1}")
         pp = int(pp_size)
-    pid = dp * pp + stage
-    tid = pid * len(STREAMS) + stream_idx
+    world = (int(max(ops.dp.max(), -1 if iops is None else iops.dp.max())) + 1) * pp
 
-    shift, used_layout = _step_offsets(step, start, start + dur, layout, step_gap)
-    ts_us = np.round((start + shift) * 1e6, 3)
-    dur_us = np.round(dur * 1e6, 3)
-    keep, truncated = _select(step, ts_us, max_events)
-    rows = np.flatnonzero(keep)
-    rows = rows[np.lexsort((ts_us[rows], tid[rows], pid[rows]))]
-
-    seq = frame["seq_id"].to_numpy(dtype=np.int64)[rows].tolist()
-    mb = frame["mb_id"].to_numpy(dtype=np.int64)[rows].tolist()
-    stp = step[rows].tolist()
-    names = optype[rows].tolist()
-    cols = [names, pid[rows].tolist(), tid[rows].tolist(), ts_us[rows].tolist(),
-            dur_us[rows].tolist()]
-    if "mc" in frame.columns:
-        mc = frame["mc"].to_numpy(dtype=np.int64)[rows].tolist()
-        args = [{"step": s, "seq_id": q, "mb_id": m, "model_chunk": c}
-                for s, q, m, c in zip(stp, seq, mb, mc, strict=True)]
+    shift, used_layout = _step_offsets(ops.step, ops.start, ops.start + ops.dur, layout,
+                                       step_gap)
+    ts_us = np.round((ops.start + shift) * 1e6, 3)
+    if iops is None:
+        keep, truncated = _select(ops.step, ts_us, max_events)
+        tiles, n_ideal = ops.step[:0], 0
     else:
-        args = [{"step": s, "seq_id": q, "mb_id": m} for s, q, m in zip(stp, seq, mb, strict=True)]
+        keep, truncated, tiles, n_ideal = _select_with_ideal(ops.step, ts_us, max_events,
+                                                             len(iops.step))
+    rows = np.flatnonzero(keep)
+    traced = _slices(ops.take(rows), pp, 0, ts_us[rows], ops.step[rows])
+    # Where each step begins and ends on the file's time axis (all its ops, kept or not).
+    steps, inv = np.unique(ops.step, return_inverse=True)
+    begin = np.full(steps.size, np.inf)
+    finish = np.full(steps.size, -np.inf)
+    np.minimum.at(begin, inv, ts_us)
+    np.maximum.at(finish, inv, ts_us + np.round(ops.dur * 1e6, 3))
+    kept_steps = np.unique(traced.step)
+
+    sets = [("traced", traced)]
+    if iops is not None and tiles.size:
+        template = iops.take(_earliest(np.arange(len(iops.step)), iops.start, n_ideal))
+        rel = np.round((template.start - template.start.min()) * 1e6, 3)
+        at = np.searchsorted(steps, tiles)
+        idx = np.tile(np.arange(len(rel)), tiles.size)
+        copies = template.take(idx)
+        sets.append(("ideal", _slices(copies, pp, world,
+                                      np.round(np.repeat(begin[at], len(rel)) + rel[idx], 3),
+                                      np.repeat(tiles, len(rel)))))
+
     events: list[dict] = []
+    cpid = None
+    if step_slowdown is not None:
+        values = {int(k): float(v) for k, v in step_slowdown.items()}
+        samples = [(float(begin[np.searchsorted(steps, u)]), values[u])
+                   for u in kept_steps.tolist() if u in values]
+        if samples:
+            cpid = 2 * world if iops is not None else world
+            last = int(kept_steps[-1])  # the last value holds to the end of the last step
+            samples.append((float(finish[np.searchsorted(steps, last)]), samples[-1][1]))
+            events.append(_meta("process_name", cpid, None, name="per-step slowdown S"))
+            events.append(_meta("process_sort_index", cpid, None, sort_index=-1))
+            events.extend({"name": COUNTER_NAME, "ph": "C", "pid": cpid, "ts": t,
+                           "args": {"S": round(v, 6)}} for t, v in samples)
     # Metadata: names and order of processes (workers) and threads (streams).
-    for p in np.unique(pid[rows]).tolist():
-        events.append(_meta("process_name", p, None, name=f"DP {p // pp} / PP {p % pp}"))
-        events.append(_meta("process_sort_index", p, None, sort_index=p))
-    for t in np.unique(tid[rows]).tolist():
-        p = t // len(STREAMS)
-        events.append(_meta("thread_name", p, t, name=STREAMS[t % len(STREAMS)]))
-        events.append(_meta("thread_sort_index", p, t, sort_index=t))
-    events.extend(
-        {"name": n, "cat": n, "ph": "X", "pid": p, "tid": t, "ts": s, "dur": d, "args": a}
-        for n, p, t, s, d, a in zip(*cols, args, strict=True)
-    )
-    all_steps = np.unique(step)
-    kept_steps = np.unique(step[rows])
+    for label, sl in sets:
+        prefix = f"{label} " if iops is not None else ""
+        for p in np.unique(sl.pid).tolist():
+            w = p % world
+            events.append(_meta("process_name", p, None,
+                                name=f"{prefix}DP {w // pp} / PP {w % pp}"))
+            events.append(_meta("process_sort_index", p, None, sort_index=p))
+        for t in np.unique(sl.tid).tolist():
+            p = t // len(STREAMS)
+            events.append(_meta("thread_name", p, t, name=STREAMS[t % len(STREAMS)]))
+            events.append(_meta("thread_sort_index", p, t, sort_index=t))
+    n_flows = 0
+    for _label, sl in sets:
+        events.extend(sl.events())
+    if flows:
+        pairs = _pairs(traced.ops)
+        events.extend(_flows(traced, pairs["send_row"].to_numpy(),
+                             pairs["recv_row"].to_numpy(), pairs["direction"].to_numpy(), 0))
+        n_flows = len(pairs)
+        if len(sets) > 1:
+            pairs = _pairs(template)
+            n = len(template.step)
+            shift_rows = np.repeat(np.arange(tiles.size) * n, len(pairs))
+            send = np.tile(pairs["send_row"].to_numpy(), tiles.size) + shift_rows
+            recv = np.tile(pairs["recv_row"].to_numpy(), tiles.size) + shift_rows
+            events.extend(_flows(sets[1][1], send, recv,
+                                 np.tile(pairs["direction"].to_numpy(), tiles.size), n_flows))
+            n_flows += len(send)
+    all_steps = steps
     other = {
         "title": title,
         "generator": "stragglerlab analysis.timeline",
@@ -206,16 +412,28 @@ def build_events(
         "step_layout": used_layout,
         "step_gap": step_gap if used_layout == "back-to-back" else 0.0,
         "pp_size": pp,
-        "events_total": int(step.size),
+        "events_total": int(ops.step.size),
         "events_written": int(rows.size),
         "steps_total": int(all_steps.size),
         "steps_written": int(kept_steps.size),
         "truncated": truncated,
+        "flows": n_flows,
     }
+    if iops is not None:
+        other["ideal"] = {
+            "pids": [world, 2 * world - 1], "ops_per_step": int(iops.step.size),
+            "copies": int(tiles.size),
+            "events_written": int(len(sets[1][1].pid)) if len(sets) > 1 else 0}
+        other["traced_pids"] = [0, world - 1]
+    if cpid is not None:
+        other["counter"] = {"pid": cpid, "name": COUNTER_NAME, "arg": "S",
+                            "samples": len(samples)}
     if truncated:
         other["note"] = (
             f"max_events={max_events}: kept the first {kept_steps.size} of {all_steps.size} steps "
-            f"({rows.size} of {step.size} events)"
+            f"({rows.size} of {ops.step.size} events"
+            + (f", plus {other['ideal']['events_written']} of the ideal copies" if iops is not None
+               else "") + ")"
         )
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
@@ -228,13 +446,19 @@ def write_perfetto(
     layout: str = "auto",
     step_gap: float = 0.1,
     pp_size: int | None = None,
+    ideal: pd.DataFrame | None = None,
+    step_slowdown: Mapping[int | str, float] | None = None,
+    flows: bool = True,
 ) -> dict:
     """Write frame as Chrome-trace JSON (gzip when path ends in .gz), atomically.
 
-    Returns the file's otherData (layout used, events/steps written, truncation).
+    ideal, step_slowdown, flows: as `build_events` (the ideal job beside the traced one,
+    the per-step slowdown counter, P2P flow arrows). Returns the file's otherData
+    (layout used, events/steps written, truncation, flows, ideal copies, counter).
     """
     target = Path(path)
-    trace = build_events(frame, title, max_events, layout, step_gap, pp_size)
+    trace = build_events(frame, title, max_events, layout, step_gap, pp_size, ideal,
+                         step_slowdown, flows)
     data = json.dumps(trace, separators=(",", ":")).encode()
 
     def _write(tmp: str) -> None:

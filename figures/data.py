@@ -227,3 +227,24 @@ def load_figure_data(run_dirs: list[str | Path],
                       reference_whatif_dir=(None if reference_whatif_dir is None
                                             else Path(reference_whatif_dir)),
                       scores=None if scores is None else read_scores(scores))
+
+
+def nothing_to_draw(data: FigureData, results: list) -> str:
+    """Why none of `results` (FigureResults, each 'no data') drew anything: the missing
+    input when it is the one every figure of runs needs, else each figure's own need."""
+    n = len(data.runs)
+    if not data.runs:
+        headline = ("no run folders with what-if results: pass --runs results/<scenario>/<seed> "
+                    "... (folders of `stragglerlab train`, each analysed by `stragglerlab whatif "
+                    "--run DIR`)")
+    elif not data.ok_runs():
+        headline = f"none of the {n} run folders finished ok (run.json outcome)"
+    elif not data.analysed_runs():
+        headline = (f"none of the {len(data.ok_runs())} ok run folders has a what-if result "
+                    "(whatif/whatif.json): run `stragglerlab whatif --run DIR` on each first")
+    else:
+        headline = ""
+    needs = [f"{r.name}: {r.note}" for r in results]
+    if headline and len(results) > 3:  # every figure would say the same
+        return headline
+    return "; ".join([headline, *needs] if headline else needs)

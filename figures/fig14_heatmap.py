@@ -10,8 +10,12 @@ stays bounded.
 A plotting library; the registered figure that uses it is
 `figures/fig14_heatmaps.py` (`stragglerlab figures --only fig14_heatmaps`):
 
-    from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
+    from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap, worker_heatmap_figure
     plot_worker_heatmap(scores, "out/heatmap.png", title="AR", source="reference traces")
+    fig = worker_heatmap_figure(scores, title="AR")     # the Figure only, nothing written
+
+`figures/job_pictures.py` draws the same heatmap of one analysed job (a
+WhatIfResult or its whatif.json) for `stragglerlab plot` and `Job.heatmap()`.
 """
 
 from __future__ import annotations
@@ -66,13 +70,33 @@ def plot_worker_heatmap(
     annotate: bool | None = None,
     pdf: bool = False,
 ) -> Figure:
-    """Draw the worker-score heatmap and write it as PNG to out_path.
+    """Draw the worker-score heatmap and write it as PNG (and PDF when pdf) to out_path.
+
+    Arguments as `worker_heatmap_figure`. Returns the Figure (pyplot-free; its first
+    Axes holds the annotation Texts).
+    """
+    fig = worker_heatmap_figure(scores, title=title, source=source, fmt=fmt,
+                                annotate=annotate)
+    with figure_style():
+        save_figure(fig, out_path, pdf=pdf)
+    return fig
+
+
+def worker_heatmap_figure(
+    scores: np.ndarray,
+    title: str = "",
+    source: str = "",
+    fmt: str = ".2f",
+    annotate: bool | None = None,
+) -> Figure:
+    """The worker-score heatmap as a Figure (nothing written; save with `save_figure`
+    inside `figure_style()`).
 
     scores: array shaped [pp_size, dp_size] (a 1-D array is one stage); NaN
     cells are drawn grey and not annotated. fmt formats the cell values (the
     artifact's seaborn default is '.2g'; '.2f' keeps 0.98 vs 1.00 apart).
-    annotate: None = only when the cells are big enough to read. Returns the
-    Figure (pyplot-free; its first Axes holds the annotation Texts).
+    annotate: None = only when the cells are big enough to read. Its first Axes
+    holds the annotation Texts.
     """
     data = np.asarray(scores, dtype=float)
     if data.ndim == 1:
@@ -144,5 +168,4 @@ def plot_worker_heatmap(
         if has_title:
             fig.suptitle(title)
         source_note(fig, source)
-        save_figure(fig, out_path, pdf=pdf)
     return fig

@@ -9,9 +9,10 @@ Every figure module defines
     def build(data: FigureData, out_dir: Path) -> FigureResult
 
 and writes `out_dir/<NAME>.png` and `.pdf`. `build_figure` also writes
-`out_dir/<NAME>.json` (the FigureResult; `paths` are file names relative to
-that folder). A figure without the data it needs still writes an image saying
-"no data: needs ..." (`no_data`) and returns ours = {}; it never crashes.
+`out_dir/<NAME>.json` (the FigureResult, with `"schema": "stragglerlab.figure/1"`;
+`paths` are file names relative to that folder). A figure without the data it
+needs still writes an image saying "no data: needs ..." (`no_data`) and returns
+ours = {}; it never crashes.
 
     from stragglerlab.figures.registry import build_figure, figure_names
     for name in figure_names():
@@ -27,6 +28,8 @@ from types import ModuleType
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.plugins import Registry
 
+FIGURE_SCHEMA = "stragglerlab.figure/1"
+"""The `schema` value of a figure's `<NAME>.json` (older files have none)."""
 REQUIRED = ("NAME", "TITLE", "PAPER", "build")
 """What a figure module must define."""
 
@@ -90,6 +93,11 @@ class FigureResult:
     title: str = ""
     """The module's TITLE (filled in by build_figure when left empty)."""
 
+    @property
+    def has_data(self) -> bool:
+        """The figure was drawn from data, not the 'no data' image (ours is filled)."""
+        return bool(self.ours)
+
     def to_json(self, relative_to: Path | None = None) -> dict:
         """JSON form; paths relative to `relative_to` (the figures folder) when given."""
         def rel(p: Path) -> str:
@@ -101,6 +109,7 @@ class FigureResult:
             return str(p)
 
         return {
+            "schema": FIGURE_SCHEMA,
             "name": self.name,
             "title": self.title,
             "paths": [rel(p) for p in self.paths],

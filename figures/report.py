@@ -25,6 +25,7 @@ from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_text
 from stragglerlab.errors import InputError
+from stragglerlab.figures.registry import FIGURE_SCHEMA
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
 from stragglerlab.figures.report_leaderboard import SCORE_FIGURES, BoardFigure, score_blocks
 from stragglerlab.figures.scores import ScoreFile, read_scores
@@ -99,6 +100,11 @@ def _figure_entry(path: Path, raw: object) -> FigureEntry:
     """A validated figure result; every image a PNG inside the figures folder."""
     chk = Checker(path, FIGURE_FIX)
     raw = chk.mapping(raw, path.name)
+    if "schema" in raw:  # older figure results have none
+        schema = chk.string(raw["schema"], "schema")
+        if not schema.startswith("stragglerlab.figure/"):
+            chk.fail("schema", f"{echo(schema)} is not a figure result schema "
+                               f"({FIGURE_SCHEMA})")
     name = chk.string(raw.get("name"), "name")
     texts = {k: raw.get(k) for k in ("title", "source", "note")}
     for k, v in texts.items():

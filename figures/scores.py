@@ -1,8 +1,9 @@
 """The scores file of `stragglerlab score`, read and checked for the report and the figures.
 
-`scores.json` is `{detector: {f1, precision, recall, root_cause_accuracy, ...,
-ci: {metric: [lo, hi]}, confusion: {true: {predicted: n}}, by_kind, by_family,
-by_kind_family: {"<kind>|<family>": {...}}, runs: [...]}}` (analysis/scoring.py).
+`scores.json` is `{"schema": "stragglerlab.scores/1", detector: {f1, precision,
+recall, root_cause_accuracy, ..., ci: {metric: [lo, hi]}, confusion: {true:
+{predicted: n}}, by_kind, by_family, by_kind_family: {"<kind>|<family>": {...}},
+runs: [...]}}` (analysis/scoring.py); a file without `schema` is an older /1 file.
 `parse_scores` turns it into typed `DetectorScore`s, and any file that is not
 that shape (a metric that is not a number, an interval that is not [lo, hi],
 a negative confusion count, ...) is ONE InputError naming the file and field.
@@ -22,9 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.filecheck import Checker, load_json
+from stragglerlab.filecheck import Checker, echo, load_json
 from stragglerlab.findings import RootCause, same_cause
 
+SCORES_SCHEMA = "stragglerlab.scores/1"
+"""The `schema` value of scores.json (beside the detectors' entries)."""
 SCORES_FIX = "rewrite it with `stragglerlab score --out DIR`"
 """How to repair a bad scores file (in every error message)."""
 MAX_SCORES_BYTES = 16 * 1024 * 1024
@@ -236,8 +239,13 @@ def parse_scores(raw: object, path: str | Path) -> ScoreFile:
     """The checked scores of a parsed scores JSON (one InputError naming path when bad)."""
     chk = Checker(path, SCORES_FIX)
     raw = chk.mapping(raw, "scores")
+    if "schema" in raw:  # older files have none
+        schema = chk.string(raw["schema"], "schema")
+        if not schema.startswith("stragglerlab.scores/"):
+            chk.fail("schema", f"{echo(schema)} is not a scores schema ({SCORES_SCHEMA})")
     return ScoreFile(path=str(path),
-                     detectors=[_detector(chk, str(name), s) for name, s in raw.items()])
+                     detectors=[_detector(chk, str(name), s) for name, s in raw.items()
+                                if name != "schema"])
 
 
 def read_scores(path: str | Path) -> ScoreFile:

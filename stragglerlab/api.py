@@ -8,8 +8,10 @@
     job.optypes()          # S_t per op type
     job.steps()            # per-step S and step times
     job.detect("whatif")   # findings as a DataFrame (any registered detector)
+    job.score("whatif")    # those findings against the run's ground truth
     job.truth()            # the injected faults, where the folder has faults.json
     job.heatmap()          # the worker heatmap (a matplotlib Figure)
+    job.step_plot()        # S per step and the step times (a matplotlib Figure)
 
 A thin facade: it hands off to the analyzers the verbs call (`analysis.whatif`,
 the detector registry, `analysis.ground_truth`, the Fig. 14 heatmap) and keeps
@@ -28,6 +30,7 @@ from stragglerlab.analysis.detectors.base import Run, load_run
 from stragglerlab.analysis.detectors.registry import get_detector
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.errors import InputError
+from stragglerlab.findings import Finding
 from stragglerlab.results import WhatIfResult
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.trace_io import read_trace
@@ -55,7 +58,7 @@ class Job:
         self.path = path
         self.trace, self.meta = read_trace(trace_path, meta)
         """The validated trace (design.md §3 columns) and its job meta."""
-        self._findings: dict[str, pd.DataFrame] = {}
+        self._findings: dict[str, list[Finding]] = {}
 
     def __repr__(self) -> str:
         return (f"Job({str(self.path)!r}: dp={self.meta.dp_size}, pp={self.meta.pp_size}, "
@@ -113,24 +116,50 @@ class Job:
             "simulated_s": [j["step_time_nodelay_s"][str(s)] for s in steps],
             "slowdown": [j["step_slowdown"][str(s)] for s in steps]})
 
-    def detect(self, name: str = "whatif") -> pd.DataFrame:
-        """A detector's findings over the whole job, one row per named worker (a job-level
-        finding has dp_rank, stage and rank None); computed once per detector."""
+    def findings(self, name: str = "whatif") -> list[Finding]:
+        """A detector's findings (stragglerlab.findings.Finding), computed once per detector."""
         if name not in self._findings:
             detector = get_detector(name)
             if getattr(detector, "reads_whatif", False):  # hand it this job's analysis
-                findings = detector.detect(self._run, result=self.whatif())
+                self._findings[name] = detector.detect(self._run, result=self.whatif())
             else:
-                findings = detector.detect(self._run)
-            rows = [{"root_cause": f.root_cause.value,
-                     "dp_rank": None if r is None else r.dp_rank,
-                     "stage": None if r is None else r.stage,
-                     "rank": None if r is None else r.rank,
-                     "first_step": f.first_step, "last_step": f.last_step,
-                     "confidence": f.confidence, "estimated_slowdown": f.estimated_slowdown}
-                    for f in findings for r in (f.ranks or [None])]
-            self._findings[name] = pd.DataFrame(rows, columns=FINDING_COLUMNS)
-        return self._findings[name].copy()
+                self._findings[name] = detector.detect(self._run)
+        return list(self._findings[name])
+
+    def detect(self, name: str = "whatif") -> pd.DataFrame:
+        """A detector's findings over the whole job, one row per named worker (a job-level
+        finding has dp_rank, stage and rank None)."""
+        rows = [{"root_cause": f.root_cause.value,
+                 "dp_rank": None if r is None else r.dp_rank,
+                 "stage": None if r is None else r.stage,
+                 "rank": None if r is None else r.rank,
+                 "first_step": f.first_step, "last_step": f.last_step,
+                 "confidence": f.confidence, "estimated_slowdown": f.estimated_slowdown}
+                for f in self.findings(name) for r in (f.ranks or [None])]
+        return pd.DataFrame(rows, columns=FINDING_COLUMNS)
+
+    def score(self, name: str = "whatif") -> pd.DataFrame:
+        """A detector's findings scored against this run's ground truth (`stragglerlab
+        score`'s rules, one run): one row per injected fault (one `clean` row for a clean
+        run) with whether a finding named its workers (`recalled`) and its cause, plus the
+        run's worker-level true/false positives and negatives and predicted cause."""
+        from stragglerlab.analysis.ground_truth import load_truths
+        from stragglerlab.analysis.scoring import score_run
+
+        if self.folder is None:
+            raise InputError("scoring needs a run folder with its ground truth (faults.json); "
+                             "a bare trace file has none", str(self.path))
+        (truth,) = load_truths([self.path])
+        s = score_run(truth, self.findings(name))
+        run = {"detector": name, "tp": s.true_positives, "fp": s.false_positives,
+               "fn": s.false_negatives, "predicted_cause": s.predicted_cause.value,
+               "run_cause_right": s.cause_ok}
+        faults = [{"kind": f.kind, "recalled": f.recalled, "cause_right": f.cause_right,
+                   "measured_slowdown": f.measured_slowdown, "observable": f.observable}
+                  for f in s.faults] or [{"kind": s.kind, "recalled": None,
+                                          "cause_right": None, "measured_slowdown": None,
+                                          "observable": None}]
+        return pd.DataFrame([{**f, **run} for f in faults])
 
     def truth(self) -> pd.DataFrame:
         """The injected faults (faults.json), one row per target; empty for a clean run or
@@ -146,17 +175,30 @@ class Job:
 
     def heatmap(self, out: str | Path | None = None):
         """The worker heatmap (DP x stage, Fig. 14) as a matplotlib Figure; written as PNG
-        too when `out` is given."""
-        import tempfile
+        too when `out` is given (`stragglerlab plot` draws the same)."""
+        from stragglerlab.figures.job_pictures import heatmap_figure
 
-        from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
+        return self._picture(heatmap_figure, f"worker slowdown: {self._name}", out)
 
-        title = f"worker slowdown: {self.meta.trial_name or self.path}"
+    def step_plot(self, out: str | Path | None = None):
+        """The per-step slowdown (step times actual / simulated / ideal above S per step) as
+        a matplotlib Figure; written as PNG too when `out` is given (as `stragglerlab plot`)."""
+        from stragglerlab.figures.job_pictures import step_slowdown_figure
+
+        return self._picture(step_slowdown_figure, f"per-step slowdown: {self._name}", out)
+
+    @property
+    def _name(self) -> str:
+        return self.meta.trial_name or str(self.path)
+
+    def _picture(self, draw, title: str, out: str | Path | None):
+        from stragglerlab.figures.style import figure_style, save_figure
+
+        fig = draw(self.whatif(), title=title)
         if out is not None:
-            return plot_worker_heatmap(self.whatif().worker_score, out, title=title)
-        with tempfile.TemporaryDirectory() as tmp:
-            return plot_worker_heatmap(self.whatif().worker_score, Path(tmp) / "h.png",
-                                       title=title)
+            with figure_style():
+                save_figure(fig, out)
+        return fig
 
 
 def open_job(path: str | Path, meta: str | Path | None = None) -> Job:

@@ -12,7 +12,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -96,15 +96,18 @@ def atomic_write_json(path: str | Path, obj: object, indent: int | None = 2) -> 
 
 
 @contextmanager
-def staged_folder(out: str | Path) -> Iterator[Path]:
+def staged_folder(out: str | Path, owns: Iterable[str] = ()) -> Iterator[Path]:
     """A temporary sibling folder to write a verb's outputs into, moved into `out` at the end.
 
     On success every entry is moved into `out` (created if needed; files of the
     same name are replaced, other files in `out` are kept); on any error the
     temporary folder is removed and `out` is left as it was, so a verb never
-    leaves partial output.
+    leaves partial output. `owns`: glob patterns (relative to `out`, e.g.
+    "whatif.json", "artifact-format/*.json", "fig03_waste_cdf-*.png") of the files
+    the verb writes; those of an earlier run that this one did not write are
+    removed from `out` (stale outputs), files matching none are never touched.
 
-        with staged_folder(args.out) as tmp:
+        with staged_folder(args.out, owns=OUTPUTS) as tmp:
             atomic_write_json(tmp / "whatif.json", doc)     # ... every output
     """
     target = Path(out)
@@ -121,10 +124,24 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
             os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders
             os.replace(tmp, target)
             return
+        written = {p.relative_to(tmp) for p in tmp.rglob("*")}
         _merge_into(tmp, target)
+        remove_stale(target, owns, written)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale(out: Path, owns: Iterable[str], written: set[Path]) -> list[Path]:
+    """Remove the files of `out` matching an `owns` pattern but not in `written` (paths
+    relative to `out`); returns them. Folders, and files matching no pattern, stay."""
+    removed = []
+    for pattern in owns:
+        for path in sorted(out.glob(pattern)):
+            if path.is_file() and not path.is_symlink() and path.relative_to(out) not in written:
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def _merge_into(src: Path, dst: Path) -> None:

@@ -8,7 +8,9 @@ unit tests and on the command line before any job runs:
   largest one. `Scenario.stage_partition()` uses it by default
   (`parallel.partition: balanced`), the way Megatron users account for the
   loss layer in the pipeline split; the stage-imbalance fault forces the
-  naive even split instead.
+  naive even split instead. They live in `stragglerlab.partition` (the
+  scenario loader needs them; this module imports the loader) and are
+  re-exported here.
 * `slow_worker_slowdown` / `slow_worker_factor`: job slowdown of a DP x PP
   1F1B job in which one worker computes `factor` times slower, and the
   inverse, used to size `slow-worker-1..3` for the paper's measured levels;
@@ -24,12 +26,22 @@ unit tests and on the command line before any job runs:
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # scenario.py imports this module: types only, no import cycle
-    from stragglerlab.scenario import DataConfig, Scenario
+from stragglerlab.dataset import rank_microbatches
+from stragglerlab.partition import (  # re-exported: the partition is part of the cost model
+    Partition,
+    balanced_partition,
+    even_partition,
+    stage_costs,
+    stage_imbalance,
+)
+from stragglerlab.scenario import DataConfig, LengthDistribution, Scenario, list_scenarios
+
+__all__ = ["COMPUTE_SHARE", "FIXED_S_PER_TOKEN", "PAPER_S6_MEASURED", "SQ_S_PER_TOKEN2",
+           "MicrobatchCost", "Partition", "balanced_partition", "even_partition", "main",
+           "mean_ideal_shortfall", "seq_rebalance_gain", "slow_worker_factor",
+           "slow_worker_slowdown", "stage_costs", "stage_imbalance"]
 
 PAPER_S6_MEASURED = (1.16, 1.40, 2.03)
 """The paper's measured job slowdowns of its three injected slow-worker levels (§6)."""
@@ -37,57 +49,6 @@ COMPUTE_SHARE = 0.8
 """Share of a clean step that the 1F1B pipeline's computes span (the rest: DP collectives,
 clip, optimizer, untraced CPU work); fitted to the DP 2 x PP 2 slow-worker runs of issue 13
 (factors 1.4/1.8/2.7 measured 1.23/1.51/2.14: 0.72-0.84)."""
-
-
-class Partition(str, enum.Enum):
-    """How blocks are split over pipeline stages when `layers_per_stage` is not given."""
-
-    BALANCED = "balanced"  # minimise the largest modelled stage cost (logit layer included)
-    EVEN = "even"  # equal block counts, earlier stages take the remainder (the naive split)
-
-
-def stage_costs(layers: list[int], hidden: int, vocab: int, tokens: int) -> list[float]:
-    """Modelled forward multiply-adds per token of each stage (blocks + last-stage logits)."""
-    block = 12 * hidden * hidden + 2 * tokens * hidden  # qkv, proj, 2 MLP matrices + attention
-    costs = [n * block for n in layers]
-    costs[-1] += hidden * vocab  # the logit layer tied to the embedding
-    return costs
-
-
-def even_partition(n_layers: int, pp: int) -> list[int]:
-    """Equal block counts, the first stages taking the remainder."""
-    base, extra = divmod(n_layers, pp)
-    return [base + (1 if s < extra else 0) for s in range(pp)]
-
-
-def balanced_partition(n_layers: int, pp: int, hidden: int, vocab: int,
-                       tokens: int) -> list[int]:
-    """Blocks per stage minimizing the largest modelled stage cost.
-
-    Every block costs the same and only the last stage carries more (the
-    logit layer), so the best split gives the last stage k blocks and the
-    others an even split of the rest: O(n_layers), exact. Ties go to the even
-    split when it is among the best (the split a user expects), else to the
-    largest k (the last stage as full as it can be, earlier stages fuller).
-    """
-    if pp < 1 or n_layers < 0:
-        raise ValueError(f"need pp >= 1 and n_layers >= 0, got {pp}, {n_layers}")
-    even = even_partition(n_layers, pp)
-    if pp == 1:
-        return even
-    best, best_cost = even, max(stage_costs(even, hidden, vocab, tokens))
-    for k in range(n_layers, -1, -1):
-        layers = [*even_partition(n_layers - k, pp - 1), k]
-        cost = max(stage_costs(layers, hidden, vocab, tokens))
-        if cost < best_cost - 1e-9 * max(1.0, best_cost):
-            best, best_cost = layers, cost
-    return best
-
-
-def stage_imbalance(layers: list[int], hidden: int, vocab: int, tokens: int) -> float:
-    """Largest modelled stage cost over the mean (1.0 = perfectly balanced)."""
-    costs = stage_costs(layers, hidden, vocab, tokens)
-    return max(costs) / (sum(costs) / len(costs))
 
 
 def _check_layout(pp: int, microbatches: int, compute_share: float) -> None:
@@ -173,8 +134,6 @@ def seq_rebalance_gain(data: DataConfig, *, vocab: int, max_seq_len: int, dp: in
     ranks wait for each other at the gradient collectives); the ideal step
     has every rank at the mean. gain = mean step(unbalanced) / mean step(rebalanced) - 1.
     """
-    from stragglerlab.dataset import rank_microbatches
-
     steps_t = {}
     for rebalance in (False, True):
         cfg = dataclasses.replace(data, rebalance_across_dp=rebalance)
@@ -191,8 +150,6 @@ def seq_rebalance_gain(data: DataConfig, *, vocab: int, max_seq_len: int, dp: in
 
 def _seq_note(sc: Scenario, params: dict) -> str:
     """Modelled S and rebalancing gain of a seq-imbalance fault (the generator's draws)."""
-    from stragglerlab.scenario import LengthDistribution
-
     d = sc.data
     data = dataclasses.replace(
         d, length_distribution=LengthDistribution.LONGTAIL,
@@ -208,8 +165,6 @@ def _seq_note(sc: Scenario, params: dict) -> str:
 
 def main() -> int:
     """Print the partition and the fault sizing of the built-in scenarios."""
-    from stragglerlab.scenario import list_scenarios
-
     for sc in list_scenarios():
         m, d = sc.model, sc.data
         layers = sc.stage_partition()

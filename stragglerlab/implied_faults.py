@@ -9,7 +9,7 @@ the phrasing implies, with `implied_by` naming the setting, so the injector
 writes its faults.json record like any other:
 
 * stage imbalance: the partition the job runs (`Scenario.stage_partition`) has a
-  modelled heaviest stage (stragglerlab/costmodel.py) at least
+  modelled heaviest stage (stragglerlab/partition.py) at least
   `IMPLIED_STAGE_RATIO` over the mean of the others;
 * sequence imbalance: long-tailed lengths (with `rebalance_across_dp`, the
   mitigation, which the scorer does not score).
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from stragglerlab.costmodel import stage_costs
 from stragglerlab.faults import FaultKind
+from stragglerlab.partition import stage_costs
 
 IMPLIED_STAGE_RATIO = 1.1
 """Modelled heaviest-stage cost over the others' mean from which a partition is a stage

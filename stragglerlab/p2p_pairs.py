@@ -5,6 +5,7 @@ detector localizes one with it, so both read the same pairs the same way.
 Pure pandas/numpy over a trace, no I/O:
 
     pairs = p2p_pair_latency(trace)          # one row per send/recv pair
+    rows = p2p_pair_rows(trace)              # their send and recv row positions
     signals = sender_window_signals(pairs, pp, dp, steps, window=3)  # LinkSignals
     signals = worker_window_signals(pairs, pp, dp, steps, window=3)  # sent or received
 """
@@ -17,30 +18,48 @@ import numpy as np
 import pandas as pd
 
 
+def p2p_pair_rows(trace: pd.DataFrame) -> pd.DataFrame:
+    """Every P2P pair of the trace as the row positions (`iloc`) of its send and its recv.
+
+    Columns: direction ('forward' or 'backward'), send_row, recv_row, step, dp_rank,
+    sender_stage, seq_id. The k-th send of a stage pairs with the k-th recv of the peer
+    stage (same DP rank and step): a forward send of stage p with the forward recv of
+    stage p + 1, a backward send with the backward recv of stage p - 1 (same seq_id).
+    """
+    opt = trace["optype"].astype(str).to_numpy()
+    keys = trace[["step", "dp_rank", "stage", "seq_id"]].reset_index(drop=True)
+    frames = []
+    for direction, peer_offset in (("forward", 1), ("backward", -1)):
+        send_pos = np.flatnonzero(opt == f"{direction}-send")
+        recv_pos = np.flatnonzero(opt == f"{direction}-recv")
+        sends = keys.iloc[send_pos].assign(send_row=send_pos)
+        recvs = keys.iloc[recv_pos].assign(recv_row=recv_pos)
+        recvs = recvs.assign(stage=recvs["stage"] - peer_offset)  # keyed by the sender's stage
+        pairs = sends.merge(recvs, on=["step", "dp_rank", "stage", "seq_id"])
+        frames.append(pd.DataFrame({
+            "direction": direction, "send_row": pairs["send_row"],
+            "recv_row": pairs["recv_row"], "step": pairs["step"],
+            "dp_rank": pairs["dp_rank"], "sender_stage": pairs["stage"],
+            "seq_id": pairs["seq_id"]}))
+    return pd.concat(frames, ignore_index=True)
+
+
 def p2p_pair_latency(trace: pd.DataFrame) -> pd.DataFrame:
     """Every P2P pair of the trace with its latency: recv end minus the later of both starts.
 
     Columns: step, dp_rank, sender_stage, direction, seq_id, latency_s, receiver_waiting
-    (the recv was posted before the send: latency is then the whole transfer). The k-th send
-    of a stage pairs with the k-th recv of the peer stage (same DP rank and step).
+    (the recv was posted before the send: latency is then the whole transfer). Pairs as
+    `p2p_pair_rows`.
     """
-    opt = trace["optype"].astype(str)
-    frames = []
-    for direction, peer_offset in (("forward", 1), ("backward", -1)):
-        sends = trace[opt == f"{direction}-send"][["step", "dp_rank", "stage", "seq_id",
-                                                   "start_ts"]]
-        recvs = trace[opt == f"{direction}-recv"].assign(
-            stage=lambda d, o=peer_offset: d["stage"] - o)  # keyed by the sender's stage
-        recvs = recvs.assign(end=recvs["start_ts"] + recvs["duration"])
-        pairs = sends.merge(recvs[["step", "dp_rank", "stage", "seq_id", "start_ts", "end"]],
-                            on=["step", "dp_rank", "stage", "seq_id"], suffixes=("_s", "_r"))
-        latest = pairs[["start_ts_s", "start_ts_r"]].max(axis=1)
-        frames.append(pd.DataFrame({
-            "step": pairs["step"], "dp_rank": pairs["dp_rank"], "sender_stage": pairs["stage"],
-            "direction": direction, "seq_id": pairs["seq_id"],
-            "latency_s": pairs["end"] - latest,
-            "receiver_waiting": pairs["start_ts_r"] <= pairs["start_ts_s"]}))
-    return pd.concat(frames, ignore_index=True)
+    rows = p2p_pair_rows(trace)
+    send, recv = rows["send_row"].to_numpy(), rows["recv_row"].to_numpy()
+    start = trace["start_ts"].to_numpy()
+    end = start + trace["duration"].to_numpy()
+    return pd.DataFrame({
+        "step": rows["step"], "dp_rank": rows["dp_rank"], "sender_stage": rows["sender_stage"],
+        "direction": rows["direction"], "seq_id": rows["seq_id"],
+        "latency_s": end[recv] - np.maximum(start[send], start[recv]),
+        "receiver_waiting": start[recv] <= start[send]})
 
 
 def receiver_stage(pairs: pd.DataFrame) -> np.ndarray:

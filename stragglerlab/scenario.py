@@ -19,8 +19,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.costmodel import Partition, balanced_partition, even_partition
 from stragglerlab.errors import InputError
+from stragglerlab.partition import Partition, balanced_partition, even_partition
 
 DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))
 """The built-in scenarios: package data (the repository's config/scenarios.yaml)."""
@@ -86,7 +86,7 @@ class ParallelConfig:
     """Blocks on each stage; None: split by `partition`."""
     partition: Partition = Partition.BALANCED
     """Split when layers_per_stage is None: balanced (modelled stage costs, the logit
-    layer included; stragglerlab/costmodel.py) or even (equal block counts). Stage
+    layer included; stragglerlab/partition.py) or even (equal block counts). Stage
     imbalance is a fault (stage-imbalance injector), not the default."""
 
     def stage_layers(self, n_layers: int) -> list[int]:

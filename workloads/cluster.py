@@ -1,6 +1,7 @@
 """Run one training job on an existing Ray cluster (`stragglerlab train --ray-address ADDR`).
 
-What differs from the private local run of `workloads.launcher`:
+What differs from the private local run of `workloads.launcher` (the rank
+actors, the wait for them and their summaries are the same: workloads.rank_actors):
 
 * Attach: `ray.init(address=ADDR)`; at the end only this driver disconnects
   (`ray.shutdown()`), after killing its own actors and removing its own
@@ -38,8 +39,17 @@ from pathlib import Path
 from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.workloads.launcher import MALLOC_ENV, interrupted_error, launch_error
+from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.node_helper import NodeHelper
+from stragglerlab.workloads.rank_actors import (
+    MALLOC_ENV,
+    collect_summaries,
+    interrupted_error,
+    launch_error,
+    rank_actor_class,
+    rank_status,
+    wait_for_ranks,
+)
 from stragglerlab.workloads.run_folder import write_run_folder
 
 CLOCK_ROUND_TRIPS = 7
@@ -125,25 +135,21 @@ def _lost_nodes(ray, helpers: dict) -> set[str]:
 def _cores(scenario: Scenario, node_of: list[str], infos: dict) -> dict[str, float]:
     """CPU share per rank on each node: run.cores_per_rank, else 90% of the host's CPUs
     over the ranks on that host (nodes on one kernel share its CPUs)."""
-    from stragglerlab.workloads.launcher import CPU_HEADROOM
-
     if scenario.run.cores_per_rank:
         return {n: scenario.run.cores_per_rank for n in infos}
     per_host: dict[str, int] = {}
     for n in node_of:
         per_host[infos[n]["boot_id"]] = per_host.get(infos[n]["boot_id"], 0) + 1
-    return {n: CPU_HEADROOM * i["cpus"] / per_host[i["boot_id"]] for n, i in infos.items()}
+    return {n: default_cores(i["cpus"], per_host[i["boot_id"]]) for n, i in infos.items()}
 
 
 def _status_reader(ray, helpers: dict, remote: dict[str, list[int]], run_dir: Path, world: int):
     """Progress of every rank: status files here, plus helpers' copies on other filesystems
     (asked at most once a second)."""
-    from stragglerlab.workloads.launcher import _read_status
-
     cache: dict = {"t": 0.0, "remote": {}}
 
     def read() -> dict:
-        status = _read_status(run_dir, world)
+        status = rank_status(run_dir, world)
         if remote and time.monotonic() - cache["t"] > STATUS_EVERY_S:
             cache["t"] = time.monotonic()
             for nid, ranks in remote.items():
@@ -165,8 +171,6 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         NodeAffinitySchedulingStrategy,
         PlacementGroupSchedulingStrategy,
     )
-
-    from stragglerlab.workloads.launcher import _collect, _rank_actor_class, _wait
 
     world, p = scenario.world_size, scenario.parallel
     record["ray"] = {"address": address, "attached": True,
@@ -211,7 +215,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         ifnames = dict(zip(helpers, ray.get([h.ifname.remote(ip0) for h in helpers.values()],
                                             timeout=HELPER_TIMEOUT_S)))
         init_method = f"tcp://{ip0}:{port}"
-        actor_cls = _rank_actor_class()
+        actor_cls = rank_actor_class()
         for rank in range(world):
             ifname = ifnames[node_of[rank]]
             env = {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": ifname} if ifname else {}
@@ -244,8 +248,8 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
             if not infos[nid]["shares_run_dir"]:
                 remote.setdefault(nid, []).append(rank)
         t_run = time.time()
-        record["error"] = _wait(ray, futures, summaries, run_dir, scenario, say,
-                                _status_reader(ray, helpers, remote, run_dir, world))
+        record["error"] = wait_for_ranks(ray, futures, summaries, run_dir, scenario, say,
+                                         _status_reader(ray, helpers, remote, run_dir, world))
         record["outcome"] = "failed" if record["error"] else "ok"
         if record["error"]:
             _name_lost(ray, helpers, record, say)
@@ -261,7 +265,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_start, say)
         (run_dir / ".driver-token").unlink(missing_ok=True)
         record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
-        record.update(_collect(summaries, scenario))
+        record.update(collect_summaries(summaries, scenario))
         record["faults_requested"] = len(injectors)
         record = write_run_folder(run_dir, scenario, record, injectors)
     return record

@@ -14,7 +14,7 @@ Per step, in the order of the trace vocabulary (design.md §3):
    norm over all ranks) → optimizer (Adam on the local shard).
 
 Every collective and P2P wait has the run's timeout, so a dead or hung peer
-fails this rank within it instead of hanging. Used by `workloads.launcher`
+fails this rank within it instead of hanging. Used by `workloads.rank_actors`
 (one Ray actor per rank); runnable without Ray for debugging:
 
     trainer = RankTrainer(scenario, rank, run_dir, "tcp://127.0.0.1:29500")
@@ -39,6 +39,7 @@ from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
+from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
@@ -151,10 +152,8 @@ class RankTrainer:
         run = self.sc.run
         if not run.pace_compute or self.device.type != "cpu":
             return None
-        from stragglerlab.workloads.launcher import CPU_HEADROOM
-
         return (self.cgroup["cores"] if self.cgroup else run.cores_per_rank
-                or CPU_HEADROOM * (os.cpu_count() or 1) / self.sc.world_size)
+                or default_cores(os.cpu_count() or 1, self.sc.world_size))
 
     # -- one step ----------------------------------------------------------------------
     def _paced(self):

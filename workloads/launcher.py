@@ -14,7 +14,8 @@
 * Failure: a dead actor, a rank's exception (e.g. a collective timeout) or no
   progress for longer than the collective timeout ends the run: every actor is
   killed, the cgroups are removed, and run.json says `failed`, which rank and
-  why; the trace keeps every step all ranks finished.
+  why; the trace keeps every step all ranks finished. The rank actors and the
+  wait for them are workloads/rank_actors.py, shared with cluster runs.
 
     outcome = launch(scenario, "results/clean-dp2-pp2/0", progress=print)
 """
@@ -28,7 +29,6 @@ import platform
 import shutil
 import socket
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from stragglerlab import run_folder as rf
@@ -37,38 +37,24 @@ from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, quota_for
 from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_driver, record_ray_node
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.interrupts import interrupt_message, keep_sigterm_handler
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from stragglerlab.workloads import placement as pl
+from stragglerlab.workloads.cluster import run_on_cluster
+from stragglerlab.workloads.cpu_share import default_cores
+from stragglerlab.workloads.rank_actors import (
+    MALLOC_ENV,
+    Progress,
+    collect_summaries,
+    interrupted_error,
+    launch_error,
+    rank_actor_class,
+    wait_for_ranks,
+)
 from stragglerlab.workloads.run_folder import write_run_folder
 
-Progress = Callable[[str], None]
-POLL_S = 0.1
 LOOPBACK = "127.0.0.1"
 """The only address a run's Ray processes and rank sockets listen on."""
-CPU_HEADROOM = 0.9
-# Extra slack over the collective timeout before a run without progress is called hung.
-HANG_SLACK_S = 30.0
-
-
-# glibc malloc for the rank processes: tensors up to 32 MB come from the heap and freed
-# memory is never trimmed, so every step reuses mapped pages. Without it a rank faults
-# in ~1,300 fresh zeroed pages per step (activations above the dynamic mmap threshold),
-# CPU time that lands inside random ops (benchmarks/README.md, "Timing noise"). Both
-# are needed: a trim threshold alone pins the mmap threshold at 128 kB (22,000 faults).
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
-              "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
-
-
-def interrupted_error(exc: KeyboardInterrupt) -> dict:
-    """run.json `error` of a run stopped by Ctrl-C or SIGTERM (message: which of them)."""
-    return {"rank": None, "kind": "interrupted", "message": interrupt_message(exc)}
-
-
-def launch_error(exc: Exception) -> dict:
-    """run.json `error` of a launch that failed outside the ranks."""
-    return {"rank": None, "kind": type(exc).__name__, "message": str(exc)[:2000]}
 
 
 def free_port() -> int:
@@ -86,38 +72,6 @@ def _versions() -> dict:
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "ray": ray.__version__, "stragglerlab": version("stragglerlab")}
-
-
-def _rank_actor_class():
-    import ray
-
-    @ray.remote(max_restarts=0)
-    class RankActor:
-        """Holds one RankTrainer in its own process."""
-
-        def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
-                     fault_specs: list, env: dict | None = None):
-            from stragglerlab.workloads.engine import RankTrainer
-            from stragglerlab.workloads.placement import rank_device
-
-            os.environ.update(env or {})  # e.g. GLOO_SOCKET_IFNAME on a cluster node
-            gpu_ids = ray.get_gpu_ids()
-            # The GPU Ray assigned, never cuda:<rank>; None: no GPU asked, the engine decides.
-            self.device = rank_device(gpu_ids, os.environ.get("CUDA_VISIBLE_DEVICES")) \
-                if gpu_ids else None
-            self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs,
-                                       device=self.device)
-
-        def pid(self) -> int:
-            return os.getpid()
-
-        def where(self) -> dict:
-            return {"pid": os.getpid(), "device": self.device or "cpu"}
-
-        def run(self, cgroup: dict | None, net: dict | None) -> dict:
-            return self.trainer.run(cgroup, net)
-
-    return RankActor
 
 
 @contextlib.contextmanager
@@ -139,11 +93,6 @@ def _loopback_node(ray):
     finally:
         if original is not None:
             services.resolve_ip_for_localhost = original
-
-
-def _read_status(run_dir: Path, world: int) -> dict[int, dict]:
-    """Per-rank progress of the ranks of this run (status files mid-write are skipped)."""
-    return {r: s for r, s in RunFolder(path=run_dir).status().items() if r < world}
 
 
 def _prepare_dir(run_dir: Path) -> None:
@@ -189,8 +138,6 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
     if residue["netns_skipped"]:
         say(f"network namespace cleanup skipped: {residue['netns_skipped']}")
     if ray_address:
-        from stragglerlab.workloads.cluster import run_on_cluster
-
         return run_on_cluster(scenario, run_dir, ray_address, specs, injectors, record, say,
                               t_start)
     mark_driver()
@@ -215,7 +162,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         pg = ray.util.placement_group(pl.bundles(world, 1, gpu),
                                       strategy=pl.ray_strategy(scenario.run.placement, True))
         ray.get(pg.ready(), timeout=120)
-        actor_cls = _rank_actor_class()
+        actor_cls = rank_actor_class()
         init_method = f"tcp://127.0.0.1:{free_port()}"
         actors = [actor_cls.options(num_cpus=1, num_gpus=1 if gpu else 0,
                                     placement_group=pg).remote(
@@ -235,7 +182,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         topo, net, record["network"] = _network(injectors, world, say)
         futures = {a.run.remote(cgroups[rank], net): rank for rank, a in enumerate(actors)}
         t_run = time.time()
-        record["error"] = _wait(ray, futures, summaries, run_dir, scenario, say)
+        record["error"] = wait_for_ranks(ray, futures, summaries, run_dir, scenario, say)
         record["outcome"] = "failed" if record["error"] else "ok"
         if record["error"]:
             for a in actors:
@@ -257,7 +204,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
             ray.shutdown()
             forget_ray_node(locals().get("node_note"))
         record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
-        record.update(_collect(summaries, scenario))
+        record.update(collect_summaries(summaries, scenario))
         record["faults_requested"] = len(injectors)
         record = write_run_folder(run_dir, scenario, record, injectors)
     return record
@@ -288,9 +235,8 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
     if not ok:
         say(f"CPU isolation off ({why}): ranks share the cores unisolated")
         return None, {"enabled": False, "reason": why}
-    # By default 90% of the machine is dealt out: quotas are caps, not guarantees, so the
-    # rest is left to Ray, the driver and the OS instead of being taken from the ranks.
-    cores = run.cores_per_rank or CPU_HEADROOM * (os.cpu_count() or 1) / len(pids)
+    # By default 90% of the machine is dealt out (workloads/cpu_share.py).
+    cores = run.cores_per_rank or default_cores(os.cpu_count() or 1, len(pids))
     # Many ranks on few cores: the period grows so each quota stays above the kernel's
     # 1 ms floor (the share is the same, the throttling granularity coarser).
     period_us, _ = quota_for(cores, run.cpu_period_us)
@@ -301,100 +247,3 @@ def _isolate(scenario: Scenario, run_name: str, pids: list[int], say: Progress):
     say(f"each rank isolated at {cores:.2f} cores (cgroup v1 quota, period {period_us} us)")
     return iso, {"enabled": True, "cores_per_rank": cores, "period_us": period_us,
                  "cgroup_run_id": run_id}
-
-
-def _wait(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario,
-          say: Progress, read_status: Callable[[], dict] | None = None) -> dict | None:
-    """Wait for every rank; the first failure (or a hang) is returned as the run's error.
-    read_status: the ranks' progress (default: the status files in run_dir)."""
-    world, steps = scenario.world_size, scenario.run.steps
-    read_status = read_status or (lambda: _read_status(run_dir, world))
-    pending = list(futures)
-    last_step, last_change = -1, time.time()
-    hang_after = scenario.run.collective_timeout_s + HANG_SLACK_S
-    while pending:
-        done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-        # Deaths first: when a rank dies, its peers' errors may arrive in the same batch.
-        done = sorted(done, key=lambda r: not _is_dead(ray, r))
-        for ref in done:
-            rank = futures[ref]
-            try:
-                summaries[rank] = ray.get(ref)
-            except Exception as e:  # noqa: BLE001 - RayActorError, RayTaskError, ...
-                dead = isinstance(e, ray.exceptions.RayActorError)
-                error = {"rank": rank, "kind": "worker-died" if dead else "worker-error",
-                         "message": _first_line(e), "reported_by": rank,
-                         "detected_after_s": round(time.time() - last_change, 3)}
-                if not dead:
-                    # A peer's error often comes first when another rank died: give Ray a
-                    # moment to report a death, which is then the root cause.
-                    others = [f for f in pending if futures[f] != rank]
-                    for ref2 in ray.wait(others, num_returns=len(others), timeout=3.0)[0]:
-                        try:
-                            ray.get(ref2)
-                        except ray.exceptions.RayActorError as e2:
-                            error.update(rank=futures[ref2], kind="worker-died",
-                                         message=_first_line(e2))
-                            say(f"rank {error['rank']} failed (worker-died); stopping the run")
-                            return error
-                        except Exception:  # noqa: BLE001, S110 - another peer's error
-                            pass
-                    # A peer's timeout usually means another rank stopped: blame the laggard.
-                    status = read_status()
-                    started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
-                    laggard = min(started, key=lambda r: (started[r], r))
-                    if started[laggard] < max(started.values()):
-                        error.update(rank=laggard, kind="hang")
-                say(f"rank {error['rank']} failed ({error['kind']}); stopping the run")
-                return error
-        status = read_status()
-        step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
-            else -1
-        if step != last_step:
-            last_step, last_change = step, time.time()
-            loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
-            times = [s["step_time_s"] or 0.0 for s in status.values()]
-            say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
-                f"step time {1000 * max(times):.0f} ms")
-        elif time.time() - last_change > hang_after:
-            behind = sorted(r for r in range(world) if status.get(r, {}).get("step", -1) <= step)
-            say(f"no progress for {hang_after:.0f}s; ranks {behind} are behind")
-            return {"rank": behind[0] if behind else None, "kind": "hang",
-                    "message": f"no step finished for {hang_after:.0f}s; behind: {behind}"}
-    return None
-
-
-def _is_dead(ray, ref) -> bool:
-    """Whether a finished rank task failed because its actor died."""
-    try:
-        ray.get(ref, timeout=0)
-    except ray.exceptions.RayActorError:
-        return True
-    except Exception:  # noqa: BLE001 - any other outcome is not a death
-        return False
-    return False
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    tail = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return (tail[-1] if tail else lines[0] if lines else type(e).__name__)[:1000]
-
-
-def _collect(summaries: dict, scenario: Scenario) -> dict:
-    """Losses, DP-replica parameter checksums and step times from the rank summaries."""
-    dp, pp = scenario.parallel.dp, scenario.parallel.pp
-    losses: dict[str, float] = {}
-    for rank, s in summaries.items():
-        if rank // dp == pp - 1:
-            for step, loss in s["losses"].items():
-                losses[str(step)] = losses.get(str(step), 0.0) + loss / dp
-    checksums = {str(stage): {} for stage in range(pp)}
-    for rank, s in sorted(summaries.items()):
-        for step, digest in s["param_checksums"].items():
-            checksums[str(rank // dp)].setdefault(str(step), []).append(digest)
-    rank0 = summaries.get(0, {})
-    return {"backend": rank0.get("backend"), "loss": losses, "dp_param_checksums": checksums,
-            "step_time_s": {str(k): v for k, v in rank0.get("step_times_s", {}).items()},
-            "ranks_finished": sorted(summaries)}

@@ -1,9 +1,23 @@
 """The one command line: `stragglerlab <verb>`, one module per verb in this package.
 
-Every verb follows one convention: `--run DIR` names one run folder and
-`--runs DIR...` several; `--out DIR` is always a folder, and the file names a
-verb writes inside it are fixed (each verb's help says which); `--quiet`
-silences progress output. Bad input prints one clear message and exits 2.
+Every verb follows one convention:
+
+* `--run DIR` names one run folder and `--runs DIR...` several. `--out DIR` is
+  always a folder whose file names are fixed (each verb's help says which); with
+  `--run` it defaults to `DIR/<verb>` (`whatif --run R` writes R/whatif/,
+  `detect --run R` R/detect/); verbs that read several runs or write a run
+  folder (`train`, `synth`, `import`) require it.
+* A verb owns its fixed output names: a rerun removes those of an earlier run
+  that it did not write again (`whatif` without `--timelines` drops the old
+  timelines); other files in `--out` are never touched.
+* The result summary goes to stdout, progress to stderr (cli/progress.py: a
+  `rich` bar with ETA on a terminal, occasional plain lines in a log).
+  `--quiet` silences progress only; the result still prints.
+* Every JSON a verb writes carries `"schema": "stragglerlab.<thing>/<version>"`
+  (readers still accept older files without it).
+* `--help` shows every default and at least one example.
+* Bad input prints one clear message (`stragglerlab VERB: error: ...`) on
+  stderr and exits 2.
 
     stragglerlab --version
     stragglerlab list scenarios
@@ -30,6 +44,7 @@ VERBS: dict[str, str] = {
     "detect": "stragglerlab.cli.detect",
     "score": "stragglerlab.cli.score",
     "figures": "stragglerlab.cli.figures",
+    "plot": "stragglerlab.cli.plot",
     "report": "stragglerlab.cli.report",
     "synth": "stragglerlab.cli.synth",
     "list": "stragglerlab.cli.listing",
@@ -55,8 +70,39 @@ def _verb(name: str):
     return importlib.import_module(VERBS[name])
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every verb's --help: each flag's default shown, description and epilog kept as written.
+
+    A default of None, False or [] (a flag that is off, a list that is empty) is not
+    shown; the help text says what leaving the flag out means instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or (isinstance(default, list) and not default):
+            return action.help
+        if isinstance(default, list) and action.help and "%(default)" not in action.help:
+            shown = " ".join(map(str, default)).replace("%", "%%")
+            return f"{action.help} (default: {shown})"  # `all`, not ['all']
+        return super()._get_help_string(action)
+
+
+def docstring_examples(doc: str | None) -> str:
+    """An `examples:` epilog from the indented `stragglerlab ...` lines of a verb module's
+    docstring (the fallback for a verb whose add_parser gives no epilog)."""
+    lines, keep = [], False
+    for line in (doc or "").splitlines():
+        text = line.strip()
+        if line.startswith("    ") and (text.startswith("stragglerlab ") or keep):
+            lines.append("  " + text)
+            keep = text.endswith("\\")
+        else:
+            keep = False
+    return "examples:\n" + "\n".join(lines) if lines else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with one sub-parser per verb, each with `--quiet`."""
+    """The argument parser with one sub-parser per verb, each with `--quiet`, the
+    defaults-showing HelpFormatter and an `examples:` epilog."""
     parser = argparse.ArgumentParser(
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
@@ -64,8 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stragglerlab {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for name in VERBS:
-        p = _verb(name).add_parser(sub, name)
-        p.add_argument("--quiet", action="store_true", help="no progress output")
+        module = _verb(name)
+        p = module.add_parser(sub, name)
+        p.add_argument("--quiet", action="store_true",
+                       help="no progress output; the result still prints")
+        p.formatter_class = HelpFormatter
+        if not p.epilog:
+            p.epilog = docstring_examples(module.__doc__)
     return parser
 
 

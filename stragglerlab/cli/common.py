@@ -1,6 +1,9 @@
-"""Flag checks shared by the verbs: `--out` folders, checked before any work starts.
+"""Flag checks and help shared by the verbs: `--out` folders, checked before any work
+starts, the default `--out` of a `--run` verb, and the `examples:` epilog of --help.
 
     out = out_folder(args.out)      # InputError now, not a traceback after the work
+    out = out_folder(run_out(args.out, args.run, "detect"))      # --out or RUN/detect
+    p = sub.add_parser(name, help=..., epilog=examples("stragglerlab detect --run R"))
 """
 
 from __future__ import annotations
@@ -57,3 +60,16 @@ def out_file(path: str | None, name: str, flag: str = "--out") -> Path:
         raise InputError(f"{flag} {path}: {target} exists and is not a file (a folder?), so "
                          f"{name} cannot be written there; remove it or choose another folder")
     return target
+
+
+def run_out(out: str | None, run: str | None, verb: str) -> str | None:
+    """`--out` as given (an empty one is refused later, by out_folder), else `RUN/<verb>`
+    when `--run RUN` is (the CLI's convention)."""
+    if out is not None:
+        return out
+    return str(Path(run) / verb) if run else out
+
+
+def examples(*commands: str) -> str:
+    """The `examples:` epilog of a verb's --help, one command line each."""
+    return "examples:\n" + "\n".join(f"  {c}" for c in commands)

@@ -1,36 +1,41 @@
 """`stragglerlab detect`: run one straggler detector on one run folder.
 
-    stragglerlab detect --run results/slow-worker-1/0 --detector whatif [--online] \
-        --out results/slow-worker-1/0/detect
+    stragglerlab detect --run results/slow-worker-1/0 --detector whatif [--online]
     stragglerlab list detectors
 
 Writes `<detector>.json` (offline) or `<detector>-online.json` into the --out
-folder: {"schema", "detector", "run", "online", "findings": [...]}, each
-finding as analysis.detectors.base.Finding.to_dict (ranks, first/last step,
-root cause, confidence, estimated slowdown, step first reported at online).
+folder (default: RUN/detect): {"schema", "detector", "run", "online",
+"findings": [...]}, each finding as analysis.detectors.base.Finding.to_dict
+(ranks, first/last step, root cause, confidence, estimated slowdown, step
+first reported at online). Prints the findings to stdout (with --quiet too).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
-from stragglerlab.cli.common import out_file
+from stragglerlab.cli.common import examples, out_file, run_out
 from stragglerlab.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="run a straggler detector on a run folder (findings JSON)")
+    p = sub.add_parser(name, help="run a straggler detector on a run folder (findings JSON)",
+                       epilog=examples(
+                           "stragglerlab detect --run examples/slow-worker --detector whatif   "
+                           "# -> examples/slow-worker/detect/whatif.json",
+                           "stragglerlab detect --run results/slow-worker-1/0 --detector "
+                           "rank-score --online --out /tmp/detect"))
     p.add_argument("--run", required=True, metavar="DIR",
                    help="run folder (trace.parquet, meta.yaml, run.json)")
-    p.add_argument("--detector", default="whatif",
+    p.add_argument("--detector", default="whatif", metavar="NAME",
                    help="detector name (see `stragglerlab list detectors`)")
     p.add_argument("--online", action="store_true",
                    help="replay the run step by step; findings carry the step they appeared at")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes <detector>.json or <detector>-online.json")
+    p.add_argument("--out", metavar="DIR",
+                   help="output folder; writes <detector>.json or <detector>-online.json "
+                        "(default: RUN/detect)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="set one field of the detector's config (repeatable), e.g. --set "
                         "link_step_share=0.04; `stragglerlab list detectors` names them")
@@ -38,7 +43,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="whatif: the measured noise floor its thresholds are raised to "
                         "(`stragglerlab noise-floor` writes one); `default`: the shipped "
                         "config/noise-floor.yaml, for this testbed's runs (with run.json) "
-                        "only; `none`: no floor (default: %(default)s)")
+                        "only; `none`: no floor")
     return p
 
 
@@ -61,7 +66,7 @@ def findings_name(detector: str, online: bool) -> str:
 
 def run(args) -> int:
     """Detect and write the findings."""
-    out = out_file(args.out, findings_name(args.detector, args.online))
+    out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online))
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
     from stragglerlab.noise_floor import noise_floor_option
@@ -77,17 +82,17 @@ def run(args) -> int:
     write_findings(out, FindingsDocument(detector=args.detector, run=str(args.run),
                                          online=args.online, findings=findings,
                                          noise_floor=report))
-    if not args.quiet:
-        mode = "online" if args.online else "offline"
-        print(f"{args.detector} ({mode}) on {args.run}: {len(findings)} finding(s) "
-              f"in {time.perf_counter() - t0:.1f}s -> {out}", file=sys.stderr)
-        for f in findings:
-            ranks = ", ".join(f"(DP {r.dp_rank}, PP {r.stage})" for r in f.ranks) or "whole job"
-            est = f", est. slowdown {f.estimated_slowdown:.2f}" if f.estimated_slowdown else ""
-            print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
-                  f"confidence {f.confidence:.2f}{est}", file=sys.stderr)
-        if report:
-            print("  " + floor_line(report), file=sys.stderr)
+    # The result: stdout, --quiet or not.
+    mode = "online" if args.online else "offline"
+    print(f"{args.detector} ({mode}) on {args.run}: {len(findings)} finding(s) "
+          f"in {time.perf_counter() - t0:.1f}s -> {out}")
+    for f in findings:
+        ranks = ", ".join(f"(DP {r.dp_rank}, PP {r.stage})" for r in f.ranks) or "whole job"
+        est = f", est. slowdown {f.estimated_slowdown:.2f}" if f.estimated_slowdown else ""
+        print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
+              f"confidence {f.confidence:.2f}{est}")
+    if report:
+        print("  " + floor_line(report))
     return 0
 
 

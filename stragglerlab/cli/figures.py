@@ -6,8 +6,11 @@
 
 Each `--runs` entry is a run folder (`results/<scenario>/<seed>/`: the train
 outputs plus `whatif/whatif.json`). Writes `<NAME>.png`, `<NAME>.pdf` and
-`<NAME>.json` (paper's number, ours, source, note) per figure into `--out`,
-printing one line per figure. Figures read the what-if results; none re-runs
+`<NAME>.json` (schema, paper's number, ours, source, note) per figure into
+`--out` (required), and removes files of the figures it built that an earlier
+run wrote and this one did not (`<NAME>-*.png` of jobs gone); other figures'
+files stay. Progress with ETA goes to stderr; the result, one line per figure,
+to stdout (with --quiet too). Figures read the what-if results; none re-runs
 the analysis. The reference traces' what-if results are read from
 `--reference-whatif DIR`, as `DIR/<job>/whatif.json` (the workflow's
 `results/reference/`; write one with `stragglerlab whatif --trace
@@ -16,23 +19,28 @@ REF/trace-AR.parquet --meta REF/meta-AR.yaml --out results/reference/AR`).
 figure `fig_confusion`; a bad scores file is bad input.
 A figure without its data writes a "no data" image. Exit 2 on bad input
 (missing run folder, unknown figure name); exit 1 if a figure failed to build
-(the others are still written).
+(the others are still written), and exit 1 with what is missing on stderr when
+none of the figures had its data (--allow-empty: exit 0 all the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 import traceback
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import examples, out_folder
 from stragglerlab.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="rebuild the paper's figures from run folders")
+    p = sub.add_parser(name, help="rebuild the paper's figures from run folders",
+                       epilog=examples(
+                           "stragglerlab figures --runs results/*/* --scores results/scores.json "
+                           "--out results/figures",
+                           "stragglerlab figures --runs results/*/* --only fig03_waste_cdf "
+                           "--out /tmp/figures"))
     p.add_argument("--runs", nargs="*", default=[], metavar="DIR",
                    help="run folders (results/<scenario>/<seed>/ with whatif/whatif.json)")
     p.add_argument("--reference", metavar="DIR",
@@ -45,7 +53,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="build only these figures (default: all; names as in the output files)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes <NAME>.png, .pdf and .json per figure")
+                   help="output folder (required: figures are of several runs); writes "
+                        "<NAME>.png, .pdf and .json per figure")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="exit 0 even when none of the figures had its data (each still writes "
+                        "its 'no data' image); the workflow, one figure per job, passes it")
     return p
 
 
@@ -54,9 +66,16 @@ def _summary(ours: dict, limit: int = 3) -> str:
     return ", ".join(f"{k}={v}" for k, v in items)
 
 
+def owned(names: list[str]) -> list[str]:
+    """The output patterns of the figures `names` (a figure may write `<NAME>-<job>.png`)."""
+    return [f"{n}{tail}" for n in names for tail in (".png", ".pdf", ".json", "-*.png",
+                                                      "-*.pdf")]
+
+
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
     from stragglerlab.atomic import staged_folder
+    from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.data import load_figure_data
     from stragglerlab.figures.registry import build_figure, figure_names, find_module
 
@@ -67,29 +86,38 @@ def run(args) -> int:
     out = out_folder(args.out)
     data = load_figure_data(args.runs, args.reference,
                             reference_whatif_dir=args.reference_whatif, scores=args.scores)
-    t0 = time.perf_counter()
     n_ok = len(data.ok_runs())
-    say = (lambda *a, **k: None) if args.quiet else print
-    say(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} with "
-          f"what-if), {len(names)} figures -> {out}/", file=sys.stderr, flush=True)
-    failed = []
-    # Figures land in --out only when the loop ends; bad input found mid-way leaves nothing.
-    with staged_folder(out) as tmp:
-        for i, name in enumerate(names, 1):
-            try:
-                result = build_figure(name, data, tmp)
-            except InputError:
-                raise
-            except Exception as e:  # one broken figure must not cost the others
-                failed.append(name)
-                print(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}",
-                      flush=True)
-                traceback.print_exc(file=sys.stderr)
-                continue
-            what = result.note if not result.ours else _summary(result.ours)
-            say(f"[{i}/{len(names)}] {name} ({time.perf_counter() - t0:.1f}s): "
-                f"{result.source}; {what}", flush=True)
+    failed, lines, built = [], [], []
+    with Reporter(quiet=args.quiet) as progress:
+        progress(f"figures: {len(data.runs)} runs ({n_ok} ok, {len(data.analysed_runs())} "
+                 f"with what-if), {len(names)} figures -> {out}/")
+        task = progress.task("figures", total=len(names))
+        # Figures land in --out only when the loop ends; bad input found mid-way leaves
+        # nothing. Stale files of the figures built are removed then, others' never.
+        with staged_folder(out, owns=owned(names)) as tmp:
+            for i, name in enumerate(names, 1):
+                try:
+                    result = build_figure(name, data, tmp)
+                except InputError:
+                    raise
+                except Exception as e:  # one broken figure must not cost the others
+                    failed.append(name)
+                    lines.append(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}")
+                    progress.error(traceback.format_exc().rstrip())
+                else:
+                    built.append(result)
+                    what = result.note if not result.ours else _summary(result.ours)
+                    lines.append(f"[{i}/{len(names)}] {name}: {result.source}; {what}")
+                task.advance(note=name)
+    print("\n".join(lines))  # the result: stdout, --quiet or not
     if failed:
         print(f"figures: {len(failed)} failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    if built and not any(r.has_data for r in built) and not args.allow_empty:
+        from stragglerlab.figures.data import nothing_to_draw
+
+        print(f"figures: nothing to draw (only 'no data' images written): "
+              f"{nothing_to_draw(data, built)} (--allow-empty: exit 0 all the same)",
+              file=sys.stderr)
         return 1
     return 0

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import argparse
 
+from stragglerlab.cli.common import examples
+
 WHAT = ("scenarios", "detectors", "figures", "faults")
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="list scenarios, detectors, figures or fault kinds")
+    p = sub.add_parser(name, help="list scenarios, detectors, figures or fault kinds",
+                       epilog=examples("stragglerlab list detectors",
+                                       "stragglerlab list scenarios --config my-scenarios.yaml"))
     p.add_argument("what", choices=WHAT, help="what to list")
     p.add_argument("--config", metavar="FILE",
                    help="with scenarios: YAML merged over the built-in scenarios")

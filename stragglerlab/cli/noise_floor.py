@@ -9,17 +9,18 @@ first). For every threshold of the `whatif` detector it reads how high the thres
 statistic goes on each run with that threshold taken away
 (stragglerlab/analysis/detectors/whatif_noise.py), and writes `noise-floor.yaml` into
 --out: per layout family the highest reading of each statistic, and the spread of the
-runs' S and simulation discrepancy. The shipped floor (config/noise-floor.yaml) was
+runs' S and simulation discrepancy (--out is required: the floor is of several
+runs). Progress with ETA goes to stderr, the floor per family to stdout (with
+--quiet too). The shipped floor (config/noise-floor.yaml) was
 written this way from the testbed's clean runs; measure your own on your host.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from stragglerlab.cli.common import out_file
+from stragglerlab.cli.common import examples, out_file
 from stragglerlab.errors import InputError
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
@@ -28,11 +29,12 @@ ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs on
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
     p = sub.add_parser(name, help="measure the detector's noise floor on clean runs",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=examples(
+                           "stragglerlab noise-floor --runs results/clean-*/* --out results/noise"))
     p.add_argument("--runs", nargs="+", required=True, metavar="DIR",
                    help="clean, analysed run folders (faults.json [] and whatif/whatif.json)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes noise-floor.yaml")
+                   help="output folder (required); writes noise-floor.yaml")
     return p
 
 
@@ -41,6 +43,7 @@ def run(args) -> int:
     from stragglerlab.analysis.detectors import load_run
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
     from stragglerlab.analysis.detectors.whatif_noise import measure_floor
+    from stragglerlab.cli.progress import Reporter
     from stragglerlab.meta import LayoutFamily
     from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
     from stragglerlab.run_folder import RunFolder
@@ -49,17 +52,18 @@ def run(args) -> int:
 
     detector = WhatIfDetector(noise_floor=None)
     readings: dict = {}
-    for i, run_dir in enumerate(args.runs, 1):
-        folder = RunFolder(path=Path(run_dir))
-        if folder.faults_path.is_file() and folder.faults:
-            raise InputError(f"{ASSUMED_CLEAN}; drop it from --runs", str(folder.faults_path))
-        run = load_run(run_dir)
-        reading = detector.clean_reading(run)
-        family = LayoutFamily.of(run.meta.dp_size, run.meta.pp_size)
-        readings.setdefault(family, []).append(reading)
-        if not args.quiet:
-            print(f"[{i}/{len(args.runs)}] {run_dir} ({reading.layout}): S "
-                  f"{reading.job_slowdown:.3f}", file=sys.stderr)
+    with Reporter(quiet=args.quiet) as progress:
+        task = progress.task("clean runs", total=len(args.runs))
+        for run_dir in args.runs:
+            folder = RunFolder(path=Path(run_dir))
+            if folder.faults_path.is_file() and folder.faults:
+                raise InputError(f"{ASSUMED_CLEAN}; drop it from --runs",
+                                 str(folder.faults_path))
+            run = load_run(run_dir)
+            reading = detector.clean_reading(run)
+            family = LayoutFamily.of(run.meta.dp_size, run.meta.pp_size)
+            readings.setdefault(family, []).append(reading)
+            task.advance(note=f"{run_dir} ({reading.layout}): S {reading.job_slowdown:.3f}")
     floor = measure_floor(readings)
     write_noise_floor(path, floor, header=(
         "Noise floor of the whatif detector, measured by `stragglerlab noise-floor` on "

@@ -4,7 +4,8 @@
         --runs results/*/* --out results
 
 Writes `report.md` (GitHub markdown, images linked relative to it) and a
-self-contained `report.html` (images embedded, inline CSS) into `--out`. A
+self-contained `report.html` (images embedded, inline CSS) into `--out`
+(required) and prints their paths to stdout (with --quiet too). A
 missing scores file gives a "not scored" line, not an error (a malformed one is);
 a missing figures folder or run folder is bad input (exit 2).
 """
@@ -14,12 +15,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import examples, out_folder
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="write the paper-vs-testbed report (markdown + HTML)")
+    p = sub.add_parser(name, help="write the paper-vs-testbed report (markdown + HTML)",
+                       epilog=examples(
+                           "stragglerlab report --figures results/figures --scores "
+                           "results/scores.json --runs results/*/* --out results"))
     p.add_argument("--figures", required=True, metavar="DIR",
                    help="figures folder written by `stragglerlab figures`")
     p.add_argument("--scores", metavar="FILE",
@@ -27,7 +31,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--runs", nargs="*", default=[], metavar="DIR",
                    help="run folders, for the report's provenance (runs, seeds, versions)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes report.md and report.html")
+                   help="output folder (required); writes report.md and report.html")
     return p
 
 
@@ -40,6 +44,5 @@ def run(args) -> int:
     with staged_folder(out) as tmp:  # both files or neither; links are relative to a sibling
         md, page = write_report(Path(args.figures), args.scores, args.runs, tmp)
     md, page = out / md.name, out / page.name
-    if not args.quiet:
-        print(f"report: {md}\nreport: {page}")
+    print(f"report: {md}\nreport: {page}")  # the result: stdout, --quiet or not
     return 0

@@ -10,23 +10,23 @@ missing findings file is an error naming the `detect` command to run
 (`--offline-only`: online files are used where present, else skipped).
 Prints the leaderboard (detector x metric, each with its 95% bootstrap
 interval over cases), a per kind x layout family table and a per-fault-kind
-table; writes `scores.json` into --out: JSON keyed by detector name, each
-with precision, recall, f1, root_cause_accuracy, median_latency_steps,
-slowdown_error, per-fault scores (fault_recall, fault_cause_accuracy, ...),
-`ci` (intervals), confusion, by_kind, by_family, by_kind_family and per-run
-rows (analysis/scoring.py says how each is counted). On the `test` split
-(`snakemake --configfile config/test.yaml`) this is the benchmark's headline.
+table to stdout (with --quiet too), progress with ETA to stderr; writes
+`scores.json` into --out (required): `schema` ("stragglerlab.scores/1") and
+one entry per detector name, each with precision, recall, f1,
+root_cause_accuracy, median_latency_steps, slowdown_error, per-fault scores
+(fault_recall, fault_cause_accuracy, ...), `ci` (intervals), confusion,
+by_kind, by_family, by_kind_family and per-run rows (analysis/scoring.py says
+how each is counted). On the `test` split (`snakemake --configfile
+config/test.yaml`) this is the benchmark's headline.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import out_file
+from stragglerlab.cli.common import examples, out_file
 from stragglerlab.errors import InputError
 
 SCORES_NAME = "scores.json"
@@ -38,12 +38,18 @@ METRICS = ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_s
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="score detectors against ground truth over run folders")
-    p.add_argument("--runs", nargs="+", required=True, help="run folders")
-    p.add_argument("--detector", nargs="+", default=["all"],
+    p = sub.add_parser(name, help="score detectors against ground truth over run folders",
+                       epilog=examples(
+                           "stragglerlab score --runs results/*/* --detector all --out results",
+                           "stragglerlab score --runs results/*/* --detector whatif rank-score "
+                           "--offline-only --out /tmp/scores"))
+    p.add_argument("--runs", nargs="+", required=True, metavar="DIR",
+                   help="run folders, each with detect/<detector>.json (`stragglerlab detect`)")
+    p.add_argument("--detector", nargs="+", default=["all"], metavar="NAME",
                    help="detector name(s), or `all` (every registered detector)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes scores.json")
+                   help="output folder (required: the scores are of several runs); writes "
+                        "scores.json")
     p.add_argument("--offline-only", action="store_true",
                    help="skip online replays that are not already on disk (no latency)")
     return p
@@ -91,16 +97,22 @@ def _cell(m: dict, metric: str) -> str:
 LEADERBOARD = ("f1", "precision", "recall", "root_cause_accuracy", "fault_recall",
                "fault_cause_accuracy", "fault_median_latency_steps", "fault_slowdown_error")
 """Columns of the leaderboard (each with its 95% bootstrap interval over cases)."""
+CELL = 22
+"""Narrowest leaderboard column; a longer metric name widens its own, never truncated (the
+`_steps` of fault_median_latency_steps is its unit)."""
 
 
 def table(scores: dict) -> str:
     """The leaderboard: detector x metric with intervals, then per kind x layout family
     F1 / root-cause accuracy (with the F1 interval), then the legacy per-kind table."""
     ranked = sorted(scores.items(), key=lambda kv: -(kv[1].get("f1") or 0.0))
+    width = {m: max(CELL, len(m)) for m in LEADERBOARD}
     lines = ["leaderboard (95% bootstrap interval over cases in brackets)",
-             f"{'detector':18s} " + " ".join(f"{m[:22]:>22s}" for m in LEADERBOARD) + "  runs"]
+             f"{'detector':18s} " + " ".join(f"{m:>{width[m]}s}" for m in LEADERBOARD)
+             + "  runs"]
     for name, s in ranked:
-        lines.append(f"{name:18s} " + " ".join(f"{_cell(s, m):>22s}" for m in LEADERBOARD)
+        lines.append(f"{name:18s} "
+                     + " ".join(f"{_cell(s, m):>{width[m]}s}" for m in LEADERBOARD)
                      + f"  {s['n_runs']}")
     cells = sorted({k for s in scores.values() for k in s.get("by_kind_family", {})})
     if cells:
@@ -158,6 +170,8 @@ def run(args) -> int:
     from stragglerlab.analysis.detectors import detector_names
     from stragglerlab.analysis.ground_truth import load_truths
     from stragglerlab.analysis.scoring import score_suite
+    from stragglerlab.cli.progress import Reporter
+    from stragglerlab.figures.scores import SCORES_SCHEMA
 
     out = out_file(args.out, SCORES_NAME)
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
@@ -168,24 +182,28 @@ def run(args) -> int:
     for r in args.runs:
         if not Path(r).is_dir():
             raise InputError(f"{r}: not a run folder")
-    t0 = time.perf_counter()
-    truths = load_truths(args.runs)
-    scored = [t for t in truths if t.scored]
-    say = (lambda msg: None) if args.quiet else \
-        (lambda msg: print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr,
-                           flush=True))
-    say(f"{len(scored)} runs scored, {len(truths) - len(scored)} skipped (mitigation runs)")
     scores = {}
-    for name in names:
-        offline = {t.run: _findings(t.run, name, False, required=True) for t in scored}
-        online = {t.run: _findings(t.run, name, True, required=not args.offline_only)
-                  for t in scored}
-        online = {k: v for k, v in online.items() if v is not None}
-        suite = score_suite(scored, offline, online if online else None)
-        scores[name] = suite.to_json()
-        scores[name]["skipped_runs"] = [t.run for t in truths if not t.scored]
-        say(f"scored {name}: F1 {_fmt(scores[name]['f1'])}, "
-            f"root cause {_fmt(scores[name]['root_cause_accuracy'])}")
-    atomic_write_json(out, scores)
-    print(table(scores))
+    with Reporter(quiet=args.quiet) as progress:
+        progress(f"reading the ground truth of {len(args.runs)} runs")
+        truths = load_truths(args.runs)
+        scored = [t for t in truths if t.scored]
+        progress(f"{len(scored)} runs scored, {len(truths) - len(scored)} skipped "
+                 "(mitigation runs)")
+        task = progress.task("score", total=len(names) * (len(scored) + 1))
+        for name in names:
+            offline, online = {}, {}
+            for t in scored:
+                offline[t.run] = _findings(t.run, name, False, required=True)
+                found = _findings(t.run, name, True, required=not args.offline_only)
+                if found is not None:
+                    online[t.run] = found
+                task.advance(note=f"{name}: {t.run}")
+            suite = score_suite(scored, offline, online if online else None)
+            scores[name] = suite.to_json()
+            scores[name]["skipped_runs"] = [t.run for t in truths if not t.scored]
+            task.advance(note=name)
+            progress(f"scored {name}: F1 {_fmt(scores[name]['f1'])}, "
+                     f"root cause {_fmt(scores[name]['root_cause_accuracy'])}")
+    atomic_write_json(out, {"schema": SCORES_SCHEMA, **scores})
+    print(table(scores))  # the result: stdout, --quiet or not
     return 0

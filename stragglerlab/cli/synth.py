@@ -4,7 +4,8 @@
         --slow 1,1,2.0
 
 Writes `trace.parquet`, `meta.yaml` and `faults.json` (one slow-worker record
-per --slow) into --out: a trace with known stragglers for trying the what-if
+per --slow) into --out (required: the run folder it makes) and prints what it
+wrote to stdout (with --quiet too): a trace with known stragglers for trying the what-if
 analysis and detectors in seconds (stragglerlab/workloads/synthetic.py).
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import examples, out_folder
 from stragglerlab.errors import InputError
 
 MAX_WORKERS = 65_536
@@ -36,9 +37,14 @@ def _slow(text: str):
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="write a synthetic run folder (simulated job with known faults)")
+    p = sub.add_parser(name, help="write a synthetic run folder (simulated job with known faults)",
+                       epilog=examples(
+                           "stragglerlab synth --out examples/slow-worker --dp 2 --pp 4 "
+                           "--slow 1,1,2.0",
+                           "stragglerlab synth --out /tmp/clean --steps 20 --seed 3"))
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder; writes trace.parquet, meta.yaml, faults.json")
+                   help="run folder to write (required); writes trace.parquet, meta.yaml, "
+                        "faults.json")
     p.add_argument("--dp", type=int, default=2, help="data-parallel degree")
     p.add_argument("--pp", type=int, default=4, help="pipeline stages")
     p.add_argument("--microbatches", type=int, default=4, help="microbatches per step")
@@ -84,6 +90,5 @@ def run(args) -> int:
             faults = write_run(cfg, tmp)
     except ValueError as e:
         raise InputError(str(e)) from None
-    if not args.quiet:
-        print(f"wrote {out}/trace.parquet, meta.yaml, faults.json ({len(faults)} faults)")
+    print(f"wrote {out}/trace.parquet, meta.yaml, faults.json ({len(faults)} faults)")
     return 0

@@ -3,8 +3,10 @@
     stragglerlab train --scenario clean-dp2-pp2 [--config FILE] [--steps N] --out DIR
     stragglerlab train --scenario clean-dp2-pp2 --ray-address HOST:6379 --placement spread --out DIR
 
-Writes the run folder DIR (trace.parquet, meta.yaml, faults.json, run.json)
-and prints progress per step. Exit 0 when the run succeeded, 1 when it failed
+Writes the run folder DIR (trace.parquet, meta.yaml, faults.json, run.json;
+an earlier run's outputs there are replaced), shows progress per step with
+ETA on stderr and prints the outcome (`run ok: ...` or `run FAILED: ...`) to
+stdout, with --quiet too. Exit 0 when the run succeeded, 1 when it failed
 (run.json says which rank and why), 2 for bad input. With --allow-failed-run a
 run that failed cleanly (run.json written, at least one complete step traced,
 e.g. a `hang` or `crash` scenario) exits 0 too, so a workflow analyses it.
@@ -16,23 +18,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-import time
 from pathlib import Path
 
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import examples, out_folder
 from stragglerlab.scenario import load_scenario
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="run a scenario's training job on Ray, traced")
-    p.add_argument("--scenario", required=True, help="scenario name (config/scenarios.yaml)")
-    p.add_argument("--config", help="YAML merged over the built-in scenarios")
+    p = sub.add_parser(name, help="run a scenario's training job on Ray, traced",
+                       epilog=examples(
+                           "stragglerlab train --scenario clean-dp2-pp2 --steps 12 "
+                           "--out results/clean-dp2-pp2/0",
+                           "stragglerlab train --scenario slow-worker-1 --ray-address "
+                           "head:6379 --placement spread --out results/slow-worker-1/0"))
+    p.add_argument("--scenario", required=True, metavar="NAME",
+                   help="scenario name (`stragglerlab list scenarios`)")
+    p.add_argument("--config", metavar="FILE", help="YAML merged over the built-in scenarios")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="run folder to write (trace.parquet, meta.yaml, faults.json, run.json)")
-    p.add_argument("--steps", type=int, help="override run.steps")
-    p.add_argument("--seed", type=int, help="override run.seed")
+                   help="run folder to write (required; trace.parquet, meta.yaml, "
+                        "faults.json, run.json)")
+    p.add_argument("--steps", type=int, metavar="N", help="override run.steps")
+    p.add_argument("--seed", type=int, metavar="N", help="override run.seed")
     p.add_argument("--ray-address", metavar="ADDR",
                    help="attach to this Ray cluster (default: $RAY_ADDRESS; unset: a private "
                         "local Ray); the cluster is never stopped")
@@ -68,25 +75,25 @@ def run(args) -> int:
 
     clean_residue()  # what a killed run left (`stragglerlab clean`); launch repeats it
 
-    t0 = time.perf_counter()
+    from stragglerlab.cli.progress import Reporter
 
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    progress(f"scenario {scenario.name}: dp={scenario.parallel.dp} pp={scenario.parallel.pp}, "
-             f"{scenario.run.steps} steps -> {args.out}")
-    if ray_address:
-        progress(f"attaching to the Ray cluster at {ray_address}")
-    record = launch(scenario, args.out, progress, ray_address=ray_address)
+    with Reporter(quiet=args.quiet) as progress:
+        progress(f"scenario {scenario.name}: dp={scenario.parallel.dp} "
+                 f"pp={scenario.parallel.pp}, {scenario.run.steps} steps -> {args.out}")
+        if ray_address:
+            progress(f"attaching to the Ray cluster at {ray_address}")
+        # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.
+        steps = progress.task("step", total=scenario.run.steps)
+        record = launch(scenario, args.out, steps, ray_address=ray_address)
     traced = len(record["trace"]["complete_steps"])
+    # The outcome is the result, ok or failed: stdout, --quiet or not (the exit code says which).
     if record["outcome"] == "ok":
         print(f"run ok: {traced} traced steps in {args.out} "
               f"({record['wall_s']['total']:.1f}s, backend {record['backend']})")
         return 0
     err = record["error"] or {}
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
-          f"{traced} complete steps kept in {args.out}", file=sys.stderr)
+          f"{traced} complete steps kept in {args.out}")
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
 
 

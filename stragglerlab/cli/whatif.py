@@ -9,45 +9,54 @@ top-level keys use --compute-ideal, `compute_ideals` holds both the mean and
 the median ideal, plus what the `whatif` detector and the figures read, see
 stragglerlab/results.py), `artifact-format/{result,mw,ms}.json` in the
 OSDI'25 artifact's own layout and, with --timelines, `timeline.json.gz` and
-`ideal-timeline.json.gz` (Perfetto). Prints a short summary. The Fig. 14
-heatmap is a figure (`stragglerlab figures --only fig14_heatmaps`), drawn
-from whatif.json.
+`ideal-timeline.json.gz` (Perfetto); a rerun removes those of these names it
+did not write again (OUTPUTS). Prints a short summary to stdout (with --quiet
+too), progress to stderr. The Fig. 14 heatmap is a figure (`stragglerlab
+figures --only fig14_heatmaps`), drawn from whatif.json.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-import time
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import out_folder
+from stragglerlab.cli.common import examples, out_folder, run_out
 from stragglerlab.errors import InputError
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
 MAX_TIMELINE_EVENTS = 100_000
 
+OUTPUTS = ("whatif.json", "artifact-format/result.json", "artifact-format/mw.json",
+           "artifact-format/ms.json", "timeline.json.gz", "ideal-timeline.json.gz")
+"""Every file the verb may write into --out: a rerun removes those it did not write again."""
+
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
     """Register the verb's flags (the CLI root adds --quiet)."""
-    p = sub.add_parser(name, help="what-if analysis of a trace (slowdown, attribution, M_W, M_S)")
+    p = sub.add_parser(name, help="what-if analysis of a trace (slowdown, attribution, M_W, M_S)",
+                       epilog=examples(
+                           "stragglerlab whatif --run examples/slow-worker   # -> "
+                           "examples/slow-worker/whatif/",
+                           "stragglerlab whatif --trace trace.parquet --meta meta.yaml "
+                           "--out results/job1 --timelines"))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="FILE", help="trace parquet file")
     src.add_argument("--run", metavar="DIR",
-                     help="run folder: its trace.parquet and meta.yaml; "
-                          "--out defaults to DIR/whatif")
+                     help="run folder: its trace.parquet and meta.yaml")
     p.add_argument("--meta", metavar="FILE",
                    help="job meta YAML (default: the run folder's, else the meta in the parquet)")
     p.add_argument("--out", metavar="DIR",
-                   help="output folder (required with --trace); writes whatif.json and "
+                   help="output folder; writes whatif.json and "
                         "artifact-format/{result,mw,ms}.json, with --timelines also "
-                        "timeline.json.gz and ideal-timeline.json.gz")
+                        "timeline.json.gz and ideal-timeline.json.gz, and removes those of an "
+                        "earlier run it did not write again (default: RUN/whatif with --run; "
+                        "required with --trace)")
     p.add_argument("--timelines", action="store_true",
                    help="also write Perfetto timelines of the traced and the ideal job")
     p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
-                   help="statistic idealizing compute ops: mean (paper, default) or median "
+                   help="statistic idealizing compute ops: mean (the paper's) or median "
                         "(robust for jobs with few workers)")
     return p
 
@@ -58,21 +67,19 @@ def run(args) -> int:
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
     from stragglerlab.atomic import staged_folder
+    from stragglerlab.cli.progress import Reporter
     from stragglerlab.trace_io import read_trace
 
     if args.run:
         run_dir = Path(args.run)
         args.trace = str(run_dir / "trace.parquet")
         args.meta = args.meta or str(run_dir / "meta.yaml")
-        args.out = args.out or str(run_dir / "whatif")
+        args.out = run_out(args.out, args.run, "whatif")
     elif not args.out:
         raise InputError("whatif --trace needs --out DIR (the output folder)")
     out = out_folder(args.out)
-    t0 = time.perf_counter()
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
+    progress = Reporter(quiet=args.quiet, live=False)
 
     df, meta = read_trace(args.trace, args.meta)
     progress(f"read {len(df):,} ops from {args.trace}")
@@ -83,19 +90,25 @@ def run(args) -> int:
                     other_ideals=list(ComputeIdeal))
     result = wr.result
     name = meta.trial_name or Path(args.trace).stem
-    with staged_folder(out) as tmp:  # every output or none (a failure mid-way leaves nothing)
+    with staged_folder(out, owns=OUTPUTS) as tmp:  # every output or none; stale ones removed
         atomic_write_json(tmp / "whatif.json", result.to_json())
         atomic_write_json(tmp / "artifact-format" / "result.json", result_json(result))
         atomic_write_json(tmp / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
         atomic_write_json(tmp / "artifact-format" / "ms.json", fix_json(result.m_s, "Ms"))
         if args.timelines:
+            # One file: the traced job and the simulated ideal beside it (a copy of the ideal
+            # step at the start of each traced step), P2P flow arrows, S per step as a
+            # counter. ideal-timeline.json.gz, the ideal alone, stays as in the artifact.
+            ideal = ideal_timeline(wr)
             write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), tmp / "timeline.json.gz",
-                           title=f"{name} (traced)", max_events=MAX_TIMELINE_EVENTS)
-            write_perfetto(ideal_timeline(wr), tmp / "ideal-timeline.json.gz",
-                           title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS)
+                           title=f"{name} (traced and simulated ideal)",
+                           max_events=MAX_TIMELINE_EVENTS, pp_size=meta.pp_size, ideal=ideal,
+                           step_slowdown=result.step_slowdown())
+            write_perfetto(ideal, tmp / "ideal-timeline.json.gz",
+                           title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS,
+                           pp_size=meta.pp_size)
     progress("wrote whatif.json, artifact-format/" + (", timelines" if args.timelines else ""))
-    if not args.quiet:
-        print(summary(result, out))
+    print(summary(result, out))  # the result: stdout, --quiet or not
     return 0
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -319,10 +319,17 @@ def _check_clock_gaps(traces, steps, offsets) -> None:
 
 def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                   timing: str = "auto", allow_partial: bool = False, align: str = "auto",
-                  trial_name: str = "") -> ImportResult:
-    """Parse, check and merge per-rank Kineto traces into one schema trace."""
+                  trial_name: str = "",
+                  progress: Callable[[str], None] | None = None) -> ImportResult:
+    """Parse, check and merge per-rank Kineto traces into one schema trace.
+
+    progress: called with `rank trace <i>/<n> parsed: <file>` after each file."""
+    say = progress or (lambda _msg: None)
     hint = layout.coords if layout is not None else None
-    traces = [parse_rank(Path(p), timing, hint) for p in paths]
+    traces = []
+    for i, p in enumerate(paths, 1):
+        traces.append(parse_rank(Path(p), timing, hint))
+        say(f"rank trace {i}/{len(paths)} parsed: {Path(p).name}")
     world = _check_ranks(traces)
     where = str(Path(traces[0].path).parent)
     if layout is None:

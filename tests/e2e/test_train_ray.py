@@ -104,7 +104,7 @@ def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
         assert pid is not None, "the run never reached step 4"
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        _, stderr = proc.communicate(timeout=120)
+        stdout, stderr = proc.communicate(timeout=120)
         ended_after = time.monotonic() - killed_at
     finally:
         if proc.poll() is None:
@@ -115,7 +115,7 @@ def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
     run = json.loads((out / "run.json").read_text())
     assert run["outcome"] == "failed"
     assert run["error"]["rank"] == victim and run["error"]["kind"] == "worker-died"
-    assert "FAILED" in stderr and f"rank {victim}" in stderr
+    assert "FAILED" in stdout and f"rank {victim}" in stdout  # the outcome: stdout
     df, _meta = read_trace(out / "trace.parquet", out / "meta.yaml")  # partial yet readable
     assert df["step"].nunique() >= 3
     assert df.groupby("step")["rank"].nunique().min() == 4  # only steps every rank finished

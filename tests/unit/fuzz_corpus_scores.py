@@ -27,6 +27,8 @@ SCORES_BAD = {
     "kind-family-f1-text": {"whatif": {"by_kind_family": {"gc-pauses|dp+pp": {"f1": "x"}}}},
     "by-kind-list": {"whatif": {"by_kind": [1]}},
     "n-runs-negative": {"whatif": {"n_runs": -2}},
+    "schema-other": {"schema": "other/9", "whatif": {"f1": 0.5}},
+    "schema-number": {"schema": 1, "whatif": {"f1": 0.5}},
 }
 """Scores files `stragglerlab score` never writes."""
 

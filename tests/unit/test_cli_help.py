@@ -55,3 +55,29 @@ def test_version_and_list_from_the_console_script():
     listed = subprocess.run([sys.executable, "-m", "stragglerlab", "list", "scenarios"],
                             capture_output=True, text=True, check=True).stdout
     assert "clean-dp2-pp2" in listed and "slow-worker-1" in listed
+
+
+def _real_default(action) -> bool:
+    """A default the help must show: not None, not an off switch, not an empty list."""
+    d = action.default
+    return not (d is None or d is False or d == [] or d == "==SUPPRESS==")
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_every_verb_help_shows_defaults_and_an_example(verb, monkeypatch):
+    """`stragglerlab <verb> --help` exits 0 with an `examples:` epilog and every flag's
+    default (every verb in VERBS, so a new verb is held to it too)."""
+    from stragglerlab.cli import main
+
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit) as done:
+        main([verb, "--help"])
+    assert done.value.code == 0
+    text = _help(verb, monkeypatch)
+    assert "example" in text, f"{verb}: --help has no example (give add_parser an epilog)"
+    example = text.split("example", 1)[1]
+    assert f"stragglerlab {verb}" in example, f"{verb}: the example does not run the verb"
+    sub = next(a for a in build_parser()._actions if a.dest == "verb").choices[verb]
+    defaults = [a for a in sub._actions if a.option_strings and a.help and _real_default(a)]
+    assert text.count("(default:") >= len(defaults), \
+        f"{verb}: a default is not shown: {[a.option_strings[0] for a in defaults]}"

@@ -103,7 +103,8 @@ def test_detect_writes_findings_and_score_writes_a_table_and_json(tmp_path, caps
     assert main(["score", "--runs", str(slow), str(clean), "--detector", "whatif",
                  "--out", str(tmp_path), "--quiet"]) == 0
     table = capsys.readouterr().out
-    assert "whatif" in table and "f1" in table
+    assert "whatif" in table and "f1" in table and "fault_median_latency_steps" in table
+    assert json.loads(scores.read_text())["schema"] == "stragglerlab.scores/1"
     s = json.loads(scores.read_text())["whatif"]
     for key in ("precision", "recall", "f1", "root_cause_accuracy", "median_latency_steps",
                 "slowdown_error", "by_kind", "confusion"):

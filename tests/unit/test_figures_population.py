@@ -310,3 +310,27 @@ def test_verb_builds_selected_figures(tmp_path):
         f"{n}.{ext}" for n in ("fig03_waste_cdf", "table_s6") for ext in ("png", "pdf", "json"))
     assert json.loads((out / "fig03_waste_cdf.json").read_text())["ours"][
         "straggling_jobs_pct"] == 100.0
+
+
+def test_verb_with_nothing_to_draw_says_so_and_exits_1(tmp_path):
+    out = tmp_path / "fig"
+    proc = run_cli("figures", "--only", "fig03_waste_cdf", "sim_discrepancy_cdf", "--out",
+                   str(out))
+    assert proc.returncode == 1, proc.stderr
+    assert "nothing to draw" in proc.stderr and "no run folders" in proc.stderr
+    assert "--runs" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout.count("no data") >= 2  # each figure's line still says why
+    assert (out / "fig03_waste_cdf.png").exists()  # the "no data" images are written
+    # Runs without a what-if result: the message says what to run.
+    d = make_run(tmp_path / "runs", "a", "slow", slowdown=None)
+    proc = run_cli("figures", "--runs", str(d), "--only", "fig03_waste_cdf", "--out", str(out))
+    assert proc.returncode == 1 and "stragglerlab whatif --run" in proc.stderr
+    # --allow-empty (the workflow's per-figure jobs): the same images, exit 0.
+    proc = run_cli("figures", "--runs", str(d), "--only", "fig03_waste_cdf", "--out", str(out),
+                   "--allow-empty")
+    assert proc.returncode == 0 and "nothing to draw" not in proc.stderr
+    # One figure with data among empty ones is a success.
+    d = make_run(tmp_path / "runs", "b", "slow", slowdown=1.5)
+    proc = run_cli("figures", "--runs", str(d), "--only", "fig03_waste_cdf", "table_s6",
+                   "--out", str(out))
+    assert proc.returncode == 0, proc.stderr

@@ -184,6 +184,7 @@ def test_cli_writes_outputs_and_reports_offsets(tmp_path, capsys):
     df, meta = read_trace(out / "trace.parquet", out / "meta.yaml")
     assert meta.pp_size == 2 and len(df) == 96
     report = json.loads((out / "import.json").read_text())
+    assert report["schema"] == "stragglerlab.import/1"
     assert report["clock_offsets_s"]["3"] == pytest.approx(-0.003)
 
 

@@ -189,3 +189,67 @@ def test_bad_input_is_a_clear_error(tmp_path):
     with pytest.raises(InputError, match=r"rows \[3\]"):
         write_perfetto(frame, tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def flow_pairs(trace):
+    """{id: {'s': event, 'f': event}} of the flow arrows."""
+    flows = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in ("s", "f"):
+            flows.setdefault(e["id"], {})[e["ph"]] = e
+    return flows
+
+
+def test_p2p_flows_join_each_send_to_its_recv(tmp_path):
+    frame = make_frame(dp=2, pp=3, steps=(0, 1))
+    out = tmp_path / "t.json"
+    info = write_perfetto(frame, out, step_gap=0.0)
+    trace = load(out)
+    flows = flow_pairs(trace)
+    # Per DP rank and step: forward 0->1, 1->2 and backward 1->0, 2->1.
+    assert info["flows"] == len(flows) == 2 * 2 * 4
+    by_key = {(e["pid"], e["tid"], e["ts"]): e for e in x_events(trace)}
+    for f in flows.values():
+        assert set(f) == {"s", "f"} and f["f"]["bp"] == "e"
+        assert f["s"]["name"] == f["f"]["name"] and f["s"]["cat"] == "p2p"
+        send = [e for k, e in by_key.items() if k[:2] == (f["s"]["pid"], f["s"]["tid"])
+                and e["ts"] <= f["s"]["ts"] <= e["ts"] + e["dur"]]
+        recv = [e for k, e in by_key.items() if k[:2] == (f["f"]["pid"], f["f"]["tid"])
+                and e["ts"] <= f["f"]["ts"] <= e["ts"] + e["dur"]]
+        assert len(send) == len(recv) == 1
+        direction = f["s"]["name"].split()[0]
+        assert send[0]["name"] == f"{direction}-send" and recv[0]["name"] == f"{direction}-recv"
+        assert send[0]["args"]["step"] == recv[0]["args"]["step"]
+        assert f["f"]["pid"] == f["s"]["pid"] + (1 if direction == "forward" else -1)
+    assert write_perfetto(frame, out, flows=False)["flows"] == 0
+    assert flow_pairs(load(out)) == {}
+
+
+def test_ideal_copies_and_counter_fit_max_events(tmp_path):
+    frame = make_frame(dp=1, pp=2, steps=(0, 1, 2))
+    ideal = make_frame(dp=1, pp=2, steps=(0,)).assign(duration=lambda d: d["duration"] / 2)
+    per_step = len(frame) // 3
+    out = tmp_path / "t.json"
+    info = write_perfetto(frame, out, ideal=ideal, step_slowdown={0: 1.5, 1: 1.25, "2": 1.0},
+                          max_events=4 * per_step + 3, step_gap=0.0)
+    trace = load(out)
+    xs = x_events(trace)
+    assert len(xs) == 4 * per_step  # two whole steps, each with its ideal copy
+    assert info["truncated"] and info["steps_written"] == 2 and info["ideal"]["copies"] == 2
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "traced DP 0 / PP 0", 1: "traced DP 0 / PP 1",
+                     2: "ideal DP 0 / PP 0", 3: "ideal DP 0 / PP 1",
+                     4: "per-step slowdown S"}
+    ideal_x = [e for e in xs if e["pid"] >= 2]
+    assert {e["args"]["step"] for e in ideal_x} == {0, 1}
+    step1 = min(e["ts"] for e in xs if e["pid"] < 2 and e["args"]["step"] == 1)
+    assert min(e["ts"] for e in ideal_x if e["args"]["step"] == 1) == pytest.approx(step1)
+    counter = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert [(e["ts"], e["args"]["S"]) for e in counter] == [
+        (0.0, 1.5), (pytest.approx(step1), 1.25), (pytest.approx(2 * 40000.0), 1.25)]
+    assert info["flows"] == 2 * 2 * 2  # 2 steps x (traced, ideal) x (forward, backward)
+    with pytest.raises(ValueError, match="one simulated step"):
+        write_perfetto(frame, out, ideal=frame)
+    with pytest.raises(InputError, match="ideal frame"):
+        write_perfetto(frame, out, ideal=ideal.iloc[:0])

@@ -44,5 +44,8 @@ def test_allow_failed_run(tmp_path, monkeypatch, capsys, outcome, keep_trace, st
     out = tmp_path / "run"
     argv = ["train", "--scenario", "crash", "--out", str(out), "--quiet"]
     assert main(argv + (["--allow-failed-run"] if flag else [])) == code
+    out_text = capsys.readouterr().out  # the outcome is the result: stdout, even --quiet
     if outcome == "failed":
-        assert "run FAILED: rank 1 worker-died: boom" in capsys.readouterr().err
+        assert "run FAILED: rank 1 worker-died: boom" in out_text
+    else:
+        assert out_text.startswith("run ok: ")

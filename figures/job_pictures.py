@@ -1,0 +1,219 @@
+"""The pictures of one analysed job: its worker heatmap and its per-step slowdown.
+
+Drawn from the what-if result of any analysed job (a testbed run, an imported
+Kineto trace, an artifact trace, a synthetic folder): a `WhatIfResult` (the
+analysis just run) or a `WhatIfRecord` (its whatif.json read back), so a job
+analysed once is never re-analysed to be drawn.
+
+* the worker heatmap: min(S_dp, S_stage) per worker, PP rank x DP rank, the
+  Fig. 14 heatmap (`figures.fig14_heatmap.worker_heatmap_figure`, the same
+  drawing the figure `fig14_heatmaps` uses);
+* the per-step slowdown: the step times (actual from the trace, simulated T,
+  ideal T_ideal) above S per step, with the job's S and the straggling
+  threshold 1.1 drawn across.
+
+`stragglerlab plot` writes both with `write_job_pictures` (`heatmap.png`,
+`step-slowdown.png`, each with its `.pdf` and a `.json` of the numbers
+drawn, as the figures do); the Python API's `Job.heatmap()` and
+`Job.step_plot()` return the same Figures.
+
+    from stragglerlab.figures.job_pictures import heatmap_figure, write_job_pictures
+    fig = heatmap_figure(result, title="slow-worker")          # a matplotlib Figure
+    paths = write_job_pictures(WhatIfRecord.read("run/whatif/whatif.json"), "run/plot")
+
+This module is a library; it has nothing to run on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from stragglerlab.atomic import atomic_write_json
+from stragglerlab.errors import InputError
+from stragglerlab.figures.fig14_heatmap import worker_heatmap_figure
+from stragglerlab.figures.style import (
+    COLUMN_WIDTH,
+    MAX_FIGURE_WIDTH,
+    figure_style,
+    new_figure,
+    save_figure,
+    source_note,
+)
+from stragglerlab.filecheck import Checker
+from stragglerlab.results import WhatIfResult
+from stragglerlab.whatif_record import WhatIfRecord
+
+SCHEMA = "stragglerlab.plot/1"
+"""The `schema` value of the pictures' JSON files."""
+HEATMAP = "heatmap"
+"""Basename of the worker heatmap (heatmap.png, .pdf, .json)."""
+STEP_SLOWDOWN = "step-slowdown"
+"""Basename of the per-step slowdown picture (step-slowdown.png, .pdf, .json)."""
+PICTURES = (HEATMAP, STEP_SLOWDOWN)
+STRAGGLING = 1.1
+"""S at and above which the paper calls a job straggling."""
+MARKERS_UP_TO = 60
+"""Steps drawn with a marker each up to this many steps (a line only above)."""
+
+_FIX = "rerun `stragglerlab whatif` on the job to rewrite its whatif.json"
+
+
+@dataclass(frozen=True)
+class JobSeries:
+    """What the pictures draw, from a WhatIfResult or a whatif.json alike."""
+
+    name: str
+    """The job's trial name ('' when the meta has none)."""
+    compute_ideal: str
+    """The compute ideal of the numbers ('mean' or 'median')."""
+    slowdown: float
+    """The job's S = T / T_ideal."""
+    worker_score: np.ndarray
+    """min(S_dp, S_stage) per worker, [pp, dp]."""
+    steps: np.ndarray
+    """Traced step numbers, ascending."""
+    step_slowdown: np.ndarray
+    """S per step."""
+    step_time_actual_s: np.ndarray
+    """Step time measured in the trace, s."""
+    step_time_simulated_s: np.ndarray
+    """Simulated step time without launch delays (T), s."""
+    step_time_ideal_s: np.ndarray
+    """Simulated ideal step time (T_ideal), s."""
+
+
+def job_series(result: WhatIfResult | WhatIfRecord,
+               compute_ideal: str | None = None) -> JobSeries:
+    """The pictures' numbers of `result` under `compute_ideal` (default: the result's own).
+
+    InputError when the result lacks that ideal, or a whatif.json lacks a step's value.
+    """
+    if isinstance(result, WhatIfRecord):
+        return _record_series(result, compute_ideal or result.compute_ideal)
+    if not isinstance(result, WhatIfResult):
+        raise TypeError(f"expected a WhatIfResult or WhatIfRecord, got {type(result).__name__}")
+    r = result
+    if compute_ideal not in (None, result.compute_ideal):
+        if compute_ideal not in result.variants:
+            raise InputError(f"the what-if result has no {compute_ideal!r} compute ideal "
+                             f"(it has {', '.join([result.compute_ideal, *result.variants])})")
+        r = result.variants[compute_ideal]
+    sim, ideal = r.step_time_nodelay.values, r.step_time_ideal.values
+    return JobSeries(
+        name=r.job_meta.trial_name or "", compute_ideal=r.compute_ideal,
+        slowdown=float(r.slowdown), worker_score=np.asarray(r.worker_score, dtype=float),
+        steps=np.asarray(r.steps, dtype=np.int64), step_slowdown=sim / ideal,
+        step_time_actual_s=np.asarray(r.step_time_base.values, dtype=float),
+        step_time_simulated_s=np.asarray(sim, dtype=float),
+        step_time_ideal_s=np.asarray(ideal, dtype=float))
+
+
+def _record_series(record: WhatIfRecord, name: str) -> JobSeries:
+    view = record.ideal(name)
+    chk = Checker(record.path, _FIX)
+
+    def per_step(raw: object, field: str) -> np.ndarray:
+        table = chk.mapping(raw, field)
+        missing = [s for s in record.steps if str(s) not in table]
+        if missing:
+            chk.fail(field, f"lacks step {missing[0]}")
+        return np.array([chk.number(table[str(s)], f"{field}.{s}") for s in record.steps])
+
+    block = chk.mapping(record.doc["compute_ideals"][name], f"compute_ideals.{name}")
+    slowdown = per_step(block.get("step_slowdown"), f"compute_ideals.{name}.step_slowdown")
+    if (slowdown <= 0).any():
+        chk.fail(f"compute_ideals.{name}.step_slowdown", "holds a value <= 0")
+    sim = per_step(record.doc.get("step_time_nodelay_s"), "step_time_nodelay_s")
+    return JobSeries(
+        name=record.job_meta.trial_name or "", compute_ideal=name, slowdown=view.slowdown,
+        worker_score=np.asarray(view.worker_score, dtype=float),
+        steps=np.asarray(record.steps, dtype=np.int64), step_slowdown=slowdown,
+        step_time_actual_s=per_step(record.doc.get("step_time_actual_s"),
+                                    "step_time_actual_s"),
+        step_time_simulated_s=sim, step_time_ideal_s=sim / slowdown)
+
+
+def heatmap_figure(result: WhatIfResult | WhatIfRecord, title: str = "", source: str = "",
+                   compute_ideal: str | None = None) -> Figure:
+    """The worker heatmap (DP rank x PP rank, min(S_dp, S_stage), Fig. 14 colours)."""
+    return worker_heatmap_figure(job_series(result, compute_ideal).worker_score,
+                                 title=title, source=source)
+
+
+def step_slowdown_figure(result: WhatIfResult | WhatIfRecord, title: str = "",
+                         source: str = "", compute_ideal: str | None = None) -> Figure:
+    """Step times (actual, simulated T, ideal T_ideal) above S per step, one x axis."""
+    js = job_series(result, compute_ideal)
+    n = len(js.steps)
+    marker = "o" if n <= MARKERS_UP_TO else None
+    line = {"marker": marker, "markersize": 3, "linewidth": 1.1}
+    with figure_style():
+        fig = new_figure(min(MAX_FIGURE_WIDTH, max(COLUMN_WIDTH * 1.4, 1.6 + 0.12 * n)), 3.8)
+        top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[1.0, 1.2])
+        top.plot(js.steps, js.step_time_simulated_s, color="black", label="simulated T", **line)
+        top.plot(js.steps, js.step_time_ideal_s, color="tab:green", linestyle="--",
+                 label="ideal T_ideal", **line)
+        # On top and hollow: the actual times mostly sit on the simulated ones.
+        top.plot(js.steps, js.step_time_actual_s, color="tab:blue", label="actual (trace)",
+                 linestyle=":", markerfacecolor="none", **line)
+        top.set_ylabel("step time (s)")
+        tallest = float(np.max([js.step_time_actual_s, js.step_time_simulated_s]))
+        top.set_ylim(0, 1.35 * tallest if tallest > 0 else 1.0)  # room for the legend
+        top.legend(loc="upper right", ncols=3, frameon=False)
+        bottom.plot(js.steps, js.step_slowdown, color="tab:red", label="S per step", **line)
+        bottom.axhline(js.slowdown, color="tab:red", linestyle="--", linewidth=0.8,
+                       label=f"job S = {js.slowdown:.3f}")
+        bottom.axhline(STRAGGLING, color="0.45", linestyle=":", linewidth=0.9,
+                       label=f"straggling (S >= {STRAGGLING})")
+        lo = min(0.98, float(np.min(js.step_slowdown)) - 0.02)
+        hi = max(STRAGGLING + 0.05, float(np.max(js.step_slowdown)) + 0.03)
+        bottom.set_ylim(lo, hi)
+        bottom.set_ylabel("slowdown S")
+        bottom.set_xlabel("step")
+        bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+        bottom.legend(loc="best", ncols=3, frameon=False)
+        if title:
+            fig.suptitle(title)
+        source_note(fig, source)
+    return fig
+
+
+def _hottest(cells: np.ndarray) -> dict:
+    p, d = np.unravel_index(int(np.nanargmax(cells)), cells.shape)
+    return {"score": float(cells[p, d]), "dp_rank": int(d), "stage": int(p)}
+
+
+def write_job_pictures(result: WhatIfResult | WhatIfRecord, out_dir: str | Path,
+                       title: str = "", source: str = "", compute_ideal: str | None = None,
+                       pdf: bool = True) -> list[Path]:
+    """Write heatmap.png and step-slowdown.png (with .pdf when pdf, and each a .json of
+    the numbers drawn, schema SCHEMA) into out_dir; return the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    js = job_series(result, compute_ideal)
+    common = {"schema": SCHEMA, "job": js.name, "title": title, "source": source,
+              "compute_ideal": js.compute_ideal, "slowdown": js.slowdown}
+    numbers = {
+        HEATMAP: {"worker_score": js.worker_score.tolist(),
+                  "hottest_worker": _hottest(js.worker_score)},
+        STEP_SLOWDOWN: {"steps": js.steps.tolist(), "step_slowdown": js.step_slowdown.tolist(),
+                        "step_time_actual_s": js.step_time_actual_s.tolist(),
+                        "step_time_simulated_s": js.step_time_simulated_s.tolist(),
+                        "step_time_ideal_s": js.step_time_ideal_s.tolist()},
+    }
+    draw = {HEATMAP: heatmap_figure, STEP_SLOWDOWN: step_slowdown_figure}
+    paths: list[Path] = []
+    for name in PICTURES:
+        fig = draw[name](result, title=title, source=source, compute_ideal=compute_ideal)
+        with figure_style():  # the PDF's font embedding is read when saving
+            images = save_figure(fig, out / name, pdf=pdf)
+        sidecar = out / f"{name}.json"
+        atomic_write_json(sidecar, {**common, "name": name,
+                                    "paths": [p.name for p in images], **numbers[name]})
+        paths += [*images, sidecar]
+    return paths
