@@ -80,9 +80,48 @@ class WhatIfRecord:
         if missing or compute_ideal not in blocks:
             chk.fail("compute_ideals", f"lacks {', '.join(missing or [compute_ideal])}")
         ideals = {name: _ideal_view(chk, name, blocks[name], steps, pp, dp) for name in blocks}
+        _check_top_level(chk, doc, blocks[compute_ideal], compute_ideal)
         corr = chk.number(doc.get("fwd_bwd_correlation"), "fwd_bwd_correlation", optional=True)
         excess = _grid(chk, doc.get("comm_excess_by_worker_s"), "comm_excess_by_worker_s", pp, dp)
         return cls(path, doc, meta, steps, compute_ideal, ideals, corr, excess)
+
+
+def _check_top_level(chk, doc: dict, block: dict, name: str) -> None:
+    """The top-level copies of the chosen ideal's metrics equal its block, and the job-wide
+    numbers are of their type: readers take either, so an edited or corrupted copy is bad
+    input, not a picture that silently disagrees with the numbers printed beside it."""
+    for key, value in block.items():
+        if key in doc and doc[key] != value:
+            chk.fail(key, f"differs from compute_ideals.{name}.{key} (whatif.json writes one "
+                          "as a copy of the other: the file was edited or damaged)")
+    chk.integer(doc.get("n_ops"), "n_ops", 0)
+    chk.number(doc.get("simulation_discrepancy"), "simulation_discrepancy", minimum=0.0)
+    for key in ("t_actual_s", "t_nodelay_s"):
+        chk.number(doc.get(key), key, minimum=0.0)
+    for key in ("step_time_actual_s", "step_time_nodelay_s"):
+        for step, value in chk.mapping(doc.get(key), key).items():
+            chk.number(value, f"{key}.{step}", minimum=0.0)
+    for i, note in enumerate(chk.listing(doc.get("notes", []), "notes")):
+        chk.string(note, f"notes[{i}]")
+    if "sequence_imbalance" in doc:
+        chk.boolean(doc["sequence_imbalance"], "sequence_imbalance")
+    # Tables of numbers ({key: x} or {step: {key: x}}); the launch tables may be null.
+    for key in ("step_slowdown_by_optype", "launch_slowdown_by_optype",
+                "launch_slowdown_by_stage", "launch_slowdown_by_dp_rank",
+                "step_launch_slowdown_by_optype", "step_launch_slowdown_by_stage",
+                "step_launch_slowdown_by_dp_rank"):
+        if doc.get(key) is not None:
+            _number_table(chk, doc[key], key)
+
+
+def _number_table(chk, raw: object, field_name: str) -> None:
+    """A mapping whose values are finite numbers, or mappings of them (one level down)."""
+    for k, v in chk.mapping(raw, field_name).items():
+        if isinstance(v, dict):
+            for k2, x in v.items():
+                chk.number(x, f"{field_name}.{k}.{k2}")
+        else:
+            chk.number(v, f"{field_name}.{k}")
 
 
 def _grid(chk, raw: object, field_name: str, pp: int, dp: int) -> np.ndarray:
