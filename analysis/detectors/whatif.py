@@ -5,7 +5,9 @@ Offline it reads the run's what-if result, `<run>/whatif/whatif.json`, as
 S_stage and the comm excess per worker): the analysis is computed once per
 run, by the whatif step, never again here. Without that file it stops with an
 InputError saying to run `stragglerlab whatif` first. From it and the trace it
-reads, in this order:
+reads, in this order (one pipeline: the evidence is `whatif_signals.Signals`, each rule
+one module of `whatif_rules/`, and `whatif_arbitration.PRECEDENCE` the table that runs
+them in this order and settles their overlaps):
 
 1. a failed run (hang, crash): the rank the runtime saw stop (run.json's
    error, else the rank whose progress stopped first) -> `crash` when its
@@ -91,59 +93,28 @@ simulation of the window.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, named_cells
-from stragglerlab.analysis.detectors.signatures import (
-    category_excess,
-    compute_ratio_to_peers,
-    peel_stragglers,
-    seq_len_correlation,
-    step_time_total,
-    step_worker_scores,
-)
+from stragglerlab.analysis.detectors.base import Detector, Finding, Run
+from stragglerlab.analysis.detectors.whatif_arbitration import PRECEDENCE, arbitrate
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import normalized_compute, slow_devices
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
-from stragglerlab.analysis.detectors.whatif_failure import failure_findings, gc_pauses
-from stragglerlab.analysis.detectors.whatif_links import (
-    merge_links,
-    prefer_ring_ends,
-    slow_links,
-    slowed_workers,
-)
+from stragglerlab.analysis.detectors.whatif_failure import failure_findings
 from stragglerlab.analysis.detectors.whatif_noise import (
     CleanReading,
     clean_reading,
     floored_config,
 )
-from stragglerlab.analysis.detectors.whatif_ring import ring_links
-from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance, sequences_or_stage
-from stragglerlab.analysis.detectors.whatif_shift import slowed_stages
-from stragglerlab.analysis.detectors.whatif_stage import (
-    stage_by_compute,
-    stage_imbalance,
-    stage_without_links,
-)
+from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
 from stragglerlab.results import WhatIfResult
 
-_STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
-
-__all__ = ["Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
+__all__ = ["PRECEDENCE", "Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
 
 
 def _key(f: Finding) -> tuple:
     """A finding's identity across two diagnoses: cause and ranks."""
     return f.root_cause, tuple(sorted(f.ranks))
-
-
-def _not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:
-    """The findings less any stage-imbalance on a stage whose compute rose mid-run
-    (`whatif_shift.py`): slow devices, not a partition."""
-    return [f for f in findings if f.root_cause is not RootCause.STAGE_IMBALANCE
-            or not {r.stage for r in f.ranks} <= rose]
 
 
 class WhatIfDetector(Detector):
@@ -221,177 +192,5 @@ class WhatIfDetector(Detector):
         return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
 
     def _diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
-        """The rules under this detector's own thresholds."""
-        found = self._causes(run, evidence)
-        # A slow device is a fault whether or not it straggles (slack, or another fault on
-        # the critical path): its own compute against its DP peers' shows it.
-        scores = step_worker_scores(evidence.view)
-        grid = normalized_compute(run.trace, run.meta.pp_size, run.meta.dp_size,
-                                  evidence.steps)  # read by both device rules
-        found += slow_devices(run, evidence.steps, self.config, found, scores, grid)
-        # With no unslowed DP peer (pure PP, or a whole stage slowed), its compute over time;
-        # a stage that rose mid-run is no heavy stage (a partition is heavy from the start).
-        shifted = slowed_stages(run, evidence.steps, self.config,
-                                [f for f in found if f.root_cause not in _STAGE_LIKE], scores,
-                                grid)
-        rose = {r.stage for f in shifted for r in f.ranks}
-        found = _not_heavy(found, rose) + shifted
-        # A slow link is often one fault of several and too mild to make the job straggle:
-        # looked for beside every other finding, on ranks they did not name.
-        links = slow_links(run, evidence.steps, self.config, evidence.comm_excess_by_worker,
-                           evidence.view.slowdown, found)
-        ring = ring_links(run, evidence.steps, self.config, evidence.view.slowdown,
-                          slowed_workers(found))
-        links = prefer_ring_ends(links, ring, run.meta.dp_size)
-        merged = merge_links(found, links, ring, run.meta.dp_size)
-        links += ring
-        if links and not any(f.root_cause is RootCause.STAGE_IMBALANCE for f in merged):
-            stage = stage_without_links(run, links, evidence.steps, self.config)
-            merged += [stage] if stage is not None else []
-        # Other faults can carry the job's S and hide a heavy stage; its compute ops show it.
-        if not any(f.root_cause in _STAGE_LIKE for f in merged):
-            stage = stage_by_compute(run, evidence.steps, self.config)
-            merged += [stage] if stage is not None else []
-        return _not_heavy(merged, rose)
-
-    def _causes(self, run: Run, evidence: Evidence) -> list[Finding]:
-        """GC, then the other causes in the method's order."""
-        steps = evidence.steps
-        gc = gc_pauses(run, evidence.view.slowdown, steps, self.config)
-        if gc is None:
-            return self._not_gc(run, evidence, steps)
-        # GC explains its own ranks' pauses, not the rest of the job: look on for other causes
-        # (a slow worker beside the pauses), leaving out what only names the GC ranks.
-        named = named_cells([gc])
-        rest = [f for f in self._not_gc(run, evidence, steps)
-                if not f.ranks or not named_cells([f]) <= named]
-        return [gc, *rest]
-
-    def _not_gc(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
-        """Findings of the causes other than GC, first match in the method's order."""
-        seq_corr = seq_len_correlation(run.trace)  # read by both sequence checks
-        seq = sequence_imbalance(evidence, steps, seq_corr, run.meta.dp_size, self.config)
-        if seq is not None:
-            return [seq]
-        stage = stage_imbalance(run, evidence.view, steps, self.config)
-        if stage is not None:
-            return [sequences_or_stage(run, stage, seq_corr, self.config)]
-        stragglers = self._stragglers(run, evidence, steps)
-        if stragglers:
-            return stragglers
-        worker = self._worker_issue(run, evidence, steps)
-        if worker is not None:
-            return [worker]
-        link = self._slow_link(run, evidence, steps)
-        return [link] if link is not None else []
-
-    def _worker_issue(self, run: Run, evidence: Evidence, steps: np.ndarray) -> Finding | None:
-        """The paper's worker issue (§5.1): the job straggles and fixing its top ⌈3%⌉
-        workers removes most of it (M_W >= 0.5), though no step stood out enough for the
-        per-step scores (a mild device over a long 1F1B steady state). Named a slow worker
-        when its own compute is slow against its DP peers; needs DP peers, since with one
-        DP rank the top worker is a whole stage."""
-        cfg = self.config
-        result = evidence.view
-        if run.meta.dp_size < 2 or result.slowdown < cfg.straggling_slowdown \
-                or result.m_w.rem < cfg.mw_worker or not result.top_workers:
-            return None
-        compute = compute_ratio_to_peers(run.trace, run.meta, steps)  # [pp, dp, steps]
-        if compute is None:
-            return None
-        own = {(d, p): float(np.median(compute[p, d])) for d, p in result.top_workers}
-        slow = sorted(w for w, r in own.items() if r >= cfg.compute_ratio)
-        if not slow:
-            return None
-        return Finding(
-            [run.worker(d, p) for d, p in slow], int(steps[0]), int(steps[-1]),
-            RootCause.SLOW_WORKER,
-            confidence=float(min(1.0, 0.5 + (result.m_w.rem - cfg.mw_worker))),
-            estimated_slowdown=result.slowdown,
-            detail={"m_w": result.m_w.rem,
-                    "compute_ratio": {f"dp{d}-pp{p}": own[d, p] for d, p in slow}})
-
-    def _slow_link(self, run: Run, evidence: Evidence, steps: np.ndarray) -> Finding | None:
-        """No straggler stands out, but one rank's comm ops collect clearly the most excess."""
-        cfg = self.config
-        by_worker = evidence.comm_excess_by_worker
-        stage, dp_rank = (int(i) for i in np.unravel_index(np.argmax(by_worker),
-                                                           by_worker.shape))
-        top = float(by_worker[stage, dp_rank])
-        share = top / max(step_time_total(run.trace), 1e-12)
-        over_median = top / max(float(np.median(by_worker)), 1e-12)
-        if share < cfg.link_share or over_median < cfg.link_over_median:
-            return None
-        compute = compute_ratio_to_peers(run.trace, run.meta, steps)
-        if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
-            return None  # its own compute is slow: a slow device, too mild to flag
-        return Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
-                       RootCause.NET_THROTTLE,
-                       confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
-                       estimated_slowdown=evidence.view.slowdown,
-                       detail={"comm_excess_share": share, "comm_excess_over_median": over_median})
-
-    def _stragglers(self, run: Run, evidence: Evidence, steps: np.ndarray) -> list[Finding]:
-        cfg = self.config
-        result = evidence.view
-        scores = step_worker_scores(result)  # [pp, dp, steps]
-        # Explain the worst straggler, remove it, re-score: several stragglers at once.
-        peeled = peel_stragglers(result.step_s_dp, result.step_s_stage,
-                                 step_threshold=cfg.step_threshold,
-                                 worker_threshold=cfg.worker_threshold,
-                                 min_steps=cfg.min_steps)
-        windows = {(p, d): (f, la) for p, d, f, la, _ in peeled}
-        excess = {(p, d): r - 1.0 for p, d, _, _, r in peeled}
-        if not windows:
-            return []
-
-        def finding(workers: list[tuple[int, int]], cause: RootCause, **evidence) -> Finding:
-            first = min(windows[w][0] for w in workers)
-            last = max(windows[w][1] for w in workers)
-            rel = float(np.mean([1.0 + excess[w] for w in workers]))
-            est = float(np.mean([scores[p, d, first:last + 1].mean() for p, d in workers]))
-            return Finding(
-                [run.worker(d, p) for p, d in sorted(workers)],
-                int(steps[first]), int(steps[last]), cause,
-                confidence=float(min(1.0, 0.5 + (rel - cfg.worker_threshold) * 2)),
-                estimated_slowdown=max(est, 1.0),
-                detail={"relative_score": rel, **evidence,
-                        "worker_score": {f"dp{d}-pp{p}": float(scores[p, d].mean())
-                                         for p, d in workers}})
-
-        found = []
-        compute = compute_ratio_to_peers(run.trace, run.meta, steps)  # [pp, dp, steps]
-        if compute is not None:  # a worker whose own compute is slow is a slow device
-            for w in sorted(windows):
-                first, last = windows[w]
-                own = float(np.median(compute[w[0], w[1], first:last + 1]))
-                if own >= cfg.compute_ratio:
-                    found.append(finding([w], RootCause.SLOW_WORKER, compute_ratio=own))
-            for f in found:
-                w = (f.ranks[0].stage, f.ranks[0].dp_rank)
-                del windows[w], excess[w]
-        if not windows:
-            return found
-        compute_excess, comm_excess = category_excess(result)
-        if compute_excess >= comm_excess:
-            for stage in sorted({p for p, _ in windows}):
-                members = [w for w in windows if w[0] == stage]
-                if run.meta.dp_size > 1 and len(members) == run.meta.dp_size:
-                    found.append(finding(members, RootCause.STAGE_IMBALANCE))
-                    for w in members:
-                        del windows[w], excess[w]
-            if not windows or compute is None:
-                # Without DP peers a straggler's own compute cannot be told apart.
-                return found + [finding([w], RootCause.SLOW_WORKER) for w in sorted(windows)]
-        # Stragglers whose own compute is not slow wait on communication: a slow link.
-        # Name the rank whose comm ops collect the most excess over the run (a link
-        # slows both ends of a P2P pair; its rank alone is in all the slow groups).
-        first = min(w[0] for w in windows.values())
-        last = max(w[1] for w in windows.values())
-        by_worker = evidence.comm_excess_by_worker
-        victim = tuple(int(i) for i in np.unravel_index(np.argmax(by_worker), by_worker.shape))
-        excess[victim] = max(excess.values())  # the straggling it explains
-        windows[victim] = (first, last)
-        return found + [finding([victim], RootCause.NET_THROTTLE, compute_excess=compute_excess,
-                                comm_excess=comm_excess,
-                                comm_excess_s=float(by_worker[victim]))]
+        """The rules under this detector's own thresholds, settled by the precedence table."""
+        return arbitrate(Signals(run=run, evidence=evidence, config=self.config))

@@ -51,6 +51,7 @@ VERBS: dict[str, str] = {
     "import": "stragglerlab.cli.import_kineto",
     "clean": "stragglerlab.cli.clean",
     "noise-floor": "stragglerlab.cli.noise_floor",
+    "monitor": "stragglerlab.cli.monitor",
 }
 """Verb name -> module with `add_parser(sub, name) -> ArgumentParser` and `run(args) -> int`."""
 

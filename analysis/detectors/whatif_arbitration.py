@@ -1,0 +1,144 @@
+"""Arbitration of the `whatif` detector: the precedence table, and how it settles overlaps.
+
+The rules (`whatif_rules/`, one module each) propose candidate findings; this module
+runs them in the order of `PRECEDENCE` and settles each one's candidates against the
+board by its `Settle` mode. It is the one place that says which finding wins:
+
+* `ADD`: added (the rule itself skips workers the board already names).
+* `FIRST_MATCH`: of a run of consecutive `FIRST_MATCH` rules the first with candidates
+  wins and the rest are not run (the method's order of causes); a candidate that
+  names only workers a `gc-pauses` finding names is GC seen again, and is dropped.
+* `STAGE_SHIFT`: added, and their stages join `board.rose`: a heavy-stage finding on a
+  stage whose compute rose mid-run is dropped, now and after every later rule (a
+  partition is heavy from the first step).
+* `PIPELINE_LINK`, `RING_LINK`: consecutive link rules all read the same board; then a
+  P2P link on the pipeline neighbour of a rank a ring named is dropped (the ring says
+  which end of a veth throttled both ways it is), a `net-throttle` another rule named
+  on a link's neighbour gives way to the link's own finding, and a link on ranks
+  already named gives way to that finding (`whatif_links.merge_links`).
+* `UNLESS_STAGE`: run and added only when no `stage-imbalance` is on the board.
+* `UNLESS_STAGE_LIKE`: run and added only when no `stage-imbalance` or
+  `seq-imbalance` is on the board.
+
+    findings = arbitrate(Signals(run=run, evidence=evidence, config=config))
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stragglerlab.analysis.detectors.base import named_cells
+from stragglerlab.analysis.detectors.whatif_links import merge_links, prefer_ring_ends
+from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.findings import Finding, RootCause
+
+STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
+
+
+class Settle(str, enum.Enum):
+    """How a rule's candidates are settled against the board (module docstring's table)."""
+
+    ADD = "add"
+    FIRST_MATCH = "first-match"
+    STAGE_SHIFT = "stage-shift"
+    PIPELINE_LINK = "pipeline-link"
+    RING_LINK = "ring-link"
+    UNLESS_STAGE = "unless-stage"
+    UNLESS_STAGE_LIKE = "unless-stage-like"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One line of the precedence table."""
+
+    rule: str
+    """Module name in `whatif_rules/` (imported on first use)."""
+    settle: Settle
+    """How its candidates are settled."""
+
+    def run(self, s: Signals, board: Board) -> list[Finding]:
+        """The rule's candidates."""
+        fn: Callable[[Signals, Board], list[Finding]] = importlib.import_module(
+            f"stragglerlab.analysis.detectors.whatif_rules.{self.rule}").rule
+        return fn(s, board)
+
+
+PRECEDENCE: tuple[Entry, ...] = (
+    Entry(rule="gc", settle=Settle.ADD),
+    # The method's causes, first match (OSDI'25 §5): sequences, a heavy stage, stragglers
+    # by step, the paper's worker issue, a quiet slow link.
+    Entry(rule="sequence", settle=Settle.FIRST_MATCH),
+    Entry(rule="stage", settle=Settle.FIRST_MATCH),
+    Entry(rule="stragglers", settle=Settle.FIRST_MATCH),
+    Entry(rule="worker_issue", settle=Settle.FIRST_MATCH),
+    Entry(rule="quiet_link", settle=Settle.FIRST_MATCH),
+    # Beside them: faults that need not make the job straggle, or that hide behind others.
+    Entry(rule="slow_device", settle=Settle.ADD),
+    Entry(rule="stage_shift", settle=Settle.STAGE_SHIFT),
+    Entry(rule="pipeline_link", settle=Settle.PIPELINE_LINK),
+    Entry(rule="ring_link", settle=Settle.RING_LINK),
+    Entry(rule="stage_without_links", settle=Settle.UNLESS_STAGE),
+    Entry(rule="stage_by_compute", settle=Settle.UNLESS_STAGE_LIKE),
+)
+"""The `whatif` detector's rules in order, each with how its candidates are settled."""
+
+_LINKS = (Settle.PIPELINE_LINK, Settle.RING_LINK)
+
+
+def not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:
+    """The findings less any stage-imbalance on a stage whose compute rose mid-run."""
+    return [f for f in findings if f.root_cause is not RootCause.STAGE_IMBALANCE
+            or not {r.stage for r in f.ranks} <= rose]
+
+
+def _not_gc_again(candidates: list[Finding], board: Board) -> list[Finding]:
+    """Candidates less those naming only workers a `gc-pauses` finding names."""
+    gc = named_cells([f for f in board.findings if f.root_cause is RootCause.GC_PAUSES])
+    return [f for f in candidates if not f.ranks or not named_cells([f]) <= gc]
+
+
+def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding]:
+    """Run the rules of `table` in order and settle their candidates (module docstring)."""
+    board = Board()
+    i = 0
+    while i < len(table):
+        entry = table[i]
+        mode = entry.settle
+        if mode is Settle.FIRST_MATCH:
+            group = []
+            while i < len(table) and table[i].settle is Settle.FIRST_MATCH:
+                group.append(table[i])
+                i += 1
+            for member in group:
+                candidates = member.run(s, board)
+                if candidates:
+                    board.findings += _not_gc_again(candidates, board)
+                    break
+        elif mode in _LINKS:
+            p2p, ring = [], []
+            while i < len(table) and table[i].settle in _LINKS:
+                found = table[i].run(s, board)  # every link rule reads the same board
+                (ring if table[i].settle is Settle.RING_LINK else p2p).extend(found)
+                i += 1
+            dp = s.run.meta.dp_size
+            p2p = prefer_ring_ends(p2p, ring, dp)
+            board.findings = merge_links(board.findings, p2p, ring, dp)
+            board.links = p2p + ring
+        else:
+            i += 1
+            if mode is Settle.UNLESS_STAGE and any(
+                    f.root_cause is RootCause.STAGE_IMBALANCE for f in board.findings):
+                continue
+            if mode is Settle.UNLESS_STAGE_LIKE and any(
+                    f.root_cause in STAGE_LIKE for f in board.findings):
+                continue
+            candidates = entry.run(s, board)
+            if mode is Settle.STAGE_SHIFT:
+                board.rose |= {r.stage for f in candidates for r in f.ranks}
+            board.findings = board.findings + candidates
+        board.findings = not_heavy(board.findings, board.rose)
+    return board.findings

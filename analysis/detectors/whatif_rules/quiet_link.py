@@ -1,0 +1,34 @@
+"""Rule `quiet_link`: no straggler stands out, but one rank's comm ops collect
+`link_over_median` times the median worker's transfer excess and `link_share` of the
+job's time, its own compute not slow -> `net-throttle` on that rank (a mild slow link
+that slows every rank it talks to about equally)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.signatures import step_time_total
+from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.findings import Finding, RootCause
+
+
+def rule(s: Signals, board: Board) -> list[Finding]:
+    """The rank whose comm ops collect clearly the most excess, if any."""
+    cfg, run, steps = s.config, s.run, s.steps
+    by_worker = s.evidence.comm_excess_by_worker
+    stage, dp_rank = (int(i) for i in np.unravel_index(np.argmax(by_worker), by_worker.shape))
+    top = float(by_worker[stage, dp_rank])
+    share = top / max(step_time_total(run.trace), 1e-12)
+    over_median = top / max(float(np.median(by_worker)), 1e-12)
+    if share < cfg.link_share or over_median < cfg.link_over_median:
+        return []
+    compute = s.compute_raw
+    if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
+        return []  # its own compute is slow: a slow device, too mild to flag
+    return [Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
+                    RootCause.NET_THROTTLE,
+                    confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
+                    estimated_slowdown=s.view.slowdown,
+                    detail={"comm_excess_share": share,
+                            "comm_excess_over_median": over_median})]

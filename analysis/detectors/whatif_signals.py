@@ -1,0 +1,76 @@
+"""The evidence pass of the `whatif` detector: every signal its rules read, computed once.
+
+One `Signals` per diagnosis (a run, its what-if evidence, the thresholds in force);
+each signal is computed on first use and kept, so a rule that reads the per-step
+worker scores or the compute grid never recomputes what another rule already did, and a
+diagnosis that never reaches a rule never pays for its signal.
+
+    s = Signals(run=run, evidence=read_evidence(run), config=WhatIfDetectorConfig())
+    s.scores        # [pp, dp, steps] per-step worker score min(S_dp, S_stage) over the best
+    s.grid          # [pp, dp, steps] own compute per unit of modelled work, GC-free
+    s.compute_raw   # [pp, dp, steps] own compute over the fastest DP peer (or None)
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.base import Run
+from stragglerlab.analysis.detectors.signatures import (
+    compute_ratio_to_peers,
+    seq_len_correlation,
+    step_worker_scores,
+)
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_device import normalized_compute
+from stragglerlab.analysis.detectors.whatif_evidence import Evidence
+
+
+@dataclass(kw_only=True, eq=False)
+class Signals:
+    """A run's what-if evidence and the signals derived from it (each computed once)."""
+
+    run: Run
+    """The run (trace, meta, outcome)."""
+    evidence: Evidence
+    """What the what-if analysis says: steps, the mean ideal's metrics, comm excess."""
+    config: WhatIfDetectorConfig
+    """The thresholds in force (raised to the noise floor where it reaches them)."""
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Analysed step numbers, ascending."""
+        return self.evidence.steps
+
+    @property
+    def view(self) -> object:
+        """The mean ideal's metrics (`IdealView`)."""
+        return self.evidence.view
+
+    @functools.cached_property
+    def scores(self) -> np.ndarray:
+        """[pp, dp, steps]: each worker's min(S_dp, S_stage) per step over the step's best."""
+        return step_worker_scores(self.evidence.view)
+
+    @functools.cached_property
+    def grid(self) -> np.ndarray | None:
+        """[pp, dp, steps], s per unit of modelled work: own compute without GC pauses,
+        normalized by sum(s^2) where lengths vary (`whatif_device.normalized_compute`);
+        what the device and shift rules compare against peers and over time."""
+        return normalized_compute(self.run.trace, self.run.meta.pp_size,
+                                  self.run.meta.dp_size, self.steps)
+
+    @functools.cached_property
+    def compute_raw(self) -> np.ndarray | None:
+        """[pp, dp, steps]: own compute time over the fastest DP peer's, raw (None without
+        DP peers); what the straggler rules read to call a straggler a slow device."""
+        return compute_ratio_to_peers(self.run.trace, self.run.meta, self.steps)
+
+    @functools.cached_property
+    def seq_corr(self) -> float | None:
+        """Correlation of a microbatch's compute time with its sum(seq_len^2) (None where
+        lengths do not vary)."""
+        return seq_len_correlation(self.run.trace)

@@ -1,0 +1,137 @@
+"""`stragglerlab monitor`: watch a running (or finished) run live: rolling what-if, page, alerts.
+
+    stragglerlab monitor --run results/slow-worker-1/0
+    stragglerlab monitor --run results/x/0 --webhook http://127.0.0.1:9000/hook --slowdown-alert 1.2
+    stragglerlab monitor --run examples/slow-worker --once --no-serve
+
+Tails the run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks
+append them and, after every new complete step, analyses the last K complete
+steps (--window-steps) with the what-if analysis and the --detectors'
+findings. Each window (S, the DP x stage worker scores, S per stage and op
+type, findings, analysis lag) is appended to RUN/monitor/windows.jsonl (schema
+stragglerlab.monitor-window/1); a restarted monitor resumes after the last
+window there. The run folder is only read, except RUN/monitor/. Unless
+--no-serve, a page with the S history, the worker heatmap, the findings and
+the run's ground truth is served at http://HOST:PORT/ (loopback unless
+--allow-remote), with /metrics (Prometheus) and /api/windows. Alerts (a
+finding appears or clears, S crosses --slowdown-alert) go to --webhook
+and/or --alert-command; delivered ones are kept in RUN/monitor/alerts.jsonl,
+failed ones in RUN/monitor/alerts-failed.jsonl. It stops when the run ends
+(run.json written), on Ctrl-C or SIGTERM, or, with --once, after analysing
+what is there; it prints a summary of the windows it analysed to stdout (with
+--quiet too), progress on stderr. See docs/monitor.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from stragglerlab.errors import InputError
+
+
+def add_parser(sub, name: str) -> argparse.ArgumentParser:
+    """Register the verb's flags (the CLI root adds --quiet; the epilog comes from the
+    module docstring's examples)."""
+    p = sub.add_parser(name, help="watch a run live: rolling what-if, findings, page, "
+                                  "Prometheus metrics, alerts")
+    p.add_argument("--run", required=True, metavar="DIR",
+                   help="run folder to watch (trace-parts/ written by `stragglerlab train`)")
+    p.add_argument("--window-steps", type=int, default=8, metavar="K",
+                   help="analyse the last K complete steps after each new one")
+    p.add_argument("--detectors", nargs="+", default=["whatif"], metavar="NAME",
+                   help="detectors whose findings each window reports "
+                        "(`stragglerlab list detectors`)")
+    p.add_argument("--webhook", metavar="URL",
+                   help="POST each alert's JSON payload here (no webhook when left out)")
+    p.add_argument("--alert-command", metavar="CMD",
+                   help="run this shell command per alert, the payload on stdin")
+    p.add_argument("--slowdown-alert", type=float, metavar="X",
+                   help="alert when a window's S rises to X or falls back below it "
+                        "(no S alert when left out)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the page binds; a non-loopback one needs --allow-remote")
+    p.add_argument("--port", type=int, default=8765, help="port the page binds (0: any free)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --host (the page has no authentication)")
+    p.add_argument("--no-serve", action="store_true", help="no web server: history and alerts only")
+    p.add_argument("--once", action="store_true",
+                   help="analyse what is there now and exit (no web server)")
+    p.add_argument("--warmup-steps", type=int, metavar="N",
+                   help="steps left out at the start (default: run.json's scenario, else 0)")
+    p.add_argument("--dp", type=int, metavar="N",
+                   help="DP size while meta.yaml is not written (default: inferred)")
+    p.add_argument("--pp", type=int, metavar="N",
+                   help="PP size while meta.yaml is not written (default: inferred)")
+    p.add_argument("--poll", type=float, default=0.5, metavar="S",
+                   help="seconds between two looks at the trace parts")
+    return p
+
+
+def run(args) -> int:
+    """Watch the run until it ends (or once), serving the page unless told not to."""
+    from stragglerlab.cli.progress import Reporter
+    from stragglerlab.monitor.config import MonitorConfig
+    from stragglerlab.run_folder import RunFolder
+
+    folder = RunFolder.open(args.run)
+    cfg = MonitorConfig(run=folder.path, window_steps=args.window_steps,
+                        detectors=list(args.detectors), warmup_steps=args.warmup_steps,
+                        dp=args.dp, pp=args.pp, poll_s=max(args.poll, 0.05),
+                        webhook=args.webhook, alert_command=args.alert_command,
+                        slowdown_alert=args.slowdown_alert, host=args.host, port=args.port,
+                        allow_remote=args.allow_remote)
+    cfg.check()
+    serve = not (args.no_serve or args.once)
+    with Reporter(quiet=args.quiet) as progress:
+        from stragglerlab.monitor.runner import Monitor
+
+        monitor = Monitor(cfg, log=progress.log)
+        server = _server(monitor, cfg, progress) if serve else None
+        try:
+            n = monitor.run(once=args.once)
+        finally:
+            if server is not None:
+                server.stop()
+    print(summary(monitor, n))  # the result: stdout, --quiet or not
+    return 0
+
+
+def _server(monitor, cfg, progress):
+    """Start the web server (InputError when its extra is missing or the port is taken)."""
+    from stragglerlab.monitor.config import check_host
+
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+
+        from stragglerlab.monitor.server import MonitorServer
+    except ImportError:
+        raise InputError("the page needs starlette and uvicorn: pip install "
+                         "'stragglerlab[monitor]', or pass --no-serve") from None
+    if check_host(cfg.host, cfg.allow_remote):
+        progress.error(f"warning: serving on {cfg.host}, not loopback: anyone who reaches it "
+                       "sees the run's page, history and metrics (no authentication)")
+    server = MonitorServer(monitor.state, cfg.run, cfg.host, cfg.port)
+    server.start()
+    progress.error(f"monitor page: {server.url}  (metrics: {server.url}metrics)")
+    return server
+
+
+def summary(monitor, n: int) -> str:
+    """The result lines: windows analysed, last S and findings, where the history is."""
+    state = monitor.state
+    last = state.latest_window()
+    out = [f"monitor on {monitor.cfg.run}: {n} window(s) analysed now, "
+           f"{state.windows_analysed} in the history, {state.errors} error(s) -> "
+           f"{Path(monitor.windows_path)}"]
+    if last is not None:
+        out.append(f"  latest window: steps {last['steps'][0]}-{last['step']}, "
+                   f"S {last['slowdown']:.3f}")
+        for f in last["findings"]:
+            ranks = ", ".join(f"(DP {r['dp_rank']}, PP {r['stage']})" for r in f["ranks"])
+            est = f", est. slowdown {f['estimated_slowdown']:.2f}" \
+                if f.get("estimated_slowdown") else ""
+            out.append(f"  {f['cause']:18s} {ranks or 'whole job'}  steps "
+                       f"{f['first_step']}-{f['last_step']}{est}")
+    return "\n".join(out)

@@ -1,0 +1,86 @@
+"""The monitor's history in the run folder: JSON lines appended atomically, read back on restart.
+
+`monitor/windows.jsonl` holds one analysed window (or one recorded error) per
+line; `monitor/alerts.jsonl` and `monitor/alerts-failed.jsonl` one alert each.
+A line is appended with one `write` on an O_APPEND descriptor, then fsync'd, so
+concurrent readers see whole lines; a line torn by a crash (no trailing
+newline, or not JSON) is skipped on read and cut off before the next append,
+so the history stays one JSON document per line. A restarted monitor reads the
+windows back and resumes after the last analysed step.
+
+    append_line(path, {"schema": ..., "kind": "window", "step": 12, ...})
+    lines = read_lines(path)        # whole lines only
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from stragglerlab.atomic import dumps_json
+
+MAX_HISTORY_BYTES = 512 * 1024 * 1024
+"""Largest history file read back (a bigger one is read from its last part)."""
+
+
+def append_line(path: str | Path, doc: dict) -> None:
+    """Append `doc` as one strict-JSON line (NaN -> null), whole or not at all."""
+    p = Path(path)
+    p.parent.mkdir(exist_ok=True)  # monitor/ only: a deleted run folder is not made again
+    data = dumps_json(doc, indent=None)
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:  # a torn last line (a crash mid-append) is cut before the next one
+            with open(p, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.ftruncate(fd, _last_newline(p, size))
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _last_newline(p: Path, size: int) -> int:
+    """Length of the file up to and including its last newline (0: none)."""
+    with open(p, "rb") as f:
+        pos = size
+        while pos > 0:
+            start = max(0, pos - 65536)
+            f.seek(start)
+            chunk = f.read(pos - start)
+            i = chunk.rfind(b"\n")
+            if i >= 0:
+                return start + i + 1
+            pos = start
+    return 0
+
+
+def read_lines(path: str | Path) -> list[dict]:
+    """Every whole JSON-object line of a history file ([] when there is none)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(max(0, size - MAX_HISTORY_BYTES))
+            raw = f.read()
+    except OSError:
+        return []
+    out = []
+    for line in raw.split(b"\n")[:-1]:  # the last piece is empty or a torn line
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def last_step(lines: list[dict]) -> int:
+    """The last step analysed in a windows history (-1: none)."""
+    steps = [d["step"] for d in lines if d.get("kind") == "window"
+             and isinstance(d.get("step"), int)]
+    return max(steps, default=-1)

@@ -1,0 +1,253 @@
+"""The monitor's loop: tail the parts, analyse each new complete step's window, publish.
+
+    monitor = Monitor(MonitorConfig(run=Path("results/x/0")), log=print)
+    monitor.poll()            # one look: analyse what completed since the last
+    monitor.run(stop_event)   # until the run ends (run.json) or stop is set
+
+Every window (and every error: a garbage part, a layout that cannot be told, a
+failed analysis) is appended to monitor/windows.jsonl and to the in-memory
+`MonitorState` the web server reads. A restarted monitor reads the history
+back and resumes after its last analysed step; its alert state is replayed
+from the history, so a restart raises no alert twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
+from stragglerlab.monitor.alerts import AlertSender, AlertTracker
+from stragglerlab.monitor.config import LOCK_FILE, LOG_FILE, WINDOWS_JSONL, MonitorConfig
+from stragglerlab.monitor.history import append_line, last_step, read_lines
+from stragglerlab.monitor.state import MonitorState
+from stragglerlab.monitor.steps import StepBuffer, infer_layout
+from stragglerlab.monitor.tail import PartsTail
+from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
+from stragglerlab.run_folder import STATUS_DIR, RunFolder
+
+
+class Monitor:
+    """One run folder watched: its tail, step buffer, history, alerts and published state."""
+
+    def __init__(self, cfg: MonitorConfig, log: Callable[[str], None] | None = None,
+                 state: MonitorState | None = None) -> None:
+        cfg.check()
+        self.cfg = cfg
+        self.folder = RunFolder(path=cfg.run)
+        self._say = log or (lambda _m: None)
+        self.detectors = make_detectors(cfg.detectors)
+        self.tail = PartsTail(cfg.run)
+        self.buffer = StepBuffer(cfg.window_steps)
+        self.windows_path = cfg.monitor_dir / WINDOWS_JSONL
+        lines = read_lines(self.windows_path)
+        self.last_step = last_step(lines)
+        self.state = state or MonitorState(str(cfg.run))
+        self.state.load(lines)
+        self.tracker = AlertTracker(str(cfg.run), cfg.slowdown_alert, cfg.clear_after_windows)
+        for w in lines:  # the alert state as it stood (no alert twice across a restart)
+            if w.get("kind") == "window":
+                self.tracker.observe(w)
+        self.sender = AlertSender(cfg, self.log)
+        self.meta: JobMeta | None = None
+        self.from_parquet = False
+        self.reported: set[str] = {d["message"] for d in lines if d.get("kind") == "error"}
+        self.found_at = time.time()
+        if self.last_step >= 0:
+            self.log(f"resuming after step {self.last_step} ({len(lines)} history lines)")
+
+    # -- output -----------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        """A line to the caller's log and to monitor/monitor.log."""
+        self._say(msg)
+        try:
+            self.cfg.monitor_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.cfg.monitor_dir / LOG_FILE, "a") as f:
+                f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}\n")
+        except OSError:
+            pass  # the log is best effort; windows.jsonl is the record
+
+    def _record(self, line: dict) -> None:
+        append_line(self.windows_path, line)
+        self.state.add(line)
+
+    def error(self, message: str, step: int | None = None, rank: int | None = None) -> None:
+        """Record an error once (history, page, log); the monitor goes on."""
+        if message in self.reported:
+            return
+        self.reported.add(message)
+        self.log(f"error: {message}")
+        self._record(error_line(step, message, rank))
+
+    # -- one look ---------------------------------------------------------------------
+    @property
+    def ended(self) -> bool:
+        """The run ended: run.json is written (or only its trace.parquet is there)."""
+        return self.folder.has_record or self.from_parquet
+
+    def _parquet(self) -> dict:
+        """A folder with trace.parquet and no trace parts (a finished run whose parts were
+        cleaned, a `synth` or `import` output): its trace, read once, as parts' records."""
+        if self.from_parquet or self.tail.dir.is_dir() or not self.folder.has_trace:
+            return {}
+        from stragglerlab.monitor.feed import trace_records
+
+        self.from_parquet = True
+        self.log(f"no trace parts: reading the finished trace {self.folder.trace_path}")
+        try:
+            return trace_records(self.folder.trace())
+        except InputError as e:
+            self.error(str(e))
+            return {}
+
+    def poll(self) -> list[dict]:
+        """Read what is new, analyse each newly complete step's window; the new windows."""
+        # Before reading the parts: a rank writes its status after flushing the step, and a
+        # run its run.json after every rank ended, so what they say is then all on disk.
+        ended = self.ended
+        status = self._status()
+        new = self._parquet() or self.tail.poll()
+        ended = ended or self.from_parquet
+        self.found_at = time.time()  # a step found complete now: its wall-clock lag starts
+        self.buffer.add(new)
+        for rank, msg in self.tail.errors.items():
+            self.error(msg, rank=rank)
+        meta = self._layout(ended, status)
+        if meta is None:
+            return []
+        through = self.buffer.complete_through(meta.dp_size * meta.pp_size, status, ended)
+        steps = self.buffer.steps_through(through, self.last_step, self._warmup())
+        out = []
+        for step in steps:
+            window = [s for s in self.buffer.steps_through(step, -1, self._warmup())
+                      ][-self.cfg.window_steps:]
+            out += self._analyse(window, meta)
+            self.last_step = step
+        if steps:
+            self.buffer.prune(self.last_step - self.cfg.window_steps + 1)
+        return out
+
+    def _analyse(self, steps: list[int], meta: JobMeta) -> list[dict]:
+        step = steps[-1]
+        try:
+            line = analyse_window(self.buffer.frame(steps, meta), meta, self.detectors,
+                                  str(self.cfg.run), testbed=self._testbed())
+        except (InputError, ValueError, KeyError, IndexError) as e:
+            self.error(f"window of steps {steps[0]}-{step} could not be analysed: {e}", step)
+            return []
+        now_wall, now_mono = time.time(), time.monotonic()
+        line["lag_s"] = round(now_wall - self.found_at, 4)
+        end = self.buffer.step_end.get(step)
+        lag = None if end is None else now_mono - end
+        line["lag_from_step_end_s"] = round(lag, 4) if lag is not None and 0 <= lag < 3600 \
+            else None
+        line["time"] = round(now_wall, 3)
+        self._record(line)
+        for alert in self.tracker.observe(line):
+            self.log(f"alert: {alert['event']} at step {step}"
+                     + (f" ({alert['finding']['cause']})" if alert["finding"] else ""))
+            self.sender.send(alert)
+        return [line]
+
+    # -- what the run folder says -----------------------------------------------------
+    def _testbed(self) -> bool:
+        return self.folder.has_record or (self.cfg.run / STATUS_DIR).is_dir()
+
+    def _warmup(self) -> int:
+        if self.cfg.warmup_steps is not None:
+            return self.cfg.warmup_steps
+        if self.folder.has_record:
+            try:
+                return int(self.folder.record.scenario.get("run", {}).get("warmup_steps", 0))
+            except (InputError, TypeError, ValueError):
+                return 0
+        return 0
+
+    def _status(self) -> dict[int, int]:
+        try:
+            return self.folder.last_step_by_rank()
+        except InputError as e:
+            self.error(str(e))
+            return {}
+
+    def _layout(self, ended: bool, status: dict[int, int]) -> JobMeta | None:
+        """The job's layout: meta.yaml, else --dp/--pp, else inferred from the parts."""
+        if self.meta is not None:
+            return self.meta
+        name = Path(self.cfg.run).name
+        if self.folder.has_meta:
+            try:
+                self.meta = RunFolder(path=self.cfg.run).meta
+            except InputError as e:
+                self.error(str(e))
+                return None
+        elif self.cfg.dp and self.cfg.pp:
+            self.meta = JobMeta(dp_size=self.cfg.dp, pp_size=self.cfg.pp, trial_name=name)
+        else:
+            world = len(self.tail.ranks)
+            through = self.buffer.complete_through(world, status, ended)
+            first = self.buffer.steps_through(through, -1, 0)
+            if not first:
+                return None
+            layout = infer_layout(self.buffer.raw(first[:1]))
+            if isinstance(layout, str):  # live, a rank's file may not be there yet: wait
+                if ended:
+                    self.error(f"job layout: {layout}")
+                return None
+            dp, pp = (self.cfg.dp or layout[0], self.cfg.pp or layout[1])
+            self.meta = JobMeta(dp_size=dp, pp_size=pp, trial_name=name)
+            self.log(f"job layout inferred from the trace parts: dp={dp} pp={pp}")
+        self.state.set_layout(self.meta.dp_size, self.meta.pp_size)
+        return self.meta
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None, once: bool = False) -> int:
+        """Poll until the run ended and everything is analysed, `stop` is set, or once;
+        returns the windows analysed."""
+        stop = stop or threading.Event()
+        n = 0
+        lock = self._lock()
+        try:
+            while True:
+                if not self.cfg.run.is_dir():
+                    raise InputError("the run folder is gone (deleted while the monitor "
+                                     "watched it); the history written so far went with it",
+                                     str(self.cfg.run))
+                ended = self.ended
+                n += len(self.poll())
+                if once or stop.is_set():
+                    break
+                if ended:
+                    self.log("the run ended (run.json written); stopping")
+                    break
+                stop.wait(self.cfg.poll_s)
+        finally:
+            self.state.finish(self.ended)
+            self.sender.close()
+            lock.close()
+        return n
+
+    def _lock(self):
+        """monitor/monitor.lock, held while this monitor runs: a second monitor on the same
+        run would write the same history twice; it is refused (InputError)."""
+        import fcntl
+        import os
+
+        self.cfg.monitor_dir.mkdir(exist_ok=True)
+        f = open(self.cfg.monitor_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until run ends
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            f.close()
+            raise InputError(f"another monitor (pid {holder}) is watching this run; stop it "
+                             "first, or open its page", str(self.cfg.run)) from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        return f

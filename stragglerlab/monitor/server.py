@@ -1,0 +1,173 @@
+"""The monitor's web server: a Starlette app run by uvicorn on a background thread.
+
+Routes (nothing else is served, and nothing from the run folder but what the
+monitor computed and its faults.json ground truth):
+
+    /              the page (monitor/page.py: one self-contained HTML document)
+    /events        server-sent events: `event: line` per new history line
+                   (`?after=SEQ`: only lines after that sequence number)
+    /metrics       Prometheus text (monitor/metrics.py)
+    /api/windows   {"summary": ..., "lines": [...]} the history (`?after=SEQ`)
+    /api/truth     the run's ground truth (faults.json), when it has one
+
+Binds 127.0.0.1 by default; the socket is bound here before uvicorn starts, so
+a port in use is a clear InputError, not a log line from a thread.
+
+    server = MonitorServer(state, run_dir, host="127.0.0.1", port=8765)
+    server.start(); ...; server.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from pathlib import Path
+
+from stragglerlab.errors import InputError
+from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
+from stragglerlab.monitor.page import PAGE
+from stragglerlab.monitor.state import MonitorState
+from stragglerlab.run_folder import RunFolder
+
+SSE_POLL_S = 0.25
+"""How often an open /events stream looks for new lines."""
+SSE_KEEPALIVE_S = 15.0
+"""A comment line this often keeps proxies from closing an idle stream."""
+
+
+def _after(request) -> int:
+    try:
+        return int(request.query_params.get("after", "-1"))
+    except ValueError:
+        return -1
+
+
+def truth(run: Path) -> dict:
+    """The run's ground truth for the page: faults.json, when written and readable."""
+    folder = RunFolder(path=run)
+    if not folder.has_faults:
+        return {"available": False, "faults": [], "note": "no faults.json (yet): a live "
+                "training run writes it when it ends"}
+    try:
+        return {"available": True, "faults": [f.to_json() for f in folder.faults]}
+    except InputError as e:
+        return {"available": False, "faults": [], "note": str(e)}
+
+
+def make_app(state: MonitorState, run: Path, closing: threading.Event | None = None):
+    """The ASGI app serving `state` (closing: set to end open event streams)."""
+    from starlette.applications import Starlette
+    from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    closing = closing or threading.Event()
+
+    async def page(request):
+        return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+
+    async def windows(request):
+        return JSONResponse({"summary": state.summary(), "lines": state.since(_after(request))})
+
+    async def truth_route(request):
+        return JSONResponse(truth(run))
+
+    async def metrics(request):
+        s = state.summary()
+        return Response(metrics_text(state.latest_window(), s["windows_analysed"], s["errors"]),
+                        media_type=CONTENT_TYPE)
+
+    async def events(request):
+        after = _after(request)
+        limit = int(request.query_params.get("limit", "0") or 0)  # tests: stop after N
+
+        async def stream():
+            nonlocal after
+            sent, idle = 0, 0.0
+            yield "retry: 2000\n\n"
+            while not closing.is_set():
+                lines = state.since(after)
+                for line in lines:
+                    after = line["seq"]
+                    yield f"event: line\nid: {after}\ndata: {json.dumps(line)}\n\n"
+                    sent += 1
+                    if limit and sent >= limit:
+                        return
+                if lines:
+                    summary = state.summary()
+                    yield f"event: summary\ndata: {json.dumps(summary)}\n\n"
+                    idle = 0.0
+                if await request.is_disconnected():
+                    return
+                await asyncio.sleep(SSE_POLL_S)
+                idle += SSE_POLL_S
+                if idle >= SSE_KEEPALIVE_S:
+                    idle = 0.0
+                    yield ": keep-alive\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store",
+                                          "X-Accel-Buffering": "no"})
+
+    return Starlette(routes=[
+        Route("/", page), Route("/events", events), Route("/metrics", metrics),
+        Route("/api/windows", windows), Route("/api/truth", truth_route),
+    ])
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port; InputError when it cannot be had."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise InputError(f"--host {host}: cannot be resolved ({e.strerror})") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise InputError(f"cannot listen on {host}:{port} ({e.strerror}); another monitor "
+                         "or program holds the port: pass --port N (0: any free port) or "
+                         "--no-serve") from None
+    sock.listen(128)
+    return sock
+
+
+class MonitorServer:
+    """uvicorn serving `make_app` on its own thread."""
+
+    def __init__(self, state: MonitorState, run: Path, host: str, port: int) -> None:
+        import uvicorn
+
+        self.closing = threading.Event()
+        self.sock = bind(host, port)
+        self.host, self.port = host, self.sock.getsockname()[1]
+        config = uvicorn.Config(make_app(state, Path(run), self.closing), log_level="warning",
+                                access_log=False, timeout_graceful_shutdown=2, lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
+                                       name="monitor-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The page's URL."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Serve; returns once uvicorn is up."""
+        self.thread.start()
+        waited = 0.0
+        while not self.server.started and self.thread.is_alive() and waited < timeout:
+            threading.Event().wait(0.05)
+            waited += 0.05
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the event streams, stop uvicorn and wait for its thread."""
+        self.closing.set()
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        self.sock.close()

@@ -1,0 +1,87 @@
+"""What the monitor publishes: the window history in memory, shared by the loop and the server.
+
+The loop thread adds lines; the web server's handlers read snapshots. Every
+line gets a sequence number (`seq`, its index in the history), so a page that
+reconnects asks for what came after the last it has (`/events?after=N`), and
+a browser reload gets the whole history back from `/api/windows`.
+
+    state = MonitorState("results/x/0")
+    state.add(window_line); state.since(after=-1); state.latest_window()
+"""
+
+from __future__ import annotations
+
+import threading
+
+MAX_KEPT_LINES = 5000
+"""History lines kept in memory for the page (the file keeps all of them)."""
+
+
+class MonitorState:
+    """The published history, the job layout and whether the monitor finished."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.lock = threading.Lock()
+        self.lines: list[dict] = []
+        self.first_seq = 0
+        self.windows_analysed = 0
+        self.errors = 0
+        self.layout: tuple[int, int] | None = None
+        self.finished = False
+        self.run_ended = False
+
+    @property
+    def version(self) -> int:
+        """Sequence number the next line will get (changes whenever a line is added)."""
+        return self.first_seq + len(self.lines)
+
+    def load(self, lines: list[dict]) -> None:
+        """Start from a history read back from windows.jsonl."""
+        for line in lines:
+            self.add(line)
+
+    def add(self, line: dict) -> None:
+        """Publish one history line."""
+        with self.lock:
+            line = dict(line, seq=self.version)
+            self.lines.append(line)
+            if line.get("kind") == "window":
+                self.windows_analysed += 1
+                if self.layout is None:
+                    self.layout = (line["dp_size"], line["pp_size"])
+            elif line.get("kind") == "error":
+                self.errors += 1
+            if len(self.lines) > MAX_KEPT_LINES:
+                drop = len(self.lines) - MAX_KEPT_LINES
+                del self.lines[:drop]
+                self.first_seq += drop
+
+    def set_layout(self, dp: int, pp: int) -> None:
+        """The job's layout, once known."""
+        with self.lock:
+            self.layout = (dp, pp)
+
+    def finish(self, run_ended: bool) -> None:
+        """The loop stopped (the run ended, or the monitor was stopped)."""
+        with self.lock:
+            self.finished, self.run_ended = True, run_ended
+
+    def since(self, after: int = -1) -> list[dict]:
+        """Lines with seq > after, oldest first."""
+        with self.lock:
+            start = max(0, after + 1 - self.first_seq)
+            return list(self.lines[start:])
+
+    def latest_window(self) -> dict | None:
+        """The latest analysed window, or None."""
+        with self.lock:
+            return next((x for x in reversed(self.lines) if x.get("kind") == "window"), None)
+
+    def summary(self) -> dict:
+        """Counts and status for the page's header."""
+        with self.lock:
+            return {"run": self.run, "windows_analysed": self.windows_analysed,
+                    "errors": self.errors, "version": self.version,
+                    "layout": list(self.layout) if self.layout else None,
+                    "finished": self.finished, "run_ended": self.run_ended}

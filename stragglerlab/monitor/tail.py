@@ -1,0 +1,141 @@
+"""Tail a run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks append them.
+
+Each rank file is read from the byte offset reached last time; only whole
+records are taken, so a torn trailing record (a write caught half way) stays in
+the file for the next look. New records are checked before they are kept: an
+op type outside the schema, a negative step, steps going backwards, a non-finite
+or absurd time, or a file that shrank mark the rank's part as garbage. A
+garbage part is never a crash: the rank's tail stops at the bad offset and its
+error (file, byte offset, what is wrong) is kept in `errors` for the window
+history and the page; the monitor keeps watching the other ranks (and reports the
+steps it cannot complete without this one).
+
+    tail = PartsTail(run_dir)
+    new = tail.poll()            # {rank: structured array of new whole records}
+    tail.errors                  # {rank: message} of garbage parts
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.run_folder import TRACE_PARTS_DIR
+from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace_parts import RECORD
+
+OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
+"""Op type code of `optimizer`: a rank's step is over once it is recorded (assemble rule)."""
+MAX_STEP = 10**9
+"""Largest step number a record may carry."""
+MAX_ABS_TIME_S = 1e10
+"""Largest |timestamp| (s) a record may carry (the tracer's clock is CLOCK_MONOTONIC)."""
+MAX_READ_BYTES = 256 * 1024 * 1024
+"""Most bytes read from one rank file per look (the rest waits for the next)."""
+_RANK_FILE = re.compile(r"^rank(\d+)\.bin$")
+
+
+@dataclass
+class RankTail:
+    """How far one rank's part has been read, and what it holds."""
+
+    rank: int
+    """Global rank."""
+    path: Path
+    """trace-parts/rank<r>.bin."""
+    offset: int = 0
+    """Bytes read and kept (whole, checked records)."""
+    last_step: int = -1
+    """Highest step seen in the records so far."""
+    optimizer_steps: set[int] = field(default_factory=set)
+    """Steps whose optimizer op is recorded (kept for the last few steps)."""
+    error: str | None = None
+    """Why the part is garbage, or None."""
+
+
+def check_records(rec: np.ndarray, last_step: int) -> str | None:
+    """What is wrong with freshly read records (None: they look like a tracer's)."""
+    if not len(rec):
+        return None
+    bad = (rec["optype"] < 0) | (rec["optype"] >= len(OPTYPE_VALUES))
+    if bad.any():
+        return (f"op type code {int(rec['optype'][bad][0])} is not one of the schema's "
+                f"0..{len(OPTYPE_VALUES) - 1}")
+    steps = rec["step"]
+    if (steps < 0).any() or (steps > MAX_STEP).any():
+        return f"step {int(steps[(steps < 0) | (steps > MAX_STEP)][0])} is out of range"
+    if steps[0] < last_step or (np.diff(steps) < 0).any():
+        return "steps go backwards (a rank appends its steps in order)"
+    for name in ("start", "end"):
+        t = rec[name]
+        if not np.isfinite(t).all() or (np.abs(t) > MAX_ABS_TIME_S).any():
+            return f"a record's {name} time is not a finite clock reading"
+    return None
+
+
+class PartsTail:
+    """Incremental, validated reader of every rank's trace part of one run folder."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.dir = Path(run_dir) / TRACE_PARTS_DIR
+        self.ranks: dict[int, RankTail] = {}
+
+    @property
+    def errors(self) -> dict[int, str]:
+        """{rank: message} of the parts found garbage."""
+        return {r: t.error for r, t in self.ranks.items() if t.error}
+
+    def discover(self) -> None:
+        """Pick up rank files that appeared since the last look."""
+        if not self.dir.is_dir():
+            return
+        for p in self.dir.iterdir():
+            m = _RANK_FILE.match(p.name)
+            if m and int(m[1]) not in self.ranks:
+                self.ranks[int(m[1])] = RankTail(int(m[1]), p)
+
+    def poll(self) -> dict[int, np.ndarray]:
+        """New whole records of every rank since the last poll (garbage ones left out)."""
+        self.discover()
+        return {r: rec for r, t in sorted(self.ranks.items())
+                if len(rec := self._read(t))}
+
+    def _read(self, t: RankTail) -> np.ndarray:
+        empty = np.zeros(0, dtype=RECORD)
+        try:
+            size = t.path.stat().st_size
+        except OSError:
+            return empty  # not there (yet, or any more): nothing new
+        if size < t.offset:
+            t.error = (f"{t.path}: the file shrank from {t.offset} to {size} bytes (rewritten "
+                       "by a new run in the same folder?); its records are no longer read")
+            return empty
+        if t.error:
+            return empty
+        whole = min(size - t.offset, MAX_READ_BYTES) // RECORD.itemsize * RECORD.itemsize
+        if whole <= 0:
+            return empty
+        try:
+            with open(t.path, "rb") as f:
+                f.seek(t.offset)
+                raw = f.read(whole)
+        except OSError as e:
+            t.error = f"{t.path}: cannot be read ({e.strerror})"
+            return empty
+        raw = raw[:len(raw) // RECORD.itemsize * RECORD.itemsize]
+        rec = np.frombuffer(raw, dtype=RECORD)
+        problem = check_records(rec, t.last_step)
+        if problem:
+            t.error = (f"{t.path}: garbage at byte {t.offset} (rank {t.rank}): {problem}; "
+                       "this is not a trace part written by the tracer "
+                       f"({RECORD.itemsize}-byte records, stragglerlab/trace_parts.py)")
+            return empty
+        t.offset += len(raw)
+        t.last_step = int(rec["step"][-1])
+        t.optimizer_steps.update(int(s) for s in np.unique(rec["step"][rec["optype"] == OPTIMIZER]))
+        if len(t.optimizer_steps) > 64:
+            t.optimizer_steps = {s for s in t.optimizer_steps if s >= t.last_step - 32}
+        return rec

@@ -1,0 +1,112 @@
+"""Analyse one window of complete steps: the what-if and the detectors' findings on it.
+
+One window is the last K complete steps after a new step completed. Its result
+is one JSON-ready dict, a line of `monitor/windows.jsonl`:
+
+    {"schema": "stragglerlab.monitor-window/1", "kind": "window",
+     "step": 17, "steps": [10, ..., 17], "dp_size": 2, "pp_size": 4,
+     "slowdown": 1.31,                      # S of the window (Eq. 1)
+     "worker_slowdown": [[...dp...], ...],  # min(S_dp, S_stage), [stage][dp_rank]
+     "stage_slowdown": {"0": 1.01, ...}, "dp_slowdown": {"0": ...},
+     "optype_slowdown": {"forward-compute": 1.2, ...},   # attribution by op type
+     "findings": [{"detector", "cause", "ranks", "first_step", "last_step",
+                   "estimated_slowdown", "confidence"}],
+     "lag_s": 0.12,                # wall clock: records of `step` read -> window written
+     "lag_from_step_end_s": 0.6,   # the trace clock (same host): step end -> written, or null
+     "analysis_s": 0.08, "time": 1764100000.0}
+
+The what-if runs once per window (stragglerlab.analysis.whatif.run_whatif); the
+`whatif` detector diagnoses from that result, as its online mode does
+(`WhatIfDetector.observe_step`); any other detector sees the window as a run
+of its own (the default online replay with an `online_window_steps` window).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.analysis.detectors import Detector, Run, get_detector
+from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+from stragglerlab.analysis.detectors.whatif_evidence import Evidence
+from stragglerlab.analysis.whatif import run_whatif
+from stragglerlab.findings import Finding
+from stragglerlab.meta import JobMeta
+from stragglerlab.monitor.config import WINDOW_SCHEMA
+from stragglerlab.results import WhatIfResult
+
+MAX_FINDING_RANKS = 64
+"""Most ranks listed per finding in a window line (a whole-stage finding at 1,024 workers
+names many; the count is kept)."""
+
+
+def make_detectors(names: list[str]) -> dict[str, Detector]:
+    """A fresh detector per name (InputError for an unknown one)."""
+    return {name: get_detector(name) for name in dict.fromkeys(names)}
+
+
+def _r(x: float | None, digits: int = 5) -> float | None:
+    return None if x is None or not np.isfinite(x) else round(float(x), digits)
+
+
+def finding_json(detector: str, f: Finding) -> dict:
+    """A finding as the monitor writes and serves it."""
+    ranks = [r.to_dict() for r in f.ranks]
+    return {"detector": detector, "cause": f.root_cause.value,
+            "ranks": ranks[:MAX_FINDING_RANKS], "n_ranks": len(ranks),
+            "first_step": int(f.first_step), "last_step": int(f.last_step),
+            "estimated_slowdown": _r(f.estimated_slowdown), "confidence": _r(f.confidence, 3)}
+
+
+def finding_key(f: dict) -> str:
+    """A finding's identity across windows: detector, cause and ranks."""
+    ranks = ",".join(f"{r['dp_rank']}/{r['stage']}" for r in f["ranks"])
+    return f"{f['detector']}:{f['cause']}:{ranks or 'job'}:{f['n_ranks']}"
+
+
+def detect(detectors: dict[str, Detector], run: Run, result: WhatIfResult) -> list[dict]:
+    """Every detector's findings on the window run."""
+    out = []
+    for name, det in detectors.items():
+        if isinstance(det, WhatIfDetector):
+            if run.trace["step"].nunique() < det.config.min_steps:
+                continue
+            found = det.diagnose(run, Evidence.from_result(result))
+        else:
+            found = det.detect(run)
+        out += [finding_json(name, f) for f in found]
+    return out
+
+
+def analyse_window(df: pd.DataFrame, meta: JobMeta, detectors: dict[str, Detector],
+                   where: str, testbed: bool) -> dict:
+    """The window line (without lag fields) of a window trace `df`."""
+    t0 = time.perf_counter()
+    result = run_whatif(df, meta, where).result
+    run = Run(df, meta, where, testbed=testbed)
+    findings = detect(detectors, run, result)
+    steps = [int(s) for s in result.steps]
+    grid = np.asarray(result.worker_score, dtype=float)
+    return {
+        "schema": WINDOW_SCHEMA, "kind": "window", "step": steps[-1], "steps": steps,
+        "dp_size": meta.dp_size, "pp_size": meta.pp_size,
+        "slowdown": _r(result.slowdown),
+        "simulation_discrepancy": _r(result.simulation_discrepancy),
+        "t_ideal_s": _r(result.t_ideal, 7),
+        "step_time_s": _r(float(np.mean(result.step_time_base.values)), 7),
+        "worker_slowdown": [[_r(v, 4) for v in row] for row in grid.tolist()],
+        "stage_slowdown": {str(k): _r(v) for k, v in result.slowdown_by(result.by_stage).items()},
+        "dp_slowdown": {str(k): _r(v) for k, v in result.slowdown_by(result.by_dp_rank).items()},
+        "optype_slowdown": {k: _r(v) for k, v in result.slowdown_by(result.by_optype).items()},
+        "top_workers": [{"dp_rank": d, "stage": p} for d, p in result.top_workers],
+        "findings": findings,
+        "analysis_s": round(time.perf_counter() - t0, 4),
+    }
+
+
+def error_line(step: int | None, message: str, rank: int | None = None) -> dict:
+    """A windows.jsonl line recording an error (a garbage part, a failed analysis)."""
+    return {"schema": WINDOW_SCHEMA, "kind": "error", "step": step, "rank": rank,
+            "message": message, "time": round(time.time(), 3)}
