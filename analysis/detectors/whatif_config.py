@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WhatIfDetectorConfig:
     """Thresholds of the whatif detector (defaults from the paper where it has one)."""
 
@@ -40,6 +40,11 @@ class WhatIfDetectorConfig:
     """A step counts toward a straggler when the worker's score is this much over the best's."""
     worker_threshold: float = 1.1
     """Mean score over the best worker's, across the flagged window, that names a straggler."""
+    stage_ratio: float = 1.1
+    """The heaviest stage's S_stage over the lightest's that names a heavy stage (the stage
+    rule, `whatif_stage.stage_imbalance`). Until 2026-11-25 the rule read
+    `worker_threshold` for it; its own field since, at the same value, so that each
+    threshold means one thing."""
     min_steps: int = 3
     """Counted steps a straggler needs (one or two slow steps are noise)."""
     compute_ratio: float = 1.1
@@ -89,10 +94,12 @@ class WhatIfDetectorConfig:
     runs 1.113 once each rank's lengths are modelled; a GC victim, which the GC rule
     names, 1.163); the 27 slow devices 1.07-3.7, 25 of them at 1.247 or more. 1.2 sits in
     that gap; under it stay a 1.15x device beside GC (1.195) and a 1.25x one beside GC in
-    DP 3 x PP 3 (1.07).
-
-    The same ratio names a stage whose own compute rose mid-run with no unslowed DP peer
-    (`whatif_shift.py`: pure PP, or every DP rank of a stage slowed). On dev material
+    DP 3 x PP 3 (1.07)."""
+    shift_ratio: float = 1.2
+    """A stage whose own compute rose mid-run with no unslowed DP peer (`whatif_shift.py`:
+    pure PP, or every DP rank of a stage slowed) is named when it rose by this much, over
+    its other steps and over the other stages'. Until 2026-11-25 the rule read
+    `device_compute_ratio`; its own field since, at the same value. On dev material
     (2026-11-24, stop 29: dev, other-layout, extra network and hand-written cases; 117 runs
     with stages, 319 stages) no stage without a slowed device rose over 1.060; the 13 whole
     stages slowed rose 0.87-2.43, the 7 slowed after 2+ clean steps by a 1.5x device or
@@ -106,19 +113,21 @@ class WhatIfDetectorConfig:
     runs): the five throttled runs (68-143 Mbit/s, DP 3 and 4) measure 0.096-0.150, each
     on its victim; every other run at most 0.023 (sequence imbalance), clean runs at most
     0.014, delays at most 0.010. 0.05 sits in the gap, about twice the highest other.
-    With two DP ranks (one link, named with both ends), the same share of a step is the
-    least its transfers must stay over the run's quietest window (`two_rank_link`); not
-    re-tuned, and on the dev material's 11 pure DP-2 runs: the five throttles (23-131
-    Mbit/s) 0.51-1.23, three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms
-    delay 0.024, the clean, GC and hang runs at most 0.012. Read since in every stage's DP
-    group too, unchanged, after checking it on the dev material with stages and >= 3 DP
-    ranks (2026-11-24, 25 runs, 208 workers): the throttled ranks 0.077-0.170 (and 0.031
-    for one beside a heavy stage in DP 4 x PP 4, which the P2P worker test names), every
-    other worker at most 0.026."""
+    Read since in every stage's DP group too, unchanged, after checking it on the dev
+    material with stages and >= 3 DP ranks (2026-11-24, 25 runs, 208 workers): the
+    throttled ranks 0.077-0.170 (and 0.031 for one beside a heavy stage in DP 4 x PP 4,
+    which the P2P worker test names), every other worker at most 0.026."""
+    two_rank_step_share: float = 0.05
+    """With two DP ranks and no stages (one link, named with both ends), the least share of
+    a step its transfers must stay over the run's quietest window (`whatif_ring.
+    two_rank_link`). The value of `ring_step_share`, which it read until 2026-11-25; on
+    the dev material's 11 pure DP-2 runs: the five throttles (23-131 Mbit/s) 0.51-1.23,
+    three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms delay 0.024, the clean,
+    GC and hang runs at most 0.012."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top
-    workers whose own compute is slow when no step stood out (`_worker_issue`; the §6
+    workers whose own compute is slow when no step stood out (`whatif_rules/worker_issue`; the §6
     level-1 job of the default suite: S 1.153, M_W 0.86, victim 1.14x the best worker, under
     `step_threshold`). Unchanged dev and test scores when it was added.
     Not read against a sum(seq_len^2) signal when there is one DP rank: then the top

@@ -55,8 +55,14 @@ RELAXED: dict[str, Relaxed] = {
     "ring_step_share": Relaxed(0.0, ("ring_step_share",)),
     # a device's compute over its DP peers' (whatif_device.py)
     "device_compute_ratio": Relaxed(1.0, ("compute_over_peers",)),
-    # a straggler's windowed worker score over the step's best (whatif.py rule 5)
+    # a straggler's windowed worker score over the step's best (whatif_rules/stragglers)
     "worker_threshold": Relaxed(1.0, ("relative_score",)),
+    # the heaviest stage's S_stage over the lightest's (whatif_stage.stage_imbalance)
+    "stage_ratio": Relaxed(1.0, ("stage_ratio",)),
+    # a stage's own compute rise with no unslowed DP peer (whatif_shift.py)
+    "shift_ratio": Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True),
+    # the one link of a DP-2 ring over its quietest window (whatif_ring.two_rank_link)
+    "two_rank_step_share": Relaxed(0.0, ("two_rank_step_share",)),
     # a straggler's own compute over its stage peers' (rules 5 and 6)
     "compute_ratio": Relaxed(1.0, ("compute_ratio",)),
     # a stage's forward and backward over the other stages' (whatif_stage.stage_by_compute)

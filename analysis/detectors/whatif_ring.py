@@ -160,7 +160,7 @@ def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     """A ring of two is one link, slowed for both ranks alike: as for a two-stage pure-PP
     job (`whatif_links.py`), the reference is the run's quietest window, and the link is
     named with both ends when its transfers (reduce-scatter plus all-gather, mean over the
-    two ranks) stay `ring_step_share` of a step above that window's over `min_steps`
+    two ranks) stay `two_rank_step_share` of a step above that window's over `min_steps`
     steps. Waiting is not transfer (a slow device's peer waits before the ring, not in
     it), and one long step (a GC pause) is not a window."""
     grids = [transfer_by_rank(run.trace, op, 2, steps) for op in (REDUCE_SCATTER, ALL_GATHER)]
@@ -171,14 +171,14 @@ def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     w = cfg.min_steps
     quiet = np.min(np.median(np.lib.stride_tricks.sliding_window_view(transfer, w), axis=1))
     excess = _held((transfer - quiet)[:, None], w)[:, 0] / max(step_s, 1e-12)
-    if excess.max() < cfg.ring_step_share:
+    if excess.max() < cfg.two_rank_step_share:
         return None
-    first, last = _window(excess >= cfg.ring_step_share, steps, w)
+    first, last = _window(excess >= cfg.two_rank_step_share, steps, w)
     return Finding(
         [run.worker(0, 0), run.worker(1, 0)], first, last, RootCause.NET_THROTTLE,
-        confidence=float(min(1.0, 0.5 + (excess.max() - cfg.ring_step_share) * 5)),
+        confidence=float(min(1.0, 0.5 + (excess.max() - cfg.two_rank_step_share) * 5)),
         estimated_slowdown=max(slowdown, 1.0),
-        detail={"test": "ring", "ring_step_share": float(excess.max()),
+        detail={"test": "ring", "two_rank_step_share": float(excess.max()),
                 "link": "either end: a ring of two"})
 
 

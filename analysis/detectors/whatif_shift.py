@@ -15,7 +15,7 @@ pauses out, per unit of modelled work) is read over time, twice:
   ratio outside that window) is not a shift of this one.
 
 A stage is slowed over the steps [a, b] (at least `min_steps`) when in both readings
-every step of the window is at least `device_compute_ratio` over every step outside
+every step of the window is at least `shift_ratio` over every step outside
 it (at least `SHIFT_REFERENCE_STEPS` of them; the first traced step is never one: it
 is the run's least settled, and on dev it alone read 1.47 on a clean run). Its DP
 ranks no other finding named are then `slow-worker` over that window.
@@ -106,15 +106,15 @@ def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     out = []
     for stage in range(pp):
         ratio, a, b = level_shift(over_others[stage], cfg.min_steps)
-        if ratio < cfg.device_compute_ratio:
+        if ratio < cfg.shift_ratio:
             continue
         rise = shift_at(own[stage], a, b)
-        if rise < cfg.device_compute_ratio:
+        if rise < cfg.shift_ratio:
             continue  # the other stages fell, this one did not rise
         score = worker_scores[stage, :, a:b + 1] if worker_scores.size else np.ones(1)
         out += [Finding(
             [run.worker(d, stage)], int(steps[a]), int(steps[b]), RootCause.SLOW_WORKER,
-            confidence=float(min(1.0, 0.5 + (min(ratio, rise) - cfg.device_compute_ratio) * 2)),
+            confidence=float(min(1.0, 0.5 + (min(ratio, rise) - cfg.shift_ratio) * 2)),
             estimated_slowdown=float(max(np.mean(score), 1.0)),
             detail={"test": "stage-shift", "shift_over_other_stages": ratio,
                     "shift_own": rise})

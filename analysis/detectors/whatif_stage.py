@@ -29,7 +29,7 @@ def stage_imbalance(run: Run, result: IdealView, steps: np.ndarray,
     s_stage = np.asarray(result.s_stage, dtype=float)
     heavy = int(np.argmax(s_stage))
     ratio = float(s_stage[heavy] / s_stage.min())
-    if len(s_stage) < 2 or ratio < cfg.worker_threshold \
+    if len(s_stage) < 2 or ratio < cfg.stage_ratio \
             or result.slowdown < cfg.straggling_slowdown:
         return None  # stages always differ a little; only a straggling job is imbalanced
     members = result.worker_score[heavy] - 1.0  # [dp]
@@ -44,7 +44,7 @@ def stage_imbalance(run: Run, result: IdealView, steps: np.ndarray,
     return Finding(
         [run.worker(d, heavy) for d in range(run.meta.dp_size)],
         int(steps[0]), int(steps[-1]), RootCause.STAGE_IMBALANCE,
-        confidence=float(min(1.0, 0.5 + (ratio - cfg.worker_threshold) * 2)),
+        confidence=float(min(1.0, 0.5 + (ratio - cfg.stage_ratio) * 2)),
         estimated_slowdown=result.slowdown,
         detail={"stage_ratio": ratio, "m_s": result.m_s.rem, "stage_constancy": constancy,
                 "s_stage": [float(v) for v in s_stage]})
