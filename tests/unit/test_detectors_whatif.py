@@ -162,6 +162,21 @@ def test_gc_pauses_do_not_hide_a_slow_worker_elsewhere(whatif_run):
     assert causes.get(RootCause.SLOW_WORKER) == [(2, 1)]
 
 
+def test_a_slow_worker_beside_gc_on_every_rank_is_named_as_a_slow_worker(whatif_run):
+    # Job-wide GC names every worker; the device rule's compute leaves GC pauses out, so
+    # the slow device is a fault of its own, not GC seen again (issue 34's missed case).
+    run = whatif_run(dp_size=4, n_steps=12,
+                     slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.8),))
+    compute = run.trace["optype"].isin(["forward-compute", "backward-compute"]).to_numpy()
+    pauses = np.zeros(len(run.trace))
+    pauses[np.flatnonzero(compute)[::5]] = 0.05  # every rank pauses
+    run.trace["gc_pause_s"] = pauses
+    findings = get_detector("whatif").detect(run)
+    causes = {f.root_cause: _cells(f) for f in findings}
+    assert len(causes[RootCause.GC_PAUSES]) == 8
+    assert causes.get(RootCause.SLOW_WORKER) == [(2, 1)]
+
+
 def test_mild_slow_worker_over_a_long_steady_state_is_a_worker_issue(whatif_run):
     # 1.2x on one worker of 16 with 16 microbatches: no step stands 1.15x over the best
     # worker, but the job straggles and fixing the top worker removes the slowdown
