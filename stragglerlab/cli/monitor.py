@@ -25,6 +25,8 @@ what is there; it prints a summary of the windows it analysed to stdout (with
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -135,3 +137,61 @@ def summary(monitor, n: int) -> str:
             out.append(f"  {f['cause']:18s} {ranks or 'whole job'}  steps "
                        f"{f['first_step']}-{f['last_step']}{est}")
     return "\n".join(out)
+
+
+MONITOR_NICE = 5
+"""`train --monitor`: the monitor runs at this nice increment, so the job keeps the CPU."""
+MONITOR_EXIT_WAIT_S = 120.0
+"""`train --monitor`: how long the monitor may take to analyse the last steps after the run."""
+
+
+@contextlib.contextmanager
+def beside(args, scenario, progress):
+    """`train --monitor`: a `stragglerlab monitor` process on the run folder for the run's
+    length (the job's layout and warm-up passed on, `--monitor-args` added). The folder's
+    outputs of an earlier run are removed first (the launcher would remove them anyway),
+    so the monitor never reads them. Its stdout goes to stderr: train's stdout is the
+    outcome."""
+    if not getattr(args, "monitor", False):
+        yield None
+        return
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    from stragglerlab import run_folder as rf
+    from stragglerlab.monitor.config import MONITOR_DIR
+
+    run = Path(args.out)
+    for sub in (MONITOR_DIR, rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR):
+        shutil.rmtree(run / sub, ignore_errors=True)
+    for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
+        (run / name).unlink(missing_ok=True)
+    try:
+        extra = shlex.split(args.monitor_args or "")
+    except ValueError as e:
+        raise InputError(f"--monitor-args {args.monitor_args!r}: {e}") from None
+    cmd = [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(run),
+           "--dp", str(scenario.parallel.dp), "--pp", str(scenario.parallel.pp),
+           "--warmup-steps", str(scenario.run.warmup_steps), *extra]
+    # Not a rank process: without the driver's mark, no run's residue cleanup reaps it.
+    env = {k: v for k, v in os.environ.items() if k != "STRAGGLERLAB_DRIVER"}
+    proc = subprocess.Popen(cmd, stdout=sys.stderr, stdin=subprocess.DEVNULL, env=env,
+                            preexec_fn=lambda: os.nice(MONITOR_NICE))  # noqa: PLW1509
+    progress(f"monitor started beside the job (pid {proc.pid}): {shlex.join(cmd[2:])}")
+    try:
+        yield proc
+        try:  # it stops by itself once run.json is written and the last steps analysed
+            proc.wait(MONITOR_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            progress(f"the monitor did not stop {MONITOR_EXIT_WAIT_S:.0f}s after the run; "
+                     "stopping it")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -49,6 +49,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--allow-failed-run", action="store_true",
                    help="exit 0 when the run failed cleanly and kept a trace (run.json says "
                         "failed); for workflows that analyse failed runs too")
+    p.add_argument("--monitor", action="store_true",
+                   help="run `stragglerlab monitor` on the run folder beside the job (page, "
+                        "metrics, alerts; RUN/monitor/)")
+    p.add_argument("--monitor-args", metavar="ARGS",
+                   help="more flags for the monitor, e.g. \"--webhook URL --port 0\"")
     return p
 
 
@@ -75,6 +80,7 @@ def run(args) -> int:
 
     clean_residue()  # what a killed run left (`stragglerlab clean`); launch repeats it
 
+    from stragglerlab.cli.monitor import beside
     from stragglerlab.cli.progress import Reporter
 
     with Reporter(quiet=args.quiet) as progress:
@@ -84,7 +90,8 @@ def run(args) -> int:
             progress(f"attaching to the Ray cluster at {ray_address}")
         # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.
         steps = progress.task("step", total=scenario.run.steps)
-        record = launch(scenario, args.out, steps, ray_address=ray_address)
+        with beside(args, scenario, progress):  # --monitor: `stragglerlab monitor` beside it
+            record = launch(scenario, args.out, steps, ray_address=ray_address)
     traced = len(record["trace"]["complete_steps"])
     # The outcome is the result, ok or failed: stdout, --quiet or not (the exit code says which).
     if record["outcome"] == "ok":

@@ -22,6 +22,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
 from stragglerlab.monitor.config import LOCK_FILE, LOG_FILE, WINDOWS_JSONL, MonitorConfig
+from stragglerlab.monitor.gclog import GcTail
 from stragglerlab.monitor.history import append_line, last_step, read_lines
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout
@@ -41,6 +42,7 @@ class Monitor:
         self._say = log or (lambda _m: None)
         self.detectors = make_detectors(cfg.detectors)
         self.tail = PartsTail(cfg.run)
+        self.gc = GcTail(cfg.run)
         self.buffer = StepBuffer(cfg.window_steps)
         self.windows_path = cfg.monitor_dir / WINDOWS_JSONL
         lines = read_lines(self.windows_path)
@@ -110,6 +112,7 @@ class Monitor:
         ended = self.ended
         status = self._status()
         new = self._parquet() or self.tail.poll()
+        self.gc.poll()  # after the parts: a step's pauses are flushed before its status
         ended = ended or self.from_parquet
         self.found_at = time.time()  # a step found complete now: its wall-clock lag starts
         self.buffer.add(new)
@@ -128,15 +131,20 @@ class Monitor:
             self.last_step = step
         if steps:
             self.buffer.prune(self.last_step - self.cfg.window_steps + 1)
+            self.gc.prune(self.last_step - self.cfg.window_steps + 1)
         return out
 
     def _analyse(self, steps: list[int], meta: JobMeta) -> list[dict]:
         step = steps[-1]
         try:
-            line = analyse_window(self.buffer.frame(steps, meta), meta, self.detectors,
-                                  str(self.cfg.run), testbed=self._testbed())
-        except (InputError, ValueError, KeyError, IndexError) as e:
-            self.error(f"window of steps {steps[0]}-{step} could not be analysed: {e}", step)
+            df = self.buffer.frame(steps, meta)
+            if not self.from_parquet:  # a finished trace.parquet has its own column
+                self.gc.add_column(df)
+            line = analyse_window(df, meta, self.detectors, str(self.cfg.run),
+                                  testbed=self._testbed())
+        except Exception as e:  # noqa: BLE001 - one window's failure is recorded, not fatal
+            self.error(f"window of steps {steps[0]}-{step} could not be analysed: "
+                       f"{type(e).__name__}: {e}", step)
             return []
         now_wall, now_mono = time.time(), time.monotonic()
         line["lag_s"] = round(now_wall - self.found_at, 4)
@@ -209,15 +217,17 @@ class Monitor:
         returns the windows analysed."""
         stop = stop or threading.Event()
         n = 0
+        self._check_folder()
         lock = self._lock()
         try:
             while True:
-                if not self.cfg.run.is_dir():
-                    raise InputError("the run folder is gone (deleted while the monitor "
-                                     "watched it); the history written so far went with it",
-                                     str(self.cfg.run))
                 ended = self.ended
-                n += len(self.poll())
+                try:
+                    self._check_folder()
+                    n += len(self.poll())
+                except OSError:
+                    self._check_folder()  # deleted mid-look: say so
+                    raise
                 if once or stop.is_set():
                     break
                 if ended:
@@ -229,6 +239,12 @@ class Monitor:
             self.sender.close()
             lock.close()
         return n
+
+    def _check_folder(self) -> None:
+        """InputError when the run folder went away while watched."""
+        if not self.cfg.run.is_dir():
+            raise InputError("the run folder is gone (deleted while the monitor watched "
+                             "it); the history written so far went with it", str(self.cfg.run))
 
     def _lock(self):
         """monitor/monitor.lock, held while this monitor runs: a second monitor on the same

@@ -37,11 +37,15 @@ SSE_KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing an idle stream."""
 
 
-def _after(request) -> int:
+def _int(request, name: str, default: int) -> int:
     try:
-        return int(request.query_params.get("after", "-1"))
+        return int(request.query_params.get(name, str(default)))
     except ValueError:
-        return -1
+        return default
+
+
+def _after(request) -> int:
+    return _int(request, "after", -1)
 
 
 def truth(run: Path) -> dict:
@@ -80,7 +84,7 @@ def make_app(state: MonitorState, run: Path, closing: threading.Event | None = N
 
     async def events(request):
         after = _after(request)
-        limit = int(request.query_params.get("limit", "0") or 0)  # tests: stop after N
+        limit = _int(request, "limit", 0)  # stop after this many lines (0: never)
 
         async def stream():
             nonlocal after

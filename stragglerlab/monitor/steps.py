@@ -119,7 +119,9 @@ def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
         "gmc": rec["gmc"].astype(np.int64),
         "seq_len_sq_sum": rec["seq_len_sq_sum"].astype(np.float64),
     })
-    return df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)
+    df = df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)
+    df.attrs["clock_origin"] = float(t0)  # the trace clock's reading at start_ts 0
+    return df
 
 
 def infer_layout(by_rank: dict[int, np.ndarray]) -> tuple[int, int] | str:

@@ -10,14 +10,20 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
+from stragglerlab.meta import JobMeta
 from stragglerlab.monitor import Monitor, MonitorConfig
 from stragglerlab.monitor.config import check_host
 from stragglerlab.monitor.feed import PartsFeeder
@@ -341,8 +347,6 @@ def test_history_lines_are_whole_after_a_torn_append(tmp_path):
 
 
 def test_the_real_server_serves_on_loopback_and_stops(tmp_path, slow_src):
-    import urllib.request
-
     from stragglerlab.monitor.server import MonitorServer
     from stragglerlab.monitor.state import MonitorState
 
@@ -356,3 +360,82 @@ def test_the_real_server_serves_on_loopback_and_stops(tmp_path, slow_src):
     finally:
         server.stop()
     assert not server.thread.is_alive()
+
+
+def test_gc_pauses_become_the_gc_pause_column(tmp_path, slow_src):
+    feeder, mon = _feeder(slow_src, tmp_path), _monitor(tmp_path)
+    feeder.write_step(0)
+    raw = mon.tail.poll()
+    mon.buffer.add(raw)
+    op = raw[2][0]  # rank 2's first op of step 0
+    third = (op["end"] - op["start"]) / 3
+    gc_log = tmp_path / "gc" / "rank2.jsonl"
+    gc_log.parent.mkdir()
+    gc_log.write_text(json.dumps({"step": 0, "start": float(op["start"] + third),
+                                  "duration_s": float(third), "generation": 2}) + "\n"
+                      + "not json\n" + '{"step": 0, "sta')  # a bad line, a torn one
+    mon.gc.poll()
+    df = mon.buffer.frame([0], JobMeta(dp_size=2, pp_size=2))
+    mon.gc.add_column(df)
+    paused = df[df["gc_pause_s"] > 0]
+    assert len(paused) == 1 and paused["rank"].tolist() == [2]
+    assert paused["gc_pause_s"].iloc[0] == pytest.approx(third, rel=1e-6)
+    assert mon.gc.offsets[2] == len(gc_log.read_bytes()) - len('{"step": 0, "sta')
+    mon.sender.close()
+
+
+def test_the_monitor_stops_when_the_run_ends(tmp_path, slow_src):
+    feeder = _feeder(slow_src, tmp_path)
+    mon = _monitor(tmp_path, poll_s=0.05)
+
+    def train():
+        for step in feeder.steps[:5]:
+            feeder.write_step(step)
+            time.sleep(0.05)
+        (tmp_path / "run.json").write_text("{}")  # the run ended
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    n = mon.run()  # returns by itself once run.json is there and everything is analysed
+    thread.join()
+    assert n == 5 and mon.state.finished and mon.state.run_ended
+    assert "the run ended" in (tmp_path / "monitor" / "monitor.log").read_text()
+
+
+def test_sigterm_stops_a_serving_monitor_cleanly(tmp_path, slow_src):
+    feeder = _feeder(slow_src, tmp_path)
+    feeder.write_step(0)
+    proc = subprocess.Popen([sys.executable, "-m", "stragglerlab", "monitor", "--run",
+                             str(tmp_path), "--port", "0"], stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 60
+        while "monitor page:" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        assert "monitor page: http://127.0.0.1:" in line
+        url = line.split()[2]
+        with urllib.request.urlopen(url + "api/windows", timeout=10) as r:
+            assert json.loads(r.read())["summary"]["run"] == str(tmp_path)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err
+
+
+def test_a_run_folder_deleted_mid_run_is_a_clear_error(tmp_path, slow_src):
+    import shutil
+
+    run = tmp_path / "run"
+    feeder = _feeder(slow_src, run)
+    feeder.write_step(0)
+    mon = _monitor(run)
+    mon.poll()
+    shutil.rmtree(run)
+    with pytest.raises(InputError, match="run folder is gone"):
+        mon.run(once=True)
+    assert not run.exists()  # nothing made again
