@@ -12,8 +12,6 @@ finding must clear after the fault window, and a clean run must raise no alert.
 
 from __future__ import annotations
 
-import http.server
-import json
 import re
 import subprocess
 import sys
@@ -45,30 +43,6 @@ scenarios:
 """
 WINDOW = 6
 """--window-steps: the fault leaves the window at LAST + WINDOW, clears 2 windows later."""
-
-
-class _Hook(http.server.BaseHTTPRequestHandler):
-    received: list[dict] = []
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def webhook():
-    _Hook.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", _Hook.received
-    server.shutdown()
-    server.server_close()
 
 
 def _scrape(url: str, stop: threading.Event, seen: list[dict]) -> None:

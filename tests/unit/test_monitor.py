@@ -7,7 +7,6 @@ the monitor, as it would watch a training run.
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import signal
@@ -156,30 +155,6 @@ def test_a_slow_worker_is_named_within_three_steps_in_history_and_metrics(tmp_pa
     scores = {m[0]: float(m[1]) for m in re.findall(
         r'^stragglerlab_worker_slowdown\{(dp_rank="\d+",stage="\d+")\} (\S+)$', text, re.M)}
     assert max(scores, key=scores.get) == 'dp_rank="1",stage="1"'
-
-
-class _Hook(http.server.BaseHTTPRequestHandler):
-    received: list[dict] = []
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def webhook():
-    _Hook.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook", _Hook.received
-    server.shutdown()
-    server.server_close()
 
 
 def test_the_webhook_gets_exactly_one_alert_when_the_finding_appears(tmp_path, slow_src,
