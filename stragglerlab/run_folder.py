@@ -13,6 +13,7 @@ A run folder (Snakemake layout `results/<scenario>/<seed>/`) holds:
     detect/<det>-online.json  ... replayed step by step                   -> .findings(det, True)
     trace-parts/rank<r>.bin raw per-rank op records (stragglerlab.trace_parts)
     gc/rank<r>.jsonl        raw per-rank GC pause log
+    cpu/rank<r>.jsonl       per-rank, per-step CPU run-queue wait (stragglerlab.run_queue_log)
     status/rank<r>.json     live per-rank progress                        -> .status()
 
 Each file has one reader and one writer (here or in its record's module:
@@ -57,6 +58,7 @@ WHATIF_JSON = f"{WHATIF_DIR}/whatif.json"
 DETECT_DIR = "detect"
 TRACE_PARTS_DIR = "trace-parts"
 GC_DIR = "gc"
+CPU_DIR = "cpu"
 STATUS_DIR = "status"
 
 WHATIF_FIX = "rerun `stragglerlab whatif --run <run folder>` to rewrite it"
@@ -185,6 +187,10 @@ class RunFolder:
     def gc_log_path(self, rank: int) -> Path:
         """gc/rank<r>.jsonl."""
         return self.path / GC_DIR / f"rank{rank}.jsonl"
+
+    def cpu_log_path(self, rank: int) -> Path:
+        """cpu/rank<r>.jsonl."""
+        return self.path / CPU_DIR / f"rank{rank}.jsonl"
 
     def status_path(self, rank: int) -> Path:
         """status/rank<r>.json."""

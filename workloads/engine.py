@@ -47,6 +47,7 @@ from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
 from stragglerlab.workloads.pacing import ComputePacer
 from stragglerlab.workloads.profiling import KinetoProfiler
+from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.tracer import Tracer, now
 
@@ -62,6 +63,7 @@ class RankTrainer:
         self.assigned_device = device
         self.fault_specs = fault_specs or []
         self.gc_monitor = GcMonitor(self.run_dir / "gc" / f"rank{rank}.jsonl")
+        self.cpu_monitor = RunQueueMonitor(self.run_dir / "cpu" / f"rank{rank}.jsonl")
         p = scenario.parallel
         self.dp, self.pp = p.dp, p.pp
         self.stage, self.dp_rank = divmod(rank, self.dp)
@@ -345,6 +347,7 @@ class RankTrainer:
             self._write_status(step - 1, started=step)
             self.tracer.begin_step(step)
             self.gc_monitor.step = step
+            self.cpu_monitor.begin()
             step_start = now()
             if self.dp > 1:
                 self.faults.before_comm()  # outside the traced op: the rank arrives late
@@ -356,6 +359,7 @@ class RankTrainer:
             loss = self._pipeline(step, batches)
             self._tail(step)
             step_times[step] = now() - step_start
+            self.cpu_monitor.end(step)
             self.p2p.drain()  # long complete: every rank passed the clip all-reduce
             # The gathered params are untouched until the next gather: fingerprint them
             # here, between steps, not between traced ops.
@@ -365,6 +369,7 @@ class RankTrainer:
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step
             self.gc_monitor.flush()
+            self.cpu_monitor.flush()
             if self.last:
                 losses[step] = loss
             # Reported with the next step's start (one status write per step).
