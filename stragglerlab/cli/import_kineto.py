@@ -11,6 +11,13 @@ layout and where it came from, timing, per-rank clock offsets, steps kept);
 stderr, the summary to stdout (with --quiet too). The parser is
 stragglerlab/importers/kineto.py; README "Analyzing your own training job"
 says which record_function names a job needs.
+
+Traces without those names (any torch.distributed job) fall back to the
+general op model (stragglerlab/importers/kineto_general.py, docs "Unannotated
+traces"): --out then gets `ops.parquet` (stragglerlab.op_model), `import.json`
+(with "model": "general" and notes) and `whatif.json` (the what-if on that
+model: S, per-step S, attribution to kinds and ranks, M_W, M_S), and the
+summary prints S. Which model was used is said on stderr and in import.json.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from stragglerlab.cli.common import examples, out_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
+WHATIF_GENERAL_SCHEMA = "stragglerlab.whatif-general/1"
+"""The `schema` value of whatif.json written by the general op model."""
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -57,28 +66,49 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    """Import, write trace.parquet, meta.yaml and import.json, print a summary."""
-    from stragglerlab.atomic import atomic_write_json
+    """Import, write the run folder, print a summary (see the module doc)."""
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.importers.kineto import find_traces, import_kineto
+    from stragglerlab.importers.kineto import find_traces
+    from stragglerlab.importers.kineto_events import VocabularyFound
+    from stragglerlab.importers.kineto_general import load_ranks
     from stragglerlab.importers.layout import Layout
-    from stragglerlab.trace_io import write_trace
 
     out = out_folder(args.out)
     layout = Layout.parse(args.layout) if args.layout else None
     files = find_traces(args.traces)
-    from stragglerlab.atomic import staged_folder
-
     with Reporter(quiet=args.quiet) as progress:
         parsed = progress.task("rank trace", total=len(files))
-        res = import_kineto(files, layout=layout, timing=args.timing,
-                            allow_partial=args.allow_partial, align=args.align,
-                            progress=parsed)
-        progress(f"merged {res.report['ops']:,} ops; writing {out}/")
-        with staged_folder(out) as tmp:  # all three files or none
-            write_trace(res.df, res.meta, tmp / "trace.parquet")
-            res.meta.dump(tmp / "meta.yaml")
-            atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **res.report})
+        try:
+            events = load_ranks(files, stop_at_vocab=True, progress=parsed)
+        except VocabularyFound:
+            progress.log("op model: vocabulary (record_function ranges named like the op "
+                         "vocabulary)")
+            res = _vocabulary(args, files, layout, out, progress, parsed)
+        else:
+            progress.log("op model: general (no record_function ranges named like the op "
+                         "vocabulary: communication ops and the compute between them)")
+            return _general(args, events, layout, out, progress)
+    _print_vocabulary(res, out)
+    return 0
+
+
+def _vocabulary(args, files, layout, out, progress, parsed):
+    from stragglerlab.atomic import atomic_write_json, staged_folder
+    from stragglerlab.importers.kineto import import_kineto
+    from stragglerlab.trace_io import write_trace
+
+    res = import_kineto(files, layout=layout, timing=args.timing,
+                        allow_partial=args.allow_partial, align=args.align, progress=parsed)
+    progress(f"merged {res.report['ops']:,} ops; writing {out}/")
+    with staged_folder(out) as tmp:  # all three files or none
+        write_trace(res.df, res.meta, tmp / "trace.parquet")
+        res.meta.dump(tmp / "meta.yaml")
+        atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **res.report,
+                                                "model": "vocabulary"})
+    return res
+
+
+def _print_vocabulary(res, out) -> None:
     r = res.report
     # The result: stdout, --quiet or not.
     lay = r["layout"]
@@ -91,4 +121,44 @@ def run(args) -> int:
     if r["unfinished_ranges_dropped"]:
         print(f"left out {r['unfinished_ranges_dropped']} ranges that never closed")
     print(f"wrote {out}/trace.parquet, meta.yaml, import.json")
+
+
+def _general(args, events, layout, out, progress) -> int:
+    from stragglerlab.analysis.whatif_general import whatif_general
+    from stragglerlab.atomic import atomic_write_json, staged_folder
+    from stragglerlab.importers.kineto_general import build_general
+    from stragglerlab.op_model import OPS_SCHEMA
+
+    res = build_general(events, layout=layout, timing=args.timing, align=args.align,
+                        allow_partial=args.allow_partial)
+    r = res.report
+    progress(f"op model: {r['ops']:,} communication ops in {r['groups']:,} cross-rank groups; "
+             "simulating the what-if")
+    wi = whatif_general(res.ops)
+    notes = res.notes + wi.notes
+    with staged_folder(out) as tmp:
+        res.ops.to_parquet(tmp / "ops.parquet", index=False)
+        atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,
+                                                "ops_schema": OPS_SCHEMA, "notes": notes})
+        atomic_write_json(tmp / "whatif.json", {"schema": WHATIF_GENERAL_SCHEMA,
+                                                **wi.to_dict(), "notes": notes})
+    # The result: stdout, --quiet or not.
+    print(f"imported {r['ops']:,} communication ops of {len(r['ranks'])} ranks (world_size "
+          f"{r['world_size']}) with the general op model: steps {r['steps'][0]}.."
+          f"{r['steps'][-1]} ({len(r['steps'])}), timing {r['timing']}, {r['groups']:,} "
+          f"groups matched across ranks, {r['local_ops']:,} local ops")
+    offsets = ", ".join(f"rank {k} {1e3 * v:+.3f} ms" for k, v in
+                        list(r["clock_offsets_s"].items())[:8])
+    print(f"clock alignment ({r['align']}): {offsets}")
+    print(f"what-if: S = {wi.S:.4f} (T {1e3 * wi.T:.3f} ms, T_ideal {1e3 * wi.T_ideal:.3f} ms, "
+          f"traced {1e3 * wi.actual_step_s:.3f} ms, discrepancy {100 * wi.discrepancy:+.2f}%), "
+          f"waste {100 * wi.waste:.1f}%")
+    print("  by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in wi.by_kind.items()))
+    top = sorted(wi.by_rank.items(), key=lambda kv: -kv[1])[:8]
+    print("  by rank (top): " + ", ".join(f"rank {k} {v:.4f}" for k, v in top))
+    m_s = "n/a" if wi.M_S is None else f"{wi.M_S:.3f}"
+    print(f"  M_W {wi.M_W:.3f} (W = ranks {wi.top_workers}), M_S {m_s}")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {out}/ops.parquet, import.json, whatif.json")
     return 0

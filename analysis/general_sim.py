@@ -1,0 +1,156 @@
+"""Simulate the general op model (stragglerlab.op_model): per-rank chains of communication
+ops with compute gaps, synchronized at their groups, for many scenarios at once.
+
+    sched = schedule(ops)                               # structure only, built once
+    steps = simulate(sched, gap, transfer)              # (n_steps, n_scenarios) seconds
+
+Each (rank, step) is a chain that starts at 0. A row arrives at the end of the
+previous row of its chain plus its gap; a group starts at its members' latest
+arrival (a local row at its own arrival); each member ends at that start plus
+its transfer duration. A step's time is the latest chain end of the step.
+
+The schedule is computed once from the structure: rows are put in rounds, a
+row in a later round than its chain predecessor and a group's members in one
+round, so a round is a vectorized update over all chains and all scenarios.
+When the traced ranks issue groups in orders that contradict each other (the
+ranks would deadlock, e.g. matching by order in a trace that lost events),
+the waiting group whose earliest member started first is released with the
+members that reached it; its other members become local ops. The count is
+`Schedule.released`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+SCENARIO_CHUNK = 32
+"""Scenarios simulated per pass (memory: rows x chunk floats)."""
+
+
+@dataclass(kw_only=True)
+class Schedule:
+    """Rounds of rows (see the module doc), built once per op table."""
+
+    chain: np.ndarray
+    """Chain id (one per rank and step) of each row."""
+    n_chains: int
+    """Number of chains."""
+    chain_step: np.ndarray
+    """Index into `steps` of each chain."""
+    steps: np.ndarray
+    """The step numbers, ascending."""
+    rounds: list[tuple[np.ndarray, np.ndarray, int]]
+    """Per round: (rows, index of each row's sync set within the round, number of sets)."""
+    synced: np.ndarray
+    """Whether each row waits for its group (False: local, or released)."""
+    released: int
+    """Groups released early because the ranks' orders contradicted each other."""
+    split_steps: int
+    """Groups whose members fell in different steps, made local."""
+
+
+def schedule(ops: pd.DataFrame) -> Schedule:
+    """The rounds of an op table sorted by rank, step, k (see the module doc)."""
+    n = len(ops)
+    chain, _ = pd.factorize(pd.MultiIndex.from_arrays([ops["rank"], ops["step"]]))
+    steps = np.sort(ops["step"].unique())
+    n_chains = int(chain.max()) + 1 if n else 0
+    chain_step = np.zeros(n_chains, dtype=np.int64)
+    chain_step[chain] = np.searchsorted(steps, ops["step"].to_numpy())
+    group = ops["group"].to_numpy()
+    synced = group >= 0
+    split = 0
+    if synced.any():
+        g = pd.Series(ops["step"].to_numpy()[synced]).groupby(group[synced]).nunique()
+        bad = g.index[g.to_numpy() > 1].to_numpy()
+        if bad.size:
+            split = int(bad.size)
+            synced &= ~np.isin(group, bad)
+    size = np.bincount(np.where(synced, group, 0), weights=synced, minlength=1).astype(int) \
+        if n else np.zeros(1, int)
+    starts = ops["start_s"].to_numpy()
+    rows_of = np.split(np.arange(n), np.flatnonzero(np.diff(chain)) + 1) if n else []
+    head = np.zeros(n_chains, dtype=np.int64)
+    cnt = np.zeros(size.size, dtype=np.int64)
+    waiting: dict[int, list[int]] = {}
+    ready: deque[list[int]] = deque()
+    heads: set[int] = set()
+
+    def arrive(row: int) -> None:
+        heads.add(row)
+        if synced[row]:
+            g_ = group[row]
+            cnt[g_] += 1
+            waiting.setdefault(g_, []).append(row)
+            if cnt[g_] == size[g_]:
+                ready.append(waiting.pop(g_))
+        else:
+            ready.append([row])
+
+    for c in range(n_chains):
+        arrive(int(rows_of[c][0]))
+    rounds, released, done = [], 0, 0
+    while done < n:
+        emit = list(ready)
+        ready.clear()
+        if not emit:  # contradicting orders: release the earliest-started waiting group
+            row = min(heads, key=lambda r: starts[r])
+            g_ = group[row]
+            members = waiting.pop(g_)
+            for r in np.flatnonzero(group == g_):
+                if r not in members:
+                    synced[r] = False
+            size[g_] = len(members)
+            emit = [members]
+            released += 1
+        rows = np.fromiter((r for s in emit for r in s), dtype=np.int64)
+        sets = np.repeat(np.arange(len(emit)), [len(s) for s in emit])
+        rounds.append((rows, sets, len(emit)))
+        done += rows.size
+        for r in rows.tolist():
+            heads.discard(r)
+            c = chain[r]
+            head[c] += 1
+            if head[c] < len(rows_of[c]):
+                arrive(int(rows_of[c][head[c]]))
+    return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
+                    rounds=rounds, synced=synced, released=released, split_steps=split)
+
+
+def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarray:
+    """Step times, (n_steps, n_scenarios), from per-row gap and transfer (n_rows,
+    n_scenarios) seconds."""
+    n_s = gap.shape[1]
+    end = np.zeros((sched.n_chains, n_s))
+    for rows, sets, n_sets in sched.rounds:
+        c = sched.chain[rows]
+        arrive = end[c] + gap[rows]
+        if n_sets == rows.size:
+            start = arrive
+        else:
+            latest = np.full((n_sets, n_s), -np.inf)
+            np.maximum.at(latest, sets, arrive)
+            start = latest[sets]
+        end[c] = start + transfer[rows]
+    out = np.full((sched.steps.size, n_s), -np.inf)
+    np.maximum.at(out, sched.chain_step, end)
+    return out
+
+
+def simulate_masks(sched: Schedule, gap: tuple[np.ndarray, np.ndarray],
+                   transfer: tuple[np.ndarray, np.ndarray], keep_gap: np.ndarray,
+                   keep_transfer: np.ndarray) -> np.ndarray:
+    """Step times of scenarios given as boolean masks (n_rows, n_scenarios): True = the
+    row keeps its original gap (keep_gap) / transfer (keep_transfer), False = the ideal
+    one. gap and transfer are (original, ideal) per row. SCENARIO_CHUNK at a time."""
+    out = []
+    for j in range(0, keep_gap.shape[1], SCENARIO_CHUNK):
+        sl = slice(j, j + SCENARIO_CHUNK)
+        g = np.where(keep_gap[:, sl], gap[0][:, None], gap[1][:, None])
+        t = np.where(keep_transfer[:, sl], transfer[0][:, None], transfer[1][:, None])
+        out.append(simulate(sched, g, t))
+    return np.concatenate(out, axis=1) if out else np.zeros((sched.steps.size, 0))

@@ -1,0 +1,197 @@
+"""The what-if method (design.md section 4) on the general op model (stragglerlab.op_model).
+
+    res = whatif_general(ops)          # GeneralWhatIf; res.to_dict() for whatif.json
+
+* T: the simulation of the traced gaps and transfer durations
+  (stragglerlab.analysis.general_sim), mean over steps.
+* Ideal: each compute segment (gap) replaced by the mean over the ranks that
+  do the same work in the same step (same role, same position k in a chain
+  of the same length); each communication op's transfer duration by the
+  median of its kind. T_ideal: that simulated; S = T / T_ideal; waste =
+  1 - 1/S; per-step S_s = T_s / T_ideal_s.
+* Attribution: S_t = T_ideal(kind t original) / T_ideal for `compute` (the
+  gaps) and each communication kind; S_rank, and S_dp / S_stage where the
+  layout is known, leaving that rank / DP rank / stage original. `share` =
+  (S_x - 1) / sum over x of (S_x - 1): how the attributable slowdown splits.
+* Workers: S_w = min(S_dp, S_stage) with a layout, else S_rank. M_W = (T -
+  T_fixW) / (T - T_ideal) with W the top ceil(3%) workers by S_w; M_S the
+  same fixing the last stage (0 without PP, None without a layout).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.analysis.general_sim import schedule, simulate_masks
+from stragglerlab.op_model import COMPUTE, STEP_END
+
+TOP_WORKERS = 0.03
+"""Share of workers W that M_W fixes (rounded up)."""
+STRAGGLING_S = 1.1
+"""S at or above which a job counts as straggling."""
+
+
+@dataclass(kw_only=True)
+class GeneralWhatIf:
+    """What-if results on the general op model (seconds; slowdowns are ratios)."""
+
+    T: float
+    """Simulated mean step time with the traced durations."""
+    T_ideal: float
+    """Simulated mean step time with idealized durations."""
+    S: float
+    """Job slowdown T / T_ideal."""
+    waste: float
+    """1 - 1/S."""
+    straggling: bool
+    """S >= STRAGGLING_S."""
+    actual_step_s: float
+    """Mean over steps of the traced step time (latest rank)."""
+    discrepancy: float
+    """actual_step_s / T - 1 (how far the simulation is from the trace)."""
+    per_step: dict[int, float]
+    """Step -> S_s."""
+    by_kind: dict[str, float]
+    """'compute' and each communication kind -> S_t."""
+    by_rank: dict[int, float]
+    """Rank -> S leaving only that rank original."""
+    by_dp: dict[int, float] | None
+    """DP rank -> S_dp (None without a layout)."""
+    by_stage: dict[int, float] | None
+    """Stage -> S_stage (None without a layout)."""
+    kind_share: dict[str, float]
+    """(S_t - 1) / sum (S_t - 1) per kind (0 when nothing is attributable)."""
+    rank_share: dict[int, float]
+    """(S_rank - 1) / sum (S_rank - 1) per rank."""
+    worker_score: dict[int, float]
+    """Rank -> S_w."""
+    top_workers: list[int]
+    """W: the ranks M_W fixes."""
+    M_W: float
+    """(T - T_fixW) / (T - T_ideal); 0 when T <= T_ideal."""
+    M_S: float | None
+    """Same for the last stage; 0 without PP; None when the stage is unknown."""
+    released_groups: int
+    """Groups released early in the simulation (ranks' orders contradicted)."""
+    notes: list[str] = field(default_factory=list)
+    """What a reader should know."""
+
+    def to_dict(self) -> dict:
+        """JSON-ready (keys as strings)."""
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, dict):
+                d[k] = {str(a): b for a, b in v.items()}
+        return d
+
+
+def _ideal_gaps(ops: pd.DataFrame) -> np.ndarray:
+    length = ops.groupby(["rank", "step"])["k"].transform("size")
+    return ops.groupby([ops["role"], ops["step"], ops["k"], length])["gap_s"] \
+        .transform("mean").to_numpy()
+
+
+def _ideal_transfers(ops: pd.DataFrame) -> np.ndarray:
+    med = ops.groupby("kind")["transfer_s"].transform("median").to_numpy()
+    return np.where(ops["kind"].to_numpy() == STEP_END, 0.0, med)
+
+
+def _share(s: dict) -> dict:
+    excess = {k: max(v - 1.0, 0.0) for k, v in s.items()}
+    total = sum(excess.values())
+    return {k: (v / total if total > 0 else 0.0) for k, v in excess.items()}
+
+
+def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
+    """The what-if of an op table (see the module doc)."""
+    ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
+    sched = schedule(ops)
+    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops))
+    transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops))
+    n = len(ops)
+    kind = ops["kind"].to_numpy()
+    rank = ops["rank"].to_numpy()
+    comm_kinds = sorted(set(kind) - {STEP_END})
+    ranks = sorted(set(rank.tolist()))
+    has_layout = bool((ops["stage"] >= 0).all())
+    dps = sorted(set(ops["dp_rank"].tolist())) if has_layout else []
+    stages = sorted(set(ops["stage"].tolist())) if has_layout else []
+    names, kg, kt = [], [], []
+
+    def add(name, keep_gap, keep_transfer):
+        names.append(name)
+        kg.append(np.broadcast_to(keep_gap, n))
+        kt.append(np.broadcast_to(keep_transfer, n))
+
+    add("orig", True, True)
+    add("ideal", False, False)
+    add(("kind", COMPUTE), True, False)
+    for t in comm_kinds:
+        add(("kind", t), False, kind == t)
+    for r in ranks:
+        add(("rank", r), rank == r, rank == r)
+    for d in dps:
+        m = ops["dp_rank"].to_numpy() == d
+        add(("dp", d), m, m)
+    for p in stages:
+        m = ops["stage"].to_numpy() == p
+        add(("stage", p), m, m)
+    steps = simulate_masks(sched, gap, transfer, np.stack(kg, 1), np.stack(kt, 1))
+    col = {nm: i for i, nm in enumerate(names)}
+    mean = steps.mean(axis=0)
+    T, T_ideal = float(mean[col["orig"]]), float(mean[col["ideal"]])
+    ratio = (lambda key: float(mean[col[key]] / T_ideal)) if T_ideal > 0 else (lambda _k: 1.0)
+    by_kind = {COMPUTE: ratio(("kind", COMPUTE))} | {t: ratio(("kind", t)) for t in comm_kinds}
+    by_rank = {r: ratio(("rank", r)) for r in ranks}
+    by_dp = {d: ratio(("dp", d)) for d in dps} if has_layout else None
+    by_stage = {p: ratio(("stage", p)) for p in stages} if has_layout else None
+    if has_layout:
+        coords = ops.groupby("rank")[["dp_rank", "stage"]].first()
+        score = {r: min(by_dp[int(coords.at[r, "dp_rank"])], by_stage[int(coords.at[r, "stage"])])
+                 for r in ranks}
+    else:
+        score = dict(by_rank)
+    top = sorted(ranks, key=lambda r: (-score[r], r))[:max(1, math.ceil(TOP_WORKERS * len(ranks)))]
+    fix_names, fg = [], []
+    fix_names.append("fixW")
+    fg.append(~np.isin(rank, top))
+    if has_layout and len(stages) > 1:
+        fix_names.append("fixS")
+        fg.append(ops["stage"].to_numpy() != stages[-1])
+    fix = simulate_masks(sched, gap, transfer, np.stack(fg, 1), np.stack(fg, 1)).mean(axis=0)
+    excess = T - T_ideal
+
+    def m_of(t_fix: float) -> float:
+        return float((T - t_fix) / excess) if excess > 1e-12 else 0.0
+
+    m_w = m_of(float(fix[0]))
+    m_s = (m_of(float(fix[1])) if len(stages) > 1 else 0.0) if has_layout else None
+    per_rank_step = ops[ops["kind"] == STEP_END].assign(
+        t=lambda f: f["start_s"] - (ops.loc[ops["k"] == 0].set_index(["rank", "step"])
+                                    .reindex(pd.MultiIndex.from_frame(f[["rank", "step"]]))
+                                    .eval("start_s - gap_s").to_numpy()))
+    actual = float(per_rank_step.groupby("step")["t"].max().mean())
+    S = T / T_ideal if T_ideal > 0 else 1.0
+    notes = []
+    if sched.released:
+        notes.append(f"{sched.released} collective group(s) were issued in orders that "
+                     "contradict each other across ranks (matched by order without sequence "
+                     "numbers, or events missing from the trace); each was released when its "
+                     "first members arrived, the rest of its members ran as local ops")
+    if sched.split_steps:
+        notes.append(f"{sched.split_steps} group(s) fell in different steps on different "
+                     "ranks and were treated as local ops")
+    return GeneralWhatIf(
+        T=T, T_ideal=T_ideal, S=S, waste=1.0 - 1.0 / S if S > 0 else 0.0,
+        straggling=S >= STRAGGLING_S, actual_step_s=actual,
+        discrepancy=actual / T - 1.0 if T > 0 else 0.0,
+        per_step={int(s): float(steps[i, col["orig"]] / steps[i, col["ideal"]])
+                  if steps[i, col["ideal"]] > 0 else 1.0 for i, s in enumerate(sched.steps)},
+        by_kind=by_kind, by_rank=by_rank, by_dp=by_dp, by_stage=by_stage,
+        kind_share=_share(by_kind), rank_share=_share(by_rank), worker_score=score,
+        top_workers=[int(r) for r in top], M_W=m_w, M_S=m_s,
+        released_groups=sched.released, notes=notes)

@@ -1,0 +1,198 @@
+"""One rank's communication ops, labelled and placed in steps (general op model).
+
+    frame = comm_frame(ev, timing)     # DataFrame: step, start, end, kind, pg, seq, peer, ...
+
+Where a label comes from, first hit wins:
+1. the kernel's (or record's) own args: `Collective name`, `Process Group
+   Name`/`Ranks`, `Seq`, `In`/`Out msg nelems`, `Src`/`Dst Rank`;
+2. for a kernel, the CPU call that launched it (CUDA runtime event with the
+   same correlation): the innermost `record_param_comms` holding args, else the
+   innermost `nccl:<op>` range, on that thread around the launch;
+3. the kernel name (`ncclDevKernel_AllReduce_...` -> all_reduce,
+   `ncclKernel_SendRecv` -> sendrecv).
+
+Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import re
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.importers.kineto_events import CommRecord, RankEvents
+from stragglerlab.op_model import CommKind
+
+ALIASES = {
+    "allreduce": CommKind.ALL_REDUCE, "allreduce_coalesced": CommKind.ALL_REDUCE,
+    "all_reduce_coalesced": CommKind.ALL_REDUCE,
+    "allgather": CommKind.ALL_GATHER, "all_gather_base": CommKind.ALL_GATHER,
+    "allgather_base": CommKind.ALL_GATHER, "all_gather_into_tensor": CommKind.ALL_GATHER,
+    "allgather_into_tensor_coalesced": CommKind.ALL_GATHER,
+    "allgather_coalesced": CommKind.ALL_GATHER,
+    "reducescatter": CommKind.REDUCE_SCATTER, "reduce_scatter_base": CommKind.REDUCE_SCATTER,
+    "reduce_scatter_tensor": CommKind.REDUCE_SCATTER,
+    "reduce_scatter_tensor_coalesced": CommKind.REDUCE_SCATTER,
+    "reducescatter_base": CommKind.REDUCE_SCATTER,
+    "alltoall": CommKind.ALL_TO_ALL, "alltoall_base": CommKind.ALL_TO_ALL,
+    "all_to_all_single": CommKind.ALL_TO_ALL,
+    "isend": CommKind.SEND, "irecv": CommKind.RECV, "recv_any_source": CommKind.RECV,
+}
+KERNEL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+NO_STEP = -1
+
+
+class LabelSource(str, enum.Enum):
+    """Where an op's kind came from."""
+
+    ARGS = "args"
+    CPU_CALL = "cpu_call"
+    ANNOTATION = "annotation"
+    KERNEL_NAME = "kernel_name"
+
+
+def normalize(name: str) -> str:
+    """torch's collective name -> a CommKind value (or the cleaned name)."""
+    n = name.strip().lower()
+    for pre in ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:"):
+        if n.startswith(pre):
+            n = n[len(pre):]
+    n = n.strip("_").rstrip("_")
+    if n in {k.value for k in CommKind}:
+        return n
+    if n in ALIASES:
+        return ALIASES[n].value
+    n2 = n.replace("_", "")
+    for key, kind in ALIASES.items():
+        if key.replace("_", "") == n2:
+            return kind.value
+    for kind in CommKind:
+        if kind.value.replace("_", "") == n2:
+            return kind.value
+    return n or "comm"
+
+
+def _kernel_kind(name: str) -> str:
+    m = KERNEL_RE.search(name)
+    return normalize(m.group(1)) if m else "comm"
+
+
+class _Labels:
+    """Innermost label range around (ts, tid)."""
+
+    def __init__(self, labels: list):
+        self.by_tid: dict[int, tuple[list, list]] = {}
+        for lab in sorted(labels, key=lambda x: x[0]):
+            starts, items = self.by_tid.setdefault(lab[2], ([], []))
+            starts.append(lab[0])
+            items.append(lab)
+
+    def around(self, ts: float, tid: int) -> tuple[dict, str] | None:
+        """(args of the innermost record_param_comms with a Collective name, or {}, name of
+        the innermost nccl:/gloo: range) around ts on tid; None when neither."""
+        starts, items = self.by_tid.get(tid, ((), ()))
+        i = bisect.bisect_right(starts, ts) - 1
+        args, name = None, None
+        for j in range(i, max(i - 64, -1), -1):
+            s, e, _tid, nm, a = items[j]
+            if e < ts:
+                continue
+            if args is None and a.get("Collective name"):
+                args = a
+            if name is None and nm != "record_param_comms":
+                name = nm
+            if args is not None and name is not None:
+                break
+        if args is None and name is None:
+            return None
+        return args or {}, name or ""
+
+
+def _int(v, default: int = -1) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else default
+
+
+def _peer(kind: str, args: dict, rank: int) -> int:
+    if kind not in (CommKind.SEND.value, CommKind.RECV.value, CommKind.SEND_RECV.value):
+        return -1
+    key = "Dst Rank" if kind == CommKind.SEND.value else "Src Rank"
+    p = _int(args.get(key))
+    if p >= 0 and p != rank:
+        return p
+    ranks = args.get("Process Group Ranks")
+    if isinstance(ranks, str):
+        ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
+    if isinstance(ranks, list) and len(ranks) == 2 and rank in ranks:
+        return int(ranks[0] if ranks[1] == rank else ranks[1])
+    return -1
+
+
+def _pg(args: dict) -> tuple[str, tuple[int, ...]]:
+    ranks = args.get("Process Group Ranks")
+    if isinstance(ranks, str):
+        ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
+    members = tuple(sorted(int(r) for r in ranks if isinstance(r, int))) \
+        if isinstance(ranks, list) else ()
+    name = args.get("Process Group Name")
+    key = str(name) if name not in (None, "") else (",".join(map(str, members)) if members
+                                                     else "")
+    return key, members
+
+
+def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
+    """The rank's communication ops (see the module doc), sorted by start, with the step
+    each belongs to (NO_STEP: outside every ProfilerStep)."""
+    labels = _Labels(ev.labels)
+    rows = []
+    if use_gpu:
+        launch = {int(c): (t, int(tid)) for c, t, tid in ev.launches} \
+            if len(ev.launches) else {}
+        for rec in ev.nccl:
+            cpu_ts, tid = launch.get(rec.corr, (rec.start, None))
+            args, source = rec.args, LabelSource.ARGS
+            kind = normalize(str(args["Collective name"])) if args.get("Collective name") \
+                else None
+            if kind is None and tid is not None and (hit := labels.around(cpu_ts, tid)):
+                cargs, nm = hit
+                if cargs:
+                    args, kind, source = {**cargs, **args}, normalize(
+                        str(cargs["Collective name"])), LabelSource.CPU_CALL
+                elif nm:
+                    kind, source = normalize(nm), LabelSource.ANNOTATION
+            if kind is None:
+                kind, source = _kernel_kind(rec.name), LabelSource.KERNEL_NAME
+            rows.append(_row(ev.rank, rec, cpu_ts, kind, args, source))
+    else:
+        for rec in ev.cpu_comms:
+            if not rec.args.get("Collective name"):
+                continue
+            rows.append(_row(ev.rank, rec, rec.start, normalize(str(rec.args["Collective name"])),
+                             rec.args, LabelSource.ARGS))
+    cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
+            "out_nelems", "source", "stream"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["step"] = _steps_of(ev.steps, df["cpu_ts"].to_numpy(dtype=float))
+    return df.sort_values(["start", "end"], kind="stable", ignore_index=True)
+
+
+def _row(rank: int, rec: CommRecord, cpu_ts: float, kind: str, args: dict,
+         source: LabelSource) -> tuple:
+    pg, members = _pg(args)
+    return (float(cpu_ts), float(rec.start), float(rec.end), kind, pg, members,
+            _int(args.get("Seq")), _peer(kind, args, rank), _int(args.get("In msg nelems")),
+            _int(args.get("Out msg nelems")), source.value, rec.tid)
+
+
+def _steps_of(steps: dict[int, tuple[float, float]], ts: np.ndarray) -> np.ndarray:
+    """The ProfilerStep holding each time, NO_STEP outside all."""
+    if not steps or not ts.size:
+        return np.full(ts.size, NO_STEP, dtype=np.int64)
+    ks = sorted(steps, key=lambda k: steps[k][0])
+    starts = np.array([steps[k][0] for k in ks])
+    ends = np.array([steps[k][1] for k in ks])
+    i = np.searchsorted(starts, ts, side="right") - 1
+    ok = (i >= 0) & (ts <= ends[np.maximum(i, 0)])
+    return np.where(ok, np.asarray(ks)[np.maximum(i, 0)], NO_STEP)

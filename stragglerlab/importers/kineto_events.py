@@ -1,0 +1,200 @@
+"""One rank's Kineto trace reduced to what the general op model needs, with bounded memory.
+
+    ev = read_rank(path)            # RankEvents: steps, communication records, kernels
+
+Kept per event kind (everything else is dropped as it streams past):
+
+* `ProfilerStep#N` ranges (any category): the steps;
+* NCCL kernels (`cat: kernel`, name containing `nccl`): start, end, stream,
+  correlation and the communication args torch writes on them (`Collective
+  name`, `Process Group Name`/`Ranks`, `In`/`Out msg nelems`, `Seq`, peers);
+* `record_param_comms` CPU ops (gloo and CPU jobs, and the CPU side of NCCL
+  calls) with the same args, and `nccl:<op>` / `gloo:<op>` annotation ranges
+  (older torch names the collective only there);
+* CUDA runtime launches (correlation, start, thread): they tie a kernel to the
+  CPU call that launched it, hence to its step and its label;
+* other kernels, memcpys and memsets: start and end (compute busy time).
+
+Vocabulary ranges (stragglerlab.schema's optypes) are counted, so the caller
+can hand a testbed trace to the vocabulary importer; with stop_at_vocab the
+read stops at the first one.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.errors import InputError
+from stragglerlab.importers.chrome import MAX_TIME_US
+from stragglerlab.importers.stream_json import TraceReader
+from stragglerlab.schema import OPTYPE_VALUES, OpType
+
+VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
+STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+COMM_ARGS = ("Collective name", "Process Group Name", "Process Group Ranks", "Seq",
+             "In msg nelems", "Out msg nelems", "Src Rank", "Dst Rank", "Group size")
+"""Args torch writes on communication records that the op model reads."""
+LABEL_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
+COMPUTE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+
+
+class VocabularyFound(Exception):
+    """Raised inside read_rank(stop_at_vocab=True) at the first vocabulary range."""
+
+
+@dataclass(kw_only=True)
+class CommRecord:
+    """One communication record as the trace holds it (microseconds, own clock)."""
+
+    start: float
+    """Start, us."""
+    end: float
+    """End, us."""
+    tid: int
+    """Thread (CPU records) or stream (kernels)."""
+    corr: int
+    """Kineto correlation id (kernels), -1 for CPU records."""
+    args: dict
+    """The COMM_ARGS present."""
+    name: str
+    """The event's name."""
+
+
+@dataclass(kw_only=True)
+class RankEvents:
+    """What one rank's file holds for the op model, microseconds on its own clock."""
+
+    path: str
+    """The file."""
+    rank: int
+    """Global rank (distributedInfo.rank, else a number in the file name)."""
+    world: int
+    """world_size (distributedInfo; 0 when the file has none)."""
+    host: str
+    """host_name, '' when absent."""
+    pg_config: list
+    """distributedInfo.pg_config (process groups), [] when absent."""
+    base_us: float
+    """baseTimeNanoseconds / 1000."""
+    steps: dict[int, tuple[float, float]]
+    """ProfilerStep number -> (start, end)."""
+    nccl: list[CommRecord]
+    """NCCL kernels."""
+    cpu_comms: list[CommRecord]
+    """record_param_comms ops that carry a Collective name (or none: the op's args)."""
+    labels: list[tuple[float, float, int, str]]
+    """(start, end, tid, name) of nccl:/gloo:/c10d:: ranges and record_param_comms."""
+    launches: np.ndarray
+    """(n, 3) float64: correlation, start, tid of CUDA runtime calls."""
+    kernels: np.ndarray
+    """(n, 2) float64: start, end of compute kernels / memcpys / memsets."""
+    vocab_ranges: int = 0
+    """Ranges named like the Megatron op vocabulary."""
+    events: int = 0
+    """Events read."""
+    notes: list[str] = field(default_factory=list)
+    """What was inferred (e.g. the rank from the file name)."""
+
+
+def _num(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < MAX_TIME_US
+
+
+def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | None = None,
+              max_ratio: float | None = None) -> RankEvents:
+    """Stream one file into RankEvents (see the module doc); InputError when unusable."""
+    path = Path(path)
+    where = str(path)
+    kw = {k: v for k, v in (("max_bytes", max_bytes), ("max_ratio", max_ratio)) if v}
+    reader = TraceReader(path=path, **kw)
+    steps: dict[int, tuple[float, float]] = {}
+    nccl, cpu_comms, labels = [], [], []
+    launches, kernels = array("d"), array("d")
+    vocab = bad = 0
+    first_bad = ""
+    for batch in reader.batches():
+        for e in batch:
+            if not isinstance(e, dict) or e.get("ph") != "X":
+                continue
+            ts, dur = e.get("ts"), e.get("dur", 0.0)
+            if not (_num(ts) and _num(dur)) or dur < 0:
+                bad += 1
+                first_bad = first_bad or f"{str(e.get('name', '?'))[:60]!r} (ts {ts!r}, " \
+                                         f"dur {dur!r})"
+                continue
+            cat, name = e.get("cat"), e.get("name")
+            if not isinstance(name, str):
+                continue
+            end = ts + dur
+            if cat in COMPUTE_CATS and not (cat == "kernel" and "nccl" in name.lower()):
+                kernels.append(ts)
+                kernels.append(end)
+                continue
+            args = e.get("args")
+            args = args if isinstance(args, dict) else {}
+            if cat in LAUNCH_CATS:
+                corr = args.get("correlation")
+                if isinstance(corr, int):
+                    launches.extend((float(corr), float(ts), float(_tid(e))))
+            elif cat == "kernel":
+                corr = args.get("correlation", args.get("External id", -1))
+                nccl.append(CommRecord(start=ts, end=end, tid=int(args.get("stream", _tid(e))),
+                                       corr=corr if isinstance(corr, int) else -1,
+                                       args={k: args[k] for k in COMM_ARGS if k in args},
+                                       name=name))
+            elif name.startswith("ProfilerStep#") and (m := STEP_RE.match(name)):
+                steps[int(m.group(1))] = (float(ts), float(end))
+            elif name == "record_param_comms":
+                rec = CommRecord(start=ts, end=end, tid=_tid(e), corr=-1, name=name,
+                                 args={k: args[k] for k in COMM_ARGS if k in args})
+                cpu_comms.append(rec)
+                labels.append((float(ts), float(end), _tid(e), name, rec.args))
+            elif name.startswith(LABEL_PREFIXES):
+                labels.append((float(ts), float(end), _tid(e), name, {}))
+            elif name in VOCAB and cat == "user_annotation":
+                vocab += 1
+                if stop_at_vocab:
+                    raise VocabularyFound(where)
+    if bad:
+        raise InputError(f"{bad:,} complete event(s) are malformed, e.g. {first_bad}: ts and "
+                         "dur must be finite numbers of microseconds, dur >= 0; pass the "
+                         "profiler's export unedited", where)
+    head = reader.header
+    info = head.get("distributedInfo")
+    notes: list[str] = []
+    if isinstance(info, dict) and isinstance(info.get("rank"), int) \
+            and isinstance(info.get("world_size"), int):
+        rank, world = info["rank"], info["world_size"]
+    elif m := RANK_IN_NAME.search(path.name):
+        rank, world = int(m.group(1)), 0
+        notes.append(f"{path.name}: no distributedInfo; rank {rank} taken from the file name")
+        info = {}
+    else:
+        raise InputError("no distributedInfo with rank and world_size, and no rank number in "
+                         "the file name (e.g. rank3.json), so the file's rank is unknown; "
+                         "profile after torch.distributed.init_process_group, or name the "
+                         "files rank<N>.json", where)
+    if world and not 0 <= rank < world or rank < 0:
+        raise InputError(f"distributedInfo says rank {rank} of world_size {world}; pass "
+                         "traces torch.profiler wrote", where)
+    base = head.get("baseTimeNanoseconds", 0)
+    base = float(base) / 1e3 if _num(base) or (isinstance(base, int) and abs(base) < 2**63) \
+        else 0.0
+    return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
+                      pg_config=info.get("pg_config") or [], base_us=base, steps=steps,
+                      nccl=nccl, cpu_comms=cpu_comms, labels=labels,
+                      launches=np.frombuffer(launches, dtype=np.float64).reshape(-1, 3).copy(),
+                      kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
+                      vocab_ranges=vocab, events=reader.events, notes=notes)
+
+
+def _tid(e: dict) -> int:
+    t = e.get("tid", 0)
+    return t if isinstance(t, int) else hash(str(t)) & 0x7FFFFFFF

@@ -1,0 +1,353 @@
+"""The general op model from unannotated per-rank Kineto traces (no record_function names).
+
+    events = load_ranks(paths, progress=print)        # parallel, bounded memory
+    res = build_general(events, layout=None)          # GeneralImport: .ops, .report
+
+What it infers (stragglerlab.op_model describes the table):
+
+* steps from `ProfilerStep#N` (the steps every rank has; --allow-partial
+  keeps the common ones when ranks differ);
+* communication ops per rank, labelled as stragglerlab.importers.
+  general_comm says: NCCL kernels on GPU traces (timing gpu), or
+  `record_param_comms` with a collective name on CPU traces (gloo);
+* groups across ranks: a collective by (process group, `Seq`) where torch
+  writes both; else by its order within its process group in the step; else
+  (no process group in the trace) by its order among the same kind in the
+  step. A send and a recv pair by (src, dst, order in the step). A group
+  with one traced member (its peers were not traced), and a send/recv with
+  no known peer, is a local op;
+* compute segments: the signed span between consecutive ops of a rank's
+  chain (GPU kernel busy time inside it is kept as busy_s);
+* roles ("the same work"): the pipeline stage where a layout is known
+  (--layout, or Megatron-named process groups in distributedInfo.pg_config),
+  else ranks whose step has the same multiset of communication kinds
+  (P2P split by peer direction);
+* clocks: `none` trusts them (one host), `collective` shifts each rank by
+  the median difference of the ends of the groups it shares with the lowest
+  rank (members of a collective leave it together), `step` aligns the first
+  common ProfilerStep; `auto` = none when every trace names the same host,
+  else collective.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.errors import InputError
+from stragglerlab.importers.general_comm import NO_STEP, comm_frame
+from stragglerlab.importers.kineto_events import RankEvents, read_rank
+from stragglerlab.importers.layout import Layout, from_pg_config
+from stragglerlab.op_model import P2P_KINDS, STEP_END
+
+PARALLEL_MIN_BYTES = 16 << 20
+"""Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
+MAX_PROCESSES = 8
+"""Most reader processes."""
+MATCH_TOLERANCE_US = 50.0
+"""Clock tolerance (us) when checking that a group's members overlap in time."""
+MATCH_TOLERANCE_FRACTION = 0.001
+"""... or this share of the median step time, whichever is larger."""
+
+
+@dataclass(kw_only=True)
+class GeneralImport:
+    """The general op model of one job and what the import did."""
+
+    ops: pd.DataFrame
+    """The op table (stragglerlab.op_model.OP_COLUMNS)."""
+    report: dict = field(default_factory=dict)
+    """files, ranks, steps, timing, clocks, groups, label sources, notes."""
+    notes: list[str] = field(default_factory=list)
+    """Things a reader should know (partial job, unmatched ops, inferred ranks)."""
+
+
+def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
+               progress: Callable[[str], None] | None = None,
+               processes: int | None = None) -> list[RankEvents]:
+    """read_rank on every file, in parallel processes for large inputs; progress gets
+    `rank trace <i>/<n> parsed: <file>` as each finishes. VocabularyFound propagates."""
+    say = progress or (lambda _m: None)
+    paths = [Path(p) for p in paths]
+    total = sum(p.stat().st_size for p in paths if p.is_file())
+    n = processes if processes is not None else min(len(paths), os.cpu_count() or 1,
+                                                    MAX_PROCESSES)
+    out: list[RankEvents] = []
+    if n <= 1 or len(paths) == 1 or (processes is None and total < PARALLEL_MIN_BYTES):
+        for i, p in enumerate(paths, 1):
+            out.append(read_rank(p, stop_at_vocab))
+            say(f"rank trace {i}/{len(paths)} parsed: {p.name}")
+        return out
+    say(f"reading {len(paths)} traces ({total / 2**20:,.0f} MiB on disk) in {n} processes")
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        futs = {pool.submit(read_rank, p, stop_at_vocab): p for p in paths}
+        try:
+            for i, f in enumerate(as_completed(futs), 1):
+                out.append(f.result())
+                say(f"rank trace {i}/{len(paths)} parsed: {futs[f].name}")
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+    return sorted(out, key=lambda e: paths.index(Path(e.path)))
+
+
+def _check_ranks(events: list[RankEvents], notes: list[str]) -> int:
+    seen: dict[int, str] = {}
+    for e in events:
+        if e.rank in seen:
+            raise InputError(f"rank {e.rank} appears twice (also in {seen[e.rank]}); pass one "
+                             "trace per rank", e.path)
+        seen[e.rank] = e.path
+    worlds = {e.world for e in events if e.world}
+    if len(worlds) > 1:
+        raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
+                         "traces of one job only", events[0].path)
+    world = worlds.pop() if worlds else max(seen) + 1
+    if len(events) < 2:
+        raise InputError("one rank's trace only: the what-if compares ranks that do the same "
+                         "work and synchronizes them at collectives, so it needs the traces "
+                         "of at least two ranks of the job; pass every rank's file (a folder "
+                         "or a glob)", events[0].path)
+    if world > len(events):
+        notes.append(f"the traces hold {len(events)} of the job's {world} ranks "
+                     f"({', '.join(map(str, sorted(seen)[:16]))}); the traced ranks are "
+                     "analysed as the job (collectives wait for the traced members only)")
+    for e in events:
+        notes.extend(e.notes)
+        if not e.steps:
+            raise InputError(f"rank {e.rank} has no complete ProfilerStep#N range; profile "
+                             "with a schedule (torch.profiler.schedule) and call prof.step() "
+                             "once per training step", e.path)
+    return world
+
+
+def _common_steps(events: list[RankEvents], allow_partial: bool) -> list[int]:
+    sets = {e.rank: set(e.steps) for e in events}
+    everyone, union = set.intersection(*sets.values()), set.union(*sets.values())
+    if not everyone:
+        raise InputError("no ProfilerStep#N that every rank has (steps per rank: "
+                         + "; ".join(f"rank {r}: {sorted(s)[:8]}" for r, s in sets.items())
+                         + "); profile the same steps on every rank")
+    if everyone != union and not allow_partial:
+        lacking = {r: sorted(union - s) for r, s in sets.items() if union - s}
+        raise InputError("ranks miss steps that others have ("
+                         + "; ".join(f"rank {r} lacks {s[:8]}" for r, s in lacking.items())
+                         + "); use the same profiler schedule on every rank, or pass "
+                         "--allow-partial to keep the steps every rank has")
+    return sorted(everyone)
+
+
+def _layout(events: list[RankEvents], layout: Layout | None, world: int,
+            notes: list[str]) -> Layout | None:
+    if layout is not None:
+        if layout.world_size != world:
+            raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
+                             f"{layout.world_size} ranks but the traces' world_size is {world}; "
+                             "fix --layout")
+        return layout
+    if not any(e.pg_config for e in events):
+        return None
+    try:
+        return from_pg_config({e.rank: e.pg_config for e in events}, world, "")
+    except InputError:
+        notes.append("process groups are not Megatron-named (DATA_PARALLEL_GROUP, ...): DP "
+                     "rank and stage unknown (pass --layout dp=N,pp=M to set them); roles "
+                     "from each rank's communication pattern")
+        return None
+
+
+def _group_keys(c: pd.DataFrame) -> pd.Series:
+    """A string key per op; equal keys on different ranks are one group."""
+    p2p = c["kind"].isin(P2P_KINDS) & (c["peer"] >= 0)
+    send = c["kind"] == "send"
+    src = np.where(send, c["rank"], c["peer"])
+    dst = np.where(send, c["peer"], c["rank"])
+    pair = pd.Series(src.astype(str), index=c.index) + ">" + pd.Series(dst.astype(str),
+                                                                         index=c.index)
+    step = c["step"].astype(str)
+    ordinal_p2p = c.groupby(["rank", "step", "kind", "peer"]).cumcount().astype(str)
+    has_pg = c["pg"] != ""
+    ordinal_pg = c.groupby(["rank", "step", "pg"]).cumcount().astype(str)
+    ordinal_kind = c.groupby(["rank", "step", "kind"]).cumcount().astype(str)
+    key = np.where(
+        p2p, "p2p|" + step + "|" + pair + "|" + ordinal_p2p,
+        np.where(has_pg & (c["seq"] >= 0), "seq|" + c["pg"] + "|" + c["seq"].astype(str),
+                 np.where(has_pg, "pg|" + c["pg"] + "|" + step + "|" + ordinal_pg,
+                          "kind|" + c["kind"] + "|" + step + "|" + ordinal_kind)))
+    local = c["kind"].isin(P2P_KINDS | {"sendrecv"}) & (c["peer"] < 0)
+    key = np.where(local, "local|" + c.index.astype(str), key)
+    return pd.Series(key, index=c.index)
+
+
+def _offsets(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
+             base: dict[int, float]) -> tuple[str, dict[int, float]]:
+    ranks = sorted(e.rank for e in events)
+    ref = ranks[0]
+    if align == "auto":
+        hosts = {e.host for e in events}
+        align = "none" if len(hosts) == 1 and "" not in hosts else "collective"
+    if align == "none":
+        return align, {r: 0.0 for r in ranks}
+    if align == "collective":
+        g = c[c["group"] >= 0]
+        ends = g.pivot_table(index="group", columns="rank", values="end", aggfunc="first")
+        if ref in ends and all(r in ends and (ends[r].notna() & ends[ref].notna()).any()
+                               for r in ranks):
+            return align, {r: float(np.nanmedian(ends[ref] - ends[r])) for r in ranks}
+        align = "step"
+    first = steps[0]
+    by = {e.rank: e for e in events}
+    return align, {r: (by[ref].steps[first][0] + base[ref]) - (by[r].steps[first][0] + base[r])
+                   for r in ranks}
+
+
+def _busy(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Union busy time of [start, end) kernel intervals inside each window [a, b]."""
+    if not len(kernels):
+        return np.full(a.size, np.nan)
+    k = kernels[np.argsort(kernels[:, 0], kind="stable")]
+    s, e = k[:, 0], np.maximum.accumulate(k[:, 1])
+    new = np.r_[True, s[1:] > e[:-1]]  # a new merged interval starts
+    idx = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(ms.size)
+    np.maximum.at(me, idx, e)
+    cum = np.r_[0.0, np.cumsum(me - ms)]
+
+    def upto(t):
+        i = np.searchsorted(ms, t, side="right")
+        j = np.maximum(i - 1, 0)
+        inside = np.where(i > 0, np.clip(t - ms[j], 0, me[j] - ms[j]), 0.0)
+        return cum[np.maximum(i - 1, 0)] * (i > 0) + inside
+    return np.maximum(upto(b) - upto(np.minimum(a, b)), 0.0)
+
+
+def build_general(events: list[RankEvents], layout: Layout | None = None,
+                  timing: str = "auto", align: str = "auto",
+                  allow_partial: bool = False) -> GeneralImport:
+    """The op table of a job from its ranks' events (see the module doc)."""
+    events = sorted(events, key=lambda e: e.rank)
+    notes: list[str] = []
+    world = _check_ranks(events, notes)
+    steps = _common_steps(events, allow_partial)
+    lay = _layout(events, layout, world, notes)
+    has_gpu = all(len(e.nccl) for e in events)
+    if timing == "gpu" and not has_gpu:
+        raise InputError("--timing gpu, but not every rank's trace holds NCCL kernels; use "
+                         "--timing cpu (or auto)", events[0].path)
+    use_gpu = has_gpu and timing != "cpu"
+    base = {e.rank: e.base_us for e in events}
+    frames, dropped = [], 0
+    for e in events:
+        f = comm_frame(e, use_gpu)
+        dropped += int((f["step"] == NO_STEP).sum())
+        f = f[f["step"].isin(steps)].copy()
+        f["rank"] = e.rank
+        frames.append(f)
+    c = pd.concat(frames, ignore_index=True)
+    if c.empty:
+        what = "NCCL kernels" if use_gpu else "record_param_comms ops with a Collective name"
+        raise InputError(f"no collective or P2P communication in the kept steps {steps[:8]} of "
+                         f"any rank (looked for {what}): the what-if synchronizes ranks at "
+                         "their collectives, so a trace without any cannot be analysed; "
+                         "profile the steps that communicate (with record_shapes=True for "
+                         "gloo/CPU jobs)", str(Path(events[0].path).parent))
+    for col in ("start", "end", "cpu_ts"):
+        c[col] = c[col] + c["rank"].map(base)
+    keys = _group_keys(c)
+    gid, _ = pd.factorize(keys)
+    size = np.bincount(gid)[gid]
+    c["group"] = np.where(size >= 2, gid, -1)
+    align, off = _offsets(c, events, steps, align, base)
+    for col in ("start", "end"):
+        c[col] = c[col] + c["rank"].map(off)
+    latest = c.groupby("group")["start"].transform("max")
+    first_end = c.groupby("group")["end"].transform("min")
+    durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
+    tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
+    implausible = (c["group"] >= 0) & (latest > first_end + tol)
+    bad_groups = c.loc[implausible, "group"].unique()
+    if bad_groups.size:
+        c.loc[c["group"].isin(bad_groups), "group"] = -1
+        notes.append(f"{bad_groups.size} matched group(s) were implausible (a member ended "
+                     "before another started, beyond the clock tolerance "
+                     f"{tol / 1e3:.3f} ms): their ops are treated as local (events missing "
+                     "from a sampled trace, or an issue order that differs across ranks)")
+    c["transfer"] = np.where(c["group"] >= 0, (c["end"] - latest).clip(lower=0.0),
+                             c["end"] - c["start"])
+    ends = pd.DataFrame([(e.rank, k, e.steps[k][0] + base[e.rank] + off[e.rank],
+                          e.steps[k][1] + base[e.rank] + off[e.rank])
+                         for e in events for k in steps],
+                        columns=["rank", "step", "step_start", "start"])
+    ends["end"], ends["kind"], ends["group"], ends["transfer"] = ends["start"], STEP_END, -1, 0.0
+    ops = pd.concat([c, ends.drop(columns="step_start")], ignore_index=True)
+    ops = ops.merge(ends[["rank", "step", "step_start"]], on=["rank", "step"])
+    ops["is_end"] = ops["kind"] == STEP_END
+    ops = ops.sort_values(["rank", "step", "is_end", "start", "end"], kind="stable",
+                          ignore_index=True)
+    chain = ops.groupby(["rank", "step"], sort=False)
+    ops["k"] = chain.cumcount()
+    prev_end = chain["end"].shift(1)
+    ops["gap"] = ops["start"] - prev_end.fillna(ops["step_start"])
+    ops["busy_s"] = np.nan
+    for e in events:
+        m = (ops["rank"] == e.rank).to_numpy()
+        a = prev_end.fillna(ops["step_start"]).to_numpy()[m] - base[e.rank] - off[e.rank]
+        b = ops["start"].to_numpy()[m] - base[e.rank] - off[e.rank]
+        ops.loc[m, "busy_s"] = _busy(e.kernels, a, b) / 1e6
+    ops["dp_rank"], ops["stage"] = -1, -1
+    if lay is not None:
+        coords = {e.rank: lay.coords(e.rank) for e in events}
+        ops["dp_rank"] = ops["rank"].map(lambda r: coords[r][0])
+        ops["stage"] = ops["rank"].map(lambda r: coords[r][1])
+        ops["role"] = ops["stage"]
+    else:
+        label = np.where(ops["kind"].isin(P2P_KINDS),
+                         ops["kind"] + np.where(ops["peer"] > ops["rank"], "+", "-"), ops["kind"])
+        sig = pd.Series(label).groupby([ops["rank"], ops["step"]]).transform(
+            lambda s: "|".join(sorted(s)))
+        ops["role"] = pd.factorize(sig)[0]
+    t0 = ops["start"].min()
+    out = pd.DataFrame({
+        "rank": ops["rank"].astype(np.int64), "step": ops["step"].astype(np.int64),
+        "k": ops["k"].astype(np.int64), "kind": ops["kind"].astype(str),
+        "pg": ops["pg"].fillna("").astype(str), "group": ops["group"].astype(np.int64),
+        "start_s": (ops["start"] - t0) / 1e6, "end_s": (ops["end"] - t0) / 1e6,
+        "gap_s": ops["gap"] / 1e6, "transfer_s": ops["transfer"] / 1e6,
+        "busy_s": ops["busy_s"].astype(float),
+        "in_nelems": ops["in_nelems"].fillna(-1).astype(np.int64),
+        "out_nelems": ops["out_nelems"].fillna(-1).astype(np.int64),
+        "peer": ops["peer"].fillna(-1).astype(np.int64), "role": ops["role"].astype(np.int64),
+        "dp_rank": ops["dp_rank"].astype(np.int64), "stage": ops["stage"].astype(np.int64),
+    })
+    comm = out[out["kind"] != STEP_END]
+    matched = int(comm["group"].ge(0).sum())
+    if matched == 0:
+        notes.append("no communication op matched across the traced ranks: each rank is "
+                     "simulated on its own (no waiting at collectives)")
+    report = {
+        "model": "general", "files": {str(e.rank): e.path for e in events},
+        "world_size": world, "ranks": [e.rank for e in events], "steps": steps,
+        "timing": "gpu" if use_gpu else "cpu", "align": align,
+        "clock_offsets_s": {str(r): v / 1e6 for r, v in off.items()},
+        "layout": None if lay is None else {"dp": lay.dp, "pp": lay.pp, "tp": lay.tp,
+                                            "source": lay.source},
+        "ops": int(len(comm)), "groups": int(comm.loc[comm["group"] >= 0, "group"].nunique()),
+        "matched_ops": matched, "local_ops": int(len(comm) - matched),
+        "implausible_groups_unmatched": int(bad_groups.size),
+        "kinds": {str(k): int(v) for k, v in comm["kind"].value_counts().items()},
+        "label_sources": {str(k): int(v) for k, v in
+                          c["source"].value_counts().items()},
+        "outside_steps_dropped": dropped,
+        "events": int(sum(e.events for e in events)),
+    }
+    return GeneralImport(ops=out, report=report, notes=notes)

@@ -1,0 +1,84 @@
+"""The general op model: a job as per-rank chains of communication ops with the compute
+segments between them (for traces without the Megatron op vocabulary).
+
+A contract shared by the importer that builds it (stragglerlab.importers.
+kineto_general) and the what-if that reads it (stragglerlab.analysis.
+whatif_general). One table, one row per communication op of one rank in one
+step, in the rank's issue order, plus one closing `step-end` row per rank and
+step:
+
+    rank step k kind pg group start_s end_s gap_s transfer_s busy_s role dp_rank stage ...
+
+* `gap_s` is the compute segment *before* the row: its start minus the end of
+  the previous row of the chain (the step start for k = 0). It is signed: a
+  communication op issued while the previous one still runs overlaps it.
+* `group` ties the rows that are one collective (or one send/recv pair)
+  across ranks: a group starts when its last member arrives. -1 = a local op
+  (no peer was traced, or the step end), which waits for nobody.
+* `transfer_s` is the row's end minus the latest start in its group (the
+  waiting part removed), clamped at 0; a local op's own duration.
+
+    from stragglerlab.op_model import OP_COLUMNS, STEP_END, CommKind
+"""
+
+from __future__ import annotations
+
+import enum
+
+STEP_END = "step-end"
+"""The `kind` of the closing row of each rank's step chain."""
+COMPUTE = "compute"
+"""The name attribution uses for the compute segments (the gaps)."""
+OPS_SCHEMA = "stragglerlab.ops/1"
+"""Schema tag written beside ops.parquet."""
+
+
+class CommKind(str, enum.Enum):
+    """Communication kinds the importer names (others keep their normalized torch name)."""
+
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+    BROADCAST = "broadcast"
+    REDUCE = "reduce"
+    GATHER = "gather"
+    SCATTER = "scatter"
+    BARRIER = "barrier"
+    SEND = "send"
+    RECV = "recv"
+    SEND_RECV = "sendrecv"
+
+
+P2P_KINDS = frozenset({CommKind.SEND.value, CommKind.RECV.value})
+
+
+class Model(str, enum.Enum):
+    """Which op model an import used."""
+
+    VOCABULARY = "vocabulary"
+    """Megatron-vocabulary record_function ranges -> the trace schema (trace.parquet)."""
+    GENERAL = "general"
+    """Unannotated: communication ops and compute segments -> ops.parquet."""
+
+
+OP_COLUMNS: dict[str, str] = {
+    "rank": "global rank",
+    "step": "ProfilerStep number",
+    "k": "position in the rank's chain for the step, from 0 (the step-end row is last)",
+    "kind": "communication kind (CommKind value or torch's name), or 'step-end'",
+    "pg": "process group key ('' unknown); P2P: 'src->dst'",
+    "group": "id of the cross-rank group (collective or P2P pair), -1 local",
+    "start_s": "start, seconds on the aligned job clock (from 0)",
+    "end_s": "end, seconds on the aligned job clock",
+    "gap_s": "compute segment before the op: start minus the previous row's end (signed)",
+    "transfer_s": "end minus the latest start in its group, >= 0 (local: own duration)",
+    "busy_s": "GPU kernel busy time inside the segment before the op (NaN on CPU traces)",
+    "in_nelems": "In msg nelems (-1 unknown)",
+    "out_nelems": "Out msg nelems (-1 unknown)",
+    "peer": "P2P peer rank (-1 n/a)",
+    "role": "ranks with the same role do the same work (same stage / comm signature)",
+    "dp_rank": "data-parallel rank from the layout (-1 unknown)",
+    "stage": "pipeline stage from the layout (-1 unknown)",
+}
+"""Columns of ops.parquet and their meaning."""
