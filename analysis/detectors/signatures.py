@@ -32,11 +32,10 @@ import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
 from stragglerlab.analysis.whatif import comm_excess_by_worker
-from stragglerlab.meta import JobMeta
 from stragglerlab.results import IdealView
 from stragglerlab.schema import COMMUNICATION_OPS
 
-__all__ = ["category_excess", "cell_grid", "comm_excess_by_worker", "compute_ratio_to_peers",
+__all__ = ["category_excess", "cell_grid", "comm_excess_by_worker",
            "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
            "stage_compute_ratios", "step_time_total", "mean_step_time", "step_worker_scores"]
@@ -69,21 +68,6 @@ def cell_grid(per_cell: pd.Series, pp: int, dp: int, steps: np.ndarray) -> np.nd
                             for k in ("stage", "dp_rank", "step"))
     grid[stage, dp_rank, np.searchsorted(steps, step)] = per_cell.to_numpy()
     return grid
-
-
-def compute_ratio_to_peers(trace: pd.DataFrame, meta: JobMeta,
-                           steps: np.ndarray) -> np.ndarray | None:
-    """Per step, each worker's compute time over the fastest DP peer of its stage, [pp, dp, steps].
-
-    None without DP peers (dp_size 1). Compute = forward + backward durations.
-    """
-    if meta.dp_size < 2:
-        return None
-    compute = trace[trace["optype"].isin(_COMPUTE)]
-    per_cell = compute.groupby(["stage", "dp_rank", "step"])["duration"].sum()
-    grid = cell_grid(per_cell, meta.pp_size, meta.dp_size, steps)
-    best = np.nanmin(grid, axis=1, keepdims=True)
-    return np.nan_to_num(grid / np.maximum(best, 1e-12), nan=1.0)
 
 
 def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:

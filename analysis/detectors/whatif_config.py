@@ -48,7 +48,11 @@ class WhatIfDetectorConfig:
     min_steps: int = 3
     """Counted steps a straggler needs (one or two slow steps are noise)."""
     compute_ratio: float = 1.1
-    """A straggler whose compute time is this much over its stage peers' is a slow worker."""
+    """A straggler whose own compute over its peers' (`Signals.compute_over_peers`: GC-free,
+    work-normalized, over the median of its stage's other DP ranks), median over its
+    straggling window, is at least this is a slow worker. Until 2026-11-25 (stop 37) it
+    was read against raw compute over the fastest DP peer; since, against the one measure
+    every rule reads, at the same value: findings unchanged on the 60 kept dev runs."""
     peer_share: float = 0.6
     """Stage peers are named too when their excess is at least this share of the worst's."""
     link_share: float = 0.1

@@ -8,7 +8,12 @@ diagnosis that never reaches a rule never pays for its signal.
     s = Signals(run=run, evidence=read_evidence(run), config=WhatIfDetectorConfig())
     s.scores        # [pp, dp, steps] per-step worker score min(S_dp, S_stage) over the best
     s.grid          # [pp, dp, steps] own compute per unit of modelled work, GC-free
-    s.compute_raw   # [pp, dp, steps] own compute over the fastest DP peer (or None)
+    s.compute_over_peers  # [pp, dp, steps] the grid over its stage's other DP ranks' median
+
+One measure of a worker's compute against its peers (`compute_over_peers`) serves every
+rule that asks whether a worker's own device is slow: GC pauses out, per unit of modelled
+work (a rank that drew long sequences is not slow), over the median of the stage's other
+DP ranks (the least of many peers drifts down as DP grows).
 """
 
 from __future__ import annotations
@@ -19,13 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from stragglerlab.analysis.detectors.base import Run
-from stragglerlab.analysis.detectors.signatures import (
-    compute_ratio_to_peers,
-    seq_len_correlation,
-    step_worker_scores,
-)
+from stragglerlab.analysis.detectors.signatures import seq_len_correlation, step_worker_scores
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import normalized_compute
+from stragglerlab.analysis.detectors.whatif_device import normalized_compute, over_peers
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 
 
@@ -64,10 +65,11 @@ class Signals:
                                   self.run.meta.dp_size, self.steps)
 
     @functools.cached_property
-    def compute_raw(self) -> np.ndarray | None:
-        """[pp, dp, steps]: own compute time over the fastest DP peer's, raw (None without
-        DP peers); what the straggler rules read to call a straggler a slow device."""
-        return compute_ratio_to_peers(self.run.trace, self.run.meta, self.steps)
+    def compute_over_peers(self) -> np.ndarray | None:
+        """[pp, dp, steps]: `grid` over the median of the stage's other DP ranks in that
+        step (`whatif_device.over_peers`); None without DP peers or compute ops. What
+        every rule reads to call a worker's own device slow."""
+        return over_peers(self.grid) if self.run.meta.dp_size >= 2 else None
 
     @functools.cached_property
     def seq_corr(self) -> float | None:

@@ -23,7 +23,7 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     over_median = top / max(float(np.median(by_worker)), 1e-12)
     if share < cfg.link_share or over_median < cfg.link_over_median:
         return []
-    compute = s.compute_raw
+    compute = s.compute_over_peers
     if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
         return []  # its own compute is slow: a slow device, too mild to flag
     return [Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),

@@ -6,8 +6,9 @@ to its last step above `step_threshold` (at least `min_steps` of them), its mean
 is at least `worker_threshold`; that window is the finding's steps. Explain the worst,
 remove it, re-score: several stragglers at once (`signatures.peel_stragglers`). Named:
 
-* a straggler whose own compute is `compute_ratio` over its fastest DP peer's ->
-  `slow-worker` (a slow device);
+* a straggler whose own compute (`Signals.compute_over_peers`: GC-free, per unit of
+  modelled work, over its stage's other DP ranks' median) is `compute_ratio` or more,
+  median over its window -> `slow-worker` (a slow device);
 * every DP rank of a stage straggling, computation carrying the slowdown ->
   `stage-imbalance` on that stage (without DP peers: `slow-worker`, as no peer tells a
   straggler's own compute apart);
@@ -53,7 +54,7 @@ def rule(s: Signals, board: Board) -> list[Finding]:
                                      for p, d in workers}})
 
     found = []
-    compute = s.compute_raw  # [pp, dp, steps]
+    compute = s.compute_over_peers  # [pp, dp, steps]
     if compute is not None:  # a worker whose own compute is slow is a slow device
         for w in sorted(windows):
             first, last = windows[w]

@@ -2,7 +2,8 @@
 top ⌈3%⌉ workers removes most of it (M_W >= `mw_worker`), though no step stood out
 enough for the per-step scores (a mild device over a long 1F1B steady state) ->
 `slow-worker` on the top workers whose own compute is `compute_ratio` over their
-fastest DP peer's. Needs DP peers: with one DP rank the top worker is a whole stage."""
+peers' (`Signals.compute_over_peers`). Needs DP peers: with one DP rank the top worker
+is a whole stage."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     if run.meta.dp_size < 2 or result.slowdown < cfg.straggling_slowdown \
             or result.m_w.rem < cfg.mw_worker or not result.top_workers:
         return []
-    compute = s.compute_raw  # [pp, dp, steps]
+    compute = s.compute_over_peers  # [pp, dp, steps]
     if compute is None:
         return []
     own = {(d, p): float(np.median(compute[p, d])) for d, p in result.top_workers}
