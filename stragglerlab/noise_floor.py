@@ -104,12 +104,19 @@ class FamilyFloor:
     """The runs' what-if S."""
     discrepancy: Spread | None = None
     """Their simulation discrepancy, actual / simulated step time - 1."""
+    online: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Window length in steps -> the same statistics, read over every sliding window of
+    that many steps that the online mode (or the live monitor) diagnoses: a short window
+    is noisier than a whole run, so its floor is its own."""
 
     def to_json(self) -> dict:
         """YAML/JSON form."""
         out: dict = {"n_runs": self.n_runs, "layouts": list(self.layouts),
                      "statistics": {k: round(float(v), 6)
                                     for k, v in sorted(self.statistics.items())}}
+        if self.online:
+            out["online"] = {int(w): {k: round(float(v), 6) for k, v in sorted(st.items())}
+                             for w, st in sorted(self.online.items())}
         for name in ("job_slowdown", "discrepancy"):
             spread = getattr(self, name)
             if spread is not None:
@@ -121,6 +128,7 @@ class FamilyFloor:
         """Validated."""
         raw = chk.mapping(raw, where)
         stats = chk.mapping(raw.get("statistics", {}) or {}, f"{where}.statistics")
+        online = chk.mapping(raw.get("online", {}) or {}, f"{where}.online")
         spreads = {name: Spread.from_json(raw[name], chk, f"{where}.{name}")
                    for name in ("job_slowdown", "discrepancy")
                    if raw.get(name) is not None}
@@ -131,6 +139,11 @@ class FamilyFloor:
                    statistics={chk.string(k, f"{where}.statistics key"):
                                chk.number(v, f"{where}.statistics.{k}", minimum=0.0)
                                for k, v in stats.items()},
+                   online={chk.integer(w, f"{where}.online key (a window length)", minimum=1):
+                           {chk.string(k, f"{where}.online.{w} key"):
+                            chk.number(v, f"{where}.online.{w}.{k}", minimum=0.0)
+                            for k, v in chk.mapping(st, f"{where}.online.{w}").items()}
+                           for w, st in online.items()},
                    **spreads)
 
 

@@ -93,6 +93,7 @@ simulation of the window.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, Run
@@ -142,7 +143,7 @@ class WhatIfDetector(Detector):
 
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
-        self.noise_report = self._floored(run)[1]
+        self.noise_report = self._floored(run, self.online_window_steps)[1]
         return super().detect_online(run) + failure_findings(run)
 
     def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
@@ -153,7 +154,7 @@ class WhatIfDetector(Detector):
                    testbed=run.testbed)
         if seen.trace["step"].nunique() < self.config.min_steps:
             return []
-        return self.diagnose(seen, Evidence.analyse(seen))
+        return self.diagnose(seen, Evidence.analyse(seen), window_steps=self.online_window_steps)
 
     # -- offline -----------------------------------------------------------------------
     def detect(self, run: Run, result: WhatIfResult | None = None) -> list[Finding]:
@@ -172,23 +173,47 @@ class WhatIfDetector(Detector):
                 f.to_dict() for f in self._diagnose(run, evidence) if _key(f) not in kept]
         return findings + found
 
-    def diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
+    def diagnose(self, run: Run, evidence: Evidence,
+                  window_steps: int | None = None) -> list[Finding]:
         """Straggler findings from the what-if evidence and the run's trace (not failures),
-        under thresholds raised to the run's layout family's noise floor."""
-        return self._floored(run)[0]._diagnose(run, evidence)
+        under thresholds raised to the run's layout family's noise floor (the online
+        floor of `window_steps`-step windows when the run is such a window)."""
+        return self._floored(run, window_steps)[0]._diagnose(run, evidence)
 
     def clean_reading(self, run: Run) -> CleanReading:
-        """A clean run's reading for the noise floor (`whatif_noise.py`)."""
+        """A clean run's reading for the noise floor (`whatif_noise.py`): over the whole
+        run, and over every sliding window the online mode diagnoses."""
         evidence = read_evidence(run)
+        analysed: dict[tuple, Evidence] = {}  # windows of both lengths share their what-ifs
+
+        def over_windows(cfg: WhatIfDetectorConfig, length: int) -> list[Finding]:
+            det = WhatIfDetector(cfg, noise_floor=None)
+            out = []
+            for w in self._windows(run, length):
+                key = tuple(np.unique(w.trace["step"]))
+                if key not in analysed:
+                    analysed[key] = Evidence.analyse(w)
+                out += det._diagnose(w, analysed[key])
+            return out
+
         return clean_reading(
             run, evidence, self.config,
-            lambda cfg: WhatIfDetector(cfg, noise_floor=None)._diagnose(run, evidence))
+            lambda cfg: WhatIfDetector(cfg, noise_floor=None)._diagnose(run, evidence),
+            over_windows)
 
-    def _floored(self, run: Run) -> tuple[WhatIfDetector, dict]:
+    def _windows(self, run: Run, w: int) -> list[Run]:
+        """The window runs an online replay with `w`-step windows diagnoses on `run`."""
+        steps = np.sort(run.trace["step"].unique())
+        return [Run(run.trace[run.trace["step"].isin(steps[max(0, i - w + 1):i + 1])],
+                    run.meta, run.path, testbed=run.testbed)
+                for i in range(self.config.min_steps - 1, len(steps))]
+
+    def _floored(self, run: Run, window_steps: int | None = None
+                 ) -> tuple[WhatIfDetector, dict]:
         """The detector whose thresholds stand above the run's family floor, and the
         report of that floor."""
         floor = None if self.shipped_floor and not run.testbed else self.noise_floor
-        cfg, report = floored_config(self.config, floor, run.meta)
+        cfg, report = floored_config(self.config, floor, run.meta, window_steps)
         return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
 
     def _diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:

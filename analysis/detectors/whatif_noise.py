@@ -10,6 +10,14 @@ run's reading. Windows, peers and references are the rule's own, so the floor
 is read over the same window length the rule uses. A family's floor is the
 highest reading over its clean runs (`measure_floor`).
 
+The online mode and the live monitor diagnose a sliding window of the latest steps
+(`online_window_steps`, the monitor's `--window-steps`), and a short window is noisier
+than a whole run (one slow burst weighs more in 8 steps than in 30). So the floor is
+read over the whole run and, per window length in `WINDOW_STEPS`, over every window of
+that length an online replay would diagnose on the same run (`online`, the highest over
+all windows). A window diagnosis is held to the online floor of its window length, a
+whole run to the offline one.
+
 When a run is diagnosed, each threshold is raised to just above its family's
 floor where the floor is higher (`floored_config`): a finding must stand out of
 the noise measured for its layout. Nothing is tuned here: a threshold that
@@ -31,6 +39,10 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.meta import JobMeta, LayoutFamily
 from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, Spread
 from stragglerlab.run_folder import RunFolder
+
+WINDOW_STEPS = (8, 12)
+"""Window lengths the online floor is read over: the monitor's default `--window-steps`
+and the detector's `online_window_steps`."""
 
 ABOVE = 1e-6
 """A raised threshold sits this far (relative) above the floor: a finding must exceed it."""
@@ -100,10 +112,15 @@ def reading(findings: list[Finding], name: str) -> float | None:
 
 
 def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
-                   meta: JobMeta) -> tuple[WhatIfDetectorConfig, dict]:
+                   meta: JobMeta, window_steps: int | None = None
+                   ) -> tuple[WhatIfDetectorConfig, dict]:
     """`config` with every threshold the run's family floor reaches raised just above it,
     and the report of that floor: {family, measured, source, n_runs, layouts,
-    clean_job_slowdown, raised: {field: {configured, floor, used}}, below_floor: []}."""
+    clean_job_slowdown, window, raised: {field: {configured, floor, used}}, below_floor: []}.
+
+    window_steps: the diagnosis is of a sliding window of that many steps (online mode,
+    the monitor); the family's online floor applies when it was read over windows that
+    long, else the whole-run floor (`window` says which: "online" or "run")."""
     family = LayoutFamily.of(meta.dp_size, meta.pp_size)
     floor = noise_floor.family(family) if noise_floor is not None else None
     report: dict = {"family": family.value, "measured": floor is not None,
@@ -113,8 +130,17 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
         return config, report
     report.update(n_runs=floor.n_runs, layouts=list(floor.layouts),
                   clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
+    statistics = floor.statistics
+    report["window"] = "run"
+    if window_steps is not None and window_steps in floor.online:
+        # A statistic no window reached keeps the whole run's reading (the higher rules).
+        statistics = {k: max(v, floor.online[window_steps].get(k, v))
+                      for k, v in floor.statistics.items()}
+        statistics.update({k: v for k, v in floor.online[window_steps].items()
+                           if k not in statistics})
+        report["window"] = f"online ({window_steps} steps)"
     raised = report["raised"]
-    for name, value in floor.statistics.items():
+    for name, value in statistics.items():
         if name not in RELAXED:
             continue  # a statistic this detector version does not floor
         configured = getattr(config, name)
@@ -136,15 +162,23 @@ class CleanReading:
     """The run's what-if S."""
     discrepancy: float | None = None
     """Simulation discrepancy, actual / simulated - 1."""
+    online: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    """Window length -> the same statistics, highest over every online window of the run."""
 
 
 def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
-                  diagnose: Callable[[WhatIfDetectorConfig], list[Finding]]) -> CleanReading:
+                  diagnose: Callable[[WhatIfDetectorConfig], list[Finding]],
+                  windows: Callable[[WhatIfDetectorConfig, int], list[Finding]] | None = None
+                  ) -> CleanReading:
     """One clean run's reading: per threshold field, its statistic's highest value with
-    that threshold taken away (`diagnose(cfg)` runs the detector's rules under a config),
-    and the run's S and simulation discrepancy (its whatif.json)."""
+    that threshold taken away (`diagnose(cfg)` runs the detector's rules under a config;
+    `windows(cfg, w)` runs them over every online window of w steps and returns all their
+    findings), and the run's S and simulation discrepancy (its whatif.json)."""
     stats = {name: reading(diagnose(replace(config, **{name: relaxed.off})), name)
              for name, relaxed in RELAXED.items()}
+    online = ({w: {name: reading(windows(replace(config, **{name: relaxed.off}), w), name)
+                   for name, relaxed in RELAXED.items()} for w in WINDOW_STEPS}
+              if windows is not None else {})
     discrepancy = None
     folder = RunFolder(path=Path(run.path))
     if folder.has_whatif:
@@ -152,21 +186,29 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
         discrepancy = float(d) - 1.0 if isinstance(d, (int, float)) else None
     return CleanReading(layout=f"dp{run.meta.dp_size}-pp{run.meta.pp_size}",
                         statistics=stats, job_slowdown=float(evidence.view.slowdown),
-                        discrepancy=discrepancy)
+                        discrepancy=discrepancy, online=online)
+
+
+def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
+    """Per threshold field, the highest reading over the runs (fields never read: absent)."""
+    out = {}
+    for name in RELAXED:
+        vals = [v for r in readings if (v := r.get(name)) is not None]
+        if vals:
+            out[name] = max(vals)
+    return out
 
 
 def measure_floor(readings: dict) -> NoiseFloor:
     """The noise floor of clean runs: readings is {LayoutFamily: [CleanReading, ...]}."""
     families = {}
     for family, runs in readings.items():
-        stats = {}
-        for name in RELAXED:
-            vals = [v for r in runs if (v := r.statistics.get(name)) is not None]
-            if vals:
-                stats[name] = max(vals)
+        # a window length every run was read over (an older reading has none)
+        lengths = set.intersection(*(set(r.online) for r in runs)) if runs else set()
         families[family] = FamilyFloor(
             n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),
-            statistics=stats,
+            statistics=_highest([r.statistics for r in runs]),
+            online={w: _highest([r.online[w] for r in runs]) for w in sorted(lengths)},
             job_slowdown=Spread.of([r.job_slowdown for r in runs]),
             discrepancy=Spread.of([r.discrepancy for r in runs]))
     return NoiseFloor(families=families)

@@ -69,7 +69,9 @@ def run(args) -> int:
         "Noise floor of the whatif detector, measured by `stragglerlab noise-floor` on "
         f"{len(args.runs)} clean runs.\nPer layout family: the highest value each threshold's "
         "statistic reached with that threshold taken away\n(analysis/detectors/"
-        "whatif_noise.py), and the spread of the runs' S and simulation discrepancy."))
+        "whatif_noise.py), over the whole run and (`online`) over every sliding window of "
+        "8 and 12 steps\nthat an online replay or the monitor diagnoses, and the spread "
+        "of the runs' S and simulation discrepancy."))
     for family, ff in floor.families.items():
         stats = ", ".join(f"{k} {v:.4g}" for k, v in sorted(ff.statistics.items())) or "none"
         s = ff.job_slowdown

@@ -141,7 +141,7 @@ class Monitor:
             if not self.from_parquet:  # a finished trace.parquet has its own column
                 self.gc.add_column(df)
             line = analyse_window(df, meta, self.detectors, str(self.cfg.run),
-                                  testbed=self._testbed())
+                                  testbed=self._testbed(), window_steps=self.cfg.window_steps)
         except Exception as e:  # noqa: BLE001 - one window's failure is recorded, not fatal
             self.error(f"window of steps {steps[0]}-{step} could not be analysed: "
                        f"{type(e).__name__}: {e}", step)

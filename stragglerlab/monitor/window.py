@@ -66,14 +66,16 @@ def finding_key(f: dict) -> str:
     return f"{f['detector']}:{f['cause']}:{ranks or 'job'}:{f['n_ranks']}"
 
 
-def detect(detectors: dict[str, Detector], run: Run, result: WhatIfResult) -> list[dict]:
-    """Every detector's findings on the window run."""
+def detect(detectors: dict[str, Detector], run: Run, result: WhatIfResult,
+           window_steps: int | None = None) -> list[dict]:
+    """Every detector's findings on the window run (`window_steps`: the monitor's window
+    length, whose online noise floor the `whatif` detector holds findings to)."""
     out = []
     for name, det in detectors.items():
         if isinstance(det, WhatIfDetector):
             if run.trace["step"].nunique() < det.config.min_steps:
                 continue
-            found = det.diagnose(run, Evidence.from_result(result))
+            found = det.diagnose(run, Evidence.from_result(result), window_steps=window_steps)
         else:
             found = det.detect(run)
         out += [finding_json(name, f) for f in found]
@@ -81,12 +83,12 @@ def detect(detectors: dict[str, Detector], run: Run, result: WhatIfResult) -> li
 
 
 def analyse_window(df: pd.DataFrame, meta: JobMeta, detectors: dict[str, Detector],
-                   where: str, testbed: bool) -> dict:
+                   where: str, testbed: bool, window_steps: int | None = None) -> dict:
     """The window line (without lag fields) of a window trace `df`."""
     t0 = time.perf_counter()
     result = run_whatif(df, meta, where).result
     run = Run(df, meta, where, testbed=testbed)
-    findings = detect(detectors, run, result)
+    findings = detect(detectors, run, result, window_steps)
     steps = [int(s) for s in result.steps]
     grid = np.asarray(result.worker_score, dtype=float)
     return {

@@ -155,3 +155,60 @@ def test_noise_floor_verb_measures_clean_runs_and_refuses_faulty_ones(whatif_run
     capsys.readouterr()
     assert main(["noise-floor", "--runs", faulty.path, "--out", str(out)]) == 2
     assert "clean runs only" in capsys.readouterr().err
+
+
+def _online_floor(run_stats: dict, online: dict[int, dict]) -> NoiseFloor:
+    return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
+        n_runs=2, layouts=("dp2-pp2",), statistics=run_stats, online=online)})
+
+
+def test_online_floor_round_trips_and_a_bad_window_key_is_one_clear_error(tmp_path):
+    path = tmp_path / "noise-floor.yaml"
+    write_noise_floor(path, _online_floor({"link_share": 0.02},
+                                          {8: {"link_share": 0.04}, 12: {"link_share": 0.03}}))
+    fam = read_noise_floor(path).family(LayoutFamily.DP_PP)
+    assert fam.online == {8: {"link_share": 0.04}, 12: {"link_share": 0.03}}
+    path.write_text("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 2, "
+                    "online: {eight: {link_share: 0.1}}}}\n")
+    with pytest.raises(InputError, match="online"):
+        read_noise_floor(path)
+
+
+def test_a_window_diagnosis_is_held_to_its_window_lengths_floor():
+    cfg = WhatIfDetectorConfig()
+    meta = JobMeta(dp_size=2, pp_size=2)
+    floor = _online_floor({"link_share": 0.05, "device_compute_ratio": 1.1},
+                          {8: {"link_share": 0.15, "worker_threshold": 1.3}})
+    whole, report = floored_config(cfg, floor, meta)
+    assert whole.link_share == cfg.link_share and report["window"] == "run"
+    eight, report = floored_config(cfg, floor, meta, window_steps=8)
+    assert eight.link_share > 0.15 and eight.worker_threshold > 1.3
+    assert eight.device_compute_ratio == cfg.device_compute_ratio  # the run's 1.1 < 1.2
+    assert report["window"] == "online (8 steps)"
+    # a window length the floor was not read over: the whole run's floor
+    twelve, report = floored_config(cfg, floor, meta, window_steps=12)
+    assert twelve == whole and report["window"] == "run"
+
+
+def test_measure_floor_reads_online_windows_every_run_was_read_over():
+    runs = [CleanReading(layout="dp2-pp2", statistics={"link_share": 0.02},
+                         online={8: {"link_share": 0.05}, 12: {"link_share": 0.03}}),
+            CleanReading(layout="dp2-pp4", statistics={"link_share": 0.03},
+                         online={8: {"link_share": 0.04, "worker_threshold": 1.2}})]
+    fam = measure_floor({LayoutFamily.DP_PP: runs}).family(LayoutFamily.DP_PP)
+    assert fam.online == {8: {"link_share": 0.05, "worker_threshold": 1.2}}
+
+
+def test_clean_reading_reads_every_online_window(whatif_run):
+    run = whatif_run(dp_size=2, seed=3)
+    det = WhatIfDetector(noise_floor=None)
+    steps = sorted(run.trace["step"].unique())
+    windows = det._windows(run, 8)
+    # the windows an online replay diagnoses: from min_steps steps on, the latest 8 at most
+    assert len(windows) == len(steps) - det.config.min_steps + 1
+    assert [sorted(w.trace["step"].unique()) for w in windows[-2:]] == \
+        [steps[-9:-1], steps[-8:]]
+    assert len(windows[0].trace["step"].unique()) == det.config.min_steps
+    got = det.clean_reading(run)
+    assert set(got.online) == {8, 12}
+    assert set(got.online[8]) == set(got.statistics)  # every threshold read per window too
