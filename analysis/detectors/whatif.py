@@ -183,23 +183,22 @@ class WhatIfDetector(Detector):
     def clean_reading(self, run: Run) -> CleanReading:
         """A clean run's reading for the noise floor (`whatif_noise.py`): over the whole
         run, and over every sliding window the online mode diagnoses."""
-        evidence = read_evidence(run)
-        analysed: dict[tuple, Evidence] = {}  # windows of both lengths share their what-ifs
+        whole = Signals(run=run, evidence=read_evidence(run), config=self.config)
+        # Every signal is computed once per window (windows of both lengths share theirs)
+        # and reused under each relaxed config: none depends on a threshold.
+        analysed: dict[tuple, Signals] = {}
 
         def over_windows(cfg: WhatIfDetectorConfig, length: int) -> list[Finding]:
-            det = WhatIfDetector(cfg, noise_floor=None)
             out = []
             for w in self._windows(run, length):
                 key = tuple(np.unique(w.trace["step"]))
                 if key not in analysed:
-                    analysed[key] = Evidence.analyse(w)
-                out += det._diagnose(w, analysed[key])
+                    analysed[key] = Signals(run=w, evidence=Evidence.analyse(w), config=cfg)
+                out += arbitrate(analysed[key].with_config(cfg))
             return out
 
-        return clean_reading(
-            run, evidence, self.config,
-            lambda cfg: WhatIfDetector(cfg, noise_floor=None)._diagnose(run, evidence),
-            over_windows)
+        return clean_reading(run, whole.evidence, self.config,
+                             lambda cfg: arbitrate(whole.with_config(cfg)), over_windows)
 
     def _windows(self, run: Run, w: int) -> list[Run]:
         """The window runs an online replay with `w`-step windows diagnoses on `run`."""

@@ -108,18 +108,18 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                comm_excess: np.ndarray, slowdown: float,
-               found: list[Finding]) -> list[Finding]:
+               found: list[Finding], pairs: pd.DataFrame | None = None) -> list[Finding]:
     """Findings for senders whose pairs are slow over a window (see the module docstring).
 
     comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
     found: the other rules' findings; pairs to a worker they named slow (a slow device,
     GC pauses) do not count as their sender's own: a slow receiver completes its recvs
-    late by itself.
+    late by itself. pairs: `p2p_pair_latency(run.trace)` when the caller has it.
     """
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if pp < 2 or len(steps) < cfg.min_steps:
         return []
-    pairs = p2p_pair_latency(run.trace)
+    pairs = p2p_pair_latency(run.trace) if pairs is None else pairs
     pairs = pairs[pairs["step"].isin(steps)]
     slow = pd.MultiIndex.from_tuples(sorted(slowed_workers(found)) or [(-1, -1)])
     # A slow receiver completes its recvs late by itself: its pairs say nothing of a link

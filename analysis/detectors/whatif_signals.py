@@ -22,12 +22,14 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.detectors.signatures import seq_len_correlation, step_worker_scores
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute, over_peers
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
+from stragglerlab.p2p_pairs import p2p_pair_latency
 
 
 @dataclass(kw_only=True, eq=False)
@@ -40,6 +42,15 @@ class Signals:
     """What the what-if analysis says: steps, the mean ideal's metrics, comm excess."""
     config: WhatIfDetectorConfig
     """The thresholds in force (raised to the noise floor where it reaches them)."""
+
+    def with_config(self, config: WhatIfDetectorConfig) -> Signals:
+        """The same run and evidence under other thresholds, keeping every signal already
+        computed (none depends on a threshold): how the noise floor reads each threshold
+        with only that one taken away without recomputing the evidence twelve times."""
+        other = Signals(run=self.run, evidence=self.evidence, config=config)
+        other.__dict__.update({k: v for k, v in self.__dict__.items()
+                               if k not in ("run", "evidence", "config")})
+        return other
 
     @property
     def steps(self) -> np.ndarray:
@@ -70,6 +81,12 @@ class Signals:
         step (`whatif_device.over_peers`); None without DP peers or compute ops. What
         every rule reads to call a worker's own device slow."""
         return over_peers(self.grid) if self.run.meta.dp_size >= 2 else None
+
+    @functools.cached_property
+    def p2p_pairs(self) -> pd.DataFrame:
+        """Every P2P send matched with its receive and their latency
+        (`stragglerlab.p2p_pairs.p2p_pair_latency`); what the link rule compares."""
+        return p2p_pair_latency(self.run.trace)
 
     @functools.cached_property
     def seq_corr(self) -> float | None:

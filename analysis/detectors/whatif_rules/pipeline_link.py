@@ -14,4 +14,4 @@ from stragglerlab.findings import Finding
 def rule(s: Signals, board: Board) -> list[Finding]:
     """Slow P2P links beside the findings on the board."""
     return slow_links(s.run, s.steps, s.config, s.evidence.comm_excess_by_worker,
-                      s.view.slowdown, board.findings)
+                      s.view.slowdown, board.findings, s.p2p_pairs)
