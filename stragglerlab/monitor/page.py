@@ -8,7 +8,11 @@ window (a slider goes back through history; it follows the latest window while
 at the right end) on a canvas, so 1,000+ workers cost one fillRect each and
 hovering names the worker, the current findings, the attribution by op type,
 the errors the monitor recorded and, apart and labelled, the run's ground
-truth (faults.json) from `api/truth`.
+truth (faults.json) from `api/truth`, and again from the stream's last word
+(`event: end`, sent when the monitor stops: the page then stops listening and
+shows "run ended"). A lost stream shows one "reconnecting" note and is retried
+with a backoff up to 30 s. Tested in headless Chromium by
+tests/e2e/test_monitor_page_prometheus.py (no console errors allowed).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ PAGE = r"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>stragglerlab monitor</title>
+<link rel="icon" href="data:,">
 <style>
 body{font:14px system-ui,sans-serif;margin:0;background:#fafafa;color:#222}
 header{background:#263238;color:#fff;padding:10px 16px}
@@ -56,7 +61,7 @@ to the analysis</h2><div id="truthbody" class="muted">loading...</div></section>
 </main><div id="tip"></div>
 <script>
 "use strict";
-const st={lines:[],windows:[],errors:[],sel:-1,summary:{},pending:false};
+const st={lines:[],windows:[],errors:[],sel:-1,summary:{},pending:false,retry:0,down:false,ended:false};
 const $=id=>document.getElementById(id);
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
 const fmt=(x,d=3)=>x==null?"-":Number(x).toFixed(d);
@@ -130,21 +135,30 @@ function renderHeader(){
   $("status").innerHTML=[`<span>${state}</span>`,`<span>windows: ${st.windows.length}</span>`,
    `<span>last step: ${w?w.step:"-"}</span>`,`<span>S: ${w?fmt(w.slowdown):"-"}</span>`,
    `<span>layout: ${s.layout?`DP ${s.layout[0]} x PP ${s.layout[1]}`:"-"}</span>`,
-   `<span>lag: ${w?fmt(w.lag_from_step_end_s??w.lag_s,2)+" s":"-"}</span>`].join("");
+   `<span>lag: ${w?fmt(w.lag_from_step_end_s??w.lag_s,2)+" s":"-"}</span>`].join("")+
+   (st.down?"<span class='muted'>(connection lost: reconnecting)</span>":"");
 }
 function renderErrors(){$("errors").innerHTML=st.errors.length?st.errors.slice(-20).map(e=>`<div class="err">${e.step!=null?"step "+e.step+": ":""}${esc(e.message)}</div>`).join(""):"none";}
 function render(){renderHeader();renderWindow();drawChart();drawHeat();renderErrors();}
 async function loadTruth(){
-  try{const t=await(await fetch("api/truth")).json();
-    $("truthbody").innerHTML=t.available?(t.faults.length?"<table><tr><th>kind</th><th>targets</th><th>steps</th><th>requested</th></tr>"+t.faults.map(f=>`<tr><td>${esc(f.kind)}</td><td>${(f.targets||[]).map(r=>`DP ${r.dp_rank}, stage ${r.stage}`).join("; ")||"all"}</td><td>${f.first_step}-${f.last_step??"end"}</td><td>${esc(JSON.stringify(f.requested||{}))}</td></tr>`).join("")+"</table>":"a clean run: no fault injected"):esc(t.note||"not available");
-  }catch(e){$("truthbody").textContent="not available";}
+  try{showTruth(await(await fetch("api/truth")).json());}catch(e){$("truthbody").textContent="not available";}
 }
+function showTruth(t){
+    $("truthbody").innerHTML=t.available?(t.faults.length?"<table><tr><th>kind</th><th>targets</th><th>steps</th><th>requested</th></tr>"+t.faults.map(f=>`<tr><td>${esc(f.kind)}</td><td>${(f.targets||[]).map(r=>`DP ${r.dp_rank}, stage ${r.stage}`).join("; ")||"all"}</td><td>${f.first_step}-${f.last_step??"end"}</td><td>${esc(JSON.stringify(f.requested||{}))}</td></tr>`).join("")+"</table>":"a clean run: no fault injected"):esc(t.note||"not available");
+}
+function summary(s){st.summary=s;later();}
 function connect(){
   const after=st.lines.length?st.lines[st.lines.length-1].seq:-1;
   const es=new EventSource("events?after="+after);
+  es.addEventListener("open",()=>{st.retry=0;st.down=false;later();});
   es.addEventListener("line",e=>{if(add(JSON.parse(e.data)))later();});
-  es.addEventListener("summary",e=>{const s=JSON.parse(e.data);const was=st.summary.finished;st.summary=s;later();if(s.finished&&!was)loadTruth();});
-  es.onerror=()=>{$("status").insertAdjacentHTML("beforeend","<span class='muted'>(reconnecting)</span>");};
+  es.addEventListener("summary",e=>summary(JSON.parse(e.data)));
+  // The monitor stopped (the run ended, or it was stopped): nothing more will come.
+  es.addEventListener("end",e=>{es.close();st.ended=true;const d=JSON.parse(e.data);summary(d.summary);showTruth(d.truth);});
+  // Lost: one note, and a retry of our own, backing off to 30 s (the browser's own
+  // retries would log a failed request to the console every 2 s for as long as it is down).
+  es.onerror=()=>{es.close();if(st.ended)return;st.down=true;later();
+    const wait=Math.min(30000,1000*2**Math.min(st.retry++,5));setTimeout(connect,wait);};
 }
 $("slider").addEventListener("input",e=>{st.sel=Number(e.target.value);render();});
 $("heat").addEventListener("mousemove",e=>{

@@ -5,7 +5,9 @@ monitor computed and its faults.json ground truth):
 
     /              the page (monitor/page.py: one self-contained HTML document)
     /events        server-sent events: `event: line` per new history line
-                   (`?after=SEQ`: only lines after that sequence number)
+                   (`?after=SEQ`: only lines after that sequence number),
+                   `event: summary` when the summary changes, and `event: end`
+                   ({"summary", "truth"}: the last word) when the monitor stops
     /metrics       Prometheus text (monitor/metrics.py)
     /api/windows   {"summary": ..., "lines": [...]} the history (`?after=SEQ`)
     /api/truth     the run's ground truth (faults.json), when it has one
@@ -88,18 +90,24 @@ def make_app(state: MonitorState, run: Path, closing: threading.Event | None = N
 
         async def stream():
             nonlocal after
-            sent, idle = 0, 0.0
+            sent, idle, told = 0, 0.0, None
             yield "retry: 2000\n\n"
-            while not closing.is_set():
-                lines = state.since(after)
-                for line in lines:
+            while True:
+                stopping = closing.is_set()  # read first: what follows is then all there
+                for line in state.since(after):
                     after = line["seq"]
                     yield f"event: line\nid: {after}\ndata: {json.dumps(line)}\n\n"
                     sent += 1
                     if limit and sent >= limit:
                         return
-                if lines:
-                    summary = state.summary()
+                summary = state.summary()
+                if stopping:  # the last word, with the ground truth the run's end wrote
+                    # (the server is going away: the page fetches nothing after this)
+                    end = {"summary": summary, "truth": truth(run)}
+                    yield f"event: end\ndata: {json.dumps(end)}\n\n"
+                    return
+                if summary != told:  # new lines, or the monitor finished
+                    told = summary
                     yield f"event: summary\ndata: {json.dumps(summary)}\n\n"
                     idle = 0.0
                 if await request.is_disconnected():
