@@ -70,7 +70,7 @@ class Inflater:
                     return
                 while block := f.read(READ_BYTES):
                     self.bytes_in += len(block)
-                    self.bytes_out += len(block)
+                    self._count(len(block))
                     yield block
         except OSError as e:
             raise InputError(f"cannot read the trace: {e.strerror or e}", str(self.path)) \
@@ -104,7 +104,7 @@ class Inflater:
     def _count(self, n: int) -> None:
         self.bytes_out += n
         if self.bytes_out > self.max_bytes:
-            raise InputError(f"refused: decompresses past {self.max_bytes / 2**30:.1f} GiB "
+            raise InputError(f"refused: decompresses past {self.max_bytes / 2**30:.3g} GiB "
                              "(a gzip bomb or not a trace); pass the per-rank trace files",
                              str(self.path))
         if self.bytes_out > RATIO_GRACE_BYTES and \
@@ -168,7 +168,7 @@ class TraceReader:
         offset = len(prefix)
         while True:
             parts, size, eof = [carry], len(carry), False
-            while size < BATCH_BYTES:
+            while size < BATCH_BYTES or len(parts) == 1:  # at least one new block
                 block = next(chunks, None)
                 if block is None:
                     eof = True

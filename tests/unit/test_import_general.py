@@ -1,0 +1,217 @@
+"""The general op model (unannotated Kineto traces): import, matching, what-if, errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stragglerlab.analysis.whatif_general import whatif_general
+from stragglerlab.cli import main
+from stragglerlab.errors import InputError
+from stragglerlab.importers import stream_json
+from stragglerlab.importers.kineto_events import VocabularyFound, read_rank
+from stragglerlab.importers.kineto_general import build_general, load_ranks
+from stragglerlab.importers.stream_json import TraceReader
+from tests.unit.general_fixtures import ddp_doc, ddp_job, write_docs
+
+HTA = Path("/work/shared/external-traces/hta-sampled-2rank")
+EXPECTED_S = 27.0 / 19.5
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kineto-dp2-pp2"
+
+
+def _import(folder: Path, **kw):
+    return build_general(load_ranks(sorted(folder.glob("*.json*"))), **kw)
+
+
+@pytest.mark.skipif(not HTA.is_dir(), reason="the external HTA trace is not on this host")
+def test_external_hta_trace_imports_and_analyses(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["import", "kineto", "--traces", str(HTA), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "op model: general" in captured.err
+    report = json.loads((out / "import.json").read_text())
+    assert report["model"] == "general" and report["ranks"] == [0, 1]
+    assert report["world_size"] == 128 and report["steps"] == [551, 552]
+    assert any("2 of the job's 128 ranks" in n for n in report["notes"])
+    ops = pd.read_parquet(out / "ops.parquet")
+    comm = ops[ops["kind"] != "step-end"]
+    assert set(comm["kind"]) == {"all_to_all", "all_reduce", "all_gather"}
+    both = comm[comm["group"] >= 0].groupby("group")["rank"].agg(lambda r: sorted(r))
+    assert len(both) >= 4 and all(r == [0, 1] for r in both)  # matched across both ranks
+    wi = json.loads((out / "whatif.json").read_text())
+    assert math.isfinite(wi["S"]) and wi["S"] >= 1.0
+    assert set(wi["per_step"]) == {"551", "552"}
+    assert abs(wi["discrepancy"]) < 0.02  # the replay reproduces the traced step time
+    for share in (wi["kind_share"], wi["rank_share"]):
+        assert sum(share.values()) == pytest.approx(1.0)
+    assert all(math.isfinite(v) and v > 0 for v in wi["by_kind"].values())
+    assert wi["top_workers"] and 0.0 <= wi["M_W"] <= 1.0 + 1e-9
+    assert "what-if: S = " in captured.out
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_ddp_slow_rank_exact_slowdown(tmp_path, gpu):
+    res = _import(ddp_job(tmp_path, slow={3: 2.0}, gpu=gpu))
+    assert res.report["timing"] == ("gpu" if gpu else "cpu")
+    assert res.report["groups"] == 2 and res.report["local_ops"] == 0
+    wi = whatif_general(res.ops)
+    assert wi.S == pytest.approx(EXPECTED_S, rel=1e-6)
+    assert wi.T == pytest.approx(0.027, rel=1e-6) and wi.discrepancy == pytest.approx(0, abs=1e-6)
+    assert wi.top_workers == [3] and wi.by_rank[3] == pytest.approx(EXPECTED_S, rel=1e-6)
+    assert wi.by_kind["compute"] == pytest.approx(EXPECTED_S, rel=1e-6)
+    assert wi.by_kind["all_reduce"] == pytest.approx(1.0)
+    assert wi.M_W == pytest.approx(1.0)
+    if gpu:
+        busy = res.ops.loc[(res.ops["rank"] == 0) & (res.ops["k"] == 0), "busy_s"]
+        assert busy.to_numpy() == pytest.approx(0.00998)
+
+
+def test_clean_job_has_no_slowdown(tmp_path):
+    wi = whatif_general(_import(ddp_job(tmp_path)).ops)
+    assert wi.S == pytest.approx(1.0) and not wi.straggling
+
+
+def test_matching_by_seq_survives_a_different_issue_order(tmp_path):
+    docs = {r: ddp_doc(r, world=2, steps=(1,)) for r in range(2)}
+    # rank 1 also runs a second all-reduce (Seq 7) on another group before the first one
+    # ends: the match must follow (process group, Seq), not the order in the trace
+    for r, d in docs.items():
+        k = next(e for e in d["traceEvents"] if e["name"].startswith("ncclDev"))
+        extra = json.loads(json.dumps(k))
+        extra["args"].update({"Process Group Name": "9", "Seq": 7, "correlation": 99})
+        extra["ts"] = k["ts"] + (-200 if r == 1 else k["dur"] + 100)
+        extra["dur"] = 100 if r == 1 else 300
+        d["traceEvents"].append(extra)
+    res = _import(write_docs(tmp_path, docs))
+    ops = res.ops[res.ops["kind"] == "all_reduce"]
+    assert ops.groupby("group")["pg"].nunique().eq(1).all()
+    assert sorted(ops.groupby("group")["pg"].first()) == ["0", "9"]
+
+
+def test_matching_by_order_without_seq_and_p2p_pairs(tmp_path):
+    docs = {r: ddp_doc(r, world=2, steps=(1, 2), seq=False) for r in range(2)}
+    for r, d in docs.items():  # a send 0 -> 1 and its recv, per step
+        for e in [e for e in d["traceEvents"] if e["name"] == "ProfilerStep#1"]:
+            name = "send" if r == 0 else "recv"
+            d["traceEvents"].append({"ph": "X", "cat": "kernel", "name":
+                                     "ncclDevKernel_SendRecv", "pid": 0, "tid": 30,
+                                     "ts": e["ts"] + 20_000, "dur": 500, "args": {
+                                         "Collective name": name, "stream": 30,
+                                         "Src Rank": 0, "Dst Rank": 1, "correlation": -5}})
+    res = _import(write_docs(tmp_path, docs))
+    ops = res.ops
+    p2p = ops[ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 2 and p2p["group"].nunique() == 1 and (p2p["group"] >= 0).all()
+    ar = ops[ops["kind"] == "all_reduce"]
+    assert ar["group"].nunique() == 2 and ar.groupby("group")["rank"].nunique().eq(2).all()
+    assert ar.groupby("group")["step"].nunique().eq(1).all()
+
+
+def test_vocabulary_traces_keep_the_vocabulary_path(tmp_path, capsys):
+    with pytest.raises(VocabularyFound):
+        load_ranks(sorted(EXAMPLE.glob("*.json.gz")), stop_at_vocab=True)
+    out = tmp_path / "o"
+    assert main(["import", "kineto", "--traces", str(EXAMPLE), "--out", str(out)]) == 0
+    assert "op model: vocabulary" in capsys.readouterr().err
+    assert json.loads((out / "import.json").read_text())["model"] == "vocabulary"
+    assert (out / "trace.parquet").is_file() and not (out / "ops.parquet").exists()
+
+
+def test_parallel_read_equals_serial(tmp_path):
+    files = sorted(ddp_job(tmp_path, slow={1: 1.5}).glob("*.json"))
+    serial = build_general(load_ranks(files, processes=1)).ops
+    parallel = build_general(load_ranks(files, processes=2)).ops
+    pd.testing.assert_frame_equal(serial, parallel)
+
+
+def test_stream_reader_small_chunks_equal_json_loads(tmp_path, monkeypatch):
+    doc = {"a": {"b": "}{]["}, "traceEvents": [
+        {"ph": "X", "name": 'q"}]{"\\', "ts": 1, "dur": 2, "args": {"x": [1, {"y": "]"}]}},
+        {"ph": "M", "name": "\\\\", "args": {}}, 7, "s"] * 50, "baseTimeNanoseconds": 5}
+    f = tmp_path / "t.json.gz"
+    f.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    monkeypatch.setattr(stream_json, "BATCH_BYTES", 64)
+    monkeypatch.setattr(stream_json, "READ_BYTES", 7)
+    r = TraceReader(path=f)
+    events = [e for b in r.batches() for e in b]
+    assert events == doc["traceEvents"]
+    assert r.header == {"a": {"b": "}{]["}, "baseTimeNanoseconds": 5}
+
+
+def _err(tmp_path, capsys, folder) -> str:
+    code = main(["import", "kineto", "--traces", str(folder), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    return err
+
+
+def test_error_no_collective(tmp_path, capsys):
+    err = _err(tmp_path, capsys, ddp_job(tmp_path / "t", comm=False))
+    assert "no collective or P2P communication" in err
+
+
+def test_error_single_rank(tmp_path, capsys):
+    err = _err(tmp_path, capsys, write_docs(tmp_path / "t", {0: ddp_doc(0)}))
+    assert "one rank's trace only" in err
+
+
+def test_error_missing_step_and_allow_partial(tmp_path, capsys):
+    docs = {r: ddp_doc(r, world=2, steps=(5, 6) if r else (5,)) for r in range(2)}
+    folder = write_docs(tmp_path / "t", docs)
+    assert "rank 0 lacks [6]" in _err(tmp_path, capsys, folder)
+    res = _import(folder, allow_partial=True)
+    assert res.report["steps"] == [5]
+    docs[0]["traceEvents"] = [e for e in docs[0]["traceEvents"]
+                              if not e["name"].startswith("ProfilerStep")]
+    err = _err(tmp_path, capsys, write_docs(tmp_path / "u", docs))
+    assert "rank 0 has no complete ProfilerStep" in err
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", ', "ends inside"),
+    ('{"traceEvents": [{"ph": "X", "ts": 1,, }]}', "not valid JSON"),
+    ("garbage", "not valid JSON"),
+    ('{"traceEvents": 3}', "not a list"),
+    ('{"other": []}', "no 'traceEvents' list"),
+])
+def test_error_truncated_or_garbage_json(tmp_path, capsys, text, needle):
+    folder = write_docs(tmp_path / "t", {1: ddp_doc(1, world=2)})
+    (folder / "rank0.json").write_text(text)
+    err = _err(tmp_path, capsys, folder)
+    assert needle in err and "rank0.json" in err
+
+
+def test_error_truncated_gzip(tmp_path, capsys):
+    folder = write_docs(tmp_path / "t", {r: ddp_doc(r, world=2) for r in range(2)}, gz=True)
+    data = (folder / "rank0.json.gz").read_bytes()
+    (folder / "rank0.json.gz").write_bytes(data[: len(data) // 2])
+    assert "truncated" in _err(tmp_path, capsys, folder)
+
+
+def test_error_gzip_bomb_refused_early(tmp_path, capsys):
+    folder = write_docs(tmp_path / "t", {1: ddp_doc(1, world=2)})
+    body = b'{"traceEvents": [' + b" " * (96 << 20) + b"]}"
+    (folder / "rank0.json.gz").write_bytes(gzip.compress(body, compresslevel=1))
+    err = _err(tmp_path, capsys, folder)
+    assert "gzip bomb" in err and "rank0.json.gz" in err
+
+
+def test_bomb_cap_on_absolute_size(tmp_path):
+    f = tmp_path / "rank0.json"
+    f.write_text(json.dumps(ddp_doc(0)))
+    with pytest.raises(InputError, match="decompresses past"):
+        read_rank(f, max_bytes=1000)
+
+
+def test_rank_from_file_name_without_distributed_info(tmp_path):
+    folder = write_docs(tmp_path, {r: ddp_doc(r, world=2, info=False) for r in range(2)})
+    res = _import(folder)
+    assert res.report["ranks"] == [0, 1]
+    assert any("taken from the file name" in n for n in res.notes)
+    assert np.isfinite(whatif_general(res.ops).S)
