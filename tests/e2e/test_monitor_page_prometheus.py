@@ -86,6 +86,12 @@ def _wait(what: str, check, timeout: float, every: float = 0.1):
         time.sleep(every)
 
 
+def _drain(stream, into: list[str]) -> None:
+    """Read a pipe line by line into a list (so it never fills up)."""
+    for line in stream:
+        into.append(line)
+
+
 class LiveRun:
     """A run folder that grows a step at a time, and `stragglerlab monitor` on it."""
 
@@ -106,7 +112,7 @@ class LiveRun:
         self.err: list[str] = []
         self.out: list[str] = []
         for stream, into in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):
-            threading.Thread(target=lambda s=stream, i=into: i.extend(s), daemon=True).start()
+            threading.Thread(target=_drain, args=(stream, into), daemon=True).start()
         line = _wait("the monitor's 'monitor page:' line",
                      lambda: next((x for x in self.err if "monitor page: " in x), None)
                      or (self.proc.poll() is not None and pytest.fail(
@@ -203,13 +209,19 @@ def _browser_or_skip():
         pytest.skip("playwright is not installed (pip install -e '.[dev]')")
     chromium = _which("STRAGGLERLAB_CHROMIUM", "chromium", "chromium-browser", "google-chrome")
     if chromium is None:
-        pytest.skip("no Chromium on PATH (apt-get install chromium, or set "
-                    "STRAGGLERLAB_CHROMIUM)")
+        pytest.skip("no Chromium: none on PATH, and $STRAGGLERLAB_CHROMIUM unset or not "
+                    "executable (apt-get install chromium)")
     return sync_playwright, chromium
 
 
-def test_the_page_in_headless_chromium_follows_the_run(live, artifacts):
-    sync_playwright, chromium = _browser_or_skip()
+@pytest.fixture
+def browser_tools():
+    """(playwright's sync_playwright, the Chromium binary); a skip when either is absent."""
+    return _browser_or_skip()
+
+
+def test_the_page_in_headless_chromium_follows_the_run(browser_tools, live, artifacts):
+    sync_playwright, chromium = browser_tools  # before `live`: a skip costs nothing
     live.grow(FAULT_FIRST + 3)
     _wait("the first windows", lambda: live.last_step() == live.written, 30)
     first = live.written
@@ -299,10 +311,10 @@ def _big_history(dp: int, pp: int, victim: tuple[int, int], steps: int) -> Monit
     return state
 
 
-def test_the_page_stays_readable_at_1024_workers(tmp_path, artifacts):
+def test_the_page_stays_readable_at_1024_workers(browser_tools, tmp_path, artifacts):
     """A made-up 128 x 8 history served as the monitor serves it: the heatmap fits the
     window, the victim's cell is the hottest and hovering it names the worker."""
-    sync_playwright, chromium = _browser_or_skip()
+    sync_playwright, chromium = browser_tools
     pytest.importorskip("uvicorn", reason="the page needs the [monitor] extra")
     from stragglerlab.monitor.server import MonitorServer
 
@@ -360,8 +372,8 @@ def prometheus(tmp_path):
     PID at teardown."""
     binary = _which("STRAGGLERLAB_PROMETHEUS", "prometheus")
     if binary is None:
-        pytest.skip("no prometheus on PATH (apt-get install prometheus, or set "
-                    "STRAGGLERLAB_PROMETHEUS)")
+        pytest.skip("no prometheus: none on PATH, and $STRAGGLERLAB_PROMETHEUS unset or not "
+                    "executable (apt-get install prometheus)")
     procs: list[subprocess.Popen] = []
 
     def start(target: str) -> str:
@@ -402,7 +414,7 @@ def _query(url: str, promql: str) -> list[dict]:
     return data["data"]["result"]
 
 
-def test_a_real_prometheus_scrapes_the_victims_series(live, prometheus):
+def test_a_real_prometheus_scrapes_the_victims_series(prometheus, live):
     prom = prometheus(live.hostport)
     _wait("Prometheus's first scrape of the monitor (up == 1)", lambda: [
         r for r in _query(prom, 'up{job="stragglerlab"}') if r["value"][1] == "1"], 30, 0.5)
