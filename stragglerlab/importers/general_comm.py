@@ -11,6 +11,10 @@ Where a label comes from, first hit wins:
 3. the kernel name (`ncclDevKernel_AllReduce_...` -> all_reduce,
    `ncclKernel_SendRecv` -> sendrecv).
 
+On CPU traces (timing cpu) the ops are the `record_param_comms` records with a
+collective name, or, where a rank has none (older torch), its `gloo:<op>` /
+`nccl:<op>` ranges.
+
 Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
 """
 
@@ -171,6 +175,12 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                 continue
             rows.append(_row(ev.rank, rec, rec.start, normalize(str(rec.args["Collective name"])),
                              rec.args, LabelSource.ARGS))
+        if not rows:  # older torch: only the gloo:<op> / nccl:<op> ranges name them
+            for start, end, tid, name, _a in ev.labels:
+                if name != "record_param_comms":
+                    rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
+                    rows.append(_row(ev.rank, rec, start, normalize(name), {},
+                                     LabelSource.ANNOTATION))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
             "out_nelems", "source", "stream"]
     df = pd.DataFrame(rows, columns=cols)

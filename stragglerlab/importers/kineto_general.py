@@ -240,9 +240,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     world = _check_ranks(events, notes)
     steps = _common_steps(events, allow_partial)
     lay = _layout(events, layout, world, notes)
-    has_gpu = all(len(e.nccl) for e in events)
+    has_gpu = any(len(e.nccl) for e in events)
     if timing == "gpu" and not has_gpu:
-        raise InputError("--timing gpu, but not every rank's trace holds NCCL kernels; use "
+        raise InputError("--timing gpu, but no rank's trace holds NCCL kernels; use "
                          "--timing cpu (or auto)", events[0].path)
     use_gpu = has_gpu and timing != "cpu"
     base = {e.rank: e.base_us for e in events}
