@@ -10,7 +10,7 @@ in a fresh process so peak RSS is its own:
 
 * `stream`: stragglerlab.importers.kineto_general.load_ranks + build_general +
   the what-if (parallel processes; peak RSS of the parent and of the largest
-  reader process);
+  reader process, as the readers report it);
 * `json.loads`: gzip.decompress + json.loads of rank 0's file only (what a
   whole-document parser costs for one rank).
 """
@@ -91,7 +91,8 @@ def child(mode: str, files: list[str]) -> None:
         res = build_general(ev)
         wi = whatif_general(res.ops)
         extra = {"load_s": t_load, "S": wi.S, "top": wi.top_workers,
-                 "events": res.report["events"]}
+                 "events": res.report["events"],
+                 "peak_rss_mb_largest_reader": res.report["reader_peak_rss_mb"]}
     else:
         doc = json.loads(gzip.decompress(Path(files[0]).read_bytes()))
         extra = {"events": len(doc["traceEvents"])}
@@ -99,7 +100,7 @@ def child(mode: str, files: list[str]) -> None:
     kids_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"mode": mode, "wall_s": time.perf_counter() - t,
                       "peak_rss_mb_parent": self_kb / 1024,
-                      "peak_rss_mb_largest_child": kids_kb / 1024, **extra}))
+                      "peak_rss_mb_direct_children": kids_kb / 1024, **extra}))
 
 
 def main() -> None:

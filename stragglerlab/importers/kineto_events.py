@@ -23,7 +23,9 @@ read stops at the first one.
 from __future__ import annotations
 
 import re
+import resource
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +101,10 @@ class RankEvents:
     """Ranges named like the Megatron op vocabulary."""
     events: int = 0
     """Events read."""
+    bytes_read: int = 0
+    """Decompressed JSON bytes read."""
+    peak_rss_mb: float = 0.0
+    """Peak resident memory of the reading process when it finished (MiB)."""
     notes: list[str] = field(default_factory=list)
     """What was inferred (e.g. the rank from the file name)."""
 
@@ -107,9 +113,15 @@ def _num(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < MAX_TIME_US
 
 
+PROGRESS_EVERY_BYTES = 256 << 20
+"""read_rank's progress callback hears of every this many decompressed bytes."""
+
+
 def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | None = None,
-              max_ratio: float | None = None) -> RankEvents:
-    """Stream one file into RankEvents (see the module doc); InputError when unusable."""
+              max_ratio: float | None = None,
+              progress: Callable[[str], None] | None = None) -> RankEvents:
+    """Stream one file into RankEvents (see the module doc); InputError when unusable.
+    progress (optional) gets `<file>: <n> MiB read` every PROGRESS_EVERY_BYTES."""
     path = Path(path)
     where = str(path)
     kw = {k: v for k, v in (("max_bytes", max_bytes), ("max_ratio", max_ratio)) if v}
@@ -119,7 +131,11 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     launches, kernels = array("d"), array("d")
     vocab = bad = 0
     first_bad = ""
+    next_note = PROGRESS_EVERY_BYTES
     for batch in reader.batches():
+        if progress is not None and reader.source.bytes_out >= next_note:
+            progress(f"{path.name}: {reader.source.bytes_out >> 20:,} MiB read")
+            next_note += PROGRESS_EVERY_BYTES
         for e in batch:
             if not isinstance(e, dict) or e.get("ph") != "X":
                 continue
@@ -192,7 +208,9 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       nccl=nccl, cpu_comms=cpu_comms, labels=labels,
                       launches=np.frombuffer(launches, dtype=np.float64).reshape(-1, 3).copy(),
                       kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
-                      vocab_ranges=vocab, events=reader.events, notes=notes)
+                      vocab_ranges=vocab, events=reader.events, notes=notes,
+                      bytes_read=reader.source.bytes_out,
+                      peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def _tid(e: dict) -> int:

@@ -82,7 +82,7 @@ def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
     out: list[RankEvents] = []
     if n <= 1 or len(paths) == 1 or (processes is None and total < PARALLEL_MIN_BYTES):
         for i, p in enumerate(paths, 1):
-            out.append(read_rank(p, stop_at_vocab))
+            out.append(read_rank(p, stop_at_vocab, progress=say))
             say(f"rank trace {i}/{len(paths)} parsed: {p.name}")
         return out
     say(f"reading {len(paths)} traces ({total / 2**20:,.0f} MiB on disk) in {n} processes")
@@ -349,5 +349,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                           c["source"].value_counts().items()},
         "outside_steps_dropped": dropped,
         "events": int(sum(e.events for e in events)),
+        "json_bytes": int(sum(e.bytes_read for e in events)),
+        "reader_peak_rss_mb": float(max(e.peak_rss_mb for e in events)),
     }
     return GeneralImport(ops=out, report=report, notes=notes)

@@ -215,3 +215,16 @@ def test_rank_from_file_name_without_distributed_info(tmp_path):
     assert res.report["ranks"] == [0, 1]
     assert any("taken from the file name" in n for n in res.notes)
     assert np.isfinite(whatif_general(res.ops).S)
+
+
+def test_layout_flag_gives_dp_stage_attribution_and_m_s(tmp_path):
+    from stragglerlab.importers.layout import Layout
+
+    res = _import(ddp_job(tmp_path, slow={3: 2.0}), layout=Layout.parse("dp=2,pp=2"))
+    wi = whatif_general(res.ops)
+    # roles = stages: stage 1 (ranks 2, 3) idealizes to 15 ms, so T_ideal = 15 + 2 + 5 ms
+    assert wi.S == pytest.approx(27 / 22, rel=1e-6)
+    assert wi.by_stage == pytest.approx({0: 1.0, 1: 27 / 22}, rel=1e-6)
+    assert wi.by_dp == pytest.approx({0: 1.0, 1: 27 / 22}, rel=1e-6)
+    assert wi.top_workers == [3] and wi.M_S == pytest.approx(1.0)
+    assert res.report["layout"]["source"] == "--layout"
