@@ -17,7 +17,9 @@ Kept per event kind (everything else is dropped as it streams past):
 
 Vocabulary ranges (stragglerlab.schema's optypes) are counted, so the caller
 can hand a testbed trace to the vocabulary importer; with stop_at_vocab the
-read stops at the first one.
+read stops (VocabularyFound) at the first forward-/backward-compute range or
+the second distinct vocabulary name (one stray range named `optimizer` in
+someone's job does not make it a vocabulary trace).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
+COMPUTE_VOCAB = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value})
 STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 COMM_ARGS = ("Collective name", "Process Group Name", "Process Group Ranks", "Seq",
@@ -130,6 +133,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     nccl, cpu_comms, labels = [], [], []
     launches, kernels = array("d"), array("d")
     vocab = bad = 0
+    names: set[str] = set()
     first_bad = ""
     next_note = PROGRESS_EVERY_BYTES
     for batch in reader.batches():
@@ -176,7 +180,8 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 labels.append((float(ts), float(end), _tid(e), name, {}))
             elif name in VOCAB and cat == "user_annotation":
                 vocab += 1
-                if stop_at_vocab:
+                names.add(name)
+                if stop_at_vocab and (name in COMPUTE_VOCAB or len(names) >= 2):
                     raise VocabularyFound(where)
     if bad:
         raise InputError(f"{bad:,} complete event(s) are malformed, e.g. {first_bad}: ts and "

@@ -228,3 +228,12 @@ def test_layout_flag_gives_dp_stage_attribution_and_m_s(tmp_path):
     assert wi.by_dp == pytest.approx({0: 1.0, 1: 27 / 22}, rel=1e-6)
     assert wi.top_workers == [3] and wi.M_S == pytest.approx(1.0)
     assert res.report["layout"]["source"] == "--layout"
+
+
+def test_one_stray_vocabulary_name_stays_general(tmp_path):
+    docs = {r: ddp_doc(r, world=2) for r in range(2)}
+    for d in docs.values():
+        e = next(e for e in d["traceEvents"] if e["name"] == "aten::add")
+        d["traceEvents"].append({**e, "cat": "user_annotation", "name": "optimizer"})
+    events = load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json")), stop_at_vocab=True)
+    assert [e.vocab_ranges for e in events] == [1, 1]
