@@ -48,6 +48,10 @@ COMM_ARGS = ("Collective name", "Process Group Name", "Process Group Ranks", "Se
 LABEL_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
 COMPUTE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+KEPT_CPU_PREFIXES = ("ProfilerStep#",) + LABEL_PREFIXES
+"""CPU ops (cat cpu_op) kept besides record_param_comms."""
+NUMBER = (int, float)
+"""Types a time may have (bool excluded: type() is exact)."""
 
 
 class VocabularyFound(Exception):
@@ -97,7 +101,8 @@ class RankEvents:
     labels: list[tuple[float, float, int, str]]
     """(start, end, tid, name) of nccl:/gloo:/c10d:: ranges and record_param_comms."""
     launches: np.ndarray
-    """(n, 3) float64: correlation, start, tid of CUDA runtime calls."""
+    """(n, 3) float64: correlation, start, tid of the CUDA runtime calls that launched
+    NCCL kernels."""
     kernels: np.ndarray
     """(n, 2) float64: start, end of compute kernels / memcpys / memsets."""
     vocab_ranges: int = 0
@@ -141,16 +146,18 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
             progress(f"{path.name}: {reader.source.bytes_out >> 20:,} MiB read")
             next_note += PROGRESS_EVERY_BYTES
         for e in batch:
-            if not isinstance(e, dict) or e.get("ph") != "X":
-                continue
-            ts, dur = e.get("ts"), e.get("dur", 0.0)
-            if not (_num(ts) and _num(dur)) or dur < 0:
-                bad += 1
-                first_bad = first_bad or f"{str(e.get('name', '?'))[:60]!r} (ts {ts!r}, " \
-                                         f"dur {dur!r})"
+            if type(e) is not dict or e.get("ph") != "X":
                 continue
             cat, name = e.get("cat"), e.get("name")
-            if not isinstance(name, str):
+            if type(name) is not str or (cat == "cpu_op" and name != "record_param_comms"
+                                         and not name.startswith(KEPT_CPU_PREFIXES)):
+                continue  # most CPU ops: nothing the model needs
+            ts, dur = e.get("ts"), e.get("dur", 0.0)
+            if type(ts) not in NUMBER or type(dur) not in NUMBER \
+                    or not (-MAX_TIME_US < ts < MAX_TIME_US and 0 <= dur < MAX_TIME_US):
+                bad += 1  # also NaN, which fails every comparison
+                first_bad = first_bad or f"{name[:60]!r} (ts {str(ts)[:40]}, dur " \
+                                         f"{str(dur)[:40]})"
                 continue
             end = ts + dur
             if cat in COMPUTE_CATS and not (cat == "kernel" and "nccl" in name.lower()):
@@ -208,10 +215,14 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     base = head.get("baseTimeNanoseconds", 0)
     base = float(base) / 1e3 if _num(base) or (isinstance(base, int) and abs(base) < 2**63) \
         else 0.0
+    launch = np.frombuffer(launches, dtype=np.float64).reshape(-1, 3)
+    nccl_corr = np.fromiter((r.corr for r in nccl), dtype=np.float64, count=len(nccl))
+    launch = launch[np.isin(launch[:, 0], nccl_corr)].copy()  # only NCCL launches are needed
+    del launches
     return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
                       pg_config=info.get("pg_config") or [], base_us=base, steps=steps,
                       nccl=nccl, cpu_comms=cpu_comms, labels=labels,
-                      launches=np.frombuffer(launches, dtype=np.float64).reshape(-1, 3).copy(),
+                      launches=launch,
                       kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out,

@@ -27,7 +27,7 @@ import orjson
 
 from stragglerlab.errors import InputError
 
-BATCH_BYTES = 8 << 20
+BATCH_BYTES = 2 << 20
 """JSON bytes parsed per batch of events."""
 READ_BYTES = 1 << 20
 """Compressed (or plain) bytes read per call."""

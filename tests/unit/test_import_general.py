@@ -237,3 +237,11 @@ def test_one_stray_vocabulary_name_stays_general(tmp_path):
         d["traceEvents"].append({**e, "cat": "user_annotation", "name": "optimizer"})
     events = load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json")), stop_at_vocab=True)
     assert [e.vocab_ranges for e in events] == [1, 1]
+
+
+def test_error_malformed_event_times(tmp_path, capsys):
+    docs = {r: ddp_doc(r, world=2) for r in range(2)}
+    k = next(e for e in docs[0]["traceEvents"] if e["cat"] == "kernel")
+    k["ts"] = "12"
+    err = _err(tmp_path, capsys, write_docs(tmp_path / "t", docs))
+    assert "malformed" in err and "rank0.json" in err
