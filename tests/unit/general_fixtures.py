@@ -26,8 +26,10 @@ def _x(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args) -> dict:
 
 def ddp_doc(rank: int, world: int = 4, steps=(5, 6), slow: dict | None = None,
             fwd_ms: float = 10.0, ar_ms: float = 2.0, tail_ms: float = 5.0, gpu: bool = True,
-            seq: bool = True, comm: bool = True, info: bool = True) -> dict:
-    """One rank's document (see the module doc)."""
+            seq: bool = True, comm: bool = True, info: bool = True,
+            old_torch: bool = False) -> dict:
+    """One rank's document (see the module doc). old_torch: no comm args anywhere; the
+    collective is named only by an `nccl:all_reduce` range around the kernel's launch."""
     slow = slow or {}
     ev: list[dict] = []
     corr = 1000 * (rank + 1)
@@ -48,6 +50,9 @@ def ddp_doc(rank: int, world: int = 4, steps=(5, 6), slow: dict | None = None,
             if seq:
                 args["Seq"] = i
             blocking = last - mine + ar_ms * MS  # gloo: the CPU op waits for the others
+            if old_torch:
+                args = {}
+                ev.append(_x("nccl:all_reduce", t0 + mine - 5, 60.0, cat="user_annotation"))
             ev.append(_x("record_param_comms", t0 + mine, 50.0 if gpu else blocking, **args))
             if gpu:
                 corr += 1

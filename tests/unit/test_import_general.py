@@ -245,3 +245,11 @@ def test_error_malformed_event_times(tmp_path, capsys):
     k["ts"] = "12"
     err = _err(tmp_path, capsys, write_docs(tmp_path / "t", docs))
     assert "malformed" in err and "rank0.json" in err
+
+
+def test_older_torch_labels_from_the_launching_range_eight_ranks(tmp_path):
+    res = _import(ddp_job(tmp_path, world=8, slow={5: 2.0}, old_torch=True))
+    assert res.report["label_sources"] == {"annotation": 16}
+    assert res.report["groups"] == 2 and res.report["local_ops"] == 0
+    wi = whatif_general(res.ops)
+    assert wi.S == pytest.approx(27 / (10 * 9 / 8 + 7), rel=1e-6) and wi.top_workers == [5]
