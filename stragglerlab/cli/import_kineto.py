@@ -126,15 +126,22 @@ def _print_vocabulary(res, out) -> None:
 def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.atomic import atomic_write_json, staged_folder
+    from stragglerlab.errors import InputError
     from stragglerlab.importers.kineto_general import build_general
     from stragglerlab.op_model import OPS_SCHEMA
 
-    res = build_general(events, layout=layout, timing=args.timing, align=args.align,
-                        allow_partial=args.allow_partial)
-    r = res.report
-    progress(f"op model: {r['ops']:,} communication ops in {r['groups']:,} cross-rank groups; "
-             "simulating the what-if")
-    wi = whatif_general(res.ops)
+    try:
+        res = build_general(events, layout=layout, timing=args.timing, align=args.align,
+                            allow_partial=args.allow_partial)
+        r = res.report
+        progress(f"op model: {r['ops']:,} communication ops in {r['groups']:,} cross-rank "
+                 "groups; simulating the what-if")
+        wi = whatif_general(res.ops)
+    except (ValueError, KeyError, IndexError, TypeError) as e:  # a trace shape not foreseen
+        raise InputError(f"the general op model could not be built from these traces "
+                         f"({type(e).__name__}: {str(e)[:200]}); please report it with the "
+                         "traces' torch version, or annotate the job (docs: 'Analyzing your "
+                         "own job')") from None
     notes = res.notes + wi.notes
     with staged_folder(out) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)

@@ -172,7 +172,9 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                     launches.extend((float(corr), float(ts), float(_tid(e))))
             elif cat == "kernel":
                 corr = args.get("correlation", args.get("External id", -1))
-                nccl.append(CommRecord(start=ts, end=end, tid=int(args.get("stream", _tid(e))),
+                stream = args.get("stream")
+                nccl.append(CommRecord(start=ts, end=end,
+                                       tid=stream if type(stream) is int else _tid(e),
                                        corr=corr if isinstance(corr, int) else -1,
                                        args={k: args[k] for k in COMM_ARGS if k in args},
                                        name=name))
