@@ -166,9 +166,10 @@ class TraceReader:
         prefix, rest = self._find_array(chunks)
         carry = rest
         offset = len(prefix)
+        need = BATCH_BYTES
         while True:
             parts, size, eof = [carry], len(carry), False
-            while size < BATCH_BYTES or len(parts) == 1:  # at least one new block
+            while size < need or len(parts) == 1:  # at least one new block
                 block = next(chunks, None)
                 if block is None:
                     eof = True
@@ -191,9 +192,9 @@ class TraceReader:
                 cut = int(pos[closes[-1]]) + 1
                 yield self._parse(data[:cut], offset)
                 offset += cut
-                carry = data[cut:]
-            else:
-                carry = data
+                carry, need = data[cut:], BATCH_BYTES
+            else:  # no complete event yet: read twice as much before scanning again
+                carry, need = data, 2 * len(data)
             if len(carry) > MAX_EVENT_BYTES:
                 raise self._bad(f"an event is larger than {MAX_EVENT_BYTES >> 20} MiB near "
                                 f"byte {offset:,}: not a trace event list; {FIX}")
@@ -212,10 +213,11 @@ class TraceReader:
 
     def _find_array(self, chunks: Iterator[bytes]) -> tuple[bytes, bytes]:
         """(bytes up to the traceEvents '[', bytes after it)."""
-        buf = b""
+        buf, searched = b"", 0
         for block in chunks:
             buf += block
-            start = 0
+            start = max(0, searched - len(KEY))  # only the new bytes (and a key split there)
+            searched = len(buf)
             while (k := buf.find(KEY, start)) >= 0:
                 a = np.frombuffer(buf[:k], np.uint8)
                 pos, depth = _structure(a)
@@ -224,12 +226,14 @@ class TraceReader:
                     j = k + len(KEY)
                     tail = buf[j:].lstrip()
                     if len(tail) < 2:
-                        break  # need more bytes
+                        searched = k + len(KEY)  # need more bytes: look here again
+                        break
                     if tail[:1] == b":" and tail[1:].lstrip()[:1] == b"[":
                         body = tail[1:].lstrip()
                         cut = len(buf) - len(body)
                         return buf[:cut], buf[cut + 1:]
                     if tail[:1] == b":" and not tail[1:].strip():
+                        searched = k + len(KEY)
                         break
                     raise self._bad("not a Chrome trace ('traceEvents' is not a list); pass "
                                     "files written by torch.profiler's export_chrome_trace")

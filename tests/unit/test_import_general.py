@@ -253,3 +253,14 @@ def test_older_torch_labels_from_the_launching_range_eight_ranks(tmp_path):
     assert res.report["groups"] == 2 and res.report["local_ops"] == 0
     wi = whatif_general(res.ops)
     assert wi.S == pytest.approx(27 / (10 * 9 / 8 + 7), rel=1e-6) and wi.top_workers == [5]
+
+
+@pytest.mark.parametrize("split", range(1, 24))
+def test_stream_reader_key_split_across_blocks(tmp_path, monkeypatch, split):
+    head = b'{"x": 1, "traceEvents"  :  [{"ph": "X"}], "y": 2}'
+    f = tmp_path / "t.json"
+    f.write_bytes(head)
+    monkeypatch.setattr(stream_json, "READ_BYTES", split)
+    r = TraceReader(path=f)
+    assert [e for b in r.batches() for e in b] == [{"ph": "X"}]
+    assert r.header == {"x": 1, "y": 2}
