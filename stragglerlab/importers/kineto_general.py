@@ -5,8 +5,8 @@
 
 What it infers (stragglerlab.op_model describes the table):
 
-* steps from `ProfilerStep#N` (the steps every rank has; --allow-partial
-  keeps the common ones when ranks differ);
+* steps from `ProfilerStep#N`: the steps every rank has (a note names any
+  left out; no common step at all is an error);
 * communication ops per rank, labelled as stragglerlab.importers.
   general_comm says: NCCL kernels on GPU traces (timing gpu), or
   `record_param_comms` with a collective name on CPU traces (gloo);
@@ -130,19 +130,20 @@ def _check_ranks(events: list[RankEvents], notes: list[str]) -> int:
     return world
 
 
-def _common_steps(events: list[RankEvents], allow_partial: bool) -> list[int]:
+def _common_steps(events: list[RankEvents], notes: list[str]) -> list[int]:
+    """The steps every rank has (a note names the steps left out)."""
     sets = {e.rank: set(e.steps) for e in events}
     everyone, union = set.intersection(*sets.values()), set.union(*sets.values())
     if not everyone:
         raise InputError("no ProfilerStep#N that every rank has (steps per rank: "
                          + "; ".join(f"rank {r}: {sorted(s)[:8]}" for r, s in sets.items())
-                         + "); profile the same steps on every rank")
-    if everyone != union and not allow_partial:
+                         + "); the what-if compares ranks within a step, so profile the same "
+                         "steps on every rank (one torch.profiler.schedule for all)")
+    if everyone != union:
         lacking = {r: sorted(union - s) for r, s in sets.items() if union - s}
-        raise InputError("ranks miss steps that others have ("
-                         + "; ".join(f"rank {r} lacks {s[:8]}" for r, s in lacking.items())
-                         + "); use the same profiler schedule on every rank, or pass "
-                         "--allow-partial to keep the steps every rank has")
+        notes.append("kept the steps every rank has, " + ", ".join(map(str, sorted(everyone)))
+                     + "; left out the others ("
+                     + "; ".join(f"rank {r} lacks {s[:8]}" for r, s in lacking.items()) + ")")
     return sorted(everyone)
 
 
@@ -234,11 +235,12 @@ def _busy(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def build_general(events: list[RankEvents], layout: Layout | None = None,
                   timing: str = "auto", align: str = "auto",
                   allow_partial: bool = False) -> GeneralImport:
-    """The op table of a job from its ranks' events (see the module doc)."""
+    """The op table of a job from its ranks' events (see the module doc). allow_partial
+    is accepted for the CLI's sake: the general model always keeps the common steps."""
     events = sorted(events, key=lambda e: e.rank)
     notes: list[str] = []
     world = _check_ranks(events, notes)
-    steps = _common_steps(events, allow_partial)
+    steps = _common_steps(events, notes)
     lay = _layout(events, layout, world, notes)
     has_gpu = any(len(e.nccl) for e in events)
     if timing == "gpu" and not has_gpu:

@@ -161,12 +161,14 @@ def test_error_single_rank(tmp_path, capsys):
     assert "one rank's trace only" in err
 
 
-def test_error_missing_step_and_allow_partial(tmp_path, capsys):
+def test_missing_steps_keep_the_common_ones_and_no_step_is_an_error(tmp_path, capsys):
     docs = {r: ddp_doc(r, world=2, steps=(5, 6) if r else (5,)) for r in range(2)}
-    folder = write_docs(tmp_path / "t", docs)
-    assert "rank 0 lacks [6]" in _err(tmp_path, capsys, folder)
-    res = _import(folder, allow_partial=True)
+    res = _import(write_docs(tmp_path / "t", docs))
     assert res.report["steps"] == [5]
+    assert any("rank 0 lacks [6]" in n for n in res.notes)
+    docs[1] = ddp_doc(1, world=2, steps=(6,))
+    assert "no ProfilerStep#N that every rank has" in _err(tmp_path, capsys,
+                                                          write_docs(tmp_path / "v", docs))
     docs[0]["traceEvents"] = [e for e in docs[0]["traceEvents"]
                               if not e["name"].startswith("ProfilerStep")]
     err = _err(tmp_path, capsys, write_docs(tmp_path / "u", docs))
