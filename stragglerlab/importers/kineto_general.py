@@ -309,8 +309,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     ops["dp_rank"], ops["stage"] = -1, -1
     if lay is not None:
         coords = {e.rank: lay.coords(e.rank) for e in events}
-        ops["dp_rank"] = ops["rank"].map(lambda r: coords[r][0])
-        ops["stage"] = ops["rank"].map(lambda r: coords[r][1])
+        ops["dp_rank"] = ops["rank"].map({r: c[0] for r, c in coords.items()})
+        ops["stage"] = ops["rank"].map({r: c[1] for r, c in coords.items()})
         ops["role"] = ops["stage"]
     else:
         label = np.where(ops["kind"].isin(P2P_KINDS),
