@@ -55,6 +55,7 @@ from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-expor
     find_traces,
     load_json,
 )
+from stragglerlab.importers.kineto_clocks import check_clock_gaps, clock_offsets
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
 from stragglerlab.meta import MAX_WORKERS, JobMeta
 from stragglerlab.schema import OPTYPE_VALUES, P2P_OPS, OpType
@@ -68,8 +69,6 @@ VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-CLOCK_GAP_FRACTION = 0.5
-"""A step starting further than this share of the median step time from rank 0's is a gap."""
 
 
 @dataclass
@@ -271,52 +270,6 @@ def _common_steps(traces: list[RankTrace], allow_partial: bool) -> list[int]:
     return sorted(everyone)
 
 
-def _clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
-    """End of the first optimizer-clip-main-grad of each common step on one rank."""
-    ends: dict[int, float] = {}
-    clip = OpType.OPTIMIZER_CLIP_MAIN_GRAD.value
-    for k in steps:
-        s0, s1 = t.steps[k]
-        hits = [end for name, start, end, _ in t.ops if name == clip and s0 <= start <= s1]
-        if hits:
-            ends[k] = min(hits)
-    return ends
-
-
-def _offsets(traces: list[RankTrace], steps: list[int], align: str) -> tuple[str, dict]:
-    """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock)."""
-    ref = min(traces, key=lambda t: t.rank)
-    if align == "auto":
-        align = "none" if len({t.host for t in traces}) == 1 else "collective"
-    if align == "none":
-        return align, {t.rank: t.base_us - ref.base_us for t in traces}
-    if align == "collective":
-        ends = {t.rank: _clip_ends(t, steps) for t in traces}
-        if all(set(ends[ref.rank]) & set(e) for e in ends.values()):
-            return align, {t.rank: float(np.median([ends[ref.rank][k] - e for k, e in
-                                                    ends[t.rank].items() if k in ends[ref.rank]]))
-                           for t in traces}
-        align = "step"  # no clip op to align on
-    first = steps[0]
-    return align, {t.rank: ref.steps[first][0] - t.steps[first][0] for t in traces}
-
-
-def _check_clock_gaps(traces, steps, offsets) -> None:
-    ref = min(traces, key=lambda t: t.rank)
-    durations = [e - s for t in traces for k in steps for s, e in [t.steps[k]]]
-    tol = max(CLOCK_GAP_FRACTION * float(np.median(durations)), 1.0)
-    for t in traces:
-        for k in steps:
-            gap = t.steps[k][0] + offsets[t.rank] - ref.steps[k][0] - offsets[ref.rank]
-            if abs(gap) > tol:
-                raise InputError(
-                    f"clock gap: after aligning clocks, rank {t.rank}'s step {k} starts "
-                    f"{gap / 1e6:+.4f} s from rank {ref.rank}'s (tolerance {tol / 1e6:.4f} s, "
-                    f"half the median step time): its clock jumped or its steps are numbered "
-                    "differently; profile all ranks in the same run (try --align step if you "
-                    "used --align none)", t.path)
-
-
 def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                   timing: str = "auto", allow_partial: bool = False, align: str = "auto",
                   trial_name: str = "",
@@ -358,8 +311,8 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                              "replicas whose every stage is there", where)
         traces = [cells[(d, s)] for d in dp_keep for s in range(layout.pp)]
     steps = _common_steps(traces, allow_partial)
-    align, offsets = _offsets(traces, steps, align)
-    _check_clock_gaps(traces, steps, offsets)
+    align, offsets = clock_offsets(traces, steps, align)
+    check_clock_gaps(traces, steps, offsets)
     df = _frame(traces, layout, dp_keep, steps, offsets)
     meta = JobMeta(dp_size=len(dp_keep), pp_size=layout.pp, tp_size=layout.tp,
                    world_size=len(dp_keep) * layout.pp * layout.tp, trial_name=trial_name)

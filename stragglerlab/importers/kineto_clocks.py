@@ -1,0 +1,65 @@
+"""Clocks of per-rank Kineto traces: the offset that puts each rank on rank 0's clock, and
+the check that, once aligned, every rank starts each common step near rank 0's
+(stragglerlab.importers.kineto's `align` modes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from stragglerlab.errors import InputError
+from stragglerlab.schema import OpType
+
+if TYPE_CHECKING:
+    from stragglerlab.importers.kineto import RankTrace
+
+CLOCK_GAP_FRACTION = 0.5
+"""A step starting further than this share of the median step time from rank 0's is a gap."""
+
+
+def clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
+    """End of the first optimizer-clip-main-grad of each common step on one rank."""
+    ends: dict[int, float] = {}
+    clip = OpType.OPTIMIZER_CLIP_MAIN_GRAD.value
+    for k in steps:
+        s0, s1 = t.steps[k]
+        hits = [end for name, start, end, _ in t.ops if name == clip and s0 <= start <= s1]
+        if hits:
+            ends[k] = min(hits)
+    return ends
+
+
+def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tuple[str, dict]:
+    """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock)."""
+    ref = min(traces, key=lambda t: t.rank)
+    if align == "auto":
+        align = "none" if len({t.host for t in traces}) == 1 else "collective"
+    if align == "none":
+        return align, {t.rank: t.base_us - ref.base_us for t in traces}
+    if align == "collective":
+        ends = {t.rank: clip_ends(t, steps) for t in traces}
+        if all(set(ends[ref.rank]) & set(e) for e in ends.values()):
+            return align, {t.rank: float(np.median([ends[ref.rank][k] - e for k, e in
+                                                    ends[t.rank].items() if k in ends[ref.rank]]))
+                           for t in traces}
+        align = "step"  # no clip op to align on
+    first = steps[0]
+    return align, {t.rank: ref.steps[first][0] - t.steps[first][0] for t in traces}
+
+
+def check_clock_gaps(traces, steps, offsets) -> None:
+    ref = min(traces, key=lambda t: t.rank)
+    durations = [e - s for t in traces for k in steps for s, e in [t.steps[k]]]
+    tol = max(CLOCK_GAP_FRACTION * float(np.median(durations)), 1.0)
+    for t in traces:
+        for k in steps:
+            gap = t.steps[k][0] + offsets[t.rank] - ref.steps[k][0] - offsets[ref.rank]
+            if abs(gap) > tol:
+                raise InputError(
+                    f"clock gap: after aligning clocks, rank {t.rank}'s step {k} starts "
+                    f"{gap / 1e6:+.4f} s from rank {ref.rank}'s (tolerance {tol / 1e6:.4f} s, "
+                    f"half the median step time): its clock jumped or its steps are numbered "
+                    "differently; profile all ranks in the same run (try --align step if you "
+                    "used --align none)", t.path)
