@@ -30,6 +30,7 @@ The monitor and Prometheus are stopped by PID in the fixtures' teardown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -202,6 +203,23 @@ def _until(page, condition: str, problems: list[str], timeout_s: float = 15) -> 
                     f"{page.evaluate(STATUS)!r}; problems: {problems}")
 
 
+@contextlib.contextmanager
+def _chromium_page(sync_playwright, chromium: str, problems: list[str]):
+    """A page of the system's headless Chromium, 1280 x 1000; console errors and page
+    errors are appended to `problems`. The browser closes on exit."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("console", lambda m: m.type == "error" and problems.append(
+                f"console error: {m.text} ({m.location})"))
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            yield page
+        finally:
+            browser.close()
+
+
 def _browser_or_skip():
     try:
         from playwright.sync_api import sync_playwright
@@ -226,68 +244,59 @@ def test_the_page_in_headless_chromium_follows_the_run(browser_tools, live, arti
     _wait("the first windows", lambda: live.last_step() == live.written, 30)
     first = live.written
     problems: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on("console", lambda m: m.type == "error" and problems.append(
-                f"console error: {m.text} ({m.location})"))
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            page.goto(live.url, wait_until="load")
-            assert page.title() == "stragglerlab monitor"
-            _until(page, f"{STATUS}.includes('last step: {first}')", problems, 15)
-            assert "live" in page.evaluate(STATUS)
-            page.evaluate("window.__notReloaded = true")  # gone if the page reloads
+    with _chromium_page(sync_playwright, chromium, problems) as page:
+        page.goto(live.url, wait_until="load")
+        assert page.title() == "stragglerlab monitor"
+        _until(page, f"{STATUS}.includes('last step: {first}')", problems, 15)
+        assert "live" in page.evaluate(STATUS)
+        page.evaluate("window.__notReloaded = true")  # gone if the page reloads
 
-            # It follows the run as it grows: every new step shows, with no reload.
-            shown = [page.evaluate(STATUS)]
-            for step in range(live.written + 1, STEPS - 2):
-                live.grow(step)
-                _until(page, f"{STATUS}.includes('last step: {step}')", problems, 15)
-                shown.append(page.evaluate(STATUS))
-            assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
-            assert len(set(shown)) == len(shown), shown  # step (and S) changed each time
-            last = live.written
+        # It follows the run as it grows: every new step shows, with no reload.
+        shown = [page.evaluate(STATUS)]
+        for step in range(live.written + 1, STEPS - 2):
+            live.grow(step)
+            _until(page, f"{STATUS}.includes('last step: {step}')", problems, 15)
+            shown.append(page.evaluate(STATUS))
+        assert page.evaluate("window.__notReloaded === true"), "the page reloaded"
+        assert len(set(shown)) == len(shown), shown  # step (and S) changed each time
+        last = live.written
 
-            # The finding names the victim; the heatmap is drawn, the victim's cell hottest.
-            findings = page.inner_text("#findings")
-            assert "slow-worker" in findings and "DP 1, stage 1" in findings, findings
-            heat = page.evaluate(CANVAS_PIXELS, "heat")
-            assert heat["css_width"] > 200 and heat["drawn"] > heat["all"] // 4, heat
-            chart = page.evaluate(CANVAS_PIXELS, "chart")
-            assert chart["drawn"] > 0, chart
-            cells = page.evaluate(HEAT_CELLS)
-            hottest = max(cells, key=lambda c: c["heat"])
-            assert (hottest["dp"], hottest["stage"]) == VICTIM, cells
-            assert "DP 1 / stage 1" in page.inner_text("#top")
-            # No part of the page is wider than the window (no horizontal scroll).
-            assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
-            shot = artifacts / "monitor-page.png"
-            page.screenshot(path=str(shot), full_page=True)
-            print(f"\nscreenshot of the page: {shot}")
+        # The finding names the victim; the heatmap is drawn, the victim's cell hottest.
+        findings = page.inner_text("#findings")
+        assert "slow-worker" in findings and "DP 1, stage 1" in findings, findings
+        heat = page.evaluate(CANVAS_PIXELS, "heat")
+        assert heat["css_width"] > 200 and heat["drawn"] > heat["all"] // 4, heat
+        chart = page.evaluate(CANVAS_PIXELS, "chart")
+        assert chart["drawn"] > 0, chart
+        cells = page.evaluate(HEAT_CELLS)
+        hottest = max(cells, key=lambda c: c["heat"])
+        assert (hottest["dp"], hottest["stage"]) == VICTIM, cells
+        assert "DP 1 / stage 1" in page.inner_text("#top")
+        # No part of the page is wider than the window (no horizontal scroll).
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        shot = artifacts / "monitor-page.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"\nscreenshot of the page: {shot}")
 
-            # A reload keeps the state (the history is the server's).
-            page.reload(wait_until="load")
-            assert not page.evaluate("window.__notReloaded === true")
-            _until(page, f"{STATUS}.includes('last step: {last}')", problems, 15)
-            assert "DP 1, stage 1" in page.inner_text("#findings")
-            # One window per step from step 0: the slider goes back through them all.
-            assert page.evaluate("document.getElementById('slider').max") == str(last)
-            assert page.evaluate(CANVAS_PIXELS, "heat")["drawn"] > heat["all"] // 4
+        # A reload keeps the state (the history is the server's).
+        page.reload(wait_until="load")
+        assert not page.evaluate("window.__notReloaded === true")
+        _until(page, f"{STATUS}.includes('last step: {last}')", problems, 15)
+        assert "DP 1, stage 1" in page.inner_text("#findings")
+        # One window per step from step 0: the slider goes back through them all.
+        assert page.evaluate("document.getElementById('slider').max") == str(last)
+        assert page.evaluate(CANVAS_PIXELS, "heat")["drawn"] > heat["all"] // 4
 
-            # The run ends: the page says so, and the monitor's going away is no error.
-            live.grow(STEPS - 1)
-            live.end()
-            _until(page, f"{STATUS}.includes('run ended')", problems, 30)
-            assert live.proc.wait(timeout=30) == 0, live.stop()[-3000:]
-            page.wait_for_timeout(2500)  # an EventSource retry would fail within this
-            assert "reconnecting" not in page.evaluate(STATUS), page.evaluate(STATUS)
-            truth = page.inner_text("#truthbody")  # the ground truth, which the end wrote
-            assert "slow-worker" in truth and "DP 1, stage 1" in truth, truth
-            page.screenshot(path=str(artifacts / "monitor-page-ended.png"), full_page=True)
-        finally:
-            browser.close()
+        # The run ends: the page says so, and the monitor's going away is no error.
+        live.grow(STEPS - 1)
+        live.end()
+        _until(page, f"{STATUS}.includes('run ended')", problems, 30)
+        assert live.proc.wait(timeout=30) == 0, live.stop()[-3000:]
+        page.wait_for_timeout(2500)  # an EventSource retry would fail within this
+        assert "reconnecting" not in page.evaluate(STATUS), page.evaluate(STATUS)
+        truth = page.inner_text("#truthbody")  # the ground truth, which the end wrote
+        assert "slow-worker" in truth and "DP 1, stage 1" in truth, truth
+        page.screenshot(path=str(artifacts / "monitor-page-ended.png"), full_page=True)
     assert problems == [], problems
     assert "Traceback" not in live.stop()
 
@@ -323,36 +332,27 @@ def test_the_page_stays_readable_at_1024_workers(browser_tools, tmp_path, artifa
     server.start()
     problems: list[str] = []
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True,
-                                         args=["--no-sandbox", "--disable-gpu"])
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 1000})
-                page.on("console", lambda m: m.type == "error" and problems.append(
-                    f"console error: {m.text} ({m.location})"))
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                page.goto(server.url, wait_until="load")
-                _until(page, f"{STATUS}.includes('last step: 19')", problems, 15)
-                assert "DP 128 x PP 8" in page.evaluate(STATUS)
-                assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
-                cells = page.evaluate(HEAT_CELLS)
-                assert len(cells) == 1024
-                hottest = max(cells, key=lambda c: c["heat"])
-                assert (hottest["dp"], hottest["stage"]) == victim, hottest
-                # Hovering the victim's cell names it.
-                box = page.locator("#heat").bounding_box()
-                geo = page.evaluate("(({L, T, cw, ch}) => ({L, T, cw, ch}))"
-                                    "(document.getElementById('heat')._geo)")
-                assert geo["cw"] >= 4, geo  # a cell is still a few pixels wide
-                page.mouse.move(box["x"] + geo["L"] + (victim[0] + 0.5) * geo["cw"],
-                                box["y"] + geo["T"] + (victim[1] + 0.5) * geo["ch"])
-                tip = page.inner_text("#tip")
-                assert tip.startswith(f"rank {5 * 128 + 77}: DP 77, stage 5: 1.600"), tip
-                shot = artifacts / "monitor-page-1024-workers.png"
-                page.screenshot(path=str(shot), full_page=True)
-                print(f"\nscreenshot of the page at 1,024 workers: {shot}")
-            finally:
-                browser.close()
+        with _chromium_page(sync_playwright, chromium, problems) as page:
+            page.goto(server.url, wait_until="load")
+            _until(page, f"{STATUS}.includes('last step: 19')", problems, 15)
+            assert "DP 128 x PP 8" in page.evaluate(STATUS)
+            assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+            cells = page.evaluate(HEAT_CELLS)
+            assert len(cells) == 1024
+            hottest = max(cells, key=lambda c: c["heat"])
+            assert (hottest["dp"], hottest["stage"]) == victim, hottest
+            # Hovering the victim's cell names it.
+            box = page.locator("#heat").bounding_box()
+            geo = page.evaluate("(({L, T, cw, ch}) => ({L, T, cw, ch}))"
+                                "(document.getElementById('heat')._geo)")
+            assert geo["cw"] >= 4, geo  # a cell is still a few pixels wide
+            page.mouse.move(box["x"] + geo["L"] + (victim[0] + 0.5) * geo["cw"],
+                            box["y"] + geo["T"] + (victim[1] + 0.5) * geo["ch"])
+            tip = page.inner_text("#tip")
+            assert tip.startswith(f"rank {5 * 128 + 77}: DP 77, stage 5: 1.600"), tip
+            shot = artifacts / "monitor-page-1024-workers.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"\nscreenshot of the page at 1,024 workers: {shot}")
     finally:
         server.stop()
     assert problems == [], problems
