@@ -77,3 +77,15 @@ def event_problem(e: dict) -> str | None:
     if e.get("args") is not None and not isinstance(e["args"], dict):
         return f"args is {type(e['args']).__name__}, not an object"
     return None
+
+
+def one_trace_per_rank(ranked: list[tuple[int, str]]) -> dict[int, str]:
+    """rank -> file of per-rank traces given as (rank, file); one InputError when a rank
+    has two files."""
+    seen: dict[int, str] = {}
+    for rank, path in ranked:
+        if rank in seen:
+            raise InputError(f"rank {rank} appears twice (also in {seen[rank]}); pass one "
+                             "trace per rank", path)
+        seen[rank] = path
+    return seen

@@ -54,6 +54,7 @@ from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-expor
     event_problem,
     find_traces,
     load_json,
+    one_trace_per_rank,
 )
 from stragglerlab.importers.kineto_clocks import check_clock_gaps, clock_offsets
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
@@ -244,12 +245,7 @@ def _check_ranks(traces: list[RankTrace]) -> int:
     if len(worlds) != 1:
         raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
                          "traces of one job only", traces[0].path)
-    seen: dict[int, str] = {}
-    for t in traces:
-        if t.rank in seen:
-            raise InputError(f"rank {t.rank} appears twice (also in {seen[t.rank]}); pass "
-                             "one trace per rank", t.path)
-        seen[t.rank] = t.path
+    one_trace_per_rank([(t.rank, t.path) for t in traces])
     return worlds.pop()
 
 

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
+from stragglerlab.importers.chrome import one_trace_per_rank
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
@@ -101,12 +102,7 @@ def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
 
 
 def _check_ranks(events: list[RankEvents], notes: list[str]) -> int:
-    seen: dict[int, str] = {}
-    for e in events:
-        if e.rank in seen:
-            raise InputError(f"rank {e.rank} appears twice (also in {seen[e.rank]}); pass one "
-                             "trace per rank", e.path)
-        seen[e.rank] = e.path
+    seen = one_trace_per_rank([(e.rank, e.path) for e in events])
     worlds = {e.world for e in events if e.world}
     if len(worlds) > 1:
         raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
