@@ -92,11 +92,12 @@ def foreign_cores(records_by_rank: list[list[StepWait]]) -> dict[int, float]:
     """Per step with a record on every rank: the host's busy CPU over the step that the
     ranks did not use, in cores (host_busy_s - sum of cpu_s, over the median wall time).
     What other processes (Ray, the driver, other users) took from the host meanwhile."""
-    steps = set.intersection(*({w.step for w in recs if w.host_busy_s is not None}
-                               for recs in records_by_rank)) if records_by_rank else set()
+    by_step = [{w.step: w for w in recs if w.host_busy_s is not None}
+               for recs in records_by_rank]
+    steps = set.intersection(*(set(d) for d in by_step)) if by_step else set()
     out = {}
     for step in sorted(steps):
-        rows = [next(w for w in recs if w.step == step) for recs in records_by_rank]
+        rows = [d[step] for d in by_step]
         wall = sorted(w.wall_s for w in rows)[len(rows) // 2]
         busy = max(w.host_busy_s for w in rows)  # every rank sees the same host
         out[step] = max(busy - sum(w.cpu_s for w in rows), 0.0) / max(wall, 1e-9)
