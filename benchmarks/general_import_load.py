@@ -36,8 +36,8 @@ def write_trace(path: Path, rank: int, world: int, mb: float, steps: int) -> Non
     slow = 1.3 if rank == 1 else 1.0
     per_step = int(mb * 1e6 / steps / 700)  # ~700 bytes per kernel + launch + cpu op
     with gzip.open(path, "wt", compresslevel=1) as f:
-        f.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": %d, '
-                '"world_size": %d}, "traceEvents": [\n' % (rank, world))
+        f.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", '
+                f'"rank": {rank}, "world_size": {world}}}, "traceEvents": [\n')
         t, corr, first = 1e12, 1, True
         for s in range(steps):
             t0 = t
