@@ -7,10 +7,11 @@ divided: the rank's other threads (P2P, gloo I/O, Ray) keep the CPU rate
 they were measured to use over the previous step; and each step the share
 is steered (damped feedback) on the factor actually measured — the victim's
 compute time over its DP peers' in the latest steps all flushed to
-trace-parts/ — which lands within ~1% of the request. Without CPU isolation
-(no root / no cgroup v1) the named fallback `stretch` sleeps (factor - 1) x
-the compute's own duration inside each compute op, an exact in-process
-stretch. On CUDA ranks the victim's GPU itself is slowed instead
+trace-parts/ (on the torch-wrapper workloads, which have no op trace: their
+compute/ logs, stragglerlab/compute_log.py) — which lands within ~1% of the
+request. Without CPU isolation (no root / no cgroup v1) the named fallback
+`stretch` sleeps (factor - 1) x the compute's own duration inside each compute
+op, an exact in-process stretch. On CUDA ranks the victim's GPU itself is slowed instead
 (`gpu-sleep`, injectors/gpu_sleep.py): after each compute op a GPU-side spin
 of (factor - 1) x the op's GPU time on the victim's stream. Measured: victim
 compute time over the same stages' other workers.
@@ -54,14 +55,22 @@ def _other_threads_cpu_s(compute_tid: int | None) -> float:
     return total
 
 
-def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2) -> float | None:
+def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2,
+                        since: int = 0) -> float | None:
     """This rank's mean compute duration over its same-stage DP peers', over the latest
-    `window` steps before `before_step` that all of them flushed; None if unknown."""
+    `window` steps before `before_step` that all of them flushed; None if unknown.
+    since: the fault's first step, honoured on the compute-log path (torch workloads)."""
     if ctx.dp_size < 2 or not ctx.run_dir:
         return None
     from stragglerlab.trace_parts import read_records
 
     parts = Path(ctx.run_dir) / "trace-parts"
+    if not parts.is_dir():  # a torch-wrapper workload: no op trace, its compute log instead
+        from stragglerlab.compute_log import peer_ratio
+
+        peers = [ctx.stage * ctx.dp_size + d for d in range(ctx.dp_size)]
+        # Only steps the fault acted in: a clean step's ratio (~1) would double the cut.
+        return peer_ratio(ctx.run_dir, ctx.rank, peers, before_step, window, since)
     per_rank: dict[int, dict[int, float]] = {}
     for d in range(ctx.dp_size):
         rank = ctx.stage * ctx.dp_size + d
@@ -145,7 +154,7 @@ class SlowWorker(Injector):
         """Feedback on the measured factor: the victim's mean compute time over its DP
         peers' (same stage) in the latest step all of them flushed to trace-parts/,
         i.e. exactly what faults.json reports, nudges the compute share."""
-        ratio = _peer_compute_ratio(ctx, before_step=step)
+        ratio = _peer_compute_ratio(ctx, before_step=step, since=self.spec.first_step)
         if ratio is None or ratio <= 0:
             return
         trim = ctx.state.get("trim", 1.0) * (ratio / self.factor) ** FEEDBACK_GAIN

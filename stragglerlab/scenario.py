@@ -41,6 +41,26 @@ class Profiler(str, enum.Enum):
     KINETO = "kineto"
 
 
+class Workload(str, enum.Enum):
+    """What trains: our Megatron-style engine, or a job on one of torch's own wrappers.
+
+    The torch workloads (workloads/torch_*.py) carry none of our op tracing: only
+    torch.profiler traces them (`run.profiler: kineto` is required), for the general
+    op model of `stragglerlab import kineto` (docs/torch-workloads.md)."""
+
+    MEGATRON = "megatron"  # workloads/engine.py: 1F1B, distributed optimizer, our tracer
+    DDP = "ddp"  # torch.nn.parallel.DistributedDataParallel, dp ranks, pp = 1
+    FSDP = "fsdp"  # torch.distributed.fsdp.fully_shard (FSDP2), dp ranks, pp = 1
+    PIPELINING = "pipelining"  # torch.distributed.pipelining 1F1B, dp x pp ranks
+
+
+TORCH_WORKLOADS = (Workload.DDP, Workload.FSDP, Workload.PIPELINING)
+"""The workloads built on torch's wrappers (traced by torch.profiler alone)."""
+TORCH_WORKLOAD_FAULTS = ("slow-worker",)
+"""Fault kinds the torch workloads support: they act on the rank's CPU share (or device)
+at step starts; the others need hook points inside our engine's own ops."""
+
+
 class Placement(str, enum.Enum):
     """How a run's rank bundles go onto the nodes of a Ray cluster (a private Ray has one)."""
 
@@ -163,6 +183,8 @@ class Scenario:
     """Scenario name."""
     description: str = ""
     """What it shows."""
+    workload: Workload = Workload.MEGATRON
+    """What trains: our engine (megatron) or a torch wrapper (ddp, fsdp, pipelining)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The model."""
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -224,12 +246,35 @@ class Scenario:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if not 1.0 <= self.run.pace_margin <= 10.0:
             problems.append("run.pace_margin must be in [1, 10] (1: pace to the share itself)")
+        problems += self._workload_problems()
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
         from stragglerlab.faults import parse_faults
 
         parse_faults(self.faults, p.dp, p.pp, self.run.steps, f"{where} (scenario {self.name!r})")
         return self
+
+
+    def _workload_problems(self) -> list[str]:
+        """What a torch workload cannot run (empty for the megatron engine)."""
+        if self.workload not in TORCH_WORKLOADS:
+            return []
+        p, w = self.parallel, self.workload.value
+        problems = []
+        if self.run.profiler is not Profiler.KINETO:
+            problems.append(f"workload {w} is traced by torch.profiler alone: set "
+                            "run.profiler: kineto")
+        if w in ("ddp", "fsdp") and p.pp != 1:
+            problems.append(f"workload {w} is data-parallel only: set parallel.pp: 1")
+        if self.workload is Workload.PIPELINING and (p.pp < 2 or self.model.n_layers < p.pp):
+            problems.append("workload pipelining needs parallel.pp >= 2 and model.n_layers "
+                            ">= parallel.pp (one block or more per stage)")
+        kinds = sorted({str(f.get("kind")) for f in self.faults if isinstance(f, dict)}
+                       - set(TORCH_WORKLOAD_FAULTS))
+        if kinds:
+            problems.append(f"workload {w} supports the faults {', '.join(TORCH_WORKLOAD_FAULTS)}"
+                            f", not {', '.join(kinds)[:80]}")
+        return problems
 
 
 def _echo(value: object) -> str:

@@ -61,15 +61,16 @@ def rank_actor_class():
         def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
                      fault_specs: list, env: dict | None = None):
             # Here, in the rank's process: the driver never imports torch.
-            from stragglerlab.workloads.engine import RankTrainer
+            from stragglerlab.workloads.torch_rank import trainer_class
 
             os.environ.update(env or {})  # e.g. GLOO_SOCKET_IFNAME on a cluster node
             gpu_ids = ray.get_gpu_ids()
             # The GPU Ray assigned, never cuda:<rank>; None: no GPU asked, the engine decides.
             self.device = rank_device(gpu_ids, os.environ.get("CUDA_VISIBLE_DEVICES")) \
                 if gpu_ids else None
-            self.trainer = RankTrainer(scenario, rank, run_dir, init_method, fault_specs,
-                                       device=self.device)
+            # Our engine, or a torch wrapper's trainer (scenario `workload`).
+            self.trainer = trainer_class(scenario.workload)(
+                scenario, rank, run_dir, init_method, fault_specs, device=self.device)
 
         def pid(self) -> int:
             return os.getpid()

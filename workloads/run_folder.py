@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stragglerlab.compute_log import measure_frame
 from stragglerlab.filecheck import Checker
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_folder import RunFolder
@@ -138,7 +139,11 @@ def write_run_folder(run_dir: Path, scenario: Scenario, run_record: dict,
         "pauses": pauses, "full_collections": len(full),
         "mean_full_pause_ms": round(1000 * float(np.mean([p["duration_s"] for p in full])), 3)
         if full else None})
-    folder.write_faults([inj.record(df, record) for inj in injectors or []])
+    # A torch-wrapper workload has no op trace: faults are measured on its compute log.
+    measured_on = df if len(df) else measure_frame(folder.path, scenario.world_size,
+                                                   scenario.parallel.dp,
+                                                   scenario.run.warmup_steps)
+    folder.write_faults([inj.record(measured_on, record) for inj in injectors or []])
     # Validated like any reader would (a bug here fails loudly, not in a later reader).
     typed = RunRecord.from_json(record, Checker(folder.record_path, "a bug in the writer"), meta)
     return folder.write_record(typed)

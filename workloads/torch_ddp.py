@@ -1,0 +1,45 @@
+"""DDP workload: `torch.nn.parallel.DistributedDataParallel` over dp ranks (pp = 1).
+
+Each rank holds the whole MlpStack (workloads/torch_model.py); DDP all-reduces
+the gradients in buckets during backward (gloo on CPU, NCCL on GPUs), then
+every rank steps its own Adam. What the profiler sees is DDP's own work: the
+bucketed `c10d::allreduce_` calls and the reducer's copies, no range of ours.
+
+    scenario: {workload: ddp, parallel: {dp: 2, pp: 1}, run: {profiler: kineto}}
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from stragglerlab.workloads.torch_model import MlpStack, batch, loss_fn
+from stragglerlab.workloads.torch_rank import TorchRankTrainer
+
+
+class DdpTrainer(TorchRankTrainer):
+    """One DDP rank."""
+
+    def build(self) -> torch.nn.Module:
+        m = self.sc.model
+        model = MlpStack(m.hidden, m.n_layers, self.sc.run.seed).to(self.device)
+        self.model = DistributedDataParallel(model, device_ids=None)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=self.sc.run.lr)
+        rows = self.sc.data.tokens_per_microbatch * self.sc.parallel.microbatches
+        self.data = [tuple(t.to(self.device) for t in batch(
+            s, self.dp_rank, rows, m.hidden, self.sc.run.seed)) for s in range(self.sc.run.steps)]
+        return model
+
+    def train_step(self, step: int) -> float:
+        x, y = self.data[step]
+        loss = loss_fn(self.model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.sc.run.clip_norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    def fingerprint(self) -> str:
+        with torch.no_grad():
+            total = sum(float(p.double().sum()) for p in self.model.parameters())
+        return f"{total:.17g}"

@@ -1,0 +1,47 @@
+"""FSDP workload: `torch.distributed.fsdp.fully_shard` (FSDP2) over dp ranks (pp = 1).
+
+Each block of the MlpStack (workloads/torch_model.py) is its own FSDP unit,
+then the root: per step FSDP all-gathers a block's parameter shards before
+its forward (and again before its backward), reduce-scatters its gradients
+after the backward, and each rank steps Adam on its own shards (DTensors).
+Works on CPU with gloo in torch 2.13 (all_gather_into_tensor and
+reduce_scatter_tensor are gloo collectives there). The profiler sees FSDP's
+own `FSDP::*` ranges and the collectives' `record_param_comms`; no range of
+ours.
+
+    scenario: {workload: fsdp, parallel: {dp: 2, pp: 1}, run: {profiler: kineto}}
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.fsdp import fully_shard
+
+from stragglerlab.workloads.torch_model import MlpStack, batch, loss_fn
+from stragglerlab.workloads.torch_rank import TorchRankTrainer
+
+
+class FsdpTrainer(TorchRankTrainer):
+    """One FSDP2 rank. Its parameter fingerprint is left out: each rank holds shards,
+    not a replica (gathering them would add collectives to the trace)."""
+
+    def build(self) -> torch.nn.Module:
+        m = self.sc.model
+        model = MlpStack(m.hidden, m.n_layers, self.sc.run.seed).to(self.device)
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        self.model = model
+        self.opt = torch.optim.Adam(model.parameters(), lr=self.sc.run.lr)
+        rows = self.sc.data.tokens_per_microbatch * self.sc.parallel.microbatches
+        self.data = [tuple(t.to(self.device) for t in batch(
+            s, self.dp_rank, rows, m.hidden, self.sc.run.seed)) for s in range(self.sc.run.steps)]
+        return model
+
+    def train_step(self, step: int) -> float:
+        x, y = self.data[step]
+        loss = loss_fn(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(loss.detach())

@@ -1,0 +1,175 @@
+"""One rank of a job built on torch's own wrappers, traced by torch.profiler alone.
+
+The shared loop of the DDP, FSDP and pipelining workloads (workloads/torch_ddp.py,
+torch_fsdp.py, torch_pipelining.py): join the process group, build the wrapped
+model (the subclass), then per step: fault hooks, one training step, the
+profiler's step mark. None of our op tracer or record_function ranges: the
+rank's Kineto trace (`<run>/kineto/rank<r>.json.gz`, workloads/profiling.py)
+is all a run records of its ops, as for a user's own job. Beside it, for the
+launcher and the ground truth:
+
+* `status/rank<r>.json`: progress, as our engine writes it (the launcher's hang
+  detection and progress line);
+* `compute/rank<r>.jsonl`: per step, the wall time of the model's Linear layers
+  (workloads/torch_model.ComputeClock) and of the step, from which faults.json
+  measures a slow worker's factor (stragglerlab/compute_log.py).
+
+Faults act through the same hooks as in our engine (workloads/fault_hooks.py):
+at each step start (the slow worker's CPU-quota cut) and around the step's
+forward and backward (its in-process fallbacks). The wrappers issue their own
+collectives, so faults that hook our communication ops are refused by the
+scenario check (stragglerlab.scenario.TORCH_WORKLOAD_FAULTS).
+
+    trainer = trainer_class(scenario.workload)(scenario, rank, run_dir, init_method)
+    summary = trainer.run(cgroup, None)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from stragglerlab.atomic import atomic_write_text
+from stragglerlab.compute_log import ComputeLog
+from stragglerlab.faults import FaultSpec
+from stragglerlab.injectors.base import RankContext
+from stragglerlab.scenario import Scenario, Workload
+from stragglerlab.workloads.fault_hooks import FaultHooks
+from stragglerlab.workloads.profiling import KinetoProfiler
+from stragglerlab.workloads.torch_model import ComputeClock
+from stragglerlab.workloads.tracer import now
+
+
+class TorchRankTrainer:
+    """The training loop; subclasses build the wrapped model and run one step."""
+
+    def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str,
+                 fault_specs: list[FaultSpec] | None = None, device: str | None = None):
+        self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
+        self.init_method = init_method
+        self.fault_specs = fault_specs or []
+        self.assigned_device = device
+        p = scenario.parallel
+        self.dp, self.pp = p.dp, p.pp
+        self.stage, self.dp_rank = divmod(rank, self.dp)  # rank = stage * dp + dp_rank
+        self.timeout = datetime.timedelta(seconds=scenario.run.collective_timeout_s)
+        self.status_path = self.run_dir / "status" / f"rank{rank}.json"
+        self.compute_log = ComputeLog.for_rank(self.run_dir, rank)
+
+    # -- the subclass's part -------------------------------------------------------------
+    def build(self) -> torch.nn.Module:
+        """Build the wrapped model and optimizer; returns the module whose Linear layers
+        ComputeClock times."""
+        raise NotImplementedError
+
+    def train_step(self, step: int) -> float | None:
+        """One step (forward, backward, optimizer); this rank's loss, None if it has none."""
+        raise NotImplementedError
+
+    def fingerprint(self) -> str | None:
+        """Fingerprint of the parameters after a step (equal on DP replicas), or None."""
+        return None
+
+    # -- setup ---------------------------------------------------------------------------
+    def _setup(self) -> None:
+        torch.set_num_threads(self.sc.run.threads_per_rank)
+        cuda = (self.assigned_device or "").startswith("cuda")
+        backend = "nccl" if cuda else "gloo"
+        self.device = torch.device(self.assigned_device if cuda else "cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        from stragglerlab.workloads.rendezvous import loopback_store
+
+        store = loopback_store(self.init_method, self.rank, self.sc.world_size, self.timeout)
+        dist.init_process_group(backend, store=store, rank=self.rank,
+                                world_size=self.sc.world_size, timeout=self.timeout)
+        self.backend = backend
+        self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
+                               run_dir=str(self.run_dir), dp_size=self.dp,
+                               device=str(self.device))
+        self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
+        self.clock = ComputeClock(self.build())
+        self.faults.setup()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self, cgroup: dict | None = None, net: dict | None = None) -> dict:
+        """Set up, train every step, return the summary the launcher collects; always
+        undoes faults and leaves the process group. net is unused (no network faults)."""
+        self.cgroup = cgroup
+        self.faults = FaultHooks([], RankContext(self.rank, self.dp_rank, self.stage))
+        self.profiler: KinetoProfiler | None = None
+        try:
+            self._setup()
+            return self._train()
+        finally:
+            self.faults.undo()
+            self.compute_log.close()
+            if self.profiler is not None:
+                self.profiler.stop()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+    def _train(self) -> dict:
+        losses, checksums, step_times = {}, {}, {}
+        self.profiler = KinetoProfiler.for_scenario(self.sc, self.rank, self.run_dir, self.device)
+        if self.profiler is not None:
+            self.profiler.start()
+        last = (None, None)
+        for step in range(self.sc.run.steps):
+            self.faults.step_start(step)
+            self._write_status(step - 1, step, *last)
+            self.clock.take()
+            start = now()
+            with self.faults.compute(step):
+                loss = self.train_step(step)
+                self._sync()
+            step_times[step] = now() - start
+            self.compute_log.append(step, self.clock.take(), step_times[step])
+            self.faults.step_end(step)
+            if self.profiler is not None:
+                self.profiler.step()  # ProfilerStep#<step> spans this whole step
+            fp = self.fingerprint()
+            if fp is not None:
+                checksums[step] = fp
+            if loss is not None:
+                losses[step] = loss
+            last = (loss, step_times[step])
+        self._write_status(self.sc.run.steps - 1, self.sc.run.steps, *last)
+        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
+                "backend": self.backend, "losses": losses, "param_checksums": checksums,
+                "step_times_s": step_times, "pid": os.getpid()}
+
+    def _write_status(self, step: int, started: int, loss: float | None,
+                      step_time: float | None) -> None:
+        """Progress for the launcher: last finished step (its loss and time), step under way."""
+        atomic_write_text(self.status_path, json.dumps(
+            {"rank": self.rank, "step": step, "started": started, "loss": loss,
+             "step_time_s": step_time, "pid": os.getpid()}))
+
+
+def trainer_class(workload: Workload):
+    """The rank trainer class of a workload (imported when a rank starts: torch only there)."""
+    if workload is Workload.DDP:
+        from stragglerlab.workloads.torch_ddp import DdpTrainer
+
+        return DdpTrainer
+    if workload is Workload.FSDP:
+        from stragglerlab.workloads.torch_fsdp import FsdpTrainer
+
+        return FsdpTrainer
+    if workload is Workload.PIPELINING:
+        from stragglerlab.workloads.torch_pipelining import PipeliningTrainer
+
+        return PipeliningTrainer
+    from stragglerlab.workloads.engine import RankTrainer
+
+    return RankTrainer
