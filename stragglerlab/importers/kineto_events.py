@@ -35,6 +35,7 @@ import numpy as np
 
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import MAX_TIME_US
+from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
@@ -50,6 +51,9 @@ COMPUTE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
 KEPT_CPU_PREFIXES = ("ProfilerStep#",) + LABEL_PREFIXES
 """CPU ops (cat cpu_op) kept besides record_param_comms."""
+SKIP = EventSkip(ph="X", cat="cpu_op", keep_names=KEPT_CPU_PREFIXES,
+                 keep_exact=("record_param_comms",))
+"""What read_rank's loop drops, dropped before parsing (the loop still checks)."""
 NUMBER = (int, float)
 """Types a time may have (bool excluded: type() is exact)."""
 
@@ -133,7 +137,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     path = Path(path)
     where = str(path)
     kw = {k: v for k, v in (("max_bytes", max_bytes), ("max_ratio", max_ratio)) if v}
-    reader = TraceReader(path=path, **kw)
+    reader = TraceReader(path=path, skip=SKIP, **kw)
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
     launches, kernels = array("d"), array("d")

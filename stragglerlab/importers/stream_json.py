@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from stragglerlab.errors import InputError
+from stragglerlab.importers.event_filter import EventSkip, select
 
 BATCH_BYTES = 2 << 20
 """JSON bytes parsed per batch of events."""
@@ -115,9 +116,9 @@ class Inflater:
                              str(self.path))
 
 
-def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, depth after each) of the JSON structure characters {}[] outside
-    strings of a chunk that starts outside any string."""
+    strings of a chunk that starts outside any string, and the unescaped quotes."""
     quotes = np.flatnonzero(a == 34)
     if quotes.size:
         cand = quotes[(quotes > 0) & (a[np.maximum(quotes - 1, 0)] == 92)]
@@ -135,7 +136,7 @@ def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pos = pos[np.searchsorted(quotes, pos) % 2 == 0]
     ch = a[pos]
     depth = np.cumsum(np.where((ch == 123) | (ch == 91), 1, -1))
-    return pos, depth
+    return pos, depth, quotes
 
 
 @dataclass(kw_only=True)
@@ -154,6 +155,8 @@ class TraceReader:
     """Events read so far."""
     source: Inflater | None = None
     """The byte source (bytes_in / bytes_out for progress)."""
+    skip: EventSkip | None = None
+    """Events dropped from the bytes before parsing (event_filter.select); None: none."""
 
     def _bad(self, msg: str) -> InputError:
         return InputError(msg, str(self.path))
@@ -177,11 +180,11 @@ class TraceReader:
                 parts.append(block)
                 size += len(block)
             data = b"".join(parts)
-            pos, depth = _structure(np.frombuffer(data, np.uint8))
+            pos, depth, quotes = _structure(np.frombuffer(data, np.uint8))
             end = np.flatnonzero(depth < 0)
             if end.size:  # the array closes in this chunk
                 cut = int(pos[end[0]])
-                yield self._parse(data[:cut], offset)
+                yield self._parse(data, cut, offset, pos, depth, quotes)
                 footer = data[cut + 1:]
                 break
             if eof:
@@ -190,7 +193,7 @@ class TraceReader:
             closes = np.flatnonzero(depth == 0)
             if closes.size:
                 cut = int(pos[closes[-1]]) + 1
-                yield self._parse(data[:cut], offset)
+                yield self._parse(data, cut, offset, pos, depth, quotes)
                 offset += cut
                 carry, need = data[cut:], BATCH_BYTES
             else:  # no complete event yet: read twice as much before scanning again
@@ -220,7 +223,7 @@ class TraceReader:
             searched = len(buf)
             while (k := buf.find(KEY, start)) >= 0:
                 a = np.frombuffer(buf[:k], np.uint8)
-                pos, depth = _structure(a)
+                pos, depth, _ = _structure(a)
                 quotes = int(np.count_nonzero(a == 34))  # escapes aside: headers have none
                 if (depth[-1] if depth.size else 0) == 1 and quotes % 2 == 0:
                     j = k + len(KEY)
@@ -248,14 +251,21 @@ class TraceReader:
         raise self._bad("not a Chrome trace (no 'traceEvents' list); pass files written by "
                         "torch.profiler's export_chrome_trace or tensorboard_trace_handler")
 
-    def _parse(self, seg: bytes, offset: int) -> list:
+    def _parse(self, data: bytes, cut: int, offset: int, pos: np.ndarray, depth: np.ndarray,
+               quotes: np.ndarray) -> list:
+        """The events in data[:cut] (pos/depth/quotes: _structure(data))."""
+        if self.skip is not None:
+            seg, seen = select(data, cut, pos, depth, quotes, self.skip)
+        else:
+            seg, seen = data[:cut], -1
         body = seg.strip().strip(b",").strip()
         if not body:
+            self.events += max(seen, 0)
             return []
         try:
             out = orjson.loads(b"[" + body + b"]")
         except orjson.JSONDecodeError as e:
             raise self._bad(f"not valid JSON in traceEvents after byte {offset:,} ({e}); "
                             f"{FIX}") from None
-        self.events += len(out)
+        self.events += seen if seen >= 0 else len(out)
         return out
