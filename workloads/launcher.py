@@ -65,13 +65,13 @@ def free_port() -> int:
 
 
 def _versions() -> dict:
-    from importlib.metadata import version
-
     import ray
     import torch
 
+    from stragglerlab.package_version import package_version
+
     return {"python": platform.python_version(), "torch": torch.__version__,
-            "ray": ray.__version__, "stragglerlab": version("stragglerlab")}
+            "ray": ray.__version__, "stragglerlab": package_version()}
 
 
 @contextlib.contextmanager

@@ -58,13 +58,9 @@ VERBS: dict[str, str] = {
 
 def version() -> str:
     """The installed distribution's version (the source tree's when not installed)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
+    from stragglerlab.package_version import package_version
 
-    try:
-        return dist_version("stragglerlab")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
+    return package_version()
 
 
 def _verb(name: str):
