@@ -51,6 +51,12 @@ from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.tracer import Tracer, now
 
+# torch 2.13 renamed the flat collectives (*_into_tensor/*_tensor -> *_single) and
+# deprecated the old names; `train` extra admits torch >= 2.4, so take whichever exists.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
+                          or dist.reduce_scatter_tensor)
+
 
 class RankTrainer:
     """Training loop of one rank (global rank = stage * dp + dp_rank)."""
@@ -286,7 +292,7 @@ class RankTrainer:
             self.faults.before_comm()  # outside the traced op: the rank arrives late
             with self.tracer.op(OpType.GRADS_REDUCE_SCATTER, mc=0):
                 shard_grad = torch.empty_like(self.opt.master)
-                dist.reduce_scatter_single(shard_grad, self.opt.flat_grad(), group=self.dp_group)
+                _reduce_scatter_single(shard_grad, self.opt.flat_grad(), group=self.dp_group)
                 shard_grad /= self.dp
                 self._sync()
         else:
@@ -306,7 +312,7 @@ class RankTrainer:
 
     def _gather_params(self) -> None:
         if self.dp > 1:
-            dist.all_gather_single(self.opt.flat, self.opt.master, group=self.dp_group)
+            _all_gather_single(self.opt.flat, self.opt.master, group=self.dp_group)
         else:
             self.opt.flat.copy_(self.opt.master)
 
