@@ -3,7 +3,8 @@
 For `slow-worker-1/2/3` (DP 4 x PP 4, the paper's trace-AR layout), each run one
 repeat. The slow worker starts after a few clean traced steps, which are the
 control (figures/s6_control.py): measured = mean step time in the fault window /
-the same run's clean steps before it; estimated = the what-if S of the window; every
+the same run's clean steps before it; estimated = the what-if S of the window over the
+what-if S of those clean steps (the noise they straggle by is in both ratios); every
 run's error is shown (the worst beside the mean), and the host drift the control
 removes (the bystanders' compute against the clean run of the same seed). Runs
 without clean steps before the fault (older ones) fall back to a ratio between
@@ -196,6 +197,8 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
         errs = [100.0 * m.error(ideal) for m in ms]
         ours[f"{key}_estimated{suffix}"] = round(est.mean, 3)
         ours[f"{key}_estimated{suffix}_sd"] = round(est.sd, 4)
+        ours[f"{key}_window_S{suffix}"] = [round(m.window_slowdown[ideal], 3) for m in ms]
+        ours[f"{key}_clean_steps_S{suffix}"] = [round(m.clean_slowdown[ideal], 3) for m in ms]
         ours[f"{key}_error{suffix}_pct"] = round(100.0 * (est.mean / measured.mean - 1), 1)
         ours[f"{key}_run_errors{suffix}_pct"] = [round(e, 1) for e in errs]
         worst = max(errs, key=abs)
@@ -280,8 +283,8 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         Path(out_dir) / NAME, TITLE, HEADER, rows,
         source=f"{source}: slow-worker-1/2/3 vs the clean run of their layout, matching seeds",
         footnote="measured, in-run: mean step time in the fault window / the same run's "
-                 "clean steps before it, over the bystanders' compute change between the two; "
-                 "estimated: what-if S of the window; else slow / "
+                 "clean steps before it; "
+                 "estimated: what-if S of the window / of the clean steps; else slow / "
                  "clean run and the slow run's S; error = estimated / measured - 1; drift: "
                  "bystanders' compute vs the clean run's (what the in-run control removes)")
     workers = max(run.meta.world_size for run in used.values())

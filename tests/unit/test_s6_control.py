@@ -90,3 +90,22 @@ def test_a_host_that_slows_mid_run_is_labelled_unsteady(tmp_path):
     # every run counts; the unsteady one is named beside the verdict
     assert ours["level1_measured"] == pytest.approx((a.measured + b.measured) / 2, abs=1e-3)
     assert len(ours["level1_unsteady_runs"]) == 1 and "1 unsteady" in ours["markdown"]
+
+
+def test_the_estimate_divides_out_the_noise_the_clean_steps_straggle_by(tmp_path):
+    # Jittery op times make every step straggle (S > 1 with no fault at all). The measured
+    # ratio's denominator, the clean steps, carries that noise; the window's own S counts it
+    # beside the fault, so S_window / S_clean is what compares with the measured ratio.
+    slow, _ = _run(tmp_path / "slow", "slow-worker-1", jitter=0.25,
+                   slow_workers=(SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=5),))
+    m = in_run(load_figure_data([slow]).by_scenario("slow-worker-1")[0], [])
+    for ideal in ("mean", "median"):
+        assert m.clean_slowdown[ideal] > 1.05  # the noise alone straggles
+        assert m.estimated[ideal] == pytest.approx(
+            m.window_slowdown[ideal] / m.clean_slowdown[ideal])
+    # The median ideal does not move with the victim, so the ratio is the measured one up
+    # to the simulation's error; the window's own S overstates it by the noise.
+    assert m.error("median") == pytest.approx(0.0, abs=0.03)
+    assert m.window_slowdown["median"] / m.measured - 1.0 > 0.10
+    # The mean ideal takes the victim in (1 of the 8 workers' ops at 2x): it reads low.
+    assert m.error("mean") < -0.05
