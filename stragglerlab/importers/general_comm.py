@@ -176,7 +176,13 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
             rows.append(_row(ev.rank, rec, rec.start, normalize(str(rec.args["Collective name"])),
                              rec.args, LabelSource.ARGS))
         if not rows:  # older torch: only the gloo:<op> / nccl:<op> ranges name them
+            # A gloo call shows twice: the dispatcher's `c10d::<op>` launch and the
+            # backend's `gloo:<op>` work (on its worker thread for async ops); the work
+            # is the op, the launch a duplicate that would be matched on its own.
+            backend = any(name.startswith(("gloo:", "nccl:")) for *_x, name, _a in ev.labels)
             for start, end, tid, name, _a in ev.labels:
+                if backend and name.startswith("c10d::"):
+                    continue
                 if name != "record_param_comms":
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
                     rows.append(_row(ev.rank, rec, start, normalize(name), {},
