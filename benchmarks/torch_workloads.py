@@ -12,13 +12,14 @@ model, no annotations). Reported per pair:
   (bar: S_fault within 3 % of it);
 * `meas_in_run`: mean step time in the window over the same run's steps before
   it (the in-run control: this host's speed drifts between processes);
+* `S_in_run`: S_fault / S_pre, the estimate against the same in-run control;
 * `top`: the import's top worker (max worker_score) against the victim.
 
 Step times are rank 0's (run.json `step_time_s`; the ranks leave every step
 together). Runs go under --out (default /tmp/torch-workloads).
 
     .venv/bin/python benchmarks/torch_workloads.py [--workloads ddp fsdp pipelining]
-        [--repeats 2] [--out DIR] [--json results.json]
+        [--repeats 2 | --seeds 2 3] [--reuse] [--out DIR] [--json results.json]
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from pathlib import Path
 PY = sys.executable
 
 
-def train(scenario: str, seed: int, out: Path) -> dict:
+def train(scenario: str, seed: int, out: Path, reuse: bool = False) -> dict:
+    if reuse and (out / "run.json").exists():  # --reuse: score the runs already there
+        return json.loads((out / "run.json").read_text())
     subprocess.run(["nice", "-n", "5", PY, "-m", "stragglerlab", "train", "--scenario",
                     scenario, "--seed", str(seed), "--out", str(out), "--quiet"], check=True)
     return json.loads((out / "run.json").read_text())
@@ -66,6 +69,8 @@ def score(clean_run: dict, clean_w: dict, slow_run: dict, slow_w: dict, faults: 
         "S_whole": round(slow_w["S"], 4),
         "S_pre": round(_mean([per_step[s] for s in before if s in per_step]), 4),
         "S_fault": round(_mean([per_step[s] for s in window if s in per_step]), 4),
+        "S_in_run": round(_mean([per_step[s] for s in window if s in per_step])
+                          / _mean([per_step[s] for s in before if s in per_step]), 4),
         "meas_vs_clean": round(_mean([t_slow[s] for s in window])
                                / _mean([t_clean[s] for s in window]), 4),
         "meas_in_run": round(_mean([t_slow[s] for s in window])
@@ -83,13 +88,16 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("/tmp/torch-workloads"))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..repeats-1")
+    ap.add_argument("--reuse", action="store_true",
+                    help="re-import and score run folders already under --out")
     args = ap.parse_args()
     rows = []
     for w in args.workloads:
-        for seed in range(args.repeats):
+        for seed in args.seeds or range(args.repeats):
             clean, slow = args.out / f"{w}-clean-{seed}", args.out / f"{w}-slow-{seed}"
-            clean_run, slow_run = train(f"torch-{w}", seed, clean), train(f"torch-{w}-slow",
-                                                                           seed, slow)
+            clean_run = train(f"torch-{w}", seed, clean, args.reuse)
+            slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse)
             row = {"workload": w, "seed": seed, **score(
                 clean_run, import_kineto(clean), slow_run, import_kineto(slow),
                 json.loads((slow / "faults.json").read_text()))}
@@ -102,7 +110,8 @@ def main() -> int:
               r["S_clean"] <= 1.05)
         print(f"{r['workload']:<11} seed {r['seed']}: S_clean {r['S_clean']:.3f} "
               f"S_fault {r['S_fault']:.3f} vs clean {r['meas_vs_clean']:.3f} "
-              f"(in-run {r['meas_in_run']:.3f}, S_pre {r['S_pre']:.3f}) top {r['top']} "
+              f"(in-run {r['meas_in_run']:.3f} vs S_fault/S_pre {r['S_in_run']:.3f}) "
+              f"top {r['top']} "
               f"victim {r['victim']}  bars within3%/top/clean: {ok}")
     return 0
 

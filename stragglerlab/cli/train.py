@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from stragglerlab.cli.common import examples, out_folder
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenario import TORCH_WORKLOADS, load_scenario
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -94,6 +94,12 @@ def run(args) -> int:
             record = launch(scenario, args.out, steps, ray_address=ray_address)
     traced = len(record["trace"]["complete_steps"])
     # The outcome is the result, ok or failed: stdout, --quiet or not (the exit code says which).
+    if record["outcome"] == "ok" and scenario.workload in TORCH_WORKLOADS:
+        # torch.profiler alone traces these: no trace.parquet, per-rank Kineto traces.
+        print(f"run ok: Kineto traces of {scenario.world_size} ranks in "
+              f"{Path(args.out) / 'kineto'} ({record['wall_s']['total']:.1f}s, backend "
+              f"{record['backend']}); analyse with `stragglerlab import kineto --traces`")
+        return 0
     if record["outcome"] == "ok":
         print(f"run ok: {traced} traced steps in {args.out} "
               f"({record['wall_s']['total']:.1f}s, backend {record['backend']})")
