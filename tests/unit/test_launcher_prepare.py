@@ -10,6 +10,7 @@ from stragglerlab.workloads.launcher import _prepare_dir
 def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
     run = tmp_path / "run"
     for rel in ("trace-parts/rank0.bin", "status/rank0.json", "gc/rank0.jsonl",
+                "kineto/rank3.json.gz", "compute/rank0.jsonl",
                 "trace.parquet", "run.json", "faults.json", "meta.yaml"):
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text("old")
