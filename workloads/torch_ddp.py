@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from stragglerlab.workloads.torch_model import MlpStack, batch, loss_fn
+from stragglerlab.workloads.torch_model import MlpStack, loss_fn
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
@@ -25,9 +25,7 @@ class DdpTrainer(TorchRankTrainer):
         model = MlpStack(m.hidden, m.n_layers, self.sc.run.seed).to(self.device)
         self.model = DistributedDataParallel(model, device_ids=None)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=self.sc.run.lr)
-        rows = self.sc.data.tokens_per_microbatch * self.sc.parallel.microbatches
-        self.data = [tuple(t.to(self.device) for t in batch(
-            s, self.dp_rank, rows, m.hidden, self.sc.run.seed)) for s in range(self.sc.run.steps)]
+        self.data = self.step_batches()
         return model
 
     def train_step(self, step: int) -> float:

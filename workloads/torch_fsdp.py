@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.fsdp import fully_shard
 
-from stragglerlab.workloads.torch_model import MlpStack, batch, loss_fn
+from stragglerlab.workloads.torch_model import MlpStack, loss_fn
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
@@ -33,9 +33,7 @@ class FsdpTrainer(TorchRankTrainer):
         fully_shard(model)
         self.model = model
         self.opt = torch.optim.Adam(model.parameters(), lr=self.sc.run.lr)
-        rows = self.sc.data.tokens_per_microbatch * self.sc.parallel.microbatches
-        self.data = [tuple(t.to(self.device) for t in batch(
-            s, self.dp_rank, rows, m.hidden, self.sc.run.seed)) for s in range(self.sc.run.steps)]
+        self.data = self.step_batches()
         return model
 
     def train_step(self, step: int) -> float:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-from stragglerlab.workloads.torch_model import MlpStack, batch, loss_fn, stage_blocks
+from stragglerlab.workloads.torch_model import MlpStack, loss_fn, stage_blocks
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
@@ -46,9 +46,7 @@ class PipeliningTrainer(TorchRankTrainer):
                                         group=self.pp_group)
         self.schedule = Schedule1F1B(self.pipe_stage, p.microbatches, loss_fn=loss_fn)
         self.opt = torch.optim.Adam(model.parameters(), lr=self.sc.run.lr)
-        rows = self.sc.data.tokens_per_microbatch * p.microbatches
-        self.data = [tuple(t.to(self.device) for t in batch(
-            s, self.dp_rank, rows, m.hidden, self.sc.run.seed)) for s in range(self.sc.run.steps)]
+        self.data = self.step_batches()
         return model
 
     def train_step(self, step: int) -> float | None:

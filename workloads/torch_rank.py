@@ -41,7 +41,7 @@ from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Scenario, Workload
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.profiling import KinetoProfiler
-from stragglerlab.workloads.torch_model import ComputeClock
+from stragglerlab.workloads.torch_model import ComputeClock, batch
 from stragglerlab.workloads.tracer import now
 
 
@@ -74,6 +74,14 @@ class TorchRankTrainer:
     def fingerprint(self) -> str | None:
         """Fingerprint of the parameters after a step (equal on DP replicas), or None."""
         return None
+
+    def step_batches(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """This DP rank's (input, target) of every step, made up front on its device (a
+        step's data is the same whatever the workload: `torch_model.batch`)."""
+        rows = self.sc.data.tokens_per_microbatch * self.sc.parallel.microbatches
+        return [tuple(t.to(self.device) for t in batch(
+            s, self.dp_rank, rows, self.sc.model.hidden, self.sc.run.seed))
+            for s in range(self.sc.run.steps)]
 
     # -- setup ---------------------------------------------------------------------------
     def _setup(self) -> None:
