@@ -7,7 +7,8 @@ both, plus the step time of the run (run.json) for the overhead comparison.
 
     .venv/bin/python benchmarks/kineto_crosscheck.py RUN_DIR... [--json out.json]
 
-Acceptance: |S_imported / S_ours - 1| <= 3% and the same top worker and stage.
+Acceptance: |S_imported / S_ours - 1| <= 2% (issue 31; 3 % before) and the same top
+worker and stage.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def check(run: Path) -> dict:
     same_w = (ours["top_worker"]["dp_rank"], ours["top_worker"]["stage"]) == \
         (imp["top_worker"]["dp_rank"], imp["top_worker"]["stage"])
     return {"run": str(run), "ours": ours, "imported": imp, "S_rel_diff": rel,
-            "ok_S": abs(rel) <= 0.03, "same_top_worker": same_w,
+            "ok_S": abs(rel) <= 0.02, "same_top_worker": same_w,
             "same_top_stage": ours["top_stage"] == imp["top_stage"],
             "step_time_s": step_time(run),
             "import": json.loads((imported / "import.json").read_text())}
