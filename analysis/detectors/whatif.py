@@ -76,9 +76,7 @@ partition's compute ops (`whatif_stage.stage_by_compute`).
 Every threshold above stands over the noise measured on clean runs of the run's layout
 family: where the noise floor (config/noise-floor.yaml, `whatif_noise.py`) reaches a
 threshold, it is raised just above it, and what the configured thresholds alone would
-have named is reported under the floor and not counted (`noise_report`); so is a finding
-whose estimated slowdown is under the family's highest clean job S (it explains less than
-host noise alone costs a clean run).
+have named is reported under the floor and not counted (`noise_report`).
 
 Online (`stragglerlab detect --online`) it re-analyses the latest
 `online_window_steps` steps after every step, so the cost per step stays flat
@@ -107,17 +105,12 @@ from stragglerlab.analysis.detectors.whatif_noise import (
     CleanReading,
     clean_reading,
     floored_config,
-    over_job_noise,
 )
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
 from stragglerlab.results import WhatIfResult
 
 __all__ = ["PRECEDENCE", "Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
-
-
-UNDER_JOB_NOISE = "estimated slowdown under the family's highest clean job S"
-UNDER_THRESHOLDS = "a threshold raised to the family's noise floor"
 
 
 def _key(f: Finding) -> tuple:
@@ -173,13 +166,11 @@ class WhatIfDetector(Detector):
             return findings
         evidence = read_evidence(run) if result is None else Evidence.from_result(result)
         self.noise_report["job_slowdown"] = float(evidence.view.slowdown)
-        found, quiet = over_job_noise(rules._diagnose(run, evidence), self.noise_report)
-        below = [dict(f.to_dict(), under=UNDER_JOB_NOISE) for f in quiet]
+        found = rules._diagnose(run, evidence)
         if rules is not self:  # what the configured thresholds alone would have named
-            kept = {_key(f) for f in found + quiet}
-            below += [dict(f.to_dict(), under=UNDER_THRESHOLDS)
-                      for f in self._diagnose(run, evidence) if _key(f) not in kept]
-        self.noise_report["below_floor"] = below
+            kept = {_key(f) for f in found}
+            self.noise_report["below_floor"] = [
+                f.to_dict() for f in self._diagnose(run, evidence) if _key(f) not in kept]
         return findings + found
 
     def diagnose(self, run: Run, evidence: Evidence,
@@ -187,16 +178,7 @@ class WhatIfDetector(Detector):
         """Straggler findings from the what-if evidence and the run's trace (not failures),
         under thresholds raised to the run's layout family's noise floor (the online
         floor of `window_steps`-step windows when the run is such a window)."""
-        rules, report = self._floored(run, window_steps)
-        found, quiet = over_job_noise(rules._diagnose(run, evidence), report)
-        if quiet and self.noise_report is not None:  # an online replay keeps its report
-            seen = {(f["root_cause"], f["first_step"], str(f["ranks"]))
-                    for f in self.noise_report["below_floor"]}
-            for f in quiet:
-                d = dict(f.to_dict(), under=UNDER_JOB_NOISE)
-                if (d["root_cause"], d["first_step"], str(d["ranks"])) not in seen:
-                    self.noise_report["below_floor"].append(d)
-        return found
+        return self._floored(run, window_steps)[0]._diagnose(run, evidence)
 
     def clean_reading(self, run: Run) -> CleanReading:
         """A clean run's reading for the noise floor (`whatif_noise.py`): over the whole

@@ -20,9 +20,7 @@ whole run to the offline one.
 
 When a run is diagnosed, each threshold is raised to just above its family's
 floor where the floor is higher (`floored_config`): a finding must stand out of
-the noise measured for its layout. And a finding must explain more than noise alone
-costs: one whose estimated slowdown is under the family's highest clean job S is
-reported under the floor and not counted (`over_job_noise`). Nothing is tuned here: a threshold that
+the noise measured for its layout. Nothing is tuned here: a threshold that
 clean noise never reaches stays as it was set.
 
     reading = WhatIfDetector().clean_reading(run)      # a clean run's statistics
@@ -35,8 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
 
 from stragglerlab.analysis.detectors.base import Finding, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
@@ -152,25 +148,6 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
             raised[name] = {"configured": configured, "floor": value,
                             "used": value * (1 + ABOVE)}
     return replace(config, **{k: v["used"] for k, v in raised.items()}), report
-
-
-def over_job_noise(findings: list[Finding], report: dict) -> tuple[list[Finding], list[Finding]]:
-    """`findings` split into those whose estimated slowdown stands above the noise of their
-    layout family, and those under it (reported, not counted).
-
-    A finding's estimated slowdown is what fixing it would win the job; clean runs of the
-    family straggle by up to the highest job S they read (`clean_job_slowdown.max`, host
-    noise alone). A finding that explains less than noise alone costs the job is not told
-    apart from it. A finding with no estimate, or a run without a measured floor, stays."""
-    spread = report.get("clean_job_slowdown") or {}
-    cut = spread.get("max")
-    if cut is None:
-        return findings, []
-    keep, under = [], []
-    for f in findings:
-        est = f.estimated_slowdown
-        (under if est is not None and np.isfinite(est) and est < cut else keep).append(f)
-    return keep, under
 
 
 @dataclass

@@ -212,28 +212,3 @@ def test_clean_reading_reads_every_online_window(whatif_run):
     got = det.clean_reading(run)
     assert set(got.online) == {8, 12}
     assert set(got.online[8]) == set(got.statistics)  # every threshold read per window too
-
-
-def _job_noise_floor(clean_s_max: float) -> NoiseFloor:
-    return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
-        n_runs=3, layouts=("dp4-pp2",), statistics={},
-        job_slowdown=Spread.of([1.0, clean_s_max]))})
-
-
-def test_a_finding_that_explains_less_than_clean_noise_costs_is_not_counted(whatif_run):
-    from stragglerlab.analysis.detectors.whatif import UNDER_JOB_NOISE
-    from stragglerlab.analysis.detectors.whatif_evidence import read_evidence
-
-    run = whatif_run(dp_size=4, slow_workers=(SlowWorker(dp_rank=2, stage=1, factor=1.6),))
-    (found,) = WhatIfDetector(noise_floor=None).detect(run)
-    est = found.estimated_slowdown
-    assert est > 1.05
-    # Clean runs that straggle less than the finding explains leave it counted ...
-    assert WhatIfDetector(noise_floor=_job_noise_floor(est - 0.01)).detect(run) == [found]
-    # ... clean runs that straggle more put it under the floor, reported apart.
-    det = WhatIfDetector(noise_floor=_job_noise_floor(est + 0.01))
-    assert det.detect(run) == []
-    (under,) = det.noise_report["below_floor"]
-    assert under["under"] == UNDER_JOB_NOISE and under["estimated_slowdown"] == pytest.approx(est)
-    # A window diagnosis (online, the monitor) is held to the same floor.
-    assert det.diagnose(run, read_evidence(run)) == []
