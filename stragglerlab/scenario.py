@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib.resources
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stragglerlab.errors import InputError
 from stragglerlab.partition import Partition, balanced_partition, even_partition
+from stragglerlab.typed_mapping import build_dataclass
 
 DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))
 """The built-in scenarios: package data (the repository's config/scenarios.yaml)."""
@@ -277,68 +277,6 @@ class Scenario:
         return problems
 
 
-def _echo(value: object) -> str:
-    from stragglerlab.filecheck import echo
-
-    return echo(value)
-
-
-def _build(cls, raw: object, where: str, ctx: str):
-    """Build dataclass cls from a mapping, checking keys and types."""
-    if not isinstance(raw, dict):
-        raise InputError(f"{ctx} must be a mapping, got {type(raw).__name__}", where)
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(map(str, set(raw) - set(fields)))
-    if unknown:
-        raise InputError(f"{ctx}: unknown key(s) {', '.join(map(str, unknown))[:80]}; known: "
-                         f"{', '.join(fields)}", where)
-    kwargs = {k: _coerce(hints[k], v, where, f"{ctx}.{k}") for k, v in raw.items()}
-    return cls(**kwargs)
-
-
-def _coerce(hint, value, where: str, ctx: str):
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        if value is None and type(None) in args:
-            return None
-        hint = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where, ctx)
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            allowed = ", ".join(e.value for e in hint)
-            raise InputError(f"{ctx}: {_echo(value)} is not one of {allowed}", where) from None
-    if origin is list:
-        if not isinstance(value, list):
-            raise InputError(f"{ctx} must be a list, got {_echo(value)}", where)
-        return [_coerce(args[0], v, where, f"{ctx}[{i}]") for i, v in enumerate(value)]
-    if hint is dict:
-        if not isinstance(value, dict):
-            raise InputError(f"{ctx} must be a mapping, got {_echo(value)}", where)
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{ctx} must be true or false, got {_echo(value)}", where)
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{ctx} must be an integer, got {_echo(value)}", where)
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"{ctx} must be a number, got {_echo(value)}", where)
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise InputError(f"{ctx} must be a string, got {_echo(value)}", where)
-        return value
-    return value
-
-
 def _merge(base: dict, over: dict) -> dict:
     """Nested dict merge: sections merge key by key, leaves are replaced."""
     out = dict(base)
@@ -392,7 +330,7 @@ def load_scenario(
     from stragglerlab.implied_faults import with_implied_faults
 
     # Imbalance phrased outside `faults` is a fault all the same (ground truth says so).
-    scenario = _build(Scenario, merged, where, f"scenario {name!r}").check(where)
+    scenario = build_dataclass(Scenario, merged, where, f"scenario {name!r}").check(where)
     return with_implied_faults(scenario).check(where)
 
 
