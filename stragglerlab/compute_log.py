@@ -22,7 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
-COMPUTE_DIR = "compute"
+from stragglerlab.run_folder import COMPUTE_DIR
+
+
+def log_path(run_dir: str | Path, rank: int) -> Path:
+    """Where one rank's compute log lives in a run folder."""
+    return Path(run_dir) / COMPUTE_DIR / f"rank{rank}.jsonl"
 
 
 class ComputeLog:
@@ -34,7 +39,7 @@ class ComputeLog:
 
     @classmethod
     def for_rank(cls, run_dir: str | Path, rank: int) -> ComputeLog:
-        return cls(Path(run_dir) / COMPUTE_DIR / f"rank{rank}.jsonl")
+        return cls(log_path(run_dir, rank))
 
     def append(self, step: int, compute_s: float, step_s: float) -> None:
         if self._file is None:
@@ -69,8 +74,7 @@ def read_log(path: Path) -> list[dict]:
 
 def measure_frame(run_dir: str | Path, world: int, dp: int, warmup_steps: int) -> pd.DataFrame:
     """Compute rows of the steps every rank finished after warm-up (empty if none)."""
-    per_rank = {r: read_log(Path(run_dir) / COMPUTE_DIR / f"rank{r}.jsonl")
-                for r in range(world)}
+    per_rank = {r: read_log(log_path(run_dir, r)) for r in range(world)}
     if not all(per_rank.values()):
         return pd.DataFrame()
     common = set.intersection(*({rec["step"] for rec in recs} for recs in per_rank.values()))
@@ -86,8 +90,7 @@ def peer_ratio(run_dir: str | Path, rank: int, peers: list[int], before_step: in
     """`rank`'s compute time over the mean of its peers', summed over the latest `window`
     steps in [since, before_step) that all of them logged; None when unknown (none yet).
     The slow-worker injector steers its CPU-quota cut on it when a run has no op trace."""
-    logs = {r: {rec["step"]: rec["compute_s"] for rec in
-                read_log(Path(run_dir) / COMPUTE_DIR / f"rank{r}.jsonl")
+    logs = {r: {rec["step"]: rec["compute_s"] for rec in read_log(log_path(run_dir, r))
                 if since <= rec["step"] < before_step}
             for r in [rank, *peers]}
     common = sorted(set.intersection(*(set(m) for m in logs.values())))[-window:]

@@ -264,7 +264,7 @@ class Scenario:
         if self.run.profiler is not Profiler.KINETO:
             problems.append(f"workload {w} is traced by torch.profiler alone: set "
                             "run.profiler: kineto")
-        if w in ("ddp", "fsdp") and p.pp != 1:
+        if self.workload in (Workload.DDP, Workload.FSDP) and p.pp != 1:
             problems.append(f"workload {w} is data-parallel only: set parallel.pp: 1")
         if self.workload is Workload.PIPELINING and (p.pp < 2 or self.model.n_layers < p.pp):
             problems.append("workload pipelining needs parallel.pp >= 2 and model.n_layers "

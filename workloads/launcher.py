@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 from stragglerlab import run_folder as rf
-from stragglerlab.compute_log import COMPUTE_DIR
 from stragglerlab.faults import parse_faults
 from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, quota_for
@@ -100,7 +99,7 @@ def _prepare_dir(run_dir: Path) -> None:
     """Start from a clean run folder (outputs of an earlier run there are replaced)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # kineto/ and compute/ too: a torch workload's import reads every rank file there.
-    for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, "kineto", COMPUTE_DIR):
+    for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, rf.KINETO_DIR, rf.COMPUTE_DIR):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
     for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
         (run_dir / name).unlink(missing_ok=True)

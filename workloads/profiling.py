@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from stragglerlab.run_folder import KINETO_DIR
 from stragglerlab.scenario import Profiler, Scenario
 
 
@@ -30,7 +31,7 @@ class KinetoProfiler:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         run = scenario.run
-        self.path = Path(run_dir) / "kineto" / f"rank{rank}.json.gz"
+        self.path = Path(run_dir) / KINETO_DIR / f"rank{rank}.json.gz"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.run_folder import KINETO_DIR
 from stragglerlab.scenario import TORCH_WORKLOADS, load_scenario
 
 
@@ -97,7 +98,7 @@ def run(args) -> int:
     if record["outcome"] == "ok" and scenario.workload in TORCH_WORKLOADS:
         # torch.profiler alone traces these: no trace.parquet, per-rank Kineto traces.
         print(f"run ok: Kineto traces of {scenario.world_size} ranks in "
-              f"{Path(args.out) / 'kineto'} ({record['wall_s']['total']:.1f}s, backend "
+              f"{Path(args.out) / KINETO_DIR} ({record['wall_s']['total']:.1f}s, backend "
               f"{record['backend']}); analyse with `stragglerlab import kineto --traces`")
         return 0
     if record["outcome"] == "ok":
