@@ -64,17 +64,17 @@ def score(clean_run: dict, clean_w: dict, slow_run: dict, slow_w: dict, faults: 
     per_step = {int(k): v for k, v in slow_w["per_step"].items()}
     scores = slow_w["worker_score"]
     top = max(scores, key=scores.get)
+    s_pre = _mean([per_step[s] for s in before if s in per_step])
+    s_fault = _mean([per_step[s] for s in window if s in per_step])
+    t_window = _mean([t_slow[s] for s in window])
     return {
         "S_clean": round(clean_w["S"], 4),
         "S_whole": round(slow_w["S"], 4),
-        "S_pre": round(_mean([per_step[s] for s in before if s in per_step]), 4),
-        "S_fault": round(_mean([per_step[s] for s in window if s in per_step]), 4),
-        "S_in_run": round(_mean([per_step[s] for s in window if s in per_step])
-                          / _mean([per_step[s] for s in before if s in per_step]), 4),
-        "meas_vs_clean": round(_mean([t_slow[s] for s in window])
-                               / _mean([t_clean[s] for s in window]), 4),
-        "meas_in_run": round(_mean([t_slow[s] for s in window])
-                             / _mean([t_slow[s] for s in before]), 4),
+        "S_pre": round(s_pre, 4),
+        "S_fault": round(s_fault, 4),
+        "S_in_run": round(s_fault / s_pre, 4),
+        "meas_vs_clean": round(t_window / _mean([t_clean[s] for s in window]), 4),
+        "meas_in_run": round(t_window / _mean([t_slow[s] for s in before]), 4),
         "factor_measured": (fault.get("measured") or {}).get("factor"),
         "top": int(top), "victim": victim,
         "discrepancy_clean": round(clean_w["discrepancy"], 4),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from stragglerlab.workloads.torch_model import MlpStack, loss_fn
+from stragglerlab.workloads.torch_model import MlpStack, loss_fn, parameter_fingerprint
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
@@ -38,6 +38,4 @@ class DdpTrainer(TorchRankTrainer):
         return float(loss.detach())
 
     def fingerprint(self) -> str:
-        with torch.no_grad():
-            total = sum(float(p.double().sum()) for p in self.model.parameters())
-        return f"{total:.17g}"
+        return parameter_fingerprint(self.model)

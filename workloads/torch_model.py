@@ -70,6 +70,13 @@ def batch(step: int, dp_rank: int, rows: int, hidden: int, seed: int
     return x, torch.tanh(x.flip(-1))
 
 
+def parameter_fingerprint(model: nn.Module) -> str:
+    """The sum of every parameter in float64, all digits: equal on DP replicas after a step."""
+    with torch.no_grad():
+        total = sum(float(p.double().sum()) for p in model.parameters())
+    return f"{total:.17g}"
+
+
 def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error (the pipelining schedule calls it per microbatch)."""
     return torch.nn.functional.mse_loss(out, target)

@@ -20,7 +20,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-from stragglerlab.workloads.torch_model import MlpStack, loss_fn, stage_blocks
+from stragglerlab.workloads.torch_model import (
+    MlpStack,
+    loss_fn,
+    parameter_fingerprint,
+    stage_blocks,
+)
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
@@ -74,6 +79,4 @@ class PipeliningTrainer(TorchRankTrainer):
         return None
 
     def fingerprint(self) -> str:
-        with torch.no_grad():
-            total = sum(float(p.double().sum()) for p in self.model.parameters())
-        return f"{total:.17g}"
+        return parameter_fingerprint(self.model)

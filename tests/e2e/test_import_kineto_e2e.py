@@ -6,20 +6,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.stragglerlab_cli import cli
+
 pytestmark = pytest.mark.slow
-
-
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "stragglerlab", *args], capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 def slowdown(trace: Path, meta: Path, out: Path) -> float:

@@ -14,19 +14,12 @@ there the test pins that no send or recv is paired (docs/torch-workloads.md).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from tests.e2e.stragglerlab_cli import cli
+
 pytestmark = pytest.mark.slow
-
-
-def cli(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "stragglerlab", *args], capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 
 @pytest.mark.parametrize("workload", ["ddp", "fsdp", "pipelining"])
@@ -34,7 +27,8 @@ def test_slow_worker_run_imports_unannotated_and_names_the_victim(tmp_path, work
     run = tmp_path / "run"
     # The scenario's 14 steps: the quota cut is steered on the measured factor from the
     # fault's first step (6) on and needs a few steps to settle (10 steps measured 1.02-1.26).
-    cli("train", "--scenario", f"torch-{workload}-slow", "--out", str(run), "--quiet")
+    cli("train", "--scenario", f"torch-{workload}-slow", "--out", str(run), "--quiet",
+        timeout=400)
     record = json.loads((run / "run.json").read_text())
     assert record["outcome"] == "ok" and record["scenario"]["workload"] == workload
     assert not (run / "trace.parquet").exists()  # torch.profiler is the only tracer
@@ -46,7 +40,8 @@ def test_slow_worker_run_imports_unannotated_and_names_the_victim(tmp_path, work
     assert fault["kind"] == "slow-worker" and fault["measured"]["mechanism"] == "cpu-quota"
     assert fault["measured"]["factor"] > 1.3  # the quota cut really slowed its compute
     out = tmp_path / "import"
-    cli("import", "kineto", "--traces", str(run / "kineto"), "--out", str(out), "--quiet")
+    cli("import", "kineto", "--traces", str(run / "kineto"), "--out", str(out), "--quiet",
+        timeout=400)
     report = json.loads((out / "import.json").read_text())
     assert report["model"] == "general"  # no range named like our op vocabulary
     whatif = json.loads((out / "whatif.json").read_text())
