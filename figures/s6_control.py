@@ -100,11 +100,11 @@ def in_run(run: RunSummary, clean: list[RunSummary]) -> InRun | None:
     raw = float(np.mean([times[s] for s in window]) / np.mean([times[s] for s in before]))
     trace = run.trace()
     part = trace[(trace["step"] >= first) & (trace["step"] <= last)]
+    clean_part = trace[trace["step"].isin(before)]
     victims = {int(t["rank"]) for t in fault.get("targets") or []}
     now = _bystander_compute(part, victims)
-    then = _bystander_compute(trace[trace["step"].isin(before)], victims)
+    then = _bystander_compute(clean_part, victims)
     in_run_drift = now / then if now and then else 1.0
-    clean_part = trace[trace["step"].isin(before)]
     window_s, clean_s = ({ideal.value: float(analyze(t, run.meta, where=str(run.path),
                                                      compute_ideal=ideal).slowdown)
                           for ideal in (ComputeIdeal.MEAN, ComputeIdeal.MEDIAN)}
