@@ -19,7 +19,8 @@ Step times are rank 0's (run.json `step_time_s`; the ranks leave every step
 together). Runs go under --out (default /tmp/torch-workloads).
 
     .venv/bin/python benchmarks/torch_workloads.py [--workloads ddp fsdp pipelining]
-        [--repeats 2 | --seeds 2 3] [--reuse] [--out DIR] [--json results.json]
+        [--repeats 2 | --seeds 2 3] [--config FILE] [--reuse] [--out DIR]
+        [--json results.json]
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ from pathlib import Path
 PY = sys.executable
 
 
-def train(scenario: str, seed: int, out: Path, reuse: bool = False) -> dict:
+def train(scenario: str, seed: int, out: Path, reuse: bool = False,
+          config: Path | None = None) -> dict:
     if reuse and (out / "run.json").exists():  # --reuse: score the runs already there
         return json.loads((out / "run.json").read_text())
+    extra = ["--config", str(config)] if config else []
     subprocess.run(["nice", "-n", "5", PY, "-m", "stragglerlab", "train", "--scenario",
-                    scenario, "--seed", str(seed), "--out", str(out), "--quiet"], check=True)
+                    scenario, "--seed", str(seed), "--out", str(out), "--quiet", *extra],
+                   check=True)
     return json.loads((out / "run.json").read_text())
 
 
@@ -89,6 +93,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/torch-workloads"))
     ap.add_argument("--json", type=Path)
     ap.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..repeats-1")
+    ap.add_argument("--config", type=Path,
+                    help="YAML merged over the built-in scenarios (stragglerlab train --config)")
     ap.add_argument("--reuse", action="store_true",
                     help="re-import and score run folders already under --out")
     args = ap.parse_args()
@@ -96,8 +102,8 @@ def main() -> int:
     for w in args.workloads:
         for seed in args.seeds or range(args.repeats):
             clean, slow = args.out / f"{w}-clean-{seed}", args.out / f"{w}-slow-{seed}"
-            clean_run = train(f"torch-{w}", seed, clean, args.reuse)
-            slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse)
+            clean_run = train(f"torch-{w}", seed, clean, args.reuse, args.config)
+            slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse, args.config)
             row = {"workload": w, "seed": seed, **score(
                 clean_run, import_kineto(clean), slow_run, import_kineto(slow),
                 json.loads((slow / "faults.json").read_text()))}

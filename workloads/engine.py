@@ -39,13 +39,12 @@ from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
-from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
-from stragglerlab.workloads.pacing import ComputePacer
+from stragglerlab.workloads.pacing import ComputePacer, pace_share
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
@@ -146,22 +145,14 @@ class RankTrainer:
                                compute_ops_per_step=2 * self.sc.parallel.microbatches,
                                device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
-        self.pacer = ComputePacer(self._pace_share(), self.sc.run.pace_margin)
+        self.pacer = ComputePacer(pace_share(self.sc.run, self.device.type, self.cgroup,
+                                              self.sc.world_size), self.sc.run.pace_margin)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
         gc.freeze()  # start-up objects out of the GC's way: a full GC would cost ~80 ms
         self.faults.setup()
         self.gc_monitor.start()
-
-    def _pace_share(self) -> float | None:
-        """The share compute ops are paced to (run.pace_compute, CPU ranks), else None: the
-        rank's quota, or without isolation the share a quota would have given it."""
-        run = self.sc.run
-        if not run.pace_compute or self.device.type != "cpu":
-            return None
-        return (self.cgroup["cores"] if self.cgroup else run.cores_per_rank
-                or default_cores(os.cpu_count() or 1, self.sc.world_size))
 
     # -- one step ----------------------------------------------------------------------
     def _paced(self):

@@ -20,9 +20,21 @@ quota already held to that rate are untouched.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
+from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.tracer import now
+
+
+def pace_share(run, device_type: str, cgroup: dict | None, world_size: int) -> float | None:
+    """The share a rank's compute ops are paced to (`run.pace_compute`, CPU ranks), else
+    None: the rank's quota, or without isolation the share a quota would have given it.
+    run: the scenario's RunConfig."""
+    if not run.pace_compute or device_type != "cpu":
+        return None
+    return (cgroup["cores"] if cgroup else run.cores_per_rank
+            or default_cores(os.cpu_count() or 1, world_size))
 
 
 class ComputePacer:

@@ -42,6 +42,8 @@ class KinetoProfiler:
             schedule=schedule(wait=max(run.warmup_steps - 1, 0), warmup=warm,
                               active=run.steps - run.warmup_steps, repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(str(self.path)),
+            # Shapes keep c10d::send / recv_'s scalar args: a gloo trace's only P2P peers.
+            record_shapes=True,
             experimental_config=torch._C._profiler._ExperimentalConfig(profile_all_threads=True),
         )
         self.running = False

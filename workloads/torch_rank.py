@@ -14,6 +14,10 @@ launcher and the ground truth:
   (workloads/torch_model.ComputeClock) and of the step, from which faults.json
   measures a slow worker's factor (stragglerlab/compute_log.py).
 
+With `run.pace_compute`, each Linear's forward and backward runs at a fixed
+device rate measured in the warm-up steps (workloads/torch_pacing.py), as a GPU would;
+what pacing did is kept in `pacing/rank<r>.json`.
+
 Faults act through the same hooks as in our engine (workloads/fault_hooks.py):
 at each step start (the slow worker's CPU-quota cut) and around the step's
 forward and backward (its in-process fallbacks). The wrappers issue their own
@@ -40,8 +44,10 @@ from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Scenario, Workload
 from stragglerlab.workloads.fault_hooks import FaultHooks
+from stragglerlab.workloads.pacing import pace_share
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.torch_model import ComputeClock, batch
+from stragglerlab.workloads.torch_pacing import LinearPacer
 from stragglerlab.workloads.tracer import now
 
 
@@ -101,7 +107,13 @@ class TorchRankTrainer:
                                run_dir=str(self.run_dir), dp_size=self.dp,
                                device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
-        self.clock = ComputeClock(self.build())
+        model = self.build()
+        share = pace_share(self.sc.run, self.device.type, self.cgroup, self.sc.world_size)
+        if share is not None:  # hooks before the clock's: it times Linears with their pacing
+            self.pacer = LinearPacer(
+                model, share=share, margin=self.sc.run.pace_margin,
+                cores_now=lambda: self.cgroup.get("cores_now") if self.cgroup else None)
+        self.clock = ComputeClock(model)
         self.faults.setup()
 
     def _sync(self) -> None:
@@ -115,6 +127,7 @@ class TorchRankTrainer:
         self.cgroup = cgroup
         self.faults = FaultHooks([], RankContext(self.rank, self.dp_rank, self.stage))
         self.profiler: KinetoProfiler | None = None
+        self.pacer: LinearPacer | None = None
         try:
             self._setup()
             return self._train()
@@ -143,6 +156,9 @@ class TorchRankTrainer:
             step_times[step] = now() - start
             self.compute_log.append(step, self.clock.take(), step_times[step])
             self.faults.step_end(step)
+            if self.pacer is not None and self.pacer.rate is None \
+                    and step + 1 >= self.sc.run.warmup_steps:
+                self.pacer.settle()  # a collective, inside the profiler's warm-up step
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step
             fp = self.fingerprint()
@@ -152,6 +168,10 @@ class TorchRankTrainer:
                 losses[step] = loss
             last = (loss, step_times[step])
         self._write_status(self.sc.run.steps - 1, self.sc.run.steps, *last)
+        if self.pacer is not None:
+            (self.run_dir / "pacing").mkdir(exist_ok=True)
+            atomic_write_text(self.run_dir / "pacing" / f"rank{self.rank}.json",
+                              json.dumps(self.pacer.summary()))
         return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
                 "backend": self.backend, "losses": losses, "param_checksums": checksums,
                 "step_times_s": step_times, "pid": os.getpid()}

@@ -13,7 +13,9 @@ Where a label comes from, first hit wins:
 
 On CPU traces (timing cpu) the ops are the `record_param_comms` records with a
 collective name, or, where a rank has none (older torch), its `gloo:<op>` /
-`nccl:<op>` ranges.
+`nccl:<op>` ranges; a send/recv range then takes its `group_peer` (the peer's
+rank in the call's process group) from the `c10d::send` / `c10d::recv_`
+launch of the same order, where the profiler kept shapes (record_shapes=True).
 
 Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
 """
@@ -27,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from stragglerlab.importers.kineto_events import CommRecord, RankEvents
+from stragglerlab.importers.kineto_events import P2P_LAUNCHES, CommRecord, RankEvents
 from stragglerlab.op_model import CommKind
 
 ALIASES = {
@@ -180,15 +182,18 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
             # backend's `gloo:<op>` work (on its worker thread for async ops); the work
             # is the op, the launch a duplicate that would be matched on its own.
             backend = any(name.startswith(("gloo:", "nccl:")) for *_x, name, _a in ev.labels)
-            for start, end, tid, name, _a in ev.labels:
+            launch_peers = _launch_peers(ev.labels) if backend else {}
+            for start, end, tid, name, _a in sorted(ev.labels, key=lambda x: x[0]):
                 if backend and name.startswith("c10d::"):
                     continue
                 if name != "record_param_comms":
+                    kind = normalize(name)
+                    peers = launch_peers.get(kind)
+                    args = {"Group peer": peers.pop(0)} if peers else {}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
-                    rows.append(_row(ev.rank, rec, start, normalize(name), {},
-                                     LabelSource.ANNOTATION))
+                    rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
-            "out_nelems", "source", "stream"]
+            "out_nelems", "source", "stream", "group_peer"]
     df = pd.DataFrame(rows, columns=cols)
     df["step"] = _steps_of(ev.steps, df["cpu_ts"].to_numpy(dtype=float))
     return df.sort_values(["start", "end"], kind="stable", ignore_index=True)
@@ -199,7 +204,23 @@ def _row(rank: int, rec: CommRecord, cpu_ts: float, kind: str, args: dict,
     pg, members = _pg(args)
     return (float(cpu_ts), float(rec.start), float(rec.end), kind, pg, members,
             _int(args.get("Seq")), _peer(kind, args, rank), _int(args.get("In msg nelems")),
-            _int(args.get("Out msg nelems")), source.value, rec.tid)
+            _int(args.get("Out msg nelems")), source.value, rec.tid, _int(args.get("Group peer")))
+
+
+def _launch_peers(labels: list) -> dict[str, list[int]]:
+    """Per P2P kind, the peers of this rank's `c10d::send` / `c10d::recv_` launches in start
+    order (the rank within the call's process group, from `Concrete Inputs`; -1 where the
+    profiler kept no shapes). The backend's `gloo:send` / `gloo:recv` work of the k-th
+    launch is the k-th of its kind: one rank issues its P2P calls in order."""
+    out: dict[str, list[int]] = {}
+    for _s, _e, _tid, name, args in sorted(labels, key=lambda x: x[0]):
+        if name not in P2P_LAUNCHES:
+            continue
+        ci = args.get("Concrete Inputs")
+        peer = ci[2] if isinstance(ci, list) and len(ci) > 2 else ""
+        out.setdefault(normalize(name), []).append(
+            int(peer) if isinstance(peer, str) and peer.isdigit() else -1)
+    return out
 
 
 def _steps_of(steps: dict[int, tuple[float, float]], ts: np.ndarray) -> np.ndarray:

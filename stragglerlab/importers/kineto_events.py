@@ -47,6 +47,9 @@ COMM_ARGS = ("Collective name", "Process Group Name", "Process Group Ranks", "Se
              "In msg nelems", "Out msg nelems", "Src Rank", "Dst Rank", "Group size")
 """Args torch writes on communication records that the op model reads."""
 LABEL_PREFIXES = ("nccl:", "gloo:", "c10d::", "mpi:", "ucc:")
+P2P_LAUNCHES = frozenset({"c10d::send", "c10d::recv_"})
+"""Dispatcher ops of a P2P call whose `Concrete Inputs` name the peer (its rank in the
+process group the call used), where the profiler recorded shapes."""
 COMPUTE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
 KEPT_CPU_PREFIXES = ("ProfilerStep#",) + LABEL_PREFIXES
@@ -190,7 +193,11 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 cpu_comms.append(rec)
                 labels.append((float(ts), float(end), _tid(e), name, rec.args))
             elif name.startswith(LABEL_PREFIXES):
-                labels.append((float(ts), float(end), _tid(e), name, {}))
+                # A P2P launch's peer: c10d::send(tensors, pg, dstRank, tag) and recv_'s
+                # srcRank are scalar args, kept by a profiler run with record_shapes=True.
+                ci = args.get("Concrete Inputs") if name in P2P_LAUNCHES else None
+                labels.append((float(ts), float(end), _tid(e), name,
+                               {"Concrete Inputs": ci} if isinstance(ci, list) else {}))
             elif name in VOCAB and cat == "user_annotation":
                 vocab += 1
                 names.add(name)

@@ -13,7 +13,12 @@ What it infers (stragglerlab.op_model describes the table):
 * groups across ranks: a collective by (process group, `Seq`) where torch
   writes both; else by its order within its process group in the step; else
   (no process group in the trace) by its order among the same kind in the
-  step. A send and a recv pair by (src, dst, order in the step). A group
+  step (gloo CPU traces name no group: stragglerlab.importers.
+  collective_groups finds it in pg_config from the members' overlap in
+  time). A send and a recv pair by (src, dst, order in the step); where the
+  trace names a peer only by its rank in a process group (gloo CPU traces
+  profiled with record_shapes=True), stragglerlab.importers.p2p_peers
+  resolves it through pg_config. A group
   with one traced member (its peers were not traced), and a send/recv with
   no known peer, is a local op;
 * compute segments: the signed span between consecutive ops of a rank's
@@ -43,9 +48,11 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import one_trace_per_rank
+from stragglerlab.importers.collective_groups import assign_pg
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
+from stragglerlab.importers.p2p_peers import resolve_group_peers
 from stragglerlab.op_model import P2P_KINDS, STEP_END
 
 PARALLEL_MIN_BYTES = 16 << 20
@@ -261,6 +268,13 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                          "gloo/CPU jobs)", str(Path(events[0].path).parent))
     for col in ("start", "end", "cpu_ts"):
         c[col] = c[col] + c["rank"].map(base)
+    pg_configs = {e.rank: e.pg_config for e in events}
+    c["peer"] = resolve_group_peers(c, pg_configs, notes)
+    durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
+    tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
+    hosts = {e.host for e in events}
+    if align == "none" or (align == "auto" and len(hosts) == 1 and "" not in hosts):
+        c["pg"] = assign_pg(c, pg_configs, tol)  # one clock: overlap in time is meaningful
     keys = _group_keys(c)
     gid, _ = pd.factorize(keys)
     size = np.bincount(gid)[gid]
@@ -270,8 +284,6 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         c[col] = c[col] + c["rank"].map(off)
     latest = c.groupby("group")["start"].transform("max")
     first_end = c.groupby("group")["end"].transform("min")
-    durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
-    tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
     implausible = (c["group"] >= 0) & (latest > first_end + tol)
     bad_groups = c.loc[implausible, "group"].unique()
     if bad_groups.size:

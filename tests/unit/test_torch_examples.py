@@ -31,12 +31,21 @@ def test_data_parallel_examples_name_the_slow_worker(tmp_path, name):
     assert whatif["S"] > 1.1
 
 
-def test_pipelining_example_pairs_no_p2p_op(tmp_path):
-    """torch 2.13's gloo writes no peer for a send or recv: none can be paired."""
+def test_pipelining_example_pairs_p2p_and_names_the_slow_worker(tmp_path):
+    """torch 2.13's gloo writes a send's peer only as its rank in the pipeline's process
+    group (record_shapes keeps it) and no group for a DP all-reduce: pg_config settles
+    both, so sends pair with recvs and each stage's all-reduce matches within its DP
+    group."""
     import pandas as pd
 
-    report, _whatif, _victim = _import("pipelining", tmp_path)
+    report, whatif, victim = _import("pipelining", tmp_path)
     assert report["model"] == "general"
     ops = pd.read_parquet(tmp_path / "ops.parquet")
     p2p = ops[ops["kind"].isin(["send", "recv"])]
-    assert len(p2p) > 0 and (p2p["peer"] == -1).all() and (p2p["group"] == -1).all()
+    assert (p2p["group"] >= 0).mean() > 0.9
+    assert set(p2p.groupby("rank")["peer"].agg(lambda p: p[p >= 0].mode()[0])) == {0, 1, 2, 3}
+    ar = ops[ops["kind"] == "all_reduce"]
+    assert set(ar.groupby("group")["rank"].apply(lambda r: tuple(sorted(r)))) == {(0, 1),
+                                                                                  (2, 3)}
+    scores = whatif["worker_score"]
+    assert int(max(scores, key=scores.get)) == victim

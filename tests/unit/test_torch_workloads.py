@@ -125,3 +125,34 @@ def test_slow_worker_steers_on_the_compute_log_without_an_op_trace(tmp_path):
     ctx = RankContext(1, 1, 0, run_dir=str(tmp_path), dp_size=2)
     assert _peer_compute_ratio(ctx, before_step=3, since=1) == pytest.approx(1.5)
     assert _peer_compute_ratio(ctx, before_step=3, since=3) is None
+
+
+def test_linear_pacer_paces_each_linear_to_its_flops_at_the_warmup_rate():
+    torch_pacing = pytest.importorskip("stragglerlab.workloads.torch_pacing")
+    torch_model = pytest.importorskip("stragglerlab.workloads.torch_model")
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch_model.MlpStack(hidden=64, blocks=2, seed=0)
+    x = torch.randn(256, 64)
+    share_now: list[float | None] = [None]
+    pacer = torch_pacing.LinearPacer(model, share=0.5, margin=1.5,
+                                     cores_now=lambda: share_now[0])
+    model(x).sum().backward()  # warm-up: measured, not paced
+    assert pacer.ops == 0 and pacer.summary()["warmup_ops"] == 8
+    pacer.settle()  # no process group: this rank's own medians
+    fwd, bwd = pacer.rate["forward"], pacer.rate["backward"]
+    assert 0 < fwd < 1e-6 and 0 < bwd < 1e-6
+    share_now[0] = 0.05  # the slow-worker injector's lower share
+    t0 = time.perf_counter()
+    model(x).sum().backward()
+    elapsed = time.perf_counter() - t0
+    assert pacer.ops == 8  # 2 blocks x 2 Linears, forward and backward
+    # Forward 2 x 256 x 64 x 256 FLOPs per Linear, backward twice that, at 0.05 cores
+    # with margin 1.5: each op lasted at least its target.
+    flops = 2.0 * 256 * 64 * 256
+    floor = 1.5 * (4 * flops * fwd + 4 * 2 * flops * bwd) / 0.05
+    assert elapsed >= 0.98 * floor
+    assert pacer.slept_s > 0 and pacer.summary()["ops"] == 8

@@ -1,0 +1,168 @@
+"""A gloo CPU trace of a DP x PP pipeline: P2P peers and collective groups from pg_config.
+
+torch.distributed.pipelining over per-pipeline process groups: rank r's
+`c10d::send(tensors, pg, dstRank, tag)` names dstRank within the pipeline's
+group, which the trace does not name (record_shapes=True keeps it at all), and
+each stage's DP all-reduce is a `gloo:all_reduce` with no group.
+`distributedInfo.pg_config` lists the groups each rank is in:
+stragglerlab.importers.p2p_peers resolves the global peer (the import then pairs
+sends with recvs), stragglerlab.importers.collective_groups the all-reduce's group.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from stragglerlab.importers.collective_groups import assign_pg
+from stragglerlab.importers.kineto_general import build_general, load_ranks
+from stragglerlab.importers.p2p_peers import resolve_group_peers
+from tests.unit.general_fixtures import MS, _x, write_docs
+
+DP, PP = 2, 2
+
+
+def _groups(rank: int) -> list[dict]:
+    """pg_config as torch writes it: the default group, then the rank's pipeline and DP
+    groups (rank = stage * DP + dp_rank)."""
+    stage, d = divmod(rank, DP)
+    pipe = [s * DP + d for s in range(PP)]
+    dp = [stage * DP + x for x in range(DP)]
+    return [{"pg_name": "0", "ranks": list(range(DP * PP))},
+            {"pg_name": str(1 + d), "ranks": pipe},
+            {"pg_name": str(3 + stage), "ranks": dp}]
+
+
+def _frame(rows: list[tuple[int, str, int]]) -> pd.DataFrame:
+    return pd.DataFrame([{"rank": r, "kind": k, "group_peer": g, "peer": -1}
+                         for r, k, g in rows])
+
+
+def test_group_rank_resolves_to_the_one_peer_that_answers():
+    # Pipeline of DP rank 1 is ranks 1 -> 3; each names the other as group rank 1 / 0.
+    # Rank 1's dstRank 1 could be rank 3 (its pipeline group) or rank 1 (default and DP
+    # group: itself, dropped): one candidate. Rank 3's srcRank 0 could be rank 0 (default
+    # group), rank 1 (pipeline group) or rank 2 (DP group): only rank 1 sends to it.
+    c = _frame([(1, "send", 1), (3, "recv", 0), (0, "send", 1), (2, "recv", 0)])
+    notes: list[str] = []
+    peer = resolve_group_peers(c, {r: _groups(r) for r in range(4)}, notes)
+    assert peer.tolist() == [3, 1, 2, 0]
+    assert notes == []
+
+
+def test_without_pg_config_a_group_rank_is_the_global_rank():
+    c = _frame([(0, "send", 1), (1, "recv", 0), (0, "all_reduce", -1)])
+    assert resolve_group_peers(c, {0: [], 1: []}, []).tolist() == [1, 0, -1]
+
+
+def test_an_unsettled_peer_stays_local_and_is_noted():
+    # Both candidates answer (ranks 1 and 2 each receive from a group rank naming 0): the
+    # trace cannot tell which group the send used.
+    c = _frame([(0, "send", 1), (1, "recv", 0), (2, "recv", 0)])
+    notes: list[str] = []
+    groups = {0: [{"ranks": [0, 1]}, {"ranks": [0, 2]}], 1: [{"ranks": [0, 1]}],
+              2: [{"ranks": [0, 2]}]}
+    peer = resolve_group_peers(c, groups, notes)
+    assert peer.tolist() == [-1, 0, 0]
+    assert "1 send/recv op(s)" in notes[0]
+
+
+def _pipeline_doc(rank: int, steps=(3, 4), all_reduce: bool = False) -> dict:
+    """One rank of a 2-stage pipeline step as torch 2.13's gloo traces it with
+    record_shapes: stage 0 sends an activation at 10 ms, stage 1 receives it; the
+    launch (`c10d::send`, main thread) names the peer's group rank, the work
+    (`gloo:send`, a gloo thread) does not."""
+    stage, _d = divmod(rank, DP)
+    ev = []
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * 40 * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, 30 * MS, cat="user_annotation"))
+        if stage == 0:
+            ev.append(_x("c10d::send", t0 + 10 * MS, 20.0, **{"Concrete Inputs":
+                                                             ["", "", "1", "0"]}))
+            ev.append(_x("gloo:send", t0 + 10 * MS + 20, 1 * MS, tid=9))
+        else:
+            ev.append(_x("c10d::recv_", t0 + 1 * MS, 20.0, **{"Concrete Inputs":
+                                                             ["", "", "0", "0"]}))
+            ev.append(_x("gloo:recv", t0 + 1 * MS + 20, 10 * MS, tid=9))
+        if all_reduce:  # each stage's DP all-reduce: stage 1 first, then stage 0
+            at = 25 if stage == 0 else 15
+            ev.append(_x("c10d::allreduce_", t0 + at * MS, 20.0))
+            ev.append(_x("gloo:all_reduce", t0 + at * MS + 20, 2 * MS, tid=9))
+    info = {"backend": "gloo", "rank": rank, "world_size": DP * PP,
+            "pg_config": _groups(rank)}
+    return {"traceEvents": ev, "host_name": "vm", "distributedInfo": info}
+
+
+def test_gloo_pipeline_sends_pair_with_their_recvs(tmp_path):
+    folder = write_docs(tmp_path, {r: _pipeline_doc(r) for r in range(DP * PP)})
+    res = build_general(load_ranks(sorted(folder.glob("*.json*"))))
+    p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and (p2p["group"] >= 0).all()
+    pairs = p2p.groupby("group")["rank"].apply(lambda r: tuple(sorted(r))).tolist()
+    assert sorted(pairs) == [(0, 2), (0, 2), (1, 3), (1, 3)]
+    assert p2p.set_index("rank")["peer"].groupby(level=0).first().to_dict() == \
+        {0: 2, 1: 3, 2: 0, 3: 1}
+
+
+def test_without_shapes_the_sends_stay_local(tmp_path):
+    docs = {r: _pipeline_doc(r) for r in range(DP * PP)}
+    for d in docs.values():
+        for e in d["traceEvents"]:
+            e["args"].pop("Concrete Inputs", None)
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and (p2p["group"] < 0).all()
+
+
+@pytest.mark.parametrize("ci", [["", "", "x", "0"], ["", ""], "1", [None, None, 3]])
+def test_odd_concrete_inputs_mean_no_peer_not_an_error(tmp_path, ci):
+    docs = {r: _pipeline_doc(r) for r in range(DP * PP)}
+    for e in docs[0]["traceEvents"]:
+        if "Concrete Inputs" in e["args"]:
+            e["args"]["Concrete Inputs"] = ci
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    sends0 = res.ops[(res.ops["rank"] == 0) & (res.ops["kind"] == "send")]
+    assert (sends0["peer"] == -1).all()
+
+
+def _load(tmp_path, docs):
+    return build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+
+
+def test_each_stage_all_reduce_matches_within_its_dp_group(tmp_path):
+    res = _load(tmp_path, {r: _pipeline_doc(r, all_reduce=True) for r in range(DP * PP)})
+    ar = res.ops[res.ops["kind"] == "all_reduce"]
+    assert (ar["group"] >= 0).all()
+    members = ar.groupby("group")["rank"].apply(lambda r: tuple(sorted(r)))
+    assert sorted(members) == [(0, 1), (0, 1), (2, 3), (2, 3)]  # per stage, per step
+    assert res.report["local_ops"] == 0
+
+
+def test_without_pg_config_the_all_reduces_fall_back_to_order(tmp_path):
+    docs = {r: _pipeline_doc(r, all_reduce=True) for r in range(DP * PP)}
+    for d in docs.values():
+        del d["distributedInfo"]["pg_config"]
+    ar = _load(tmp_path, docs).ops.query("kind == 'all_reduce'")
+    # Matched by order over all four ranks, the two stages' ops do not overlap: refused.
+    assert (ar["group"] < 0).all()
+
+
+def test_a_world_collective_takes_the_world_not_a_subgroup():
+    # Every rank's k-th all-reduce overlaps every other's: all four are one collective,
+    # though each pair also overlaps.
+    rows = [{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": 10.0 + r,
+             "end": 20.0} for r in range(4)]
+    pg = assign_pg(pd.DataFrame(rows), {r: _groups(r) for r in range(4)}, tol_us=1.0)
+    assert set(pg) == {"pgcfg:0,1,2,3"}
+
+
+def test_equal_sized_groups_tie_break_on_the_closest_ends():
+    # Stage 1's op (ranks 2, 3) ends at 20; rank 0's DP op with rank 1 ends at 30 and
+    # overlaps rank 2's (a long wait): pipeline group [0, 2] overlaps too, but its
+    # members leave 10 apart where [0, 1]'s leave together.
+    rows = [(0, 12.0, 30.0), (1, 25.0, 30.0), (2, 5.0, 20.0), (3, 18.0, 20.0)]
+    c = pd.DataFrame([{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": s,
+                       "end": e} for r, s, e in rows])
+    pg = assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=1.0)
+    assert pg.tolist() == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3", "pgcfg:2,3"]
