@@ -43,6 +43,8 @@ VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 COMPUTE_VOCAB = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value})
 STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+UNRANKED = -1
+"""RankEvents.rank of a file with no distributedInfo and no rank number in its name."""
 COMM_ARGS = ("Collective name", "Process Group Name", "Process Group Ranks", "Seq",
              "In msg nelems", "Out msg nelems", "Src Rank", "Dst Rank", "Group size")
 """Args torch writes on communication records that the op model reads."""
@@ -52,6 +54,10 @@ P2P_LAUNCHES = frozenset({"c10d::send", "c10d::recv_"})
 process group the call used), where the profiler recorded shapes."""
 COMPUTE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "hip_runtime"})
+OLD_CATEGORIES = {"Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
+                  "Memset": "gpu_memset", "Operator": "cpu_op",
+                  "User Annotations": "user_annotation"}
+"""Categories of older Kineto traces (torch 1.8-1.9) -> today's names."""
 KEPT_CPU_PREFIXES = ("ProfilerStep#",) + LABEL_PREFIXES
 """CPU ops (cat cpu_op) kept besides record_param_comms."""
 SKIP = EventSkip(ph="X", cat="cpu_op", keep_names=KEPT_CPU_PREFIXES,
@@ -90,7 +96,7 @@ class RankEvents:
     path: str
     """The file."""
     rank: int
-    """Global rank (distributedInfo.rank, else a number in the file name)."""
+    """Global rank (distributedInfo.rank, else a number in the file name, else UNRANKED)."""
     world: int
     """world_size (distributedInfo; 0 when the file has none)."""
     host: str
@@ -156,6 +162,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
             if type(e) is not dict or e.get("ph") != "X":
                 continue
             cat, name = e.get("cat"), e.get("name")
+            cat = OLD_CATEGORIES.get(cat, cat)
             if type(name) is not str or (cat == "cpu_op" and name != "record_param_comms"
                                          and not name.startswith(KEPT_CPU_PREFIXES)):
                 continue  # most CPU ops: nothing the model needs
@@ -217,12 +224,9 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
         rank, world = int(m.group(1)), 0
         notes.append(f"{path.name}: no distributedInfo; rank {rank} taken from the file name")
         info = {}
-    else:
-        raise InputError("no distributedInfo with rank and world_size, and no rank number in "
-                         "the file name (e.g. rank3.json), so the file's rank is unknown; "
-                         "profile after torch.distributed.init_process_group, or name the "
-                         "files rank<N>.json", where)
-    if world and not 0 <= rank < world or rank < 0:
+    else:  # numbered with the other files by kineto_general (name order), or refused there
+        rank, world, info = UNRANKED, 0, {}
+    if world and not 0 <= rank < world or rank < 0 and rank != UNRANKED:
         raise InputError(f"distributedInfo says rank {rank} of world_size {world}; pass "
                          "traces torch.profiler wrote", where)
     base = head.get("baseTimeNanoseconds", 0)

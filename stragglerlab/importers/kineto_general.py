@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import one_trace_per_rank
 from stragglerlab.importers.collective_groups import assign_pg
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
-from stragglerlab.importers.kineto_events import RankEvents, read_rank
+from stragglerlab.importers.kineto_events import UNRANKED, RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
 from stragglerlab.op_model import P2P_KINDS, STEP_END
@@ -106,6 +107,30 @@ def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
                 f.cancel()
             raise
     return sorted(out, key=lambda e: paths.index(Path(e.path)))
+
+
+def _number_unranked(events: list[RankEvents], notes: list[str]) -> None:
+    """Files that name no rank (no distributedInfo, no rank number in the name: older torch
+    and tensorboard_trace_handler's `<host>_<pid>.<ts>.pt.trace.json`) are numbered 0..n-1
+    in their names' natural order, when no file names one; a mix is refused."""
+    missing = [e for e in events if e.rank == UNRANKED]
+    if not missing:
+        return
+    if len(missing) < len(events):
+        raise InputError(f"{len(missing)} of {len(events)} files name no rank (no "
+                         "distributedInfo and no rank number in the file name) while the "
+                         "others do, so their ranks are unknown; rename them rank<N>.json",
+                         missing[0].path)
+
+    def natural(e: RankEvents) -> list:
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(e.path).name)]
+
+    for i, e in enumerate(sorted(missing, key=natural)):
+        e.rank = i
+    notes.append(f"no file names its rank (no distributedInfo, no rank number in the file "
+                 f"name): ranks 0..{len(events) - 1} are the files in name order "
+                 f"({Path(sorted(missing, key=natural)[0].path).name} is rank 0); groups "
+                 "and roles come from the communication, not from these numbers")
 
 
 def _check_ranks(events: list[RankEvents], notes: list[str]) -> int:
@@ -240,8 +265,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                   allow_partial: bool = False) -> GeneralImport:
     """The op table of a job from its ranks' events (see the module doc). allow_partial
     is accepted for the CLI's sake: the general model always keeps the common steps."""
-    events = sorted(events, key=lambda e: e.rank)
     notes: list[str] = []
+    _number_unranked(events, notes)
+    events = sorted(events, key=lambda e: e.rank)
     world = _check_ranks(events, notes)
     steps = _common_steps(events, notes)
     lay = _layout(events, layout, world, notes)

@@ -219,6 +219,28 @@ def test_rank_from_file_name_without_distributed_info(tmp_path):
     assert np.isfinite(whatif_general(res.ops).S)
 
 
+def test_unranked_files_are_numbered_in_name_order(tmp_path):
+    """tensorboard_trace_handler's names (`<host>_<pid>.<ts>.pt.trace.json`) and no
+    distributedInfo (older torch): ranks are the files' natural name order."""
+    names = {0: "node_2.1.pt.trace.json", 1: "node_10.1.pt.trace.json",
+             2: "node_11.1.pt.trace.json", 3: "node_100.1.pt.trace.json"}
+    for r, name in names.items():
+        (tmp_path / name).write_text(json.dumps(ddp_doc(r, world=4, slow={2: 2.0},
+                                                        info=False)))
+    res = _import(tmp_path)
+    assert res.report["ranks"] == [0, 1, 2, 3]
+    assert any("node_2.1.pt.trace.json is rank 0" in n for n in res.notes)
+    wi = whatif_general(res.ops)
+    assert wi.S == pytest.approx(EXPECTED_S, rel=1e-3) and wi.top_workers == [2]
+
+
+def test_some_ranked_some_not_is_one_clear_error(tmp_path, capsys):
+    (tmp_path / "rank0.json").write_text(json.dumps(ddp_doc(0, world=2, info=False)))
+    (tmp_path / "worker.json").write_text(json.dumps(ddp_doc(1, world=2, info=False)))
+    msg = _err(tmp_path, capsys, tmp_path)
+    assert "1 of 2 files name no rank" in msg and "worker.json" in msg
+
+
 def test_layout_flag_gives_dp_stage_attribution_and_m_s(tmp_path):
     from stragglerlab.importers.layout import Layout
 
@@ -252,6 +274,23 @@ def test_error_malformed_event_times(tmp_path, capsys):
 def test_older_torch_labels_from_the_launching_range_eight_ranks(tmp_path):
     res = _import(ddp_job(tmp_path, world=8, slow={5: 2.0}, old_torch=True))
     assert res.report["label_sources"] == {"annotation": 16}
+    assert res.report["groups"] == 2 and res.report["local_ops"] == 0
+    wi = whatif_general(res.ops)
+    assert wi.S == pytest.approx(27 / (10 * 9 / 8 + 7), rel=1e-6) and wi.top_workers == [5]
+
+
+def test_torch_1_8_categories_and_string_thread_ids(tmp_path):
+    """Kineto traces of torch 1.8-1.9 name categories `Kernel`, `Runtime`, `Operator`, ...
+    and GPU threads `stream 7`: the same job imports as it does in today's names."""
+    old = {"kernel": "Kernel", "cuda_runtime": "Runtime", "cpu_op": "Operator",
+           "user_annotation": "Operator"}
+    docs = {r: ddp_doc(r, world=8, slow={5: 2.0}, old_torch=True) for r in range(8)}
+    for d in docs.values():
+        for e in d["traceEvents"]:
+            e["cat"] = old.get(e.get("cat"), e.get("cat"))
+            if e["cat"] == "Kernel":
+                e["tid"] = f"stream {e['tid']}"
+    res = _import(write_docs(tmp_path, docs))
     assert res.report["groups"] == 2 and res.report["local_ops"] == 0
     wi = whatif_general(res.ops)
     assert wi.S == pytest.approx(27 / (10 * 9 / 8 + 7), rel=1e-6) and wi.top_workers == [5]
