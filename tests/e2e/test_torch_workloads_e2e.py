@@ -3,10 +3,11 @@
 One run per workload (14 steps, ~1 min) with a slow worker from step 6: the run writes only
 per-rank Kineto traces (no trace.parquet, none of our record_function ranges),
 faults.json measures the slow worker on the compute log, and `import kineto`
-analyses the traces with the general op model: it names the victim of the DDP
-and FSDP runs. The pipelining run's P2P ops cannot be paired (torch 2.13's gloo
-backend writes no peer, process group or sequence number into the trace), so
-there the test pins that no send or recv is paired (docs/torch-workloads.md).
+analyses the traces with the general op model: it names the victim of every
+run. The pipelining run's sends and recvs are paired through their launches'
+args (the runs profile with record_shapes) and pg_config, and its DP
+all-reduces matched per stage (docs/torch-workloads.md). Every rank's Linears
+were paced at the job's warm-up rate (`pacing/rank<r>.json`).
 
     .venv/bin/python -m pytest -m slow tests/e2e/test_torch_workloads_e2e.py
 """
@@ -45,14 +46,18 @@ def test_slow_worker_run_imports_unannotated_and_names_the_victim(tmp_path, work
     report = json.loads((out / "import.json").read_text())
     assert report["model"] == "general"  # no range named like our op vocabulary
     whatif = json.loads((out / "whatif.json").read_text())
-    if workload == "pipelining":  # no send or recv has a peer: no victim to name
+    pacing = [json.loads((run / "pacing" / f"rank{r}.json").read_text()) for r in range(world)]
+    assert all(p["ops"] > 0 and p["rate_core_s_per_flop"]["forward"] > 0 for p in pacing)
+    assert len({json.dumps(p["rate_core_s_per_flop"]) for p in pacing}) == 1  # one rate
+    assert report["groups"] > 0
+    if workload == "pipelining":  # peers from c10d::send / recv_ args and pg_config
         import pandas as pd
 
         ops = pd.read_parquet(out / "ops.parquet")
         p2p = ops[ops["kind"].isin(["send", "recv"])]
-        assert len(p2p) > 0 and (p2p["peer"] == -1).all() and (p2p["group"] == -1).all()
-        return
-    assert report["groups"] > 0 and report["local_ops"] == 0
+        assert len(p2p) > 0 and (p2p["group"] >= 0).mean() > 0.9
+    else:
+        assert report["local_ops"] == 0
     scores = whatif["worker_score"]
     assert int(max(scores, key=scores.get)) == victim, scores
     assert whatif["S"] > 1.05
