@@ -18,11 +18,14 @@ PATTERNS = ("*.json", "*.json.gz")
 
 
 def find_traces(spec: str) -> list[Path]:
-    """Trace files from a folder (its *.json, *.json.gz) or a glob pattern."""
+    """Trace files from a folder (its *.json, *.json.gz; where it holds none, those in its
+    subfolders) or a glob pattern."""
     p = Path(spec)
     if p.is_dir():
         files = sorted({f for pat in PATTERNS for f in p.glob(pat) if f.is_file()})
-        where = f"folder {spec}"
+        if not files:  # one subfolder per rank or per run (tensorboard_trace_handler's logs)
+            files = sorted({f for pat in PATTERNS for f in p.rglob(pat) if f.is_file()})
+        where = f"folder {spec} (or its subfolders)"
     else:
         files = sorted(Path(f) for f in glob.glob(spec) if Path(f).is_file())
         where = f"pattern {spec!r}"

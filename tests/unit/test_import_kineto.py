@@ -216,3 +216,13 @@ def test_gpu_timing_from_gpu_annotations(tmp_path):
     assert cpu[cpu["optype"] == "forward-compute"]["duration"].max() == pytest.approx(800e-6)
     with pytest.raises(InputError, match="no GPU kernels"):
         import_kineto(find_traces(str(DP2PP2)), timing="gpu")
+
+
+def test_a_folder_of_rank_subfolders_is_searched(tmp_path):
+    for r in (0, 1):
+        (tmp_path / f"worker{r}").mkdir()
+        (tmp_path / f"worker{r}" / f"rank{r}.pt.trace.json").write_text("{}")
+    (tmp_path / "notes.txt").write_text("")
+    assert [f.parent.name for f in find_traces(str(tmp_path))] == ["worker0", "worker1"]
+    (tmp_path / "top.json").write_text("{}")  # top-level traces: the subfolders are not read
+    assert [f.name for f in find_traces(str(tmp_path))] == ["top.json"]
