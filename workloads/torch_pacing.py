@@ -3,8 +3,8 @@
 A GPU runs the same matmul in the same time step after step; a vCPU does not:
 on this project's 2-vCPU host the thread CPU time of one and the same 1024 x
 256 x 1024 matmul varies with a CV of 6-11 % (idle: min 46, max 69 ms; the
-hypervisor's other guests; benchmarks/bench_cpu_noise.py), so two ranks doing the same work differ by
-tens of percent from step to step, and the what-if rightly calls that
+hypervisor's other guests; benchmarks/bench_cpu_noise.py), so two ranks doing
+the same work differ by tens of percent from step to step, and the what-if rightly calls that
 straggling. Our engine paces each op to its own CPU time over the rank's share
 (workloads/pacing.py), which keeps that noise. Here the unit is each
 `nn.Linear`, forward and backward, and its target is nominal, the same on
