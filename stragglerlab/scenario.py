@@ -41,6 +41,15 @@ class Profiler(str, enum.Enum):
     KINETO = "kineto"
 
 
+class PaceRate(str, enum.Enum):
+    """What a paced compute op of our engine is padded to (`run.pace_rate`)."""
+
+    CPU = "cpu"  # its own thread CPU time over the rank's share (workloads/pacing.py)
+    # Its stage's warm-up time for that op kind, the largest over the stage's DP ranks:
+    # every rank of a stage runs at one fixed rate, as GPUs do (fixed-length data only).
+    WARMUP = "warmup"
+
+
 class Workload(str, enum.Enum):
     """What trains: our Megatron-style engine, or a job on one of torch's own wrappers.
 
@@ -162,6 +171,10 @@ class RunConfig:
     share, undoing the CFS quota a rank carries in after a wait (workloads/pacing.py)."""
     pace_margin: float = 1.0
     """Paced ops last margin x CPU time / share (>= 1; above 1 it also absorbs scheduling noise)."""
+    pace_rate: PaceRate = PaceRate.CPU
+    """Our engine's pacing target: `cpu` (the op's own CPU time over the share) or `warmup`
+    (margin x the stage's warm-up time for the op kind, scaled by the share now). The
+    torch workloads always pace each Linear to the job's warm-up rate per FLOP."""
     planned_gc_every: int = 0
     """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
     trace: bool = True
@@ -246,6 +259,13 @@ class Scenario:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if not 1.0 <= self.run.pace_margin <= 10.0:
             problems.append("run.pace_margin must be in [1, 10] (1: pace to the share itself)")
+        varlen = self.data.length_distribution is not LengthDistribution.FIXED or any(
+            isinstance(f, dict) and f.get("kind") == "seq-imbalance" for f in self.faults)
+        if self.run.pace_rate is PaceRate.WARMUP and varlen:
+            problems.append("run.pace_rate: warmup needs fixed-length data (no "
+                            "data.length_distribution other than fixed, no seq-imbalance "
+                            "fault): a varlen microbatch's work differs from its warm-up's; "
+                            "use cpu")
         problems += self._workload_problems()
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)

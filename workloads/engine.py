@@ -37,7 +37,7 @@ from stragglerlab.atomic import atomic_write_text
 from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.scenario import Backend, Scenario
+from stragglerlab.scenario import Backend, PaceRate, Scenario
 from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
@@ -146,7 +146,8 @@ class RankTrainer:
                                device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         self.pacer = ComputePacer(pace_share(self.sc.run, self.device.type, self.cgroup,
-                                              self.sc.world_size), self.sc.run.pace_margin)
+                                              self.sc.world_size), self.sc.run.pace_margin,
+                                  warmup_rate=self.sc.run.pace_rate is PaceRate.WARMUP)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
@@ -155,12 +156,14 @@ class RankTrainer:
         self.gc_monitor.start()
 
     # -- one step ----------------------------------------------------------------------
-    def _paced(self):
+    def _paced(self, backward: bool = False):
         """The compute op's pacing context: the rank's current CPU share (the slow-worker
-        injector writes a lower one while it acts); off, nothing inside the traced op."""
+        injector writes a lower one while it acts), and the op's warm-up-rate slot (forward
+        or backward of this stage); off, nothing inside the traced op."""
         if self.pacer.cores is None:
             return contextlib.nullcontext()
-        return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None)
+        return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None,
+                             slot=self.stage + (self.pp if backward else 0))
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -254,7 +257,7 @@ class RankTrainer:
                 grad = None if self.last else self._take_recv(B, mb)
                 self._sync()
                 with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
-                    with self._paced(), self.faults.compute(step):
+                    with self._paced(backward=True), self.faults.compute(step):
                         out.backward(grad)
                     self._sync()
                 if not self.first:
@@ -362,6 +365,8 @@ class RankTrainer:
             # here, between steps, not between traced ops.
             checksums[step] = self.opt.fingerprint(stride=101)
             self.faults.step_end(step)
+            if step + 1 == max(self.sc.run.warmup_steps, 1):
+                self.pacer.settle(2 * self.pp)  # a collective (run.pace_rate: warmup only)
             self.tracer.end_step()
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step

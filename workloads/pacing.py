@@ -15,6 +15,18 @@ quota already held to that rate are untouched.
     pacer = ComputePacer(cores=0.1125)        # None: no quota, nothing to pace
     with pacer.op():
         out = model(x)
+
+`run.pace_rate: warmup` replaces the CPU-time target by a nominal one, because the
+CPU time of the same work varies on a vCPU (CV 6-11 % for one matmul here:
+benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or backward
+of its stage) are timed in the warm-up steps (wall x share, core-seconds); `settle`
+takes each slot's median, the largest over the ranks (one all-reduce), and from then
+on an op lasts at least margin x that / the share now, as on a device with a fixed
+rate; the share now follows the slow-worker injector's quota.
+
+    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True)
+    with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
+    pacer.settle(slots=2 * pp)                # every rank, after its last warm-up step
 """
 
 from __future__ import annotations
@@ -40,13 +52,21 @@ def pace_share(run, device_type: str, cgroup: dict | None, world_size: int) -> f
 class ComputePacer:
     """Pad compute ops to at least their thread CPU time over the rank's current share."""
 
-    def __init__(self, cores: float | None, margin: float = 1.0) -> None:
+    def __init__(self, cores: float | None, margin: float = 1.0,
+                 warmup_rate: bool = False) -> None:
         self.cores = cores
         """The rank's share in cores; None disables pacing."""
         self.margin = margin
         """Paced ops last margin x CPU time / share (run.pace_margin)."""
         self.samples: list[tuple[float, float, float]] = []
         """(thread CPU s, wall s before pacing, paced share) per op: the run's pacing record."""
+        self.warmup_rate = warmup_rate
+        """Pace slotted ops to their warm-up time once settled (run.pace_rate: warmup)."""
+        self.rate: list[float] | None = None
+        """Per slot, core-seconds of the op at the job's rate (None: not settled)."""
+        self._warm: dict[int, list[float]] = {}
+        self.over_target = 0
+        """Settled ops that ran past their nominal target."""
 
     @property
     def ops(self) -> int:
@@ -67,17 +87,44 @@ class ComputePacer:
         return float(sum(self._pads()))
 
     @contextlib.contextmanager
-    def op(self, cores: float | None = None):
+    def op(self, cores: float | None = None, slot: int | None = None):
         """Time the body's thread CPU and wall time; sleep up to margin x cpu / share after
         it. cores: the share now, when it differs from the rank's own (the slow-worker
-        injector writes a lower quota while it acts); ignored when pacing is off."""
+        injector writes a lower quota while it acts); ignored when pacing is off. slot:
+        the op's place in the warm-up-rate table (see the module doc)."""
         if self.cores is None:
             yield
             return
-        share = (cores or self.cores) / self.margin
+        now_share = cores or self.cores
+        share = now_share / self.margin
         cpu0, wall0 = time.thread_time(), now()
         yield
         cpu, wall = time.thread_time() - cpu0, now() - wall0
         self.samples.append((cpu, wall, share))
-        if cpu / share > wall:
-            time.sleep(cpu / share - wall)
+        target = cpu / share
+        if self.warmup_rate and slot is not None:
+            if self.rate is None:
+                self._warm.setdefault(slot, []).append(max(wall, cpu / now_share) * now_share)
+            elif self.rate[slot] > 0:
+                target = self.margin * self.rate[slot] / now_share
+                self.over_target += wall > target
+        if target > wall:
+            time.sleep(target - wall)
+
+    def settle(self, slots: int) -> None:
+        """End the warm-up (warmup_rate): each slot's median over this rank's warm-up ops,
+        the largest over the process group's ranks (a collective when one is up: every rank
+        calls it); slots nobody timed keep the CPU rule."""
+        if not self.warmup_rate or self.cores is None:
+            return
+        import statistics
+
+        import torch
+        import torch.distributed as dist
+
+        value = torch.zeros(slots, dtype=torch.float64)
+        for slot, times in self._warm.items():
+            value[slot] = statistics.median(times)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        self.rate = value.tolist()

@@ -48,3 +48,35 @@ def test_an_op_already_at_its_rate_is_untouched():
     with pacer.op():
         time.sleep(0.01)  # waiting costs no CPU: the op is slower than cpu / share already
     assert pacer.ops == 1 and pacer.ops_padded == 0
+
+
+def test_warmup_rate_paces_a_slot_to_its_warmup_time_over_the_share_now():
+    pacer = ComputePacer(cores=1.0, margin=1.2, warmup_rate=True)
+    for _ in range(3):  # warm-up: the CPU rule, timed per slot
+        with pacer.op(slot=1):
+            _burn(0.01)
+    with pacer.op(slot=0):
+        _burn(0.002)
+    pacer.settle(slots=3)  # no process group: this rank's medians
+    assert pacer.rate[2] == 0.0 and pacer.rate[1] >= 0.0098 and pacer.rate[0] > 0
+    wall0 = time.perf_counter()
+    with pacer.op(slot=1):
+        pass  # no work at all: still lasts the slot's nominal time
+    assert time.perf_counter() - wall0 >= 0.98 * 1.2 * pacer.rate[1]
+    wall0 = time.perf_counter()
+    with pacer.op(cores=0.5, slot=1):  # the slow-worker injector halved the share
+        pass
+    assert time.perf_counter() - wall0 >= 0.98 * 1.2 * pacer.rate[1] / 0.5
+    assert pacer.over_target == 0
+
+
+def test_warmup_rate_off_keeps_the_cpu_rule():
+    pacer = ComputePacer(cores=1.0, margin=1.0)
+    with pacer.op(slot=0):
+        _burn(0.005)
+    pacer.settle(slots=1)
+    assert pacer.rate is None
+    wall0 = time.perf_counter()
+    with pacer.op(slot=0):
+        pass  # the CPU rule: no CPU, no sleep
+    assert time.perf_counter() - wall0 < 0.005

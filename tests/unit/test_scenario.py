@@ -316,3 +316,16 @@ def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, c
                str(tmp_path / "run")])
     assert rc == 2 and "run.steps" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_warmup_pace_rate_needs_fixed_length_data(tmp_path):
+    from stragglerlab.errors import InputError
+    from stragglerlab.scenario import PaceRate, load_scenario
+
+    assert load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "warmup"}}
+                         ).run.pace_rate is PaceRate.WARMUP
+    with pytest.raises(InputError, match="pace_rate: warmup needs fixed-length data"):
+        load_scenario("seq-imbalance", overrides={"run": {"pace_rate": "warmup"}})
+    with pytest.raises(InputError, match="pace_rate: warmup needs fixed-length data"):
+        load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "warmup"},
+                                                  "data": {"length_distribution": "longtail"}})
