@@ -57,22 +57,30 @@ def _await_folder(out: Path, train: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
-def _train(scenario: str, steps: int, seed: int, out: Path, monitor: bool) -> dict:
-    """One training run; with `monitor`, a monitor process beside it from the start."""
-    sc = load_scenario(scenario)
+def _start(scenario: str, steps: int, seed: int, out: Path, monitor: bool
+           ) -> tuple[subprocess.Popen, subprocess.Popen | None]:
+    """A training run, and with `monitor` a monitor process on its folder as `train
+    --monitor` starts one (same flags, same nice), once the folder exists."""
     train = subprocess.Popen(
         [sys.executable, "-m", "stragglerlab", "train", "--scenario", scenario,
          "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    mon = None
-    if monitor:
-        _await_folder(out, train)
-        mon = subprocess.Popen(
-            [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(out),
-             "--dp", str(sc.parallel.dp), "--pp", str(sc.parallel.pp),
-             "--warmup-steps", str(sc.run.warmup_steps), "--port", "0"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: os.nice(MONITOR_NICE))  # noqa: PLW1509
+    if not monitor:
+        return train, None
+    _await_folder(out, train)
+    sc = load_scenario(scenario)
+    mon = subprocess.Popen(
+        [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(out),
+         "--dp", str(sc.parallel.dp), "--pp", str(sc.parallel.pp),
+         "--warmup-steps", str(sc.run.warmup_steps), "--port", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.nice(MONITOR_NICE))  # noqa: PLW1509
+    return train, mon
+
+
+def _train(scenario: str, steps: int, seed: int, out: Path, monitor: bool) -> dict:
+    """One training run; with `monitor`, a monitor process beside it from the start."""
+    train, mon = _start(scenario, steps, seed, out, monitor)
     if train.wait() != 0:
         raise SystemExit(f"train failed for {out}")
     monitor_cpu = None
@@ -94,25 +102,11 @@ def _train(scenario: str, steps: int, seed: int, out: Path, monitor: bool) -> di
             "job_cpu_s": job_cpu, "steps": len(times)}
 
 
-def _monitor_cmd(scenario: str, out: Path) -> list[str]:
-    sc = load_scenario(scenario)
-    return [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(out),
-            "--dp", str(sc.parallel.dp), "--pp", str(sc.parallel.pp),
-            "--warmup-steps", str(sc.run.warmup_steps), "--port", "0"]
-
-
 def _toggled(scenario: str, steps: int, seed: int, out: Path, period_s: float) -> dict:
     """One run with the monitor paused and resumed every period_s (see the module doc)."""
     from stragglerlab.run_folder import RunFolder
 
-    train = subprocess.Popen(
-        [sys.executable, "-m", "stragglerlab", "train", "--scenario", scenario,
-         "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _await_folder(out, train)
-    mon = subprocess.Popen(_monitor_cmd(scenario, out), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL,
-                           preexec_fn=lambda: os.nice(MONITOR_NICE))  # noqa: PLW1509
+    train, mon = _start(scenario, steps, seed, out, monitor=True)
     switches, on = [time.monotonic()], True  # span i: [switches[i], switches[i + 1])
     try:
         while train.poll() is None:

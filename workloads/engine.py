@@ -44,7 +44,7 @@ from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
-from stragglerlab.workloads.pacing import ComputePacer, pace_share
+from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
@@ -365,7 +365,7 @@ class RankTrainer:
             # here, between steps, not between traced ops.
             checksums[step] = self.opt.fingerprint(stride=101)
             self.faults.step_end(step)
-            if step + 1 == max(self.sc.run.warmup_steps, 1):
+            if settles_after(step, self.sc.run.warmup_steps):
                 self.pacer.settle(2 * self.pp)  # a collective (run.pace_rate: warmup only)
             self.tracer.end_step()
             if self.profiler is not None:

@@ -49,6 +49,27 @@ def pace_share(run, device_type: str, cgroup: dict | None, world_size: int) -> f
             or default_cores(os.cpu_count() or 1, world_size))
 
 
+def settles_after(step: int, warmup_steps: int) -> bool:
+    """Whether warm-up-rate pacing settles after `step`: the last warm-up step (or the
+    first step, when there is none)."""
+    return step + 1 == max(warmup_steps, 1)
+
+
+def agreed_medians(samples: list[list[float]]) -> list[float]:
+    """Each slot's median (0 with no sample), the largest over the process group's ranks
+    when one is up (a collective: every rank calls it with as many slots)."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([statistics.median(v) if v else 0.0 for v in samples],
+                         dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value.tolist()
+
+
 class ComputePacer:
     """Pad compute ops to at least their thread CPU time over the rank's current share."""
 
@@ -117,14 +138,4 @@ class ComputePacer:
         calls it); slots nobody timed keep the CPU rule."""
         if not self.warmup_rate or self.cores is None:
             return
-        import statistics
-
-        import torch
-        import torch.distributed as dist
-
-        value = torch.zeros(slots, dtype=torch.float64)
-        for slot, times in self._warm.items():
-            value[slot] = statistics.median(times)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        self.rate = value.tolist()
+        self.rate = agreed_medians([self._warm.get(slot, []) for slot in range(slots)])

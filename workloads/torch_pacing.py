@@ -37,13 +37,13 @@ MLP stack's FLOPs (torch_model.Block); norms, GELU and the optimizer run unpaced
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from stragglerlab.workloads.pacing import agreed_medians
 from stragglerlab.workloads.tracer import now
 
 
@@ -72,13 +72,8 @@ class LinearPacer:
     def settle(self) -> None:
         """End the warm-up: each kind's rate is this rank's median, the largest over the
         process group's ranks when one is up (a collective: every rank calls it)."""
-        import torch.distributed as dist
-
-        med = [statistics.median(v) if v else 0.0 for v in self._warm.values()]
-        value = torch.tensor(med, dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        self.rate = dict(zip(self._warm, value.tolist(), strict=True))
+        self.rate = dict(zip(self._warm, agreed_medians(list(self._warm.values())),
+                             strict=True))
 
     def summary(self) -> dict:
         """What pacing did, for the run's record."""

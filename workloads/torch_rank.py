@@ -44,7 +44,7 @@ from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Scenario, Workload
 from stragglerlab.workloads.fault_hooks import FaultHooks
-from stragglerlab.workloads.pacing import pace_share
+from stragglerlab.workloads.pacing import pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.torch_model import ComputeClock, batch
 from stragglerlab.workloads.torch_pacing import LinearPacer
@@ -156,8 +156,7 @@ class TorchRankTrainer:
             step_times[step] = now() - start
             self.compute_log.append(step, self.clock.take(), step_times[step])
             self.faults.step_end(step)
-            if self.pacer is not None and self.pacer.rate is None \
-                    and step + 1 >= self.sc.run.warmup_steps:
+            if self.pacer is not None and settles_after(step, self.sc.run.warmup_steps):
                 self.pacer.settle()  # a collective, inside the profiler's warm-up step
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step

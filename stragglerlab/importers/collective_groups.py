@@ -25,17 +25,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stragglerlab.importers.layout import rank_lists
 from stragglerlab.op_model import P2P_KINDS
 
 
 def _member_sets(pg_configs: dict[int, list]) -> list[tuple[int, ...]]:
-    sets = set()
-    for cfg in pg_configs.values():
-        for pg in cfg or ():
-            ranks = pg.get("ranks") if isinstance(pg, dict) else None
-            if isinstance(ranks, list) and len(ranks) >= 2 \
-                    and all(type(r) is int for r in ranks):
-                sets.add(tuple(sorted(set(ranks))))
+    sets = {tuple(sorted(set(ranks))) for cfg in pg_configs.values()
+            for ranks in rank_lists(cfg) if len(ranks) >= 2}
     return sorted(sets, key=lambda m: (-len(m), m))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import enum
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -182,14 +183,15 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
             # backend's `gloo:<op>` work (on its worker thread for async ops); the work
             # is the op, the launch a duplicate that would be matched on its own.
             backend = any(name.startswith(("gloo:", "nccl:")) for *_x, name, _a in ev.labels)
-            launch_peers = _launch_peers(ev.labels) if backend else {}
-            for start, end, tid, name, _a in sorted(ev.labels, key=lambda x: x[0]):
+            labels = sorted(ev.labels, key=lambda x: x[0])
+            launch_peers = _launch_peers(labels) if backend else {}
+            for start, end, tid, name, _a in labels:
                 if backend and name.startswith("c10d::"):
                     continue
                 if name != "record_param_comms":
                     kind = normalize(name)
-                    peers = launch_peers.get(kind)
-                    args = {"Group peer": peers.pop(0)} if peers else {}
+                    peer = next(launch_peers[kind], None) if kind in launch_peers else None
+                    args = {} if peer is None else {"Group peer": peer}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
                     rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
@@ -207,20 +209,21 @@ def _row(rank: int, rec: CommRecord, cpu_ts: float, kind: str, args: dict,
             _int(args.get("Out msg nelems")), source.value, rec.tid, _int(args.get("Group peer")))
 
 
-def _launch_peers(labels: list) -> dict[str, list[int]]:
-    """Per P2P kind, the peers of this rank's `c10d::send` / `c10d::recv_` launches in start
-    order (the rank within the call's process group, from `Concrete Inputs`; -1 where the
-    profiler kept no shapes). The backend's `gloo:send` / `gloo:recv` work of the k-th
-    launch is the k-th of its kind: one rank issues its P2P calls in order."""
+def _launch_peers(labels: list) -> dict[str, Iterator[int]]:
+    """Per P2P kind, the peers of this rank's `c10d::send` / `c10d::recv_` launches in the
+    order of `labels` (sorted by start): the rank within the call's process group, from
+    `Concrete Inputs`; -1 where the profiler kept no shapes. The backend's `gloo:send` /
+    `gloo:recv` work of the k-th launch is the k-th of its kind: one rank issues its P2P
+    calls in order."""
     out: dict[str, list[int]] = {}
-    for _s, _e, _tid, name, args in sorted(labels, key=lambda x: x[0]):
+    for _s, _e, _tid, name, args in labels:
         if name not in P2P_LAUNCHES:
             continue
         ci = args.get("Concrete Inputs")
         peer = ci[2] if isinstance(ci, list) and len(ci) > 2 else ""
         out.setdefault(normalize(name), []).append(
             int(peer) if isinstance(peer, str) and peer.isdigit() else -1)
-    return out
+    return {kind: iter(peers) for kind, peers in out.items()}
 
 
 def _steps_of(steps: dict[int, tuple[float, float]], ts: np.ndarray) -> np.ndarray:

@@ -125,11 +125,12 @@ def _number_unranked(events: list[RankEvents], notes: list[str]) -> None:
     def natural(e: RankEvents) -> list:
         return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(e.path).name)]
 
-    for i, e in enumerate(sorted(missing, key=natural)):
+    ordered = sorted(missing, key=natural)
+    for i, e in enumerate(ordered):
         e.rank = i
     notes.append(f"no file names its rank (no distributedInfo, no rank number in the file "
                  f"name): ranks 0..{len(events) - 1} are the files in name order "
-                 f"({Path(sorted(missing, key=natural)[0].path).name} is rank 0); groups "
+                 f"({Path(ordered[0].path).name} is rank 0); groups "
                  "and roles come from the communication, not from these numbers")
 
 
@@ -217,13 +218,18 @@ def _group_keys(c: pd.DataFrame) -> pd.Series:
     return pd.Series(key, index=c.index)
 
 
+def _resolved_align(events: list[RankEvents], align: str) -> str:
+    """`auto`: none when every trace names the same host (one clock), else collective."""
+    if align != "auto":
+        return align
+    hosts = {e.host for e in events}
+    return "none" if len(hosts) == 1 and "" not in hosts else "collective"
+
+
 def _offsets(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
              base: dict[int, float]) -> tuple[str, dict[int, float]]:
     ranks = sorted(e.rank for e in events)
     ref = ranks[0]
-    if align == "auto":
-        hosts = {e.host for e in events}
-        align = "none" if len(hosts) == 1 and "" not in hosts else "collective"
     if align == "none":
         return align, {r: 0.0 for r in ranks}
     if align == "collective":
@@ -298,8 +304,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     c["peer"] = resolve_group_peers(c, pg_configs, notes)
     durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
     tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
-    hosts = {e.host for e in events}
-    if align == "none" or (align == "auto" and len(hosts) == 1 and "" not in hosts):
+    align = _resolved_align(events, align)
+    if align == "none":
         c["pg"] = assign_pg(c, pg_configs, tol)  # one clock: overlap in time is meaningful
     keys = _group_keys(c)
     gid, _ = pd.factorize(keys)

@@ -70,6 +70,17 @@ class Layout:
         return (rank // self.tp) % self.dp, rank // (self.tp * self.dp), rank % self.tp
 
 
+def rank_lists(pg_config: list | None) -> list[list[int]]:
+    """The member lists of a rank's pg_config entries that are well formed (a dict whose
+    `ranks` is a list of ints); the others are skipped."""
+    out = []
+    for pg in pg_config or ():
+        ranks = pg.get("ranks") if isinstance(pg, dict) else None
+        if isinstance(ranks, list) and all(type(r) is int for r in ranks):
+            out.append(ranks)
+    return out
+
+
 def _group(pgs: list, desc: str, rank: int) -> list[int] | None:
     for pg in pgs:
         if not isinstance(pg, dict) or str(pg.get("pg_desc", "")).upper() != desc:

@@ -24,16 +24,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from stragglerlab.importers.layout import rank_lists
+
 OPPOSITE = {"send": "recv", "recv": "send"}
-
-
-def _groups_of(pg_config: list, rank: int) -> list[list[int]]:
-    out = []
-    for pg in pg_config or ():
-        ranks = pg.get("ranks") if isinstance(pg, dict) else None
-        if isinstance(ranks, list) and rank in ranks and all(type(r) is int for r in ranks):
-            out.append(ranks)
-    return out
 
 
 def _candidates(rank: int, group_peer: int, groups: list[list[int]]) -> frozenset[int]:
@@ -47,26 +40,28 @@ def resolve_group_peers(c: pd.DataFrame, pg_configs: dict[int, list],
     """The `peer` column with each P2P op's global peer filled in from its `group_peer`
     where the module doc's rules settle it; other rows unchanged."""
     peer = c["peer"].copy()
-    todo = c.index[c["kind"].isin(OPPOSITE.keys()) & (c["peer"] < 0) & (c["group_peer"] >= 0)]
-    if not len(todo):
+    todo = c["kind"].isin(OPPOSITE.keys()) & (c["peer"] < 0) & (c["group_peer"] >= 0)
+    if not todo.any():
         return peer
-    groups = {r: _groups_of(cfg, r) for r, cfg in pg_configs.items()}
-    cand = {i: _candidates(int(c.at[i, "rank"]), int(c.at[i, "group_peer"]),
-                           groups.get(int(c.at[i, "rank"]), []))
-            for i in todo}
+    groups = {r: [g for g in rank_lists(cfg) if r in g] for r, cfg in pg_configs.items()}
+    # The rules depend on (rank, kind, group_peer) only: settle each once.
+    keys = c.loc[todo, ["rank", "kind", "group_peer"]]
+    uniq = keys.drop_duplicates()
+    cand = {(int(r), k, int(g)): _candidates(int(r), int(g), groups.get(int(r), []))
+            for r, k, g in uniq.itertuples(index=False)}
     # Who answers whom: (rank, kind) -> the ranks its candidates name.
     named: dict[tuple[int, str], set[int]] = {}
-    for i, cs in cand.items():
-        named.setdefault((int(c.at[i, "rank"]), c.at[i, "kind"]), set()).update(cs)
-    unsettled = 0
-    for i, cs in cand.items():
-        rank, kind = int(c.at[i, "rank"]), c.at[i, "kind"]
+    for (r, k, _g), cs in cand.items():
+        named.setdefault((r, k), set()).update(cs)
+    settled = []
+    for (r, k, _g), cs in cand.items():
         if len(cs) > 1:
-            cs = frozenset(p for p in cs if rank in named.get((p, OPPOSITE[kind]), ()))
-        if len(cs) == 1:
-            peer.at[i] = next(iter(cs))
-        else:
-            unsettled += 1
+            cs = frozenset(p for p in cs if r in named.get((p, OPPOSITE[k]), ()))
+        settled.append(next(iter(cs)) if len(cs) == 1 else -1)
+    found = keys.merge(uniq.assign(found=settled), on=["rank", "kind", "group_peer"],
+                       how="left")["found"].to_numpy(np.int64)
+    peer.loc[keys.index] = found
+    unsettled = int((found < 0).sum())
     if unsettled:
         notes.append(f"{unsettled} send/recv op(s) name their peer by its rank in a process "
                      "group that the trace's pg_config does not settle: they are local ops")
