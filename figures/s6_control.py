@@ -9,8 +9,8 @@ after at least `MIN_BASELINE_STEPS` clean traced steps, and for such a run:
 * measured = mean step time over the fault's window / over the clean traced steps
   before it (run.json step times);
 * in-run drift = the bystanders' (every worker but the victim) median compute op time in
-  the window / before it, reported beside each run as a diagnostic, not a correction:
-  besides the host's own change (a load that came or went mid-run) it moves with the
+  the window / before it (per op type and stage, the median of the ratios), reported
+  beside each run as a diagnostic, not a correction: besides the host's own change (a load that came or went mid-run) it moves with the
   fault itself, since under CFS quotas a rank's op times depend on how long it waited
   (measured: 0.997-1.18 on runs with nothing else on the host);
 * estimated = the what-if S of the fault's window over the what-if S of the clean
@@ -102,9 +102,7 @@ def in_run(run: RunSummary, clean: list[RunSummary]) -> InRun | None:
     part = trace[(trace["step"] >= first) & (trace["step"] <= last)]
     clean_part = trace[trace["step"].isin(before)]
     victims = {int(t["rank"]) for t in fault.get("targets") or []}
-    now = _bystander_compute(part, victims)
-    then = _bystander_compute(clean_part, victims)
-    in_run_drift = now / then if now and then else 1.0
+    in_run_drift = _drift(part, clean_part, victims) or 1.0
     window_s, clean_s = ({ideal.value: float(analyze(t, run.meta, where=str(run.path),
                                                      compute_ideal=ideal).slowdown)
                           for ideal in (ComputeIdeal.MEAN, ComputeIdeal.MEDIAN)}
@@ -113,14 +111,25 @@ def in_run(run: RunSummary, clean: list[RunSummary]) -> InRun | None:
     same = [c for c in clean if c.seed == run.seed and c.ok]
     drift = None
     if same:
-        theirs = _bystander_compute(same[0].trace(), victims)
-        drift = now / theirs if now and theirs else None
+        drift = _drift(part, same[0].trace(), victims)
     return InRun(measured=raw, in_run_drift=in_run_drift, estimated=estimated,
                  window_slowdown=window_s, clean_slowdown=clean_s, drift=drift,
                  window=(int(window.min()), int(window.max())), clean_steps=len(before))
 
 
-def _bystander_compute(trace, victims: set[int]) -> float | None:
-    """Median compute op duration of the workers that are not victims, s."""
+def _drift(trace, reference, victims: set[int]) -> float | None:
+    """The bystanders' (workers that are not victims) compute op time in `trace` over
+    `reference`: the median over (op type, stage) of the ratio of their median durations.
+    Per group, because forward and backward ops come in equal numbers: a median over both
+    sits between the two kinds and jumps between them when a few ops move."""
+    now, then = _bystander_compute(trace, victims), _bystander_compute(reference, victims)
+    ratio = (now / then).dropna()
+    ratio = ratio[ratio > 0]
+    return float(ratio.median()) if len(ratio) else None
+
+
+def _bystander_compute(trace, victims: set[int]):
+    """Median compute op duration of the workers that are not victims, per (op type,
+    stage), s."""
     ops = trace[trace["optype"].astype(str).isin(_COMPUTE) & ~trace["rank"].isin(victims)]
-    return float(ops["duration"].median()) if len(ops) else None
+    return ops.groupby([ops["optype"].astype(str), ops["stage"]])["duration"].median()

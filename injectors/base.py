@@ -49,6 +49,12 @@ class RankContext:
     """Data-parallel degree of the job (peers of this rank: same stage, other DP ranks)."""
     device: str = "cpu"
     """The rank's torch device (`cpu` or `cuda:N`)."""
+    device_factor: float = 1.0
+    """How many times slower the rank's device runs now: the slow-worker injector's factor
+    while it acts on a CPU rank; the engine's warm-up-rate pacing applies it."""
+    paced_to_rate: bool = False
+    """Whether the engine now paces compute ops to a fixed nominal rate (`run.pace_rate`
+    warmup, after the warm-up steps): a slower device is `device_factor` there."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-injector scratch space."""
 

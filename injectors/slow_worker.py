@@ -9,7 +9,10 @@ is steered (damped feedback) on the factor actually measured — the victim's
 compute time over its DP peers' in the latest steps all flushed to
 trace-parts/ (on the torch-wrapper workloads, which have no op trace: their
 compute/ logs, stragglerlab/compute_log.py) — which lands within ~1% of the
-request. Without CPU isolation (no root / no cgroup v1) the named fallback
+request. Where the engine paces compute to a fixed rate (`run.pace_rate` warmup or
+auto, after the warm-up steps), the pacer stretches each of the victim's compute ops
+to exactly `factor` times its nominal time (RankContext.device_factor), with the quota
+cut kept under it. Without CPU isolation (no root / no cgroup v1) the named fallback
 `stretch` sleeps (factor - 1) x the compute's own duration inside each compute
 op, an exact in-process stretch. On CUDA ranks the victim's GPU itself is slowed instead
 (`gpu-sleep`, injectors/gpu_sleep.py): after each compute op a GPU-side spin
@@ -126,7 +129,11 @@ class SlowWorker(Injector):
                 ctx.state["gpu"] = GpuStretch(self.factor)
             ctx.state["gpu_active"] = want
             return
-        ctx.state["stretch"] = want and not ctx.cgroup
+        # A rank paced to a fixed rate is a device: its ops take exactly `factor` times
+        # their nominal time (workloads/pacing.py); the quota cut below stays, so the
+        # victim really has less CPU, and a stretch would vanish into the padding.
+        ctx.device_factor = self.factor if want else 1.0
+        ctx.state["stretch"] = want and not ctx.cgroup and not ctx.paced_to_rate
         if not ctx.cgroup:
             return
         # The rank's other threads (P2P, gloo I/O, Ray) use a roughly fixed CPU rate `o`

@@ -48,6 +48,9 @@ class PaceRate(str, enum.Enum):
     # Its stage's warm-up time for that op kind, the largest over the stage's DP ranks:
     # every rank of a stage runs at one fixed rate, as GPUs do (fixed-length data only).
     WARMUP = "warmup"
+    # warmup where the data is fixed-length, else cpu (a varlen microbatch's work is not
+    # its warm-up's): the default.
+    AUTO = "auto"
 
 
 class Workload(str, enum.Enum):
@@ -171,10 +174,12 @@ class RunConfig:
     share, undoing the CFS quota a rank carries in after a wait (workloads/pacing.py)."""
     pace_margin: float = 1.0
     """Paced ops last margin x CPU time / share (>= 1; above 1 it also absorbs scheduling noise)."""
-    pace_rate: PaceRate = PaceRate.CPU
-    """Our engine's pacing target: `cpu` (the op's own CPU time over the share) or `warmup`
-    (margin x the stage's warm-up time for the op kind, scaled by the share now). The
-    torch workloads always pace each Linear to the job's warm-up rate per FLOP."""
+    pace_rate: PaceRate = PaceRate.AUTO
+    """Our engine's pacing target: `cpu` (the op's own CPU time over the share), `warmup`
+    (margin x the stage's warm-up time for the op kind, times the slow-worker factor, as a
+    device with a fixed rate) or `auto` (warmup on fixed-length data, else cpu;
+    `Scenario.paced_to_warmup_rate`). The torch workloads always pace each Linear to the
+    job's warm-up rate per FLOP."""
     planned_gc_every: int = 0
     """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
     trace: bool = True
@@ -259,9 +264,7 @@ class Scenario:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if not 1.0 <= self.run.pace_margin <= 10.0:
             problems.append("run.pace_margin must be in [1, 10] (1: pace to the share itself)")
-        varlen = self.data.length_distribution is not LengthDistribution.FIXED or any(
-            isinstance(f, dict) and f.get("kind") == "seq-imbalance" for f in self.faults)
-        if self.run.pace_rate is PaceRate.WARMUP and varlen:
+        if self.run.pace_rate is PaceRate.WARMUP and self._varlen:
             problems.append("run.pace_rate: warmup needs fixed-length data (no "
                             "data.length_distribution other than fixed, no seq-imbalance "
                             "fault): a varlen microbatch's work differs from its warm-up's; "
@@ -274,6 +277,19 @@ class Scenario:
         parse_faults(self.faults, p.dp, p.pp, self.run.steps, f"{where} (scenario {self.name!r})")
         return self
 
+
+    @property
+    def _varlen(self) -> bool:
+        """Whether microbatches differ in work: varlen data or a seq-imbalance fault."""
+        return self.data.length_distribution is not LengthDistribution.FIXED or any(
+            isinstance(f, dict) and f.get("kind") == "seq-imbalance" for f in self.faults)
+
+    @property
+    def paced_to_warmup_rate(self) -> bool:
+        """Whether our engine paces compute ops to the warm-up rate (`run.pace_rate`
+        warmup, or auto on fixed-length data), rather than to their own CPU time."""
+        rate = self.run.pace_rate
+        return rate is PaceRate.WARMUP or (rate is PaceRate.AUTO and not self._varlen)
 
     def _workload_problems(self) -> list[str]:
         """What a torch workload cannot run (empty for the megatron engine)."""

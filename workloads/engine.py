@@ -37,7 +37,7 @@ from stragglerlab.atomic import atomic_write_text
 from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.scenario import Backend, PaceRate, Scenario
+from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
@@ -147,7 +147,8 @@ class RankTrainer:
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         self.pacer = ComputePacer(pace_share(self.sc.run, self.device.type, self.cgroup,
                                               self.sc.world_size), self.sc.run.pace_margin,
-                                  warmup_rate=self.sc.run.pace_rate is PaceRate.WARMUP)
+                                  warmup_rate=self.sc.paced_to_warmup_rate,
+                                  stall_s=lambda: self.gc_monitor.paused_s)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
         gc.collect()
@@ -163,7 +164,8 @@ class RankTrainer:
         if self.pacer.cores is None:
             return contextlib.nullcontext()
         return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None,
-                             slot=self.stage + (self.pp if backward else 0))
+                             slot=self.stage + (self.pp if backward else 0),
+                             device_factor=self.ctx.device_factor)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -366,7 +368,8 @@ class RankTrainer:
             checksums[step] = self.opt.fingerprint(stride=101)
             self.faults.step_end(step)
             if settles_after(step, self.sc.run.warmup_steps):
-                self.pacer.settle(2 * self.pp)  # a collective (run.pace_rate: warmup only)
+                self.pacer.settle(2 * self.pp)  # a collective (warm-up-rate pacing only)
+                self.ctx.paced_to_rate = self.pacer.settled
             self.tracer.end_step()
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step

@@ -25,6 +25,9 @@ class GcMonitor:
         self.path = Path(path)
         self.min_s = min_s
         self.step = -1
+        self.paused_s = 0.0
+        """Seconds of every collection so far, short ones included (the compute pacer's
+        host stall: workloads/pacing.py)."""
         self._t0 = 0.0
         self._pending: list[dict] = []
 
@@ -33,6 +36,7 @@ class GcMonitor:
             self._t0 = now()
             return
         duration = now() - self._t0
+        self.paused_s += duration
         if duration >= self.min_s:
             self._pending.append({"step": self.step, "start": self._t0, "duration_s": duration,
                                   "generation": info.get("generation"),

@@ -21,12 +21,16 @@ CPU time of the same work varies on a vCPU (CV 6-11 % for one matmul here:
 benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or backward
 of its stage) are timed in the warm-up steps (wall x share, core-seconds); `settle`
 takes each slot's median, the largest over the ranks (one all-reduce), and from then
-on an op lasts at least margin x that / the share now, as on a device with a fixed
-rate; the share now follows the slow-worker injector's quota.
+on an op lasts at least margin x that x device_factor / the rank's share, as on a device
+with a fixed rate: `device_factor` is the slow-worker injector's factor while it acts
+(exact, whatever CPU the rank's other threads take from its cut quota), and host stalls
+inside the op (`stall_s`: the rank's GC pauses) come on top, as a stalled launch delays
+a device's kernels, instead of vanishing into the padding.
 
-    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True)
+    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, stall_s=gc_seconds)
     with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
     pacer.settle(slots=2 * pp)                # every rank, after its last warm-up step
+    with pacer.op(slot=stage, device_factor=2.0): ...   # a 2x slower device
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 
 from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.tracer import now
@@ -74,7 +79,8 @@ class ComputePacer:
     """Pad compute ops to at least their thread CPU time over the rank's current share."""
 
     def __init__(self, cores: float | None, margin: float = 1.0,
-                 warmup_rate: bool = False) -> None:
+                 warmup_rate: bool = False,
+                 stall_s: Callable[[], float] | None = None) -> None:
         self.cores = cores
         """The rank's share in cores; None disables pacing."""
         self.margin = margin
@@ -88,6 +94,14 @@ class ComputePacer:
         self._warm: dict[int, list[float]] = {}
         self.over_target = 0
         """Settled ops that ran past their nominal target."""
+        self.stall_s = stall_s
+        """Seconds the rank's thread has stalled so far (GC pauses), added to a settled
+        op's nominal target; None: no stall is measured."""
+
+    @property
+    def settled(self) -> bool:
+        """Whether ops are now paced to the warm-up rate (after `settle`)."""
+        return self.rate is not None
 
     @property
     def ops(self) -> int:
@@ -108,16 +122,19 @@ class ComputePacer:
         return float(sum(self._pads()))
 
     @contextlib.contextmanager
-    def op(self, cores: float | None = None, slot: int | None = None):
+    def op(self, cores: float | None = None, slot: int | None = None,
+           device_factor: float = 1.0):
         """Time the body's thread CPU and wall time; sleep up to margin x cpu / share after
         it. cores: the share now, when it differs from the rank's own (the slow-worker
         injector writes a lower quota while it acts); ignored when pacing is off. slot:
-        the op's place in the warm-up-rate table (see the module doc)."""
+        the op's place in the warm-up-rate table; device_factor: how many times slower the
+        rank's device runs now, applied to a settled slot's nominal time (module doc)."""
         if self.cores is None:
             yield
             return
         now_share = cores or self.cores
         share = now_share / self.margin
+        stall0 = self.stall_s() if self.stall_s else 0.0
         cpu0, wall0 = time.thread_time(), now()
         yield
         cpu, wall = time.thread_time() - cpu0, now() - wall0
@@ -127,7 +144,9 @@ class ComputePacer:
             if self.rate is None:
                 self._warm.setdefault(slot, []).append(max(wall, cpu / now_share) * now_share)
             elif self.rate[slot] > 0:
-                target = self.margin * self.rate[slot] / now_share
+                stalled = self.stall_s() - stall0 if self.stall_s else 0.0
+                target = (self.margin * self.rate[slot] * device_factor / self.cores
+                          + stalled)
                 self.over_target += wall > target
         if target > wall:
             time.sleep(target - wall)

@@ -64,10 +64,28 @@ def test_warmup_rate_paces_a_slot_to_its_warmup_time_over_the_share_now():
         pass  # no work at all: still lasts the slot's nominal time
     assert time.perf_counter() - wall0 >= 0.98 * 1.2 * pacer.rate[1]
     wall0 = time.perf_counter()
-    with pacer.op(cores=0.5, slot=1):  # the slow-worker injector halved the share
+    # A 2x slow device: exactly twice the nominal time, whatever quota the injector wrote
+    # (its cut keeps CPU for the rank's other threads, so the share now is above 0.5).
+    with pacer.op(cores=0.6, slot=1, device_factor=2.0):
         pass
-    assert time.perf_counter() - wall0 >= 0.98 * 1.2 * pacer.rate[1] / 0.5
+    took = time.perf_counter() - wall0
+    # (pacing to the share now would give 1.2 x rate / 0.6, short of 2 x 1.2 x rate)
+    assert took >= 0.98 * 2 * 1.2 * pacer.rate[1] > 1.2 * pacer.rate[1] / 0.6
     assert pacer.over_target == 0
+
+
+def test_a_host_stall_inside_a_settled_op_comes_on_top_of_its_nominal_time():
+    stalled = [0.0]
+    pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True, stall_s=lambda: stalled[0])
+    with pacer.op(slot=0):
+        time.sleep(0.02)  # warm-up: 0.02 s of wall at a full core
+    pacer.settle(slots=1)
+    assert pacer.settled
+    wall0 = time.perf_counter()
+    with pacer.op(slot=0):
+        time.sleep(0.015)
+        stalled[0] += 0.015  # a 15 ms GC pause inside the op: not absorbed by the padding
+    assert time.perf_counter() - wall0 >= 0.98 * (pacer.rate[0] + 0.015)
 
 
 def test_warmup_rate_off_keeps_the_cpu_rule():
