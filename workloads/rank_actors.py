@@ -29,6 +29,18 @@ Progress = Callable[[str], None]
 POLL_S = 0.1
 # Extra slack over the collective timeout before a run without progress is called hung.
 HANG_SLACK_S = 30.0
+HANG_STEPS = 2.0
+"""A run is also not called hung before this many of its longest step so far, times the
+largest slow-worker factor it injects: a paced DP 4 x PP 4 step takes ~45 s on 2 cores,
+and a 2.36x victim makes it ~100 s, past the collective timeout's 90 s."""
+
+
+def hang_after_s(scenario: Scenario, longest_step_s: float) -> float:
+    """Seconds without a finished step after which the run is called hung."""
+    factor = max([float((f.get("params") or {}).get("factor", 1.0)) for f in scenario.faults
+                  if isinstance(f, dict) and f.get("kind") == "slow-worker"] or [1.0])
+    return max(scenario.run.collective_timeout_s + HANG_SLACK_S,
+               HANG_STEPS * longest_step_s * factor)
 
 
 # glibc malloc for the rank processes: tensors up to 32 MB come from the heap and freed
@@ -97,7 +109,7 @@ def wait_for_ranks(ray, futures: dict, summaries: dict, run_dir: Path, scenario:
     read_status = read_status or (lambda: rank_status(run_dir, world))
     pending = list(futures)
     last_step, last_change = -1, time.time()
-    hang_after = scenario.run.collective_timeout_s + HANG_SLACK_S
+    hang_after, longest = hang_after_s(scenario, 0.0), 0.0
     while pending:
         done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
         # Deaths first: when a rank dies, its peers' errors may arrive in the same batch.
@@ -140,6 +152,8 @@ def wait_for_ranks(ray, futures: dict, summaries: dict, run_dir: Path, scenario:
             last_step, last_change = step, time.time()
             loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
             times = [s["step_time_s"] or 0.0 for s in status.values()]
+            longest = max([longest, *times])
+            hang_after = hang_after_s(scenario, longest)
             say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
                 f"step time {1000 * max(times):.0f} ms")
         elif time.time() - last_change > hang_after:
