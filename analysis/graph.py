@@ -81,9 +81,9 @@ class DepGraph:
 class _OpsOfType:
     """Node ids of one stage's ops of a type, in stream order: `of(OpType.GC)`."""
 
-    def __init__(self, stage_ops: pd.DataFrame) -> None:
-        types = stage_ops["optype"].to_numpy()
-        self._by_type = {t: stage_ops.index[types == t].to_numpy() for t in np.unique(types)}
+    def __init__(self, nodes: np.ndarray, types: np.ndarray) -> None:
+        """nodes: the stage's node ids, ascending; types: their optype strings."""
+        self._by_type = {t: nodes[types == t] for t in np.unique(types)}
 
     def __call__(self, t: OpType) -> np.ndarray:
         return self._by_type.get(t.value, np.zeros(0, dtype=np.int64))
@@ -94,6 +94,13 @@ class _Builder:
 
     def __init__(self, ops: pd.DataFrame) -> None:
         self.ops = ops
+        # The columns the rules read, as arrays by node id (ops has a RangeIndex): one
+        # array lookup per rule instead of a DataFrame .loc, which cost most of the build.
+        self.optype = ops["optype"].to_numpy(dtype=object)
+        self.start = ops["start_ts"].to_numpy(np.float64)
+        self.end = ops["end"].to_numpy()
+        self.gmc = ops["gmc"].to_numpy()
+        self.mc = ops["mc"].to_numpy()
         self.edges: list[tuple[int, int]] = []  # (dependency, dependant)
         self.groups: list[Group] = []
 
@@ -124,13 +131,16 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
     overlapped_dp = (ops["optype"] == Op.SEPARATE_GRADS_ALL_REDUCE.value).any()
     pp = meta.pp_size
 
-    for stage, s_ops in ops.groupby("stage", sort=True):
-        of = _OpsOfType(s_ops)
+    stages = ops["stage"].to_numpy()
+    for stage in np.unique(stages):
+        s_nodes = np.flatnonzero(stages == stage)  # the stage's ops in stream order
+        s_types = b.optype[s_nodes]
+        of = _OpsOfType(s_nodes, s_types)
 
-        is_compute = s_ops["optype"].isin([Op.FORWARD_COMPUTE.value, Op.BACKWARD_COMPUTE.value])
-        compute = s_ops.index[is_compute.to_numpy()].to_numpy()
+        is_compute = np.isin(s_types, [Op.FORWARD_COMPUTE.value, Op.BACKWARD_COMPUTE.value])
+        compute = s_nodes[is_compute]
         b.chain(compute)
-        compute_types = ops.loc[compute, "optype"].to_numpy()
+        compute_types = b.optype[compute]
         first_bwd_pos = np.flatnonzero(compute_types == Op.BACKWARD_COMPUTE.value)
         anchor = None  # the compute two places before the stage's first backward
         if len(first_bwd_pos) and first_bwd_pos[0] >= 2:
@@ -147,11 +157,11 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
                 b.chain(stream)
                 match = match_stream(
                     is_recv=is_recv,
-                    op_start=ops.loc[stream, "start_ts"].to_numpy(np.float64),
-                    op_end=ops.loc[stream, "end"].to_numpy(),
-                    compute_start=ops.loc[comp, "start_ts"].to_numpy(np.float64),
-                    compute_end=ops.loc[comp, "end"].to_numpy(),
-                    compute_gmc=ops.loc[comp, "gmc"].to_numpy(),
+                    op_start=b.start[stream],
+                    op_end=b.end[stream],
+                    compute_start=b.start[comp],
+                    compute_end=b.end[comp],
+                    compute_gmc=b.gmc[comp],
                     forward=forward,
                     stage=int(stage),
                     pp_size=pp,
@@ -170,7 +180,7 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
                 if not forward and anchor is not None and match.valid.any():
                     b.edge(anchor, stream[match.valid][0])
 
-        _dp_and_tail_rules(b, s_ops, of, compute, has_dp, bool(overlapped_dp))
+        _dp_and_tail_rules(b, of, compute, has_dp, bool(overlapped_dp))
 
     _p2p_groups(b, valid_p2p, noop, pp, where)
     _collective_groups(b, ops, noop, has_dp)
@@ -188,31 +198,31 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
     return graph
 
 
-def _dp_and_tail_rules(b: _Builder, s_ops, of, compute, has_dp: bool, overlapped: bool) -> None:
+def _dp_and_tail_rules(b: _Builder, of, compute, has_dp: bool, overlapped: bool) -> None:
     """DP chain, params-all-gather gating and the step tail of one stage."""
-    ops = b.ops
+    mc_of = b.mc
     gather, scatter = of(Op.PARAMS_ALL_GATHER), of(Op.GRADS_REDUCE_SCATTER)
     if has_dp:
         dp_chain = np.sort(np.concatenate([gather, scatter]))  # node ids follow stream order
         b.chain(dp_chain)
         fwd = of(Op.FORWARD_COMPUTE)
-        for mc in np.unique(ops.loc[gather, "mc"].to_numpy()):
-            chunk_gathers = gather[ops.loc[gather, "mc"].to_numpy() == mc]
-            chunk_fwd = fwd[ops.loc[fwd, "mc"].to_numpy() == mc]
+        for mc in np.unique(mc_of[gather]):
+            chunk_gathers = gather[mc_of[gather] == mc]
+            chunk_fwd = fwd[mc_of[fwd] == mc]
             if len(chunk_fwd):
                 b.edge(chunk_gathers[-1], chunk_fwd[0])
     gc = of(Op.GC)
     if len(gc) and len(compute):
-        last_compute = compute[np.argmax(ops.loc[compute, "end"].to_numpy())]
+        last_compute = compute[np.argmax(b.end[compute])]
         b.edge(last_compute, gc[0])
     b.chain(gc)
     head = list(gc[-1:])
     if has_dp and overlapped:
         bwd = of(Op.BACKWARD_COMPUTE)
-        for mc in np.unique(ops.loc[scatter, "mc"].to_numpy()):
-            chunk_bwd = bwd[ops.loc[bwd, "mc"].to_numpy() == mc]
+        for mc in np.unique(mc_of[scatter]):
+            chunk_bwd = bwd[mc_of[bwd] == mc]
             if len(chunk_bwd):
-                for node in scatter[ops.loc[scatter, "mc"].to_numpy() == mc]:
+                for node in scatter[mc_of[scatter] == mc]:
                     b.edge(chunk_bwd[-1], node)
         head = list(scatter[-1:]) + head
     tail = [of(Op.LAYERNORM_GRADS_ALL_REDUCE), of(Op.EMBEDDING_GRADS_ALL_REDUCE)]
@@ -252,18 +262,20 @@ def _collective_groups(b: _Builder, ops: pd.DataFrame, noop: np.ndarray, has_dp:
     in_group = np.zeros(len(ops), dtype=bool)
     for g in b.groups:
         in_group[list(g.members)] = True
-    optype = ops["optype"].to_numpy()
+    optype = b.optype
     dp_ops = {t.value for t in DP_COLLECTIVE_OPS}
     comm = {t.value for t in COMMUNICATION_OPS} - {Op.LAYERNORM_GRADS_ALL_REDUCE.value}
-    for (t, _seq), members in ops.groupby(["optype", "seq_id"], sort=False).groups.items():
-        members = members.to_numpy()
-        if t == Op.EMBEDDING_GRADS_ALL_REDUCE.value:
-            b.groups.append(Group(tuple(int(m) for m in members), True, False))
-        elif t == Op.OPTIMIZER_CLIP_MAIN_GRAD.value:
-            b.groups.append(Group(tuple(int(m) for m in members), True, True))
-        else:
-            continue
-        in_group[members] = True
+    # The embedding and clip ops of a seq_id form one group each, in the order their
+    # (optype, seq_id) first appears (as an unsorted groupby lists them); a few rows, so
+    # a dict beats a groupby over every op.
+    spanning = {Op.EMBEDDING_GRADS_ALL_REDUCE.value: False, Op.OPTIMIZER_CLIP_MAIN_GRAD.value: True}
+    seq_id = ops["seq_id"].to_numpy()
+    members: dict[tuple, list[int]] = {}
+    for node in np.flatnonzero(np.isin(optype, list(spanning))):
+        members.setdefault((optype[node], seq_id[node]), []).append(int(node))
+    for (t, _seq), nodes in members.items():
+        b.groups.append(Group(tuple(nodes), True, spanning[t]))
+        in_group[nodes] = True
     for node in np.flatnonzero(~in_group):
         t = optype[node]
         if t in dp_ops:

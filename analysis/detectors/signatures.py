@@ -32,6 +32,7 @@ import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
 from stragglerlab.analysis.whatif import comm_excess_by_worker
+from stragglerlab.grouped import group_median, optype_mask, row_codes
 from stragglerlab.results import IdealView
 from stragglerlab.schema import COMMUNICATION_OPS
 
@@ -77,6 +78,40 @@ def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
     compute ops' own durations, which only the partition (or a slow device) changes."""
     if pp < 2:
         return None
+    optypes = trace["optype"]
+    keys = [trace[k].to_numpy() for k in ("stage", "dp_rank", "step")]
+    if not all(k.dtype.kind in "iu" for k in keys):
+        return _stage_compute_ratios_frame(trace, pp)
+    duration = trace["duration"].to_numpy(dtype=float)
+    ratios = []
+    for optype in _COMPUTE:
+        rows = np.flatnonzero(optype_mask(optypes, [optype]))
+        if not len(rows):
+            return None
+        stage, dp_rank, step = (k[rows] for k in keys)
+        # The [(stage, dp), step] table of median op times, as groupby().median().unstack().
+        cell, n_cells = row_codes([stage, dp_rank])
+        steps, col = np.unique(step, return_inverse=True)
+        values = group_median(cell * len(steps) + col, duration[rows],
+                              n_cells * len(steps)).reshape(n_cells, len(steps))
+        stage_of = stage[np.unique(cell, return_index=True)[1]]
+        ratios.append(_stage_ratios(values, stage_of, pp))
+    return np.fmin(*ratios)
+
+
+def _stage_ratios(values: np.ndarray, stage_of: np.ndarray, pp: int) -> np.ndarray:
+    """[stage, step] from a [(stage, dp), step] table of median op times: the least over
+    the stage's rows of its times over the other stages' median."""
+    per = np.full((pp, values.shape[1]), np.nan)
+    for s in range(pp):  # pp is small: one vectorized median per stage
+        mine, other = values[stage_of == s], values[stage_of != s]
+        if len(mine) and len(other):
+            per[s] = np.min(mine / np.median(other, axis=0), axis=0)
+    return per
+
+
+def _stage_compute_ratios_frame(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
+    """`stage_compute_ratios` with pandas, for keys that are not integers."""
     compute = trace[trace["optype"].isin(_COMPUTE)]
     if compute.empty:
         return None
@@ -87,14 +122,8 @@ def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
         if optype not in med.index.get_level_values(0):
             return None
         table = med.loc[optype].unstack("step")  # [(stage, dp), step]
-        stage_of = table.index.get_level_values("stage").to_numpy()
-        values = table.to_numpy()
-        per = np.full((pp, values.shape[1]), np.nan)
-        for s in range(pp):  # pp is small: one vectorized median per stage
-            mine, other = values[stage_of == s], values[stage_of != s]
-            if len(mine) and len(other):
-                per[s] = np.min(mine / np.median(other, axis=0), axis=0)
-        ratios.append(per)
+        ratios.append(_stage_ratios(table.to_numpy(),
+                                    table.index.get_level_values("stage").to_numpy(), pp))
     return np.fmin(*ratios)
 
 
@@ -129,12 +158,17 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
     if "seq_len_sq_sum" not in trace.columns:
         return None
     keys = ["stage", "dp_rank", "step", "mb_id"]
-    opt = trace["optype"].astype(str)
-    fwd = trace.loc[opt == "forward-compute", keys + ["duration", "seq_len_sq_sum"]]
-    fwd = fwd[np.isfinite(fwd["seq_len_sq_sum"].to_numpy(dtype=float))]
-    sq = fwd["seq_len_sq_sum"].to_numpy(dtype=float)
+    missing = [k for k in [*keys, "duration"] if k not in trace.columns]
+    if missing:  # the KeyError its frame selection below always raised
+        raise KeyError(f"{missing} not in index")
+    # Lengths that hardly vary (most runs) are told from two arrays, before any frame.
+    sq = trace["seq_len_sq_sum"].to_numpy(dtype=float)
+    sq = sq[optype_mask(trace["optype"], ["forward-compute"]) & np.isfinite(sq)]
     if len(sq) < 3 or sq.mean() <= 0 or sq.std() / sq.mean() < min_cv:
         return None
+    opt = trace["optype"].astype(str)
+    fwd = trace.loc[opt == "forward-compute", keys + ["duration", "seq_len_sq_sum"]]
+    fwd = fwd[np.isfinite(fwd["seq_len_sq_sum"].to_numpy(dtype=float))]  # the rows of sq
     bwd = trace.loc[opt == "backward-compute"].groupby(keys)["duration"].sum()
     compute = fwd["duration"].to_numpy(dtype=float) + bwd.reindex(
         pd.MultiIndex.from_frame(fwd[keys])).fillna(0.0).to_numpy()

@@ -35,6 +35,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.grouped import group_median, group_sum, optype_mask, row_codes
 
 _COMPUTE = ("forward-compute", "backward-compute")
 
@@ -71,7 +72,76 @@ def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
 def normalized_compute(trace: pd.DataFrame, pp: int, dp: int,
                        steps: np.ndarray) -> np.ndarray | None:
     """[stage, dp_rank, step]: each worker's compute (GC pauses out) over the same ops'
-    modelled cost; NaN where a worker traced no compute op in a step; None without any."""
+    modelled cost; NaN where a worker traced no compute op in a step; None without any.
+
+    On arrays (the live monitor asks on every window, where pandas' overhead was most
+    of the cost), with the numbers of the DataFrame version (`_normalized_compute_frame`),
+    which takes over for a trace the arrays do not fit (keys that are not integers,
+    NaN durations: pandas' sum picks its algorithm by the column's blocks there)."""
+    optype = trace["optype"]
+    lengths = "seq_len_sq_sum" in trace.columns  # mb_id is read only with lengths, as before
+    keys = [trace[k].to_numpy() for k in ("stage", "dp_rank", "step", "mb_id")[:3 + lengths]]
+    floats = [trace[c].to_numpy() for c in ("duration", "gc_pause_s", "seq_len_sq_sum")
+              if c in trace.columns]
+    if not all(k.dtype.kind in "iu" for k in keys) or \
+            not all(f.dtype.kind == "f" for f in floats):
+        return _normalized_compute_frame(trace, pp, dp, steps)
+    rows = np.flatnonzero(optype_mask(optype, _COMPUTE) & np.isin(keys[2], steps))
+    if not len(rows):
+        return None
+    stage, rank, step = (k[rows] for k in keys[:3])
+    forward = optype_mask(optype, ["forward-compute"])[rows]
+    pause = trace["gc_pause_s"].to_numpy()[rows] if "gc_pause_s" in trace.columns else 0.0
+    dur = trace["duration"].to_numpy()[rows] - np.where(np.isnan(pause), 0.0, pause)
+    dur = np.where((dur >= 0.0) | np.isnan(dur), dur, 0.0)  # Series.clip(lower=0.0)
+    s2 = None
+    if lengths:  # traced on forward ops: a backward has its forward's
+        raw = trace["seq_len_sq_sum"].to_numpy()[rows]
+        code, n = row_codes([stage, rank, step, keys[3][rows]])
+        fwd = np.flatnonzero(forward & ~np.isnan(raw))  # groupby().first(): first non-NaN
+        first_code, at = np.unique(code[fwd], return_index=True)
+        by_code = np.full(n, np.nan)
+        by_code[first_code] = raw[fwd][at]
+        s2 = by_code[code]
+    cost = _modelled_cost(stage, forward, dur, s2, rank)
+    if np.isnan(dur).any() or np.isnan(cost).any():
+        return _normalized_compute_frame(trace, pp, dp, steps)
+    cell, n = row_codes([stage, rank, step])
+    first = np.unique(cell, return_index=True)[1]  # a row of each (stage, dp_rank, step)
+    ratio = group_sum(cell, dur, n) / np.maximum(group_sum(cell, cost, n), 1e-12)
+    grid = np.full((pp, dp, len(steps)), np.nan)
+    grid[stage[first], rank[first], np.searchsorted(steps, step[first])] = ratio
+    return grid
+
+
+def _modelled_cost(stage: np.ndarray, forward: np.ndarray, dur: np.ndarray,
+                   s2: np.ndarray | None, rank: np.ndarray) -> np.ndarray:
+    """`modelled_cost` on arrays: per compute op, the median of its (stage, op type), or
+    with varying lengths the line on sum(seq_len^2) (s2), each rank's speed factored out."""
+    group, n = row_codes([stage, forward])
+    cost = group_median(group, dur, n)[group]
+    if s2 is None:
+        return cost
+    ranks, rank_code = np.unique(rank, return_inverse=True)
+    for g in range(n):  # stages x 2 op types: a handful of small fits
+        mine = group == g
+        x, y, r = s2[mine], dur[mine], rank_code[mine]
+        if not np.all(np.isfinite(x)) or x.std() <= 0.1 * max(abs(x.mean()), 1e-12):
+            continue  # lengths fixed (or not traced): the median is the model
+        speed = np.ones(len(y))
+        for _ in range(3):
+            slope, icpt = np.polyfit(x, y / speed, 1)
+            fitted = np.maximum(icpt + slope * x, 1e-12)
+            over = group_median(r, y / fitted, len(ranks))  # per rank; absent ones: NaN
+            least = np.nan if np.isnan(over).all() else float(np.nanmin(over))  # Series.min
+            speed = over[r] / max(least, 1e-12)
+        cost[mine] = np.where(icpt + slope * x > 0, icpt + slope * x, cost[mine])
+    return cost
+
+
+def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
+                              steps: np.ndarray) -> np.ndarray | None:
+    """`normalized_compute` with pandas, for traces its arrays do not fit."""
     ops = trace[trace["optype"].isin(_COMPUTE) & trace["step"].isin(steps)]
     if ops.empty:
         return None

@@ -42,8 +42,8 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.p2p_pairs import (
     LinkSignals,
+    PairArrays,
     p2p_pair_latency,
-    receiver_stage,
     sender_window_signals,
     worker_window_signals,
 )
@@ -106,6 +106,15 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
                    and not (len(f.ranks) > 1 and named_cells([f]) & chosen)]
 
 
+def _in_cells(dp_rank: np.ndarray, stage: np.ndarray,
+              cells: list[tuple[int, int]]) -> np.ndarray:
+    """Per pair end: whether its (dp_rank, stage) is one of `cells` (a handful)."""
+    hit = np.zeros(len(dp_rank), dtype=bool)
+    for d, p in cells:
+        hit |= (dp_rank == d) & (stage == p)
+    return hit
+
+
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                comm_excess: np.ndarray, slowdown: float,
                found: list[Finding], pairs: pd.DataFrame | None = None) -> list[Finding]:
@@ -119,38 +128,39 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if pp < 2 or len(steps) < cfg.min_steps:
         return []
-    pairs = p2p_pair_latency(run.trace) if pairs is None else pairs
-    pairs = pairs[pairs["step"].isin(steps)]
-    slow = pd.MultiIndex.from_tuples(sorted(slowed_workers(found)) or [(-1, -1)])
+    # The pairs' columns as arrays, once for both tests, and masks over every pair rather
+    # than a filtered copy (the signals keep to `steps` too): the monitor runs this on
+    # every window.
+    arrays = PairArrays.of(p2p_pair_latency(run.trace) if pairs is None else pairs)
+    in_steps = np.isin(arrays.step, steps)
+    dp_rank, sender, receiver = arrays.dp_rank, arrays.sender, arrays.receiver
+    slow = sorted(slowed_workers(found))
     # A slow receiver completes its recvs late by itself: its pairs say nothing of a link
     # (reference only), for its sender and for the worker test alike.
-    receiver = pd.Series(receiver_stage(pairs), index=pairs.index)
-    to_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], receiver]).isin(slow)
-    from_slow = pd.MultiIndex.from_arrays([pairs["dp_rank"], pairs["sender_stage"]]).isin(slow)
+    to_slow, from_slow = _in_cells(dp_rank, receiver, slow), _in_cells(dp_rank, sender, slow)
     step_s = mean_step_time(run.trace)
 
-    def flags(sig: LinkSignals, ends: list[pd.Series]) -> tuple[np.ndarray, np.ndarray]:
+    def flags(sig: LinkSignals, ends: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """(cost, flagged) per [stage, dp, window]. Cost: the excess on every pair the
         owner has in a step, as a share of the step (P2P that is a sliver of the step is
         noise)."""
         per_step = np.zeros((pp, dp))
         for stage in ends:
-            n = pairs.groupby([stage.rename("s"), pairs["dp_rank"]]).size()
-            per_step[n.index.get_level_values(0), n.index.get_level_values(1)] += \
-                n.to_numpy() / len(steps)
+            n = np.zeros((pp, dp), dtype=np.int64)
+            np.add.at(n, (stage[in_steps], dp_rank[in_steps]), 1)
+            per_step += n / len(steps)  # a cell without pairs adds 0.0: unchanged
         cost = sig.excess_s * per_step[:, :, None] / max(step_s, 1e-12)
         with np.errstate(invalid="ignore"):
             return cost, (sig.share >= cfg.link_pair_share) & (
                 sig.excess_iqr >= cfg.link_excess_iqr) & (sig.count >= cfg.link_min_pairs) \
                 & (cost >= cfg.link_step_share)
 
-    by_sender = sender_window_signals(pairs, pp, dp, steps, cfg.min_steps,
-                                      pd.Series(~to_slow, index=pairs.index), informative=True)
-    by_worker = worker_window_signals(pairs, pp, dp, steps, cfg.min_steps,
-                                      pd.Series(~(to_slow | from_slow), index=pairs.index),
+    by_sender = sender_window_signals(arrays, pp, dp, steps, cfg.min_steps, ~to_slow,
                                       informative=True)
-    tests = {"sender": (by_sender, *flags(by_sender, [pairs["sender_stage"]])),
-             "worker": (by_worker, *flags(by_worker, [pairs["sender_stage"], receiver]))}
+    by_worker = worker_window_signals(arrays, pp, dp, steps, cfg.min_steps,
+                                      ~(to_slow | from_slow), informative=True)
+    tests = {"sender": (by_sender, *flags(by_sender, [sender])),
+             "worker": (by_worker, *flags(by_worker, [sender, receiver]))}
     flagged = {name: {(int(p), int(d)) for p, d in zip(*np.nonzero(f.any(axis=2)))}
                for name, (_, _, f) in tests.items()}
     keep = _one_end_per_link(flagged["sender"], flagged["worker"], comm_excess,
