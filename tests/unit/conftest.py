@@ -15,6 +15,7 @@ import pytest
 
 from stragglerlab.meta import JobMeta
 from stragglerlab.trace_io import write_trace
+from tests.unit import monitor_helpers
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -53,3 +54,18 @@ def whatif_run(tmp_path, capsys):
         capsys.readouterr()  # the verb's summary
         return run
     return make
+
+
+# The monitor's synthetic sources (tests/unit/monitor_helpers.py), built once per module.
+@pytest.fixture(scope="module")
+def slow_src(tmp_path_factory) -> Path:
+    """12 steps, DP 1 / stage 1 twice as slow from step 5 on."""
+    return monitor_helpers.synth(tmp_path_factory.mktemp("src") / "slow", "--steps", "12",
+                                 "--slow", f"1,1,2.0,{monitor_helpers.FAULT_FIRST}")
+
+
+@pytest.fixture(scope="module")
+def window_src(tmp_path_factory) -> Path:
+    """20 steps, DP 1 / stage 1 slow over steps 4-7 only."""
+    return monitor_helpers.synth(tmp_path_factory.mktemp("src") / "window", "--steps", "20",
+                                 "--slow", "1,1,2.0,4,7")
