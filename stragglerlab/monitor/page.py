@@ -12,7 +12,7 @@ truth (faults.json) from `api/truth`, and again from the stream's last word
 (`event: end`, sent when the monitor stops: the page then stops listening and
 shows "run ended"). A lost stream shows one "reconnecting" note and is retried
 with a backoff up to 30 s. Tested in headless Chromium by
-tests/e2e/test_monitor_page_prometheus.py (no console errors allowed).
+tests/e2e/test_monitor_page.py (no console errors allowed).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The live monitor's page in a real headless browser, and its /metrics scraped by a real
-Prometheus server (issue 32, slow tier).
+"""The live monitor's page in a real headless browser (issue 32, slow tier); its /metrics
+scraped by a real Prometheus server: test_monitor_prometheus.py.
 
 No training: a `synth` trace (DP 2 x PP 2, the victim DP 1 / stage 1 twice as slow
 from step FAULT_FIRST on) is written into a tmp run folder's trace parts step by
@@ -16,151 +16,29 @@ on 127.0.0.1, any free port.
   path is printed; -s shows it).
 - The page at 1,024 workers (a made-up 128 x 8 history, served in-process): it fits
   the window, the victim's cell is the hottest and hovering it names the worker.
-- Prometheus (the distribution's `prometheus` binary, a tmp config and storage,
-  127.0.0.1) scrapes /metrics every second; its query API must return the victim's
-  `stragglerlab_worker_slowdown{dp_rank="1",stage="1"}` above every other worker's.
 
 Each test skips, saying why, when its tool is absent (.ci/run installs them when it
-can: `apt-get install chromium prometheus`, and playwright from the dev extra).
-The monitor and Prometheus are stopped by PID in the fixtures' teardown.
+can: `apt-get install chromium`, and playwright from the dev extra).
+The monitor is stopped by PID in the fixture's teardown.
 
-    .venv/bin/python -m pytest -m slow tests/e2e/test_monitor_page_prometheus.py -s
-    STRAGGLERLAB_CHROMIUM=/path/to/chrome STRAGGLERLAB_PROMETHEUS=/path/to/prometheus ...
+    .venv/bin/python -m pytest -m slow tests/e2e/test_monitor_page.py -s
+    STRAGGLERLAB_CHROMIUM=/path/to/chrome ...
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from stragglerlab.cli import main
-from stragglerlab.monitor.feed import PartsFeeder
 from stragglerlab.monitor.state import MonitorState
-from stragglerlab.run_folder import RunFolder
+from tests.e2e.monitor_live import FAULT_FIRST, STEPS, VICTIM, wait_for, which
 
 pytestmark = pytest.mark.slow
 
-FAULT_FIRST = 3
-"""The victim (DP 1, stage 1) is twice as slow from this step on."""
-VICTIM = (1, 1)
-STEPS = 14
-WINDOW = 4
-"""--window-steps."""
-
-
-def _which(env: str, *names: str) -> str | None:
-    if os.environ.get(env):
-        return os.environ[env] if os.access(os.environ[env], os.X_OK) else None
-    return next((p for p in map(shutil.which, names) if p), None)
-
-
-def _text(url: str, timeout: float = 5.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode()
-
-
-def _wait(what: str, check, timeout: float, every: float = 0.1):
-    """check()'s first truthy value within timeout (s), else a failure naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
-
-
-def _drain(stream, into: list[str]) -> None:
-    """Read a pipe line by line into a list (so it never fills up)."""
-    for line in stream:
-        into.append(line)
-
-
-class LiveRun:
-    """A run folder that grows a step at a time, and `stragglerlab monitor` on it."""
-
-    def __init__(self, run: Path) -> None:
-        self.src = run.parent / "synth"
-        assert main(["synth", "--out", str(self.src), "--dp", "2", "--pp", "2", "--steps",
-                     str(STEPS), "--slow", f"{VICTIM[0]},{VICTIM[1]},2.0,{FAULT_FIRST}",
-                     "--quiet"]) == 0
-        self.run = run
-        run.mkdir(parents=True)  # as a job's launcher makes it, before any step
-        self.feeder = PartsFeeder(run, RunFolder(path=self.src).trace())
-        self.written = -1
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(run),
-             "--host", "127.0.0.1", "--port", "0", "--window-steps", str(WINDOW),
-             "--poll", "0.1", "--dp", "2", "--pp", "2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.err: list[str] = []
-        self.out: list[str] = []
-        for stream, into in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):
-            threading.Thread(target=_drain, args=(stream, into), daemon=True).start()
-        line = _wait("the monitor's 'monitor page:' line",
-                     lambda: next((x for x in self.err if "monitor page: " in x), None)
-                     or (self.proc.poll() is not None and pytest.fail(
-                         "the monitor exited: " + "".join(self.err)[-3000:])), 60)
-        self.url = line.split("monitor page: ")[1].split()[0]
-        assert self.url.startswith("http://127.0.0.1:"), line
-        self.hostport = self.url.split("//")[1].rstrip("/")
-
-    def grow(self, to_step: int) -> None:
-        """Write the steps up to `to_step` (inclusive), as the job would."""
-        for step in range(self.written + 1, to_step + 1):
-            # On the tracer's clock the step ends now, when it is flushed (so the page's
-            # lag from a step's end is the monitor's, not this test's pace).
-            ops = self.feeder.by_step[step]
-            self.feeder.offsets[step] = time.monotonic() - float(
-                (ops["start_ts"] + ops["duration"]).max())
-            self.feeder.write_step(step)
-            self.written = step
-
-    def end(self) -> None:
-        """The run ends: faults.json (the ground truth), then run.json are written (the
-        monitor stops by itself)."""
-        shutil.copy(self.src / "faults.json", self.run / "faults.json")
-        (self.run / "run.json").write_text("{}")
-
-    def last_step(self) -> int:
-        """The monitor's latest analysed step (-1: none yet)."""
-        lines = json.loads(_text(self.url + "api/windows"))["lines"]
-        return max((x["step"] for x in lines if x["kind"] == "window"), default=-1)
-
-    def stop(self) -> str:
-        """SIGTERM by PID (killed after 20 s); its stderr. Idempotent."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return "".join(self.err)
-
-
-@pytest.fixture
-def live(tmp_path):
-    mon = LiveRun(tmp_path / "run")
-    yield mon
-    mon.stop()
 
 
 @pytest.fixture
@@ -225,7 +103,7 @@ def _browser_or_skip():
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("playwright is not installed (pip install -e '.[dev]')")
-    chromium = _which("STRAGGLERLAB_CHROMIUM", "chromium", "chromium-browser", "google-chrome")
+    chromium = which("STRAGGLERLAB_CHROMIUM", "chromium", "chromium-browser", "google-chrome")
     if chromium is None:
         pytest.skip("no Chromium: none on PATH, and $STRAGGLERLAB_CHROMIUM unset or not "
                     "executable (apt-get install chromium)")
@@ -241,7 +119,7 @@ def browser_tools():
 def test_the_page_in_headless_chromium_follows_the_run(browser_tools, live, artifacts):
     sync_playwright, chromium = browser_tools  # before `live`: a skip costs nothing
     live.grow(FAULT_FIRST + 3)
-    _wait("the first windows", lambda: live.last_step() == live.written, 30)
+    wait_for("the first windows", lambda: live.last_step() == live.written, 30)
     first = live.written
     problems: list[str] = []
     with _chromium_page(sync_playwright, chromium, problems) as page:
@@ -356,90 +234,3 @@ def test_the_page_stays_readable_at_1024_workers(browser_tools, tmp_path, artifa
     finally:
         server.stop()
     assert problems == [], problems
-
-
-# -- Prometheus ------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def prometheus(tmp_path):
-    """A factory: start(target host:port) -> the started server's base URL; stopped by
-    PID at teardown."""
-    binary = _which("STRAGGLERLAB_PROMETHEUS", "prometheus")
-    if binary is None:
-        pytest.skip("no prometheus: none on PATH, and $STRAGGLERLAB_PROMETHEUS unset or not "
-                    "executable (apt-get install prometheus)")
-    procs: list[subprocess.Popen] = []
-
-    def start(target: str) -> str:
-        config = tmp_path / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: stragglerlab\n"
-            "    scrape_interval: 1s\n"
-            f"    static_configs: [{{targets: ['{target}']}}]\n")
-        port = _free_port()
-        log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=log, stderr=subprocess.STDOUT)
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}/"
-        _wait("Prometheus to be ready", lambda: proc.poll() is None and _text(
-            url + "-/ready").strip(), 30, 0.2)
-        return url
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    print(f"\nPrometheus log: {tmp_path / 'prometheus.log'}")
-
-
-def _query(url: str, promql: str) -> list[dict]:
-    data = json.loads(_text(url + "api/v1/query?" + urllib.parse.urlencode({"query": promql})))
-    assert data["status"] == "success", data
-    return data["data"]["result"]
-
-
-def test_a_real_prometheus_scrapes_the_victims_series(prometheus, live):
-    prom = prometheus(live.hostport)
-    _wait("Prometheus's first scrape of the monitor (up == 1)", lambda: [
-        r for r in _query(prom, 'up{job="stragglerlab"}') if r["value"][1] == "1"], 30, 0.5)
-    live.grow(FAULT_FIRST + WINDOW)
-    _wait("the monitor to analyse the steps", lambda: live.last_step() == live.written, 30)
-
-    def victim_on_top():
-        rows = _query(prom, 'stragglerlab_worker_slowdown{job="stragglerlab"}')
-        by = {(int(r["metric"]["dp_rank"]), int(r["metric"]["stage"])): float(r["value"][1])
-              for r in rows}
-        last = _query(prom, 'stragglerlab_last_step{job="stragglerlab"}')
-        if len(by) == 4 and last and float(last[0]["value"][1]) == live.written:
-            return by
-        return None
-
-    by = _wait("Prometheus to hold the latest window's worker series", victim_on_top, 30, 0.5)
-    others = {k: v for k, v in by.items() if k != VICTIM}
-    assert by[VICTIM] > 1.2 and by[VICTIM] > max(others.values()), by
-    found = _query(prom, 'stragglerlab_findings{job="stragglerlab",cause="slow-worker"}')
-    assert found and float(found[0]["value"][1]) >= 1, found
-    # The README's Grafana panel queries, as written there.
-    job = _query(prom, 'stragglerlab_job_slowdown{job="stragglerlab"}')
-    assert job and float(job[0]["value"][1]) > 1.2, job
-    panel = _query(prom, 'max by (dp_rank, stage) '
-                         '(stragglerlab_worker_slowdown{job="stragglerlab"}) > 1.1')
-    assert [(r["metric"]["dp_rank"], r["metric"]["stage"]) for r in panel] == [("1", "1")], panel
-    print(f"\nPrometheus: worker slowdown {by}")
-    assert "Traceback" not in live.stop()
