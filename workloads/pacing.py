@@ -16,25 +16,33 @@ quota already held to that rate are untouched.
     with pacer.op():
         out = model(x)
 
-`run.pace_rate: warmup` replaces the CPU-time target by a nominal one, because the
-CPU time of the same work varies on a vCPU (CV 6-11 % for one matmul here:
-benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or backward
-of its stage) are timed in the warm-up steps (wall x share, core-seconds); `settle`
-takes each slot's median, the largest over the ranks (one all-reduce), and from then
-on an op lasts at least margin x that x device_factor / the rank's share, as on a device
-with a fixed rate: `device_factor` is the slow-worker injector's factor while it acts
-(exact, whatever CPU the rank's other threads take from its cut quota), and host stalls
-inside the op (`stall_s`: the rank's GC pauses) come on top, as a stalled launch delays
-a device's kernels, instead of vanishing into the padding.
+`run.pace_rate: warmup` (and `auto` on fixed-length data) replaces the CPU-time target by
+a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 % for one
+matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or
+backward of its stage) keep their thread CPU time (core-seconds: the op's work, whatever
+quota or wait it met) over the latest `window` ops of the slot; `settle` takes each
+slot's median, the largest over the ranks (one all-reduce), and until the next settle an
+op lasts at least margin x that x device_factor / the rank's share, as on a device with
+a fixed rate. The engine settles after its last warm-up step and after every step from
+then on, having dropped the cold first step's samples: a rate fixed from the warm-up
+steps alone froze their cold start into a stage imbalance (clean dp2-pp4, stop 40: stage
+0's compute 1.13-1.14x the others', its steady CPU work 1.01-1.03x). `device_factor` is
+the slow-worker injector's factor while it acts (exact, whatever CPU the rank's other
+threads take from its cut quota), and host stalls inside the op (`stall_s`: the rank's GC
+pauses) come on top, as a stalled launch delays a device's kernels, instead of vanishing
+into the padding.
 
-    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, stall_s=gc_seconds)
-    with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
-    pacer.settle(slots=2 * pp)                # every rank, after its last warm-up step
+    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, window=8,
+                         stall_s=gc_seconds)
+    with pacer.op(slot=stage): ...            # before the first settle: CPU rule, timed
+    pacer.forget()                            # after the cold first step
+    pacer.settle(slots=2 * pp)                # every rank, after each step from warm-up on
     with pacer.op(slot=stage, device_factor=2.0): ...   # a 2x slower device
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import time
@@ -79,7 +87,7 @@ class ComputePacer:
     """Pad compute ops to at least their thread CPU time over the rank's current share."""
 
     def __init__(self, cores: float | None, margin: float = 1.0,
-                 warmup_rate: bool = False,
+                 warmup_rate: bool = False, window: int = 0,
                  stall_s: Callable[[], float] | None = None) -> None:
         self.cores = cores
         """The rank's share in cores; None disables pacing."""
@@ -91,7 +99,9 @@ class ComputePacer:
         """Pace slotted ops to their warm-up time once settled (run.pace_rate: warmup)."""
         self.rate: list[float] | None = None
         """Per slot, core-seconds of the op at the job's rate (None: not settled)."""
-        self._warm: dict[int, list[float]] = {}
+        self.window = window
+        """How many of a slot's latest ops its rate is the median of (0: all of them)."""
+        self._recent: dict[int, collections.deque[float]] = {}
         self.over_target = 0
         """Settled ops that ran past their nominal target."""
         self.stall_s = stall_s
@@ -141,9 +151,9 @@ class ComputePacer:
         self.samples.append((cpu, wall, share))
         target = cpu / share
         if self.warmup_rate and slot is not None:
-            if self.rate is None:
-                self._warm.setdefault(slot, []).append(max(wall, cpu / now_share) * now_share)
-            elif self.rate[slot] > 0:
+            self._recent.setdefault(slot, collections.deque(maxlen=self.window or None)
+                                    ).append(cpu)
+            if self.rate is not None and self.rate[slot] > 0:
                 stalled = self.stall_s() - stall0 if self.stall_s else 0.0
                 target = (self.margin * self.rate[slot] * device_factor / self.cores
                           + stalled)
@@ -151,10 +161,15 @@ class ComputePacer:
         if target > wall:
             time.sleep(target - wall)
 
+    def forget(self) -> None:
+        """Drop the CPU times kept so far (the cold first step's)."""
+        self._recent.clear()
+
     def settle(self, slots: int) -> None:
-        """End the warm-up (warmup_rate): each slot's median over this rank's warm-up ops,
-        the largest over the process group's ranks (a collective when one is up: every rank
-        calls it); slots nobody timed keep the CPU rule."""
+        """Set the rate (warmup_rate): each slot's median CPU time over this rank's latest
+        `window` ops of it, the largest over the process group's ranks (a collective when
+        one is up: every rank calls it); slots nobody timed keep the CPU rule."""
         if not self.warmup_rate or self.cores is None:
             return
-        self.rate = agreed_medians([self._warm.get(slot, []) for slot in range(slots)])
+        self.rate = agreed_medians([list(self._recent.get(slot, ()))
+                                    for slot in range(slots)])

@@ -78,7 +78,7 @@ def test_a_host_stall_inside_a_settled_op_comes_on_top_of_its_nominal_time():
     stalled = [0.0]
     pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True, stall_s=lambda: stalled[0])
     with pacer.op(slot=0):
-        time.sleep(0.02)  # warm-up: 0.02 s of wall at a full core
+        _burn(0.02)  # warm-up: 0.02 s of work at a full core
     pacer.settle(slots=1)
     assert pacer.settled
     wall0 = time.perf_counter()
@@ -98,3 +98,21 @@ def test_warmup_rate_off_keeps_the_cpu_rule():
     with pacer.op(slot=0):
         pass  # the CPU rule: no CPU, no sleep (a warm-up rate would sleep >= 0.05 s)
     assert time.perf_counter() - wall0 < 0.04
+
+
+def test_the_rate_follows_the_latest_window_of_cpu_times_and_forgets_the_cold_start():
+    pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True, window=3)
+    with pacer.op(slot=0):
+        _burn(0.05)  # a cold first op
+    pacer.forget()
+    for _ in range(3):
+        with pacer.op(slot=0):
+            time.sleep(0.03)  # waiting is not work: no CPU time to pace to
+            _burn(0.004)
+    pacer.settle(slots=1)
+    assert 0.0039 <= pacer.rate[0] < 0.02  # neither the cold op nor the wait
+    for _ in range(3):  # the work grows: the window follows it at the next settle
+        with pacer.op(slot=0):
+            _burn(0.012)
+    pacer.settle(slots=1)
+    assert pacer.rate[0] >= 0.0118
