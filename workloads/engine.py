@@ -147,7 +147,7 @@ class RankTrainer:
         self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
                                run_dir=str(self.run_dir), net=self.net, dp_size=self.dp,
                                compute_ops_per_step=2 * self.sc.parallel.microbatches,
-                               device=str(self.device))
+                               device=str(self.device), pace_margin=self.sc.run.pace_margin)
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         self.pacer = ComputePacer(pace_share(self.sc.run, self.device.type, self.cgroup,
                                               self.sc.world_size), self.sc.run.pace_margin,
