@@ -19,8 +19,10 @@ quota already held to that rate are untouched.
 `run.pace_rate: warmup` (and `auto` on fixed-length data) replaces the CPU-time target by
 a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 % for one
 matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or
-backward of its stage) keep their thread CPU time (core-seconds: the op's work, whatever
-quota or wait it met) over the latest `window` ops of the slot; `settle` takes each
+backward of its stage) keep their time before padding, less host stalls, at the share
+then (core-seconds; at least their thread CPU time) over the latest `window` ops of the
+slot, save while an injector slows the rank (its slowness is not its stage's rate); the
+host's contention is in it, as a device's rate is what it delivers; `settle` takes each
 slot's median, the largest over the ranks (one all-reduce), and until the next settle an
 op lasts at least margin x that x device_factor / the rank's share, as on a device with
 a fixed rate. The engine settles after its last warm-up step and after every step from
@@ -151,10 +153,12 @@ class ComputePacer:
         self.samples.append((cpu, wall, share))
         target = cpu / share
         if self.warmup_rate and slot is not None:
-            self._recent.setdefault(slot, collections.deque(maxlen=self.window or None)
-                                    ).append(cpu)
+            stalled = self.stall_s() - stall0 if self.stall_s else 0.0
+            if device_factor == 1.0:  # a rank an injector slows does not speak for its stage
+                self._recent.setdefault(slot, collections.deque(maxlen=self.window or None)
+                                        ).append(max(wall - stalled, cpu / now_share)
+                                                 * now_share)
             if self.rate is not None and self.rate[slot] > 0:
-                stalled = self.stall_s() - stall0 if self.stall_s else 0.0
                 target = (self.margin * self.rate[slot] * device_factor / self.cores
                           + stalled)
                 self.over_target += wall > target
@@ -166,8 +170,8 @@ class ComputePacer:
         self._recent.clear()
 
     def settle(self, slots: int) -> None:
-        """Set the rate (warmup_rate): each slot's median CPU time over this rank's latest
-        `window` ops of it, the largest over the process group's ranks (a collective when
+        """Set the rate (warmup_rate): each slot's median time at the share over this rank's
+        latest `window` ops of it, the largest over the process group's ranks (a collective when
         one is up: every rank calls it); slots nobody timed keep the CPU rule."""
         if not self.warmup_rate or self.cores is None:
             return

@@ -100,19 +100,35 @@ def test_warmup_rate_off_keeps_the_cpu_rule():
     assert time.perf_counter() - wall0 < 0.04
 
 
-def test_the_rate_follows_the_latest_window_of_cpu_times_and_forgets_the_cold_start():
+def test_the_rate_follows_the_latest_window_and_forgets_the_cold_start():
     pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True, window=3)
     with pacer.op(slot=0):
         _burn(0.05)  # a cold first op
     pacer.forget()
     for _ in range(3):
         with pacer.op(slot=0):
-            time.sleep(0.03)  # waiting is not work: no CPU time to pace to
             _burn(0.004)
     pacer.settle(slots=1)
-    assert 0.0039 <= pacer.rate[0] < 0.02  # neither the cold op nor the wait
+    assert 0.0039 <= pacer.rate[0] < 0.02  # not the cold op
     for _ in range(3):  # the work grows: the window follows it at the next settle
         with pacer.op(slot=0):
             _burn(0.012)
     pacer.settle(slots=1)
     assert pacer.rate[0] >= 0.0118
+
+
+def test_a_slowed_rank_and_a_stall_do_not_raise_the_rate():
+    stalled = [0.0]
+    pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True, window=4,
+                         stall_s=lambda: stalled[0])
+    for _ in range(2):
+        with pacer.op(slot=0):
+            _burn(0.004)
+    with pacer.op(slot=0):
+        _burn(0.004)
+        time.sleep(0.03)
+        stalled[0] += 0.03  # a GC pause: on top of this op, not in the stage's rate
+    with pacer.op(slot=0, device_factor=3.0):
+        time.sleep(0.05)  # the injector's victim: its slowness is not its stage's rate
+    pacer.settle(slots=1)
+    assert 0.0039 <= pacer.rate[0] < 0.015
