@@ -55,9 +55,6 @@ class RankContext:
     paced_to_rate: bool = False
     """Whether the engine now paces compute ops to a fixed nominal rate (`run.pace_rate`
     warmup, after the warm-up steps): a slower device is `device_factor` there."""
-    pace_margin: float = 1.0
-    """Paced ops last this many times their work over the share (`run.pace_margin`): the
-    CPU headroom every rank has over its nominal time."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-injector scratch space."""
 

@@ -11,8 +11,9 @@ trace-parts/ (on the torch-wrapper workloads, which have no op trace: their
 compute/ logs, stragglerlab/compute_log.py) — which lands within ~1% of the
 request. Where the engine paces compute to a fixed rate (`run.pace_rate` warmup or
 auto, after the warm-up steps), the pacer stretches each of the victim's compute ops
-to exactly `factor` times its nominal time (RankContext.device_factor), with the quota
-cut kept under it. Without CPU isolation (no root / no cgroup v1) the named fallback
+to exactly `factor` times its nominal time (RankContext.device_factor) and its CPU
+quota is left as it is, as a slow GPU's host CPU is (the mechanism `paced-rate`).
+Without CPU isolation (no root / no cgroup v1) the named fallback
 `stretch` sleeps (factor - 1) x the compute's own duration inside each compute
 op, an exact in-process stretch. On CUDA ranks the victim's GPU itself is slowed instead
 (`gpu-sleep`, injectors/gpu_sleep.py): after each compute op a GPU-side spin
@@ -56,6 +57,21 @@ def _other_threads_cpu_s(compute_tid: int | None) -> float:
             continue  # the thread ended meanwhile
         total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
     return total
+
+
+def _paced_to_rate(run: dict) -> bool:
+    """Whether the run's engine paced compute to a rate (its scenario as run.json keeps it):
+    the pacer, not the quota, then made the victim slow."""
+    from stragglerlab.scenario import Scenario
+    from stragglerlab.typed_mapping import build_dataclass
+
+    if "pace_rate" not in (run.get("scenario") or {}).get("run", {}):
+        return False  # written before pace_rate existed: paced to CPU time, if at all
+    try:
+        scenario = build_dataclass(Scenario, run["scenario"], "run.json", "scenario")
+    except Exception:  # noqa: BLE001 - an older or partial run.json: not paced to a rate
+        return False
+    return bool(scenario.run.pace_compute and scenario.paced_to_warmup_rate)
 
 
 def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2,
@@ -136,6 +152,14 @@ class SlowWorker(Injector):
         ctx.state["stretch"] = want and not ctx.cgroup and not ctx.paced_to_rate
         if not ctx.cgroup:
             return
+        if ctx.paced_to_rate:
+            # The pacer is the device, and the factor its rate: the CPU stays, as a slow
+            # GPU's host CPU does. A cut under it starved the op past its nominal time for
+            # the steps the steering took (a 2.36x victim ran 3.4-4x; stop 40).
+            if ctx.state.get("slowed", False):
+                _write_quota(ctx.cgroup, ctx.cgroup["cores"])
+                ctx.state["slowed"] = False
+            return
         # The rank's other threads (P2P, gloo I/O, Ray) use a roughly fixed CPU rate `o`
         # from the same quota; dividing the whole share by `factor` would slow the
         # compute thread by more than asked. So the compute part alone is divided:
@@ -153,12 +177,7 @@ class SlowWorker(Injector):
             base = ctx.cgroup["cores"]
             o = ctx.state.get("overhead_cores", 0.0)
             trim = ctx.state.get("trim", 1.0)
-            # Paced to a rate, the pacer sets the factor; the cut leaves the victim the same
-            # headroom over its (factor x longer) nominal time as every rank has over its
-            # own: cut to 1/factor alone, a DP 4 x PP 4 victim at 2.36x ran 3.3-4.5x for the
-            # three steps the steering took (stop 40, slow-worker-3 seed 71).
-            headroom = ctx.pace_margin if ctx.paced_to_rate else 1.0
-            share = min(base, o + (base - o) / self.factor * trim * headroom)
+            share = min(base, o + (base - o) / self.factor * trim)
             _write_quota(ctx.cgroup, share if want else base)
             ctx.state["slowed"] = want
 
@@ -195,6 +214,8 @@ class SlowWorker(Injector):
         ratio = compute_ratio(trace, self.spec)
         if run.get("backend") == "nccl":
             mech = "gpu-sleep"
+        elif _paced_to_rate(run):
+            mech = "paced-rate"
         else:
             mech = "cpu-quota" if (run.get("isolation") or {}).get("enabled") else "stretch"
         return {"factor": None if ratio is None else round(ratio, 4), "mechanism": mech}

@@ -49,7 +49,7 @@ class PaceRate(str, enum.Enum):
     # every rank of a stage runs at one fixed rate, as GPUs do (fixed-length data only).
     WARMUP = "warmup"
     # warmup where the data is fixed-length, else cpu (a varlen microbatch's work is not
-    # its warm-up's): the default.
+    # its warm-up's).
     AUTO = "auto"
 
 
@@ -174,7 +174,7 @@ class RunConfig:
     share, undoing the CFS quota a rank carries in after a wait (workloads/pacing.py)."""
     pace_margin: float = 1.0
     """Paced ops last margin x CPU time / share (>= 1; above 1 it also absorbs scheduling noise)."""
-    pace_rate: PaceRate = PaceRate.AUTO
+    pace_rate: PaceRate = PaceRate.CPU
     """Our engine's pacing target: `cpu` (the op's own CPU time over the share), `warmup`
     (margin x the stage's warm-up time for the op kind, times the slow-worker factor, as a
     device with a fixed rate) or `auto` (warmup on fixed-length data, else cpu;

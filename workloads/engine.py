@@ -44,7 +44,7 @@ from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
-from stragglerlab.workloads.pacing import ComputePacer, pace_share
+from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
@@ -56,10 +56,6 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 _reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
                           or dist.reduce_scatter_tensor)
 
-
-RATE_WINDOW_STEPS = 2
-"""Warm-up-rate pacing: a slot's rate is the median CPU time of the rank's ops of it over
-this many latest steps (workloads/pacing.py)."""
 
 class RankTrainer:
     """Training loop of one rank (global rank = stage * dp + dp_rank)."""
@@ -147,12 +143,11 @@ class RankTrainer:
         self.ctx = RankContext(self.rank, self.dp_rank, self.stage, cgroup=self.cgroup,
                                run_dir=str(self.run_dir), net=self.net, dp_size=self.dp,
                                compute_ops_per_step=2 * self.sc.parallel.microbatches,
-                               device=str(self.device), pace_margin=self.sc.run.pace_margin)
+                               device=str(self.device))
         self.faults = FaultHooks(self.fault_specs, self.ctx, self.sc)
         self.pacer = ComputePacer(pace_share(self.sc.run, self.device.type, self.cgroup,
                                               self.sc.world_size), self.sc.run.pace_margin,
                                   warmup_rate=self.sc.paced_to_warmup_rate,
-                                  window=RATE_WINDOW_STEPS * self.sc.parallel.microbatches,
                                   stall_s=lambda: self.gc_monitor.paused_s)
         if self.sc.run.planned_gc_every > 0:
             gc.disable()
@@ -374,7 +369,7 @@ class RankTrainer:
             self.faults.step_end(step)
             if step == 0 and self.sc.run.warmup_steps >= 2:
                 self.pacer.forget()  # the cold first step's op times are not the device's
-            if step + 1 >= max(self.sc.run.warmup_steps, 1):
+            if settles_after(step, self.sc.run.warmup_steps):
                 self.pacer.settle(2 * self.pp)  # a collective (warm-up-rate pacing only)
                 self.ctx.paced_to_rate = self.pacer.settled
             self.tracer.end_step()

@@ -16,29 +16,27 @@ quota already held to that rate are untouched.
     with pacer.op():
         out = model(x)
 
-`run.pace_rate: warmup` (and `auto` on fixed-length data) replaces the CPU-time target by
-a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 % for one
-matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine: forward or
-backward of its stage) keep their time before padding, less host stalls, at the share
-then (core-seconds; at least their thread CPU time) over the latest `window` ops of the
-slot, save while an injector slows the rank (its slowness is not its stage's rate); the
-host's contention is in it, as a device's rate is what it delivers; `settle` takes each
-slot's median, the largest over the ranks (one all-reduce), and until the next settle an
-op lasts at least margin x that x device_factor / the rank's share, as on a device with
-a fixed rate. The engine settles after its last warm-up step and after every step from
-then on, having dropped the cold first step's samples: a rate fixed from the warm-up
-steps alone froze their cold start into a stage imbalance (clean dp2-pp4, stop 40: stage
-0's compute 1.13-1.14x the others', its steady CPU work 1.01-1.03x). `device_factor` is
-the slow-worker injector's factor while it acts (exact, whatever CPU the rank's other
-threads take from its cut quota), and host stalls inside the op (`stall_s`: the rank's GC
-pauses) come on top, as a stalled launch delays a device's kernels, instead of vanishing
-into the padding.
+`run.pace_rate: warmup` (and `auto` on fixed-length data; opt-in) replaces the CPU-time
+target by a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 %
+for one matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine:
+forward or backward of its stage) keep their time before padding, less host stalls, at
+the share then (core-seconds; at least their thread CPU time), save while an injector
+slows the rank; `settle` (the engine: once, after the last warm-up step, the cold first
+step's times dropped) takes each slot's median over the latest `window` of them (0: all),
+the largest over the ranks (one all-reduce), and from then on an op lasts at least
+margin x that x device_factor / the rank's share, as on a device with a fixed rate.
+`device_factor` is the slow-worker injector's factor while it acts (exact), and host
+stalls inside the op (`stall_s`: the rank's GC pauses) come on top, as a stalled launch
+delays a device's kernels, instead of vanishing into the padding. Why once, and why not
+the first step (measured on clean dp2-pp4, stop 40, docs/faults.md): with the cold step
+in, stage 0's rate came out 1.07-1.19x the others' (steady: 1.01-1.03x) and 2 of 5 seeds
+got a false stage-imbalance finding; re-agreed every step on the latest two, the rate
+followed the host's contention, and the bystanders drifted 4-10 % within a §6 run.
 
-    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, window=8,
-                         stall_s=gc_seconds)
-    with pacer.op(slot=stage): ...            # before the first settle: CPU rule, timed
+    pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, stall_s=gc_seconds)
+    with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
     pacer.forget()                            # after the cold first step
-    pacer.settle(slots=2 * pp)                # every rank, after each step from warm-up on
+    pacer.settle(slots=2 * pp)                # every rank, after its last warm-up step
     with pacer.op(slot=stage, device_factor=2.0): ...   # a 2x slower device
 """
 

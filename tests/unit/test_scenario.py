@@ -334,10 +334,11 @@ def test_warmup_pace_rate_needs_fixed_length_data(tmp_path):
 def test_auto_pace_rate_is_the_warmup_rate_on_fixed_length_data_only():
     from stragglerlab.scenario import PaceRate, load_scenario
 
-    clean = load_scenario("clean-dp2-pp2")
+    auto = {"run": {"pace_rate": "auto"}}
+    clean = load_scenario("clean-dp2-pp2", overrides=auto)
     assert clean.run.pace_rate is PaceRate.AUTO and clean.paced_to_warmup_rate
-    assert not load_scenario("seq-imbalance").paced_to_warmup_rate  # varlen: the CPU rule
+    assert not load_scenario("seq-imbalance", overrides=auto).paced_to_warmup_rate  # varlen
     assert not load_scenario("clean-dp2-pp2", overrides={
-        "data": {"length_distribution": "longtail"}}).paced_to_warmup_rate
-    assert not load_scenario("clean-dp2-pp2", overrides={
-        "run": {"pace_rate": "cpu"}}).paced_to_warmup_rate
+        **auto, "data": {"length_distribution": "longtail"}}).paced_to_warmup_rate
+    default = load_scenario("clean-dp2-pp2")  # the CPU rule, until the paced rate is shown
+    assert default.run.pace_rate is PaceRate.CPU and not default.paced_to_warmup_rate
