@@ -11,8 +11,9 @@ after at least `MIN_BASELINE_STEPS` clean traced steps, and for such a run:
 * in-run drift = the bystanders' (every worker but the victim) median compute op time in
   the window / before it (per op type and stage, the median of the ratios), reported
   beside each run as a diagnostic, not a correction: besides the host's own change (a
-  load that came or went mid-run) it moves with the fault itself, since under CFS quotas a rank's op times depend on how long it waited
-  (measured: 0.997-1.18 on runs with nothing else on the host);
+  load that came or went mid-run) it moves with the fault itself, since under CFS quotas
+  a rank's op times depend on how long it waited (measured: 0.997-1.18 on runs with
+  nothing else on the host);
 * estimated = the what-if S of the fault's window over the what-if S of the clean
   steps before it (each analysed alone, with the mean and the median compute ideal). The
   clean steps are the measured ratio's denominator, and they straggle too: a clean run of
