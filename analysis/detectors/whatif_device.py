@@ -50,22 +50,9 @@ def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
     cost = by_type["duration"].transform("median").to_numpy(dtype=float, copy=True)
     if "seq_len_sq_sum" not in ops.columns:
         return cost
-    s2 = ops["seq_len_sq_sum"].to_numpy(dtype=float)
-    dur = ops["duration"].to_numpy(dtype=float)
-    rank = ops["dp_rank"].to_numpy()
-    group = by_type.ngroup().to_numpy()
-    for g in np.unique(group):  # stages x 2 op types: a handful of small fits
-        mine = group == g
-        x, y, r = s2[mine], dur[mine], rank[mine]
-        if not np.all(np.isfinite(x)) or x.std() <= 0.1 * max(abs(x.mean()), 1e-12):
-            continue  # lengths fixed (or not traced): the median is the model
-        speed = np.ones(len(y))
-        for _ in range(3):
-            slope, icpt = np.polyfit(x, y / speed, 1)
-            fitted = np.maximum(icpt + slope * x, 1e-12)
-            over = pd.Series(y / fitted).groupby(r).median()
-            speed = over.reindex(r).to_numpy() / max(float(over.min()), 1e-12)
-        cost[mine] = np.where(icpt + slope * x > 0, icpt + slope * x, cost[mine])
+    ranks, rank_code = np.unique(ops["dp_rank"].to_numpy(), return_inverse=True)
+    _fit_lengths(cost, by_type.ngroup().to_numpy(), ops["seq_len_sq_sum"].to_numpy(dtype=float),
+                 ops["duration"].to_numpy(dtype=float), rank_code, len(ranks))
     return cost
 
 
@@ -123,7 +110,15 @@ def _modelled_cost(stage: np.ndarray, forward: np.ndarray, dur: np.ndarray,
     if s2 is None:
         return cost
     ranks, rank_code = np.unique(rank, return_inverse=True)
-    for g in range(n):  # stages x 2 op types: a handful of small fits
+    _fit_lengths(cost, group, s2, dur, rank_code, len(ranks))
+    return cost
+
+
+def _fit_lengths(cost: np.ndarray, group: np.ndarray, s2: np.ndarray, dur: np.ndarray,
+                 rank_code: np.ndarray, n_ranks: int) -> None:
+    """Where a group's lengths vary, replace its cost (in place) by the line on s2, each
+    rank's speed factored out (three passes)."""
+    for g in np.unique(group):  # stages x 2 op types: a handful of small fits
         mine = group == g
         x, y, r = s2[mine], dur[mine], rank_code[mine]
         if not np.all(np.isfinite(x)) or x.std() <= 0.1 * max(abs(x.mean()), 1e-12):
@@ -132,11 +127,10 @@ def _modelled_cost(stage: np.ndarray, forward: np.ndarray, dur: np.ndarray,
         for _ in range(3):
             slope, icpt = np.polyfit(x, y / speed, 1)
             fitted = np.maximum(icpt + slope * x, 1e-12)
-            over = group_median(r, y / fitted, len(ranks))  # per rank; absent ones: NaN
+            over = group_median(r, y / fitted, n_ranks)  # per rank; absent ones: NaN
             least = np.nan if np.isnan(over).all() else float(np.nanmin(over))  # Series.min
             speed = over[r] / max(least, 1e-12)
         cost[mine] = np.where(icpt + slope * x > 0, icpt + slope * x, cost[mine])
-    return cost
 
 
 def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
