@@ -146,8 +146,8 @@ class SlowWorker(Injector):
             ctx.state["gpu_active"] = want
             return
         # A rank paced to a fixed rate is a device: its ops take exactly `factor` times
-        # their nominal time (workloads/pacing.py); the quota cut below stays, so the
-        # victim really has less CPU, and a stretch would vanish into the padding.
+        # their nominal time (workloads/pacing.py), and a stretch would vanish into the
+        # padding.
         ctx.device_factor = self.factor if want else 1.0
         ctx.state["stretch"] = want and not ctx.cgroup and not ctx.paced_to_rate
         if not ctx.cgroup:
