@@ -287,7 +287,11 @@ class Scenario:
     @property
     def paced_to_warmup_rate(self) -> bool:
         """Whether our engine paces compute ops to the warm-up rate (`run.pace_rate`
-        warmup, or auto on fixed-length data), rather than to their own CPU time."""
+        warmup, or auto on fixed-length data), rather than to their own CPU time. Never for
+        a torch workload: its own pacer (workloads/torch_pacing.py) knows no device factor,
+        so a slow worker there must act through the CPU quota."""
+        if self.workload in TORCH_WORKLOADS:
+            return False
         rate = self.run.pace_rate
         return rate is PaceRate.WARMUP or (rate is PaceRate.AUTO and not self._varlen)
 

@@ -110,7 +110,7 @@ def killed_mid_injection(tmp_path: Path, sig: int = signal.SIGKILL,
 def test_sigkilled_run_leaves_no_residue_after_the_next_start(tmp_path: Path):
     driver_pid, before_ns, before_cg = killed_mid_injection(tmp_path)
     # The next run cleans up what the killed one left, as it starts.
-    nxt = subprocess.run(cli("train", "--scenario", "clean-dp2-pp2", "--steps", "3",
+    nxt = subprocess.run(cli("train", "--scenario", "clean-dp2-pp2", "--steps", "4",
                              "--out", str(tmp_path / "next")), capture_output=True, text=True,
                          timeout=300)
     assert nxt.returncode == 0, nxt.stderr[-3000:]

@@ -24,7 +24,7 @@ def test_profiled_run_imports_with_the_same_slowdown(tmp_path):
     config = tmp_path / "kineto.yaml"
     config.write_text("scenarios:\n  clean-dp2-pp2:\n    run: {profiler: kineto}\n")
     run = tmp_path / "run"
-    cli("train", "--scenario", "clean-dp2-pp2", "--config", str(config), "--steps", "6",
+    cli("train", "--scenario", "clean-dp2-pp2", "--config", str(config), "--steps", "7",
         "--out", str(run), "--quiet")
     traces = sorted((run / "kineto").glob("rank*.json.gz"))
     assert [p.name for p in traces] == [f"rank{r}.json.gz" for r in range(4)]
@@ -32,7 +32,7 @@ def test_profiled_run_imports_with_the_same_slowdown(tmp_path):
     out = cli("import", "kineto", "--traces", str(run / "kineto"), "--out", str(imported)).stdout
     assert "clock alignment" in out
     report = json.loads((imported / "import.json").read_text())
-    assert report["layout"]["source"] == "pg_config" and report["steps"] == [2, 3, 4, 5]
+    assert report["layout"]["source"] == "pg_config" and report["steps"] == [3, 4, 5, 6]
     ours = slowdown(run / "trace.parquet", run / "meta.yaml", tmp_path / "wi-ours")
     theirs = slowdown(imported / "trace.parquet", imported / "meta.yaml", tmp_path / "wi-imp")
     assert abs(theirs / ours - 1) <= 0.03, (ours, theirs)

@@ -83,7 +83,7 @@ def test_cli_runs_from_a_folder_with_its_own_analysis_package(installed):
 
 def test_installed_package_trains(installed):
     cwd = installed["cwd"]
-    sh(installed["bin"] / "stragglerlab", "train", "--scenario", "clean-dp2-pp2", "--steps", "3",
+    sh(installed["bin"] / "stragglerlab", "train", "--scenario", "clean-dp2-pp2", "--steps", "4",
        "--out", "r", "--quiet", cwd=cwd, timeout=300)
     for name in ("trace.parquet", "meta.yaml", "faults.json", "run.json"):
         assert (cwd / "r" / name).stat().st_size > 0, name

@@ -102,7 +102,7 @@ def test_expansion_is_deterministic_and_seeded(default_cfg, default_pop):
 
 
 def test_adding_a_group_leaves_the_others_unchanged():
-    more = dict(SMALL, groups=[{"name": "extra", "kind": "crash", "first_step": 3}]
+    more = dict(SMALL, groups=[{"name": "extra", "kind": "crash", "first_step": 4}]
                 + SMALL["groups"])
     a = expand_population([], SMALL)
     b = expand_population([], more)

@@ -122,8 +122,8 @@ def test_user_config_merges_defaults_and_builtin_scenarios(tmp_path: Path):
 def test_user_config_without_scenarios_and_empty_file(tmp_path: Path):
     empty = write_config(tmp_path, "", "empty.yaml")
     assert load_scenario("clean-dp2-pp2", config=empty) == load_scenario("clean-dp2-pp2")
-    only_defaults = write_config(tmp_path, {"defaults": {"run": {"steps": 3}}})
-    assert load_scenario("clean-dp2-pp2", config=only_defaults).run.steps == 3
+    only_defaults = write_config(tmp_path, {"defaults": {"run": {"steps": 5}}})
+    assert load_scenario("clean-dp2-pp2", config=only_defaults).run.steps == 5
 
 
 def test_layers_per_stage_explicit(tmp_path: Path):
@@ -340,5 +340,10 @@ def test_auto_pace_rate_is_the_warmup_rate_on_fixed_length_data_only():
     assert not load_scenario("seq-imbalance", overrides=auto).paced_to_warmup_rate  # varlen
     assert not load_scenario("clean-dp2-pp2", overrides={
         **auto, "data": {"length_distribution": "longtail"}}).paced_to_warmup_rate
-    default = load_scenario("clean-dp2-pp2")  # the CPU rule, until the paced rate is shown
-    assert default.run.pace_rate is PaceRate.CPU and not default.paced_to_warmup_rate
+    default = load_scenario("clean-dp2-pp2")  # the built-ins' default since stop 41
+    assert default.run.pace_rate is PaceRate.AUTO and default.paced_to_warmup_rate
+    assert default.run.warmup_steps == 3 and default.run.pace_margin == 1.2
+    cpu = load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "cpu"}})
+    assert not cpu.paced_to_warmup_rate
+    # A torch workload's own pacer knows no device factor: never paced to the rate here.
+    assert not load_scenario("torch-ddp-slow", overrides=auto).paced_to_warmup_rate
