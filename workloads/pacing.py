@@ -16,7 +16,7 @@ quota already held to that rate are untouched.
     with pacer.op():
         out = model(x)
 
-`run.pace_rate: warmup` (and `auto` on fixed-length data; opt-in) replaces the CPU-time
+`run.pace_rate: warmup` (and `auto`, the default, on fixed-length data) replaces the CPU-time
 target by a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 %
 for one matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine:
 forward or backward of its stage) keep their time before padding, less host stalls, at
