@@ -64,12 +64,13 @@ def test_failed_rank_ends_the_run_in_time(tmp_path: Path, scenario: str, victim:
     faults = json.loads((out / "faults.json").read_text())
     assert faults[0]["kind"] == scenario and faults[0]["measured"]["failed_rank"] == victim
     df, _ = read_trace(out / "trace.parquet", out / "meta.yaml")  # steps before the fault
-    assert set(df["step"].unique()) == set(range(2, 5))  # two warm-up steps (0, 1)
+    assert set(df["step"].unique()) == set(range(3, 5))  # three warm-up steps (0-2)
 
 
 def killed_mid_injection(tmp_path: Path, sig: int = signal.SIGKILL,
                          ) -> tuple[int, set[str], set[str]]:
-    """Start a DP 2 x PP 2 run with a throttled link, send its driver `sig` at step 2.
+    """Start a DP 2 x PP 2 run with a throttled link, send its driver `sig` once
+    step 3 is done (the first traced step, after three warm-up steps).
 
     Returns (driver pid, our namespaces before, our cgroups before) once the driver has
     exited (its exit status is in the `returncode` attribute of this function); after a
@@ -88,13 +89,13 @@ def killed_mid_injection(tmp_path: Path, sig: int = signal.SIGKILL,
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline and driver.poll() is None:
             try:
-                if json.loads((out / "status" / "rank2.json").read_text())["step"] >= 2:
+                if json.loads((out / "status" / "rank2.json").read_text())["step"] >= 3:
                     break
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.3)
         else:
-            pytest.fail("the run never reached step 2")
+            pytest.fail("the run never reached step 3")
         assert set(our_namespaces()) - before_ns  # mid-injection: namespaces exist
         assert set(our_cgroups()) - before_cg
         os.kill(driver.pid, sig)

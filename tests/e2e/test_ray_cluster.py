@@ -182,7 +182,7 @@ def start_long_run(cluster, tmp_path: Path, name: str) -> tuple[subprocess.Popen
     deadline = time.monotonic() + 200
     while time.monotonic() < deadline:
         try:
-            # step 3: at least one traced step after the two warm-up steps (0, 1) is done
+            # step 3 done: the first traced step, after the three warm-up steps (0-2)
             if min(json.loads((out / "status" / f"rank{r}.json").read_text())["step"]
                    for r in range(4)) >= 3:
                 break

@@ -48,7 +48,7 @@ def test_run_folder_is_complete(clean_run: Path):
     assert run["versions"]["torch"].startswith("2.13") and run["seed"] == 0
     assert run["scenario"]["parallel"] == {"dp": 2, "pp": 2, "microbatches": 4,
                                            "layers_per_stage": None, "partition": "balanced"}
-    assert len(run["trace"]["complete_steps"]) == 29  # 31 steps, 2 warm-up
+    assert len(run["trace"]["complete_steps"]) == 28  # 31 steps, 3 warm-up
     assert json.loads((clean_run / "faults.json").read_text()) == []
 
 
@@ -94,14 +94,14 @@ def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
         while time.monotonic() < deadline:
             try:
                 s = json.loads(status.read_text())
-                if s["step"] >= 4:  # two warm-up steps (0, 1), then three traced
+                if s["step"] >= 5:  # three warm-up steps (0-2), then three traced
                     pid = s["pid"]
                     break
             except (OSError, ValueError):
                 pass
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             time.sleep(0.2)
-        assert pid is not None, "the run never reached step 4"
+        assert pid is not None, "the run never reached step 5"
         os.kill(pid, signal.SIGKILL)
         killed_at = time.monotonic()
         stdout, stderr = proc.communicate(timeout=120)
