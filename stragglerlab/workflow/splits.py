@@ -270,11 +270,12 @@ class SplitsConfig:
     """dev draws from "<seed>:dev", test from "<seed>:test"."""
     steps: int = 14
     """run.steps of every case (>= 12: FIRST_STEPS leaves room for a window)."""
-    pace_compute: bool = False
-    """run.pace_compute of every case (workloads/pacing.py). Pacing changes no draw, only how
-    the cases run. Off: dev paced (2026-11-24) scored whatif F1 0.945 against 0.954 unpaced
-    (one more mild slow worker masked by a second fault), though its slowdown error per fault
-    fell from 0.12 to 0.069; the thresholds were set on unpaced dev."""
+    pace_compute: bool = True
+    """run.pace_compute of every case (workloads/pacing.py), with the scenario defaults'
+    `pace_rate: auto`: compute ops at their stage's warm-up rate, as on a device, on
+    fixed-length data. Pacing changes no draw, only how the cases run. (Until 2026-11-26
+    off: CPU-time pacing kept the vCPU's own noise, and dev so paced scored whatif F1 0.945
+    against 0.954 unpaced.)"""
     counts: dict[Split, int]
     """Cases per split."""
     run: tuple[Split, ...] = ()
@@ -289,7 +290,7 @@ def parse_splits(raw: object) -> SplitsConfig:
                          f"and test, got {raw!r}")
     seed = _int(raw.get("seed", 14), "splits.seed", 0)
     steps = _int(raw.get("steps", 14), "splits.steps", 12)
-    pace = raw.get("pace_compute", False)
+    pace = raw.get("pace_compute", True)
     if not isinstance(pace, bool):
         raise InputError(f"splits.pace_compute must be true or false, got {pace!r}")
     counts = {}

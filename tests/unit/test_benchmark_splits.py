@@ -60,8 +60,8 @@ def test_splits_are_selected_by_run_and_bad_input_is_one_input_error():
         all_cases({**CFG, "test": {"count": 5}})
 
 
-def test_splits_pace_every_case_when_asked_and_pacing_changes_no_draw():
-    unpaced, paced = all_cases(CFG), all_cases({**CFG, "pace_compute": True})
+def test_splits_pace_every_case_by_default_and_pacing_changes_no_draw():
+    paced, unpaced = all_cases(CFG), all_cases({**CFG, "pace_compute": False})
     for split in Split:
         assert all(c.entry["run"]["pace_compute"] is True for c in paced[split])
         assert all(c.entry["run"]["pace_compute"] is False for c in unpaced[split])
