@@ -32,6 +32,7 @@ from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.launch import launch_decomposition
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
+from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
 from stragglerlab.schema import COMMUNICATION_OPS, OpType
@@ -155,6 +156,14 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
     n_steps, dp = len(frame.steps), meta.dp_size
     ideal = ideal_values(graph, frame, value, compute_ideal)
     t_ideal_scalar = float(simulate(graph, ideal[:, None, None]).step_time[0])
+    if not (math.isfinite(t_ideal_scalar) and t_ideal_scalar > 0) or not (
+            t_nodelay > 0).all():
+        # Durations too small to move the clock (denormals, ns on a clock counted in days).
+        raise InputError(
+            f"the simulated step takes {t_ideal_scalar:.3g} s ideal and "
+            f"{float(t_nodelay.min()):.3g} s at its shortest: the op durations do not add up "
+            "to a measurable step, so no slowdown can be formed; durations are seconds "
+            "(a trace in µs or ns must be converted)")
     t_ideal = np.full(n_steps, t_ideal_scalar)
     say(f"simulated the ideal ({compute_ideal.value} compute)")
 

@@ -188,7 +188,8 @@ def provenance(run_dirs: list[Path]) -> Provenance:
         run = load_run(d)
         prov.outcomes[run.outcome] = prov.outcomes.get(run.outcome, 0) + 1
         prov.scenarios.setdefault(run.scenario, []).append(run.seed)
-        for k, v in (run.record.get("versions") or {}).items():
+        recorded = run.record.get("versions")
+        for k, v in (recorded if isinstance(recorded, dict) else {}).items():
             versions.setdefault(str(k), set()).add(str(v))
         backend = run.record.get("backend")
         if backend and str(backend) not in prov.backends:

@@ -172,6 +172,8 @@ class FaultRecord:
 
 MAX_STEP = 2**53
 """Largest step number a fault window may name (exact in float64)."""
+MAX_FAULTS = 1_000
+"""Most fault records one faults.json may hold (a testbed run injects a handful)."""
 _UNITS = ("_ms", "_s", "_us", "_mbit", "_kb", "_mb", "_bytes")
 
 
@@ -184,6 +186,9 @@ def read_faults(path: str | Path, meta: JobMeta | None = None) -> list[FaultReco
     """faults.json: the validated ground truth ([] for a clean run); ranks checked against meta."""
     chk = Checker(path, FAULTS_FIX)
     raw = chk.listing(load_json(path, "ground truth (faults.json)", FAULTS_FIX), "faults.json")
+    if len(raw) > MAX_FAULTS:
+        chk.fail("faults.json", f"{len(raw):,} fault records, over the {MAX_FAULTS:,} one run "
+                 "can carry (every record is scored against every finding)")
     return [FaultRecord.from_json(r, chk, f"faults[{i}]", meta) for i, r in enumerate(raw)]
 
 

@@ -77,6 +77,9 @@ def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = Non
     except RecursionError:
         raise InputError(f"{what} is nested too deeply to be JSON we wrote; {fix}",
                          str(path)) from None
+    except ValueError as e:  # an integer past Python's 4,300-digit conversion limit
+        raise InputError(f"{what} holds a value JSON we wrote never does ({one_line(str(e))});"
+                         f" {fix}", str(path)) from None
 
 
 MAX_YAML_NODES = 100_000
@@ -121,6 +124,9 @@ def parse_yaml(text: str, where: str, what: str, fix: str) -> object:
         raise InputError(f"{what} is not valid YAML{where_in}{detail}; {fix}", where) from None
     except RecursionError:
         raise InputError(f"{what} is nested too deeply; {fix}", where) from None
+    except ValueError as e:  # an integer past Python's 4,300-digit conversion limit
+        raise InputError(f"{what} holds a value no config needs ({one_line(str(e))}); {fix}",
+                         where) from None
 
 
 def one_line(text: str, limit: int = 120) -> str:

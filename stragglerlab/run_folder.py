@@ -102,6 +102,11 @@ def read_whatif(path: str | Path) -> dict:
         chk.number(doc.get(key), key, optional=True)
     if doc.get("slowdown") is not None and doc["slowdown"] <= 0:
         chk.fail("slowdown", f"{doc['slowdown']} must be > 0")
+    if doc.get("slowdown") is not None and doc.get("step_time_actual_s") is None \
+            and doc.get("t_actual_s") is None:
+        # Figures weigh each run by its step times; without them they would print NaN.
+        chk.fail("step_time_actual_s", "missing: a what-if result with a slowdown has its "
+                 "step times (re-run `stragglerlab whatif`)")
     for key in _WHATIF_TABLES:
         if doc.get(key) is not None:
             chk.mapping(doc[key], key)

@@ -155,6 +155,11 @@ class RunRecord:
         error = None if raw.get("error") is None else RunError.from_json(raw["error"], chk, world)
         scenario = raw.get("scenario")
         scenario = chk.mapping({} if scenario is None else scenario, "scenario")
+        for section in ("model", "parallel", "data", "run"):  # what readers .get() from
+            if scenario.get(section) is not None:
+                chk.mapping(scenario[section], f"scenario.{section}")
+        if scenario.get("faults") is not None:
+            chk.listing(scenario["faults"], "scenario.faults")
         trace = None if raw.get("trace") is None else TraceInfo.from_json(raw["trace"], chk)
         steps = chk.mapping(raw.get("step_time_s") or {}, "step_time_s")
         step_time: dict[int, float | None] = {}

@@ -168,6 +168,9 @@ def read_trace(
     table = _arrow_types(table, path)
     # ignore_metadata: stored pandas dtypes/index are not trusted; validation judges values.
     # self_destruct frees each arrow column once converted: halves the peak on big traces.
+    # Dropped, not only ignored: pyarrow still parses the pandas metadata's JSON (a garbled
+    # one raised from inside to_pandas).
+    table = table.replace_schema_metadata(None)
     df = table.to_pandas(ignore_metadata=True, split_blocks=True, self_destruct=True)
     del table
     try:

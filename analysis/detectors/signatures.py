@@ -106,7 +106,8 @@ def _stage_ratios(values: np.ndarray, stage_of: np.ndarray, pp: int) -> np.ndarr
     for s in range(pp):  # pp is small: one vectorized median per stage
         mine, other = values[stage_of == s], values[stage_of != s]
         if len(mine) and len(other):
-            per[s] = np.min(mine / np.median(other, axis=0), axis=0)
+            with np.errstate(divide="ignore", invalid="ignore"):  # a stage of 0 s ops: inf
+                per[s] = np.min(mine / np.median(other, axis=0), axis=0)
     return per
 
 

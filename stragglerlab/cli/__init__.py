@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
+    _escape_unencodable_output()
     args = build_parser().parse_args(argv)
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
@@ -139,6 +140,33 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            raise
+        # A full disk or a dead device: under stdout (`> file`) or a file of ours alike.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f" to {e.filename}" if e.filename else ""
+        try:
+            print(f"stragglerlab {args.verb}: error: a write{where} failed ({e.strerror}); "
+                  "free space or write the output elsewhere", file=sys.stderr)
+        except OSError:
+            pass
+        return EXIT_BAD_INPUT
+
+
+def _escape_unencodable_output() -> None:
+    """Under an ASCII locale (LC_ALL=C, PYTHONIOENCODING=ascii) a path like `runs/☃`
+    cannot be printed; show it escaped (\\u2603) rather than fail on it."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a detached or closed stream: leave it
+                pass
 
 
 if __name__ == "__main__":

@@ -86,8 +86,9 @@ def _group(pgs: list, desc: str, rank: int) -> list[int] | None:
         if not isinstance(pg, dict) or str(pg.get("pg_desc", "")).upper() != desc:
             continue
         ranks = pg.get("ranks")
-        if isinstance(ranks, list) and rank in ranks:
-            return [int(r) for r in ranks]
+        # A malformed member list (not all ints) is skipped, as rank_lists does.
+        if isinstance(ranks, list) and all(type(r) is int for r in ranks) and rank in ranks:
+            return list(ranks)
     return None
 
 

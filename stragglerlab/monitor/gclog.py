@@ -63,7 +63,7 @@ class GcTail:
             try:
                 p = json.loads(line)
                 item = (int(p["step"]), float(p["start"]), float(p["duration_s"]))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
             if all(math.isfinite(x) for x in item[1:]) and item[2] >= 0:
                 kept.append(item)

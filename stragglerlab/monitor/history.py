@@ -72,11 +72,26 @@ def read_lines(path: str | Path) -> list[dict]:
     for line in raw.split(b"\n")[:-1]:  # the last piece is empty or a torn line
         try:
             doc = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if isinstance(doc, dict):
+        if _is_record(doc):
             out.append(doc)
     return out
+
+
+def _is_record(doc: object) -> bool:
+    """A line this monitor wrote: a mapping with its schema; a window line with the typed
+    fields a resumed monitor reads back (anything else in the file is passed over)."""
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(
+            "stragglerlab.monitor-"):
+        return False
+    if doc.get("kind") == "error":
+        return isinstance(doc.get("message"), str)
+    if doc.get("kind") != "window":
+        return True
+    ints = [doc.get(k) for k in ("step", "dp_size", "pp_size")]
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints) \
+        and isinstance(doc.get("findings", []), list)
 
 
 def last_step(lines: list[dict]) -> int:

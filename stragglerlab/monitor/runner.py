@@ -169,8 +169,9 @@ class Monitor:
             return self.cfg.warmup_steps
         if self.folder.has_record:
             try:
-                return int(self.folder.record.scenario.get("run", {}).get("warmup_steps", 0))
-            except (InputError, TypeError, ValueError):
+                run = self.folder.record.scenario.get("run", {})
+                return int(run.get("warmup_steps", 0)) if isinstance(run, dict) else 0
+            except (InputError, TypeError, ValueError, AttributeError):
                 return 0
         return 0
 
@@ -252,8 +253,14 @@ class Monitor:
         import fcntl
         import os
 
-        self.cfg.monitor_dir.mkdir(exist_ok=True)
-        f = open(self.cfg.monitor_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until run ends
+        try:
+            self.cfg.monitor_dir.mkdir(exist_ok=True)
+            f = open(self.cfg.monitor_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until end
+        except OSError as e:  # monitor/ a file, monitor.lock a folder, no write permission
+            raise InputError(f"cannot hold the monitor's lock file in {self.cfg.monitor_dir} "
+                             f"({e.strerror}); the monitor keeps its history in a `monitor/` "
+                             "folder of the run: move away what is in its place",
+                             str(self.cfg.run)) from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

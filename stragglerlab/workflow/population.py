@@ -160,6 +160,10 @@ def _seeds(raw: object, where: str) -> list[int]:
     return list(raw)
 
 
+MAX_GROUP_COUNT = 10_000
+"""Most jobs one population group may ask for (each is a training run)."""
+
+
 def _int(raw: object, where: str, lo: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:
         raise InputError(f"{where} must be an integer >= {lo}, got {raw!r}")
@@ -237,6 +241,8 @@ def expand_group(spec: object, pop_seed: int, default_steps: int, where: str = "
         allowed = ", ".join([CLEAN] + [k.value for k in FaultKind])
         raise InputError(f"{ctx}.kind: {kind_raw!r} is not one of {allowed}") from None
     count = _int(spec.get("count", 1), f"{ctx}.count", 1)
+    if count > MAX_GROUP_COUNT:
+        raise InputError(f"{ctx}.count must be at most {MAX_GROUP_COUNT:,} jobs, got {count:,}")
     n_seeds = _int(spec.get("seeds", 1), f"{ctx}.seeds", 1)
     steps = _int(spec.get("steps", default_steps), f"{ctx}.steps", 2)
     base = spec.get("base", "clean-dp2-pp2")

@@ -15,6 +15,8 @@ from tests.unit.fuzz_corpus import Base, Case, _bad_out, _copy_run, _run_file
 
 NOT_UTF8 = b'{"a": "\xff\xfe"}'
 DEEP = "[" * 100_000 + "]" * 100_000
+HUGE_INT = '{"a": ' + "9" * 5000 + "}"
+"""An integer past Python's 4,300-digit str -> int limit (json.loads raises ValueError)."""
 
 RUN_JSON_BAD = {
     "list": [1, 2],
@@ -31,6 +33,8 @@ RUN_JSON_BAD = {
     "trace-steps-string": {"outcome": "ok", "trace": {"complete_steps": "all"}},
     "trace-steps-neg": {"outcome": "ok", "trace": {"complete_steps": [-1, 2]}},
     "wall-nan": {"outcome": "ok", "wall_s": {"total": float("nan")}},
+    "scenario-run-list": {"outcome": "ok", "scenario": {"run": [1]}},
+    "scenario-faults-dict": {"outcome": "ok", "scenario": {"faults": {"kind": "x"}}},
 }
 
 FAULT = {"kind": "slow-worker", "targets": [{"rank": 3, "dp_rank": 1, "stage": 1}],
@@ -65,6 +69,7 @@ FAULTS_BAD = {
     "requested-list": _fault(requested=[1]),
     "measured-inf": _fault(measured={"factor": float("inf")}),
     "measured-string": _fault(measured={"factor": "big"}),
+    "too-many": _fault() * 1_001,
 }
 
 FINDING = {"ranks": [{"rank": 3, "dp_rank": 1, "stage": 1}], "first_step": 0, "last_step": 2,
@@ -97,6 +102,7 @@ WHATIF_BAD = {
     "string": "x",
     "schema-wrong": {"schema": "nope"},
     "empty-object": {},
+    "slowdown-only": {"schema": "stragglerlab.whatif/2", "slowdown": 1.2},
 }
 
 
@@ -140,6 +146,9 @@ def score_cases() -> list[Case]:
     cases += [
         Case("score-faults-not-utf8", "score", _run_file("score", "faults.json", NOT_UTF8)),
         Case("score-faults-deep", "score", _run_file("score", "faults.json", DEEP)),
+        Case("score-faults-huge-int", "score", _run_file("score", "faults.json", HUGE_INT)),
+        Case("score-findings-huge-int", "score",
+             _run_file("score", "detect/whatif.json", HUGE_INT)),
         Case("score-faults-empty-file", "score", _run_file("score", "faults.json", b"")),
         Case("score-findings-not-utf8", "score",
              _run_file("score", "detect/whatif.json", NOT_UTF8)),
@@ -162,6 +171,10 @@ def figures_cases() -> list[Case]:
         Case("figures-whatif-not-utf8", "figures",
              _run_file("figures", "whatif/whatif.json", NOT_UTF8)),
         Case("figures-whatif-deep", "figures", _run_file("figures", "whatif/whatif.json", DEEP)),
+        Case("figures-whatif-huge-int", "figures",
+             _run_file("figures", "whatif/whatif.json", HUGE_INT)),
+        Case("figures-runjson-scenario-run-list", "figures",
+             _run_file("figures", "run.json", {"outcome": "ok", "scenario": {"run": [1]}})),
         Case("figures-runjson-list", "figures", _run_file("figures", "run.json", [1])),
         Case("figures-runjson-not-utf8", "figures", _run_file("figures", "run.json", NOT_UTF8)),
     ]

@@ -35,7 +35,7 @@ def test_a_slow_device_is_named_over_its_own_window():
 def test_clean_mild_and_already_named_workers_are_not_named():
     clean, steps = _run()
     assert _found(clean, steps) == []
-    mild, steps = _run(slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=1.15),))
+    mild, steps = _run(slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=1.05),))
     assert _found(mild, steps) == []
     slow, steps = _run(slow_workers=(SlowWorker(dp_rank=0, stage=1, factor=2.0),))
     named = Finding([RankRef(1, 0, 1)], 0, 9, RootCause.GC_PAUSES, 0.9)

@@ -117,7 +117,7 @@ def gc_run(root: Path, folder: str, planned: int, step_time_s: float) -> Path:
 
 
 def whatif_stub(slowdown: float, corr: float | None, scores=None) -> dict:
-    return {"slowdown": slowdown, "fwd_bwd_correlation": corr,
+    return {"slowdown": slowdown, "fwd_bwd_correlation": corr, "t_actual_s": 1.0,
             "worker_score": scores if scores is not None else [[1.0, 1.0]]}
 
 

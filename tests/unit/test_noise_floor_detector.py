@@ -177,13 +177,13 @@ def test_online_floor_round_trips_and_a_bad_window_key_is_one_clear_error(tmp_pa
 def test_a_window_diagnosis_is_held_to_its_window_lengths_floor():
     cfg = WhatIfDetectorConfig()
     meta = JobMeta(dp_size=2, pp_size=2)
-    floor = _online_floor({"link_share": 0.05, "device_compute_ratio": 1.1},
+    floor = _online_floor({"link_share": 0.05, "device_compute_ratio": 1.05},
                           {8: {"link_share": 0.15, "worker_threshold": 1.3}})
     whole, report = floored_config(cfg, floor, meta)
     assert whole.link_share == cfg.link_share and report["window"] == "run"
     eight, report = floored_config(cfg, floor, meta, window_steps=8)
     assert eight.link_share > 0.15 and eight.worker_threshold > 1.3
-    assert eight.device_compute_ratio == cfg.device_compute_ratio  # the run's 1.1 < 1.2
+    assert eight.device_compute_ratio == cfg.device_compute_ratio  # the run's 1.05 < 1.1
     assert report["window"] == "online (8 steps)"
     # a window length the floor was not read over: the whole run's floor
     twelve, report = floored_config(cfg, floor, meta, window_steps=12)
