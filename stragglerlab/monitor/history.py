@@ -74,17 +74,15 @@ def read_lines(path: str | Path) -> list[dict]:
             doc = json.loads(line)
         except (ValueError, RecursionError):
             continue
-        if _is_record(doc):
+        if isinstance(doc, dict):
             out.append(doc)
     return out
 
 
-def _is_record(doc: object) -> bool:
-    """A line this monitor wrote: a mapping with its schema; a window line with the typed
-    fields a resumed monitor reads back (anything else in the file is passed over)."""
-    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith(
-            "stragglerlab.monitor-"):
-        return False
+def resumable(doc: dict) -> bool:
+    """A windows.jsonl line a resumed monitor can take back: an error line with its
+    message, a window line with the typed fields it reads (anything else is passed over:
+    a history file edited or written by something else)."""
     if doc.get("kind") == "error":
         return isinstance(doc.get("message"), str)
     if doc.get("kind") != "window":

@@ -23,7 +23,7 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
 from stragglerlab.monitor.config import LOCK_FILE, LOG_FILE, WINDOWS_JSONL, MonitorConfig
 from stragglerlab.monitor.gclog import GcTail
-from stragglerlab.monitor.history import append_line, last_step, read_lines
+from stragglerlab.monitor.history import append_line, last_step, read_lines, resumable
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout
 from stragglerlab.monitor.tail import PartsTail
@@ -45,7 +45,7 @@ class Monitor:
         self.gc = GcTail(cfg.run)
         self.buffer = StepBuffer(cfg.window_steps)
         self.windows_path = cfg.monitor_dir / WINDOWS_JSONL
-        lines = read_lines(self.windows_path)
+        lines = [x for x in read_lines(self.windows_path) if resumable(x)]
         self.last_step = last_step(lines)
         self.state = state or MonitorState(str(cfg.run))
         self.state.load(lines)
