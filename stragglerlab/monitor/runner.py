@@ -169,9 +169,8 @@ class Monitor:
             return self.cfg.warmup_steps
         if self.folder.has_record:
             try:
-                run = self.folder.record.scenario.get("run", {})
-                return int(run.get("warmup_steps", 0)) if isinstance(run, dict) else 0
-            except (InputError, TypeError, ValueError, AttributeError):
+                return int(self.folder.record.scenario.get("run", {}).get("warmup_steps", 0))
+            except (InputError, TypeError, ValueError):  # run.json's reader checks `run`'s type
                 return 0
         return 0
 

@@ -15,8 +15,7 @@ from tests.unit.fuzz_corpus import Base, Case, _bad_out, _copy_run, _run_file
 
 NOT_UTF8 = b'{"a": "\xff\xfe"}'
 DEEP = "[" * 100_000 + "]" * 100_000
-HUGE_INT = '{"a": ' + "9" * 5000 + "}"
-"""An integer past Python's 4,300-digit str -> int limit (json.loads raises ValueError)."""
+HUGE_INT = '{"a": ' + "9" * 5000 + "}"  # past Python's 4,300-digit str -> int limit
 
 RUN_JSON_BAD = {
     "list": [1, 2],
@@ -174,7 +173,7 @@ def figures_cases() -> list[Case]:
         Case("figures-whatif-huge-int", "figures",
              _run_file("figures", "whatif/whatif.json", HUGE_INT)),
         Case("figures-runjson-scenario-run-list", "figures",
-             _run_file("figures", "run.json", {"outcome": "ok", "scenario": {"run": [1]}})),
+             _run_file("figures", "run.json", RUN_JSON_BAD["scenario-run-list"])),
         Case("figures-runjson-list", "figures", _run_file("figures", "run.json", [1])),
         Case("figures-runjson-not-utf8", "figures", _run_file("figures", "run.json", NOT_UTF8)),
     ]
