@@ -30,7 +30,7 @@ HUGE = "9" * 5000
 
 
 def test_an_integer_past_the_digit_limit_is_one_input_error(tmp_path):
-    (tmp_path / "a.json").write_text('{"a": %s}' % HUGE)
+    (tmp_path / "a.json").write_text('{"a": ' + HUGE + "}")
     (tmp_path / "a.yaml").write_text(f"a: {HUGE}\n")
     with pytest.raises(InputError, match="a.json: x holds a value"):
         load_json(tmp_path / "a.json", "x", "fix it")
