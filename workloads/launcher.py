@@ -27,7 +27,6 @@ import logging
 import os
 import platform
 import shutil
-import socket
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from stragglerlab.scenario import Scenario, scenario_to_dict
 from stragglerlab.workloads import placement as pl
 from stragglerlab.workloads.cluster import run_on_cluster
 from stragglerlab.workloads.cpu_share import default_cores
+from stragglerlab.workloads.ports import rendezvous_port
 from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,
     Progress,
@@ -55,13 +55,6 @@ from stragglerlab.workloads.run_folder import write_run_folder
 
 LOOPBACK = "127.0.0.1"
 """The only address a run's Ray processes and rank sockets listen on."""
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _versions() -> dict:
@@ -164,7 +157,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
                                       strategy=pl.ray_strategy(scenario.run.placement, True))
         ray.get(pg.ready(), timeout=120)
         actor_cls = rank_actor_class()
-        init_method = f"tcp://127.0.0.1:{free_port()}"
+        init_method = f"tcp://{LOOPBACK}:{rendezvous_port(LOOPBACK)}"
         actors = [actor_cls.options(num_cpus=1, num_gpus=1 if gpu else 0,
                                     placement_group=pg).remote(
             scenario, rank, str(run_dir), init_method, specs) for rank in range(world)]

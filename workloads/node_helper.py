@@ -32,6 +32,7 @@ from pathlib import Path
 from stragglerlab.host import cgroups, netns
 from stragglerlab.host.cgroups import CpuIsolation
 from stragglerlab.workloads.placement import gloo_ifname
+from stragglerlab.workloads.ports import rendezvous_port
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
@@ -76,10 +77,8 @@ class NodeHelper:
         return gloo_ifname(ip, route, addrs)
 
     def free_port(self, ip: str) -> int:
-        """A TCP port free on `ip` here (for rank 0's store)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            return s.getsockname()[1]
+        """A TCP port free on `ip` here, outside the ephemeral range (for rank 0's store)."""
+        return rendezvous_port(ip)
 
     def setup(self, run_id: str, pids: dict[int, int], cores: float, period_us: int) -> dict:
         """Give each of this node's ranks (global rank -> pid) its CPU share.
