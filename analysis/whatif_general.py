@@ -79,6 +79,14 @@ class GeneralWhatIf:
     """Groups released early in the simulation (ranks' orders contradicted)."""
     notes: list[str] = field(default_factory=list)
     """What a reader should know."""
+    step_time_actual_s: dict[int, float] = field(default_factory=dict)
+    """Step -> traced step time (latest rank), s."""
+    step_time_simulated_s: dict[int, float] = field(default_factory=dict)
+    """Step -> simulated step time with the traced durations (T per step), s."""
+    step_time_ideal_s: dict[int, float] = field(default_factory=dict)
+    """Step -> simulated step time with idealized durations (T_ideal per step), s."""
+    worker_coords: dict[int, list[int]] = field(default_factory=dict)
+    """Rank -> [dp_rank, stage] where the layout is known (empty without one)."""
 
     def to_dict(self) -> dict:
         """JSON-ready (keys as strings)."""
@@ -174,7 +182,8 @@ def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
         t=lambda f: f["start_s"] - (ops.loc[ops["k"] == 0].set_index(["rank", "step"])
                                     .reindex(pd.MultiIndex.from_frame(f[["rank", "step"]]))
                                     .eval("start_s - gap_s").to_numpy()))
-    actual = float(per_rank_step.groupby("step")["t"].max().mean())
+    actual_by_step = per_rank_step.groupby("step")["t"].max()
+    actual = float(actual_by_step.mean())
     S = T / T_ideal if T_ideal > 0 else 1.0
     notes = []
     if sched.released:
@@ -194,4 +203,11 @@ def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
         by_kind=by_kind, by_rank=by_rank, by_dp=by_dp, by_stage=by_stage,
         kind_share=_share(by_kind), rank_share=_share(by_rank), worker_score=score,
         top_workers=[int(r) for r in top], M_W=m_w, M_S=m_s,
-        released_groups=sched.released, notes=notes)
+        released_groups=sched.released, notes=notes,
+        step_time_actual_s={int(s): float(t) for s, t in actual_by_step.items()},
+        step_time_simulated_s={int(s): float(steps[i, col["orig"]])
+                               for i, s in enumerate(sched.steps)},
+        step_time_ideal_s={int(s): float(steps[i, col["ideal"]])
+                           for i, s in enumerate(sched.steps)},
+        worker_coords={int(r): [int(coords.at[r, "dp_rank"]), int(coords.at[r, "stage"])]
+                       for r in ranks} if has_layout else {})

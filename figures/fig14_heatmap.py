@@ -88,6 +88,7 @@ def worker_heatmap_figure(
     source: str = "",
     fmt: str = ".2f",
     annotate: bool | None = None,
+    columns: list[int] | None = None,
 ) -> Figure:
     """The worker-score heatmap as a Figure (nothing written; save with `save_figure`
     inside `figure_style()`).
@@ -96,7 +97,8 @@ def worker_heatmap_figure(
     cells are drawn grey and not annotated. fmt formats the cell values (the
     artifact's seaborn default is '.2g'; '.2f' keeps 0.98 vs 1.00 apart).
     annotate: None = only when the cells are big enough to read. Its first Axes
-    holds the annotation Texts.
+    holds the annotation Texts. columns: a job without a known layout drawn as one row of
+    its traced ranks (an unannotated import): their rank numbers, labelled "rank".
     """
     data = np.asarray(scores, dtype=float)
     if data.ndim == 1:
@@ -137,8 +139,14 @@ def worker_heatmap_figure(
             ax.tick_params(which="minor", length=0)
         _ticks(ax.xaxis, dp)
         _ticks(ax.yaxis, pp)
-        ax.set_xlabel("DP rank", fontsize=FONT_SIZE)
-        ax.set_ylabel("PP rank", fontsize=FONT_SIZE)
+        if columns is None:
+            ax.set_xlabel("DP rank", fontsize=FONT_SIZE)
+            ax.set_ylabel("PP rank", fontsize=FONT_SIZE)
+        else:
+            if dp <= MAX_TICKS:
+                ax.set_xticks(range(dp), [str(r) for r in columns])
+            ax.set_yticks([])
+            ax.set_xlabel("rank (layout unknown)", fontsize=FONT_SIZE)
 
         if annotate:
             size = max(5.0, min(SMALL_FONT_SIZE + 1, cell * 72 * 0.38))

@@ -45,6 +45,7 @@ from stragglerlab.figures.style import (
     source_note,
 )
 from stragglerlab.filecheck import Checker
+from stragglerlab.general_record import GeneralRecord
 from stragglerlab.results import WhatIfResult
 from stragglerlab.whatif_record import WhatIfRecord
 
@@ -85,14 +86,33 @@ class JobSeries:
     """Simulated step time without launch delays (T), s."""
     step_time_ideal_s: np.ndarray
     """Simulated ideal step time (T_ideal), s."""
+    columns: list[int] | None = None
+    """Without a known layout (an unannotated import): the ranks `worker_score`'s one row
+    holds, in order; None for a [pp, dp] grid."""
 
 
-def job_series(result: WhatIfResult | WhatIfRecord,
-               compute_ideal: str | None = None) -> JobSeries:
+Drawable = WhatIfResult | WhatIfRecord | GeneralRecord
+"""What the pictures are drawn from: a what-if result, its whatif.json, or the whatif.json
+of an unannotated import (the general op model)."""
+
+
+def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
     """The pictures' numbers of `result` under `compute_ideal` (default: the result's own).
 
     InputError when the result lacks that ideal, or a whatif.json lacks a step's value.
     """
+    if isinstance(result, GeneralRecord):
+        if compute_ideal not in (None, "mean"):
+            raise InputError("the general op model's ideal is the mean over the ranks with the "
+                             f"same role (no {compute_ideal!r} ideal); draw it with the default",
+                             result.path)
+        return JobSeries(
+            name="", compute_ideal="mean", slowdown=result.slowdown,
+            worker_score=result.worker_score, steps=result.steps,
+            step_slowdown=result.step_slowdown, step_time_actual_s=result.step_time_actual_s,
+            step_time_simulated_s=result.step_time_simulated_s,
+            step_time_ideal_s=result.step_time_ideal_s,
+            columns=None if result.has_layout else result.ranks)
     if isinstance(result, WhatIfRecord):
         return _record_series(result, compute_ideal or result.compute_ideal)
     if not isinstance(result, WhatIfResult):
@@ -138,14 +158,16 @@ def _record_series(record: WhatIfRecord, name: str) -> JobSeries:
         step_time_simulated_s=sim, step_time_ideal_s=sim / slowdown)
 
 
-def heatmap_figure(result: WhatIfResult | WhatIfRecord, title: str = "", source: str = "",
+def heatmap_figure(result: Drawable, title: str = "", source: str = "",
                    compute_ideal: str | None = None) -> Figure:
-    """The worker heatmap (DP rank x PP rank, min(S_dp, S_stage), Fig. 14 colours)."""
-    return worker_heatmap_figure(job_series(result, compute_ideal).worker_score,
-                                 title=title, source=source)
+    """The worker heatmap (DP rank x PP rank, min(S_dp, S_stage), Fig. 14 colours; one row
+    of ranks where the layout is unknown)."""
+    js = job_series(result, compute_ideal)
+    return worker_heatmap_figure(js.worker_score, title=title, source=source,
+                                 columns=js.columns)
 
 
-def step_slowdown_figure(result: WhatIfResult | WhatIfRecord, title: str = "",
+def step_slowdown_figure(result: Drawable, title: str = "",
                          source: str = "", compute_ideal: str | None = None) -> Figure:
     """Step times (actual, simulated T, ideal T_ideal) above S per step, one x axis."""
     js = job_series(result, compute_ideal)
@@ -183,12 +205,14 @@ def step_slowdown_figure(result: WhatIfResult | WhatIfRecord, title: str = "",
     return fig
 
 
-def _hottest(cells: np.ndarray) -> dict:
+def _hottest(cells: np.ndarray, columns: list[int] | None = None) -> dict:
     p, d = np.unravel_index(int(np.nanargmax(cells)), cells.shape)
+    if columns is not None:
+        return {"score": float(cells[p, d]), "rank": int(columns[d])}
     return {"score": float(cells[p, d]), "dp_rank": int(d), "stage": int(p)}
 
 
-def write_job_pictures(result: WhatIfResult | WhatIfRecord, out_dir: str | Path,
+def write_job_pictures(result: Drawable, out_dir: str | Path,
                        title: str = "", source: str = "", compute_ideal: str | None = None,
                        pdf: bool = True) -> list[Path]:
     """Write heatmap.png and step-slowdown.png (with .pdf when pdf, and each a .json of
@@ -199,8 +223,10 @@ def write_job_pictures(result: WhatIfResult | WhatIfRecord, out_dir: str | Path,
     common = {"schema": SCHEMA, "job": js.name, "title": title, "source": source,
               "compute_ideal": js.compute_ideal, "slowdown": js.slowdown}
     numbers = {
-        HEATMAP: {"worker_score": js.worker_score.tolist(),
-                  "hottest_worker": _hottest(js.worker_score)},
+        HEATMAP: {"worker_score": [[None if np.isnan(v) else float(v) for v in row]
+                                   for row in js.worker_score],
+                  "hottest_worker": _hottest(js.worker_score, js.columns),
+                  **({} if js.columns is None else {"ranks": js.columns})},
         STEP_SLOWDOWN: {"steps": js.steps.tolist(), "step_slowdown": js.step_slowdown.tolist(),
                         "step_time_actual_s": js.step_time_actual_s.tolist(),
                         "step_time_simulated_s": js.step_time_simulated_s.tolist(),

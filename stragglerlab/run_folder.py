@@ -245,6 +245,10 @@ class RunFolder:
         from stragglerlab.trace_io import read_trace
 
         if not self.has_trace:
+            from stragglerlab.general_record import general_detect_message, is_general_import
+
+            if is_general_import(self.path):
+                raise InputError(general_detect_message(self.path))
             raise InputError(f"no {TRACE_PARQUET}; pass a run folder written by `stragglerlab "
                              f"train` (or one holding {TRACE_PARQUET} + {META_YAML})",
                              str(self.path))

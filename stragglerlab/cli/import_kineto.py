@@ -28,8 +28,6 @@ from stragglerlab.cli.common import examples, out_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
-WHATIF_GENERAL_SCHEMA = "stragglerlab.whatif-general/1"
-"""The `schema` value of whatif.json written by the general op model."""
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -127,6 +125,7 @@ def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.atomic import atomic_write_json, staged_folder
     from stragglerlab.errors import InputError
+    from stragglerlab.general_record import whatif_doc
     from stragglerlab.importers.kineto_general import build_general
     from stragglerlab.op_model import OPS_SCHEMA
 
@@ -147,8 +146,7 @@ def _general(args, events, layout, out, progress) -> int:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,
                                                 "ops_schema": OPS_SCHEMA, "notes": notes})
-        atomic_write_json(tmp / "whatif.json", {"schema": WHATIF_GENERAL_SCHEMA,
-                                                **wi.to_dict(), "notes": notes})
+        atomic_write_json(tmp / "whatif.json", whatif_doc(wi.to_dict(), notes))
     # The result: stdout, --quiet or not.
     print(f"imported {r['ops']:,} communication ops of {len(r['ranks'])} ranks (world_size "
           f"{r['world_size']}) with the general op model: steps {r['steps'][0]}.."
@@ -157,6 +155,13 @@ def _general(args, events, layout, out, progress) -> int:
     offsets = ", ".join(f"rank {k} {1e3 * v:+.3f} ms" for k, v in
                         list(r["clock_offsets_s"].items())[:8])
     print(f"clock alignment ({r['align']}): {offsets}")
+    print_general_whatif(wi, notes)
+    print(f"wrote {out}/ops.parquet, import.json, whatif.json")
+    return 0
+
+
+def print_general_whatif(wi, notes: list[str]) -> None:
+    """The summary of a general what-if (`analysis.whatif_general.GeneralWhatIf`) on stdout."""
     print(f"what-if: S = {wi.S:.4f} (T {1e3 * wi.T:.3f} ms, T_ideal {1e3 * wi.T_ideal:.3f} ms, "
           f"traced {1e3 * wi.actual_step_s:.3f} ms, discrepancy {100 * wi.discrepancy:+.2f}%), "
           f"waste {100 * wi.waste:.1f}%")
@@ -167,5 +172,3 @@ def _general(args, events, layout, out, progress) -> int:
     print(f"  M_W {wi.M_W:.3f} (W = ranks {wi.top_workers}), M_S {m_s}")
     for note in notes:
         print(f"note: {note}")
-    print(f"wrote {out}/ops.parquet, import.json, whatif.json")
-    return 0

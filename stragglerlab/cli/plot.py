@@ -89,6 +89,7 @@ def run(args) -> int:
 
 def _what_if(args, progress):
     """(what-if result to draw, job name, data source) from --whatif, --run or --trace."""
+    from stragglerlab.general_record import GeneralRecord, is_general_import
     from stragglerlab.whatif_record import WhatIfRecord
 
     whatif = Path(args.whatif) if args.whatif else None
@@ -100,6 +101,10 @@ def _what_if(args, progress):
             raise InputError("no such folder; --run names an analysed folder (trace.parquet "
                              "and meta.yaml, e.g. a run, import kineto or synth output)",
                              str(run_dir))
+        if is_general_import(run_dir):  # an unannotated import: its own what-if, drawn as is
+            path = whatif or run_dir / "whatif.json"
+            progress(f"read the general op model's what-if result {path}")
+            return GeneralRecord.read(path), run_dir.name, f"what-if (general op model) {path}"
         if whatif is None and (run_dir / "whatif" / "whatif.json").is_file():
             whatif = run_dir / "whatif" / "whatif.json"
         trace = run_dir / "trace.parquet"

@@ -68,10 +68,13 @@ def run(args) -> int:
     from stragglerlab.artifact_format import fix_json, result_json
     from stragglerlab.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
+    from stragglerlab.general_record import is_general_import
     from stragglerlab.trace_io import read_trace
 
     if args.run:
         run_dir = Path(args.run)
+        if is_general_import(run_dir):
+            return _general(args, run_dir)
         args.trace = str(run_dir / "trace.parquet")
         args.meta = args.meta or str(run_dir / "meta.yaml")
         args.out = run_out(args.out, args.run, "whatif")
@@ -109,6 +112,50 @@ def run(args) -> int:
                            pp_size=meta.pp_size)
     progress("wrote whatif.json, artifact-format/" + (", timelines" if args.timelines else ""))
     print(summary(result, out))  # the result: stdout, --quiet or not
+    return 0
+
+
+def _general(args, run_dir: Path) -> int:
+    """An unannotated import (`import kineto` with the general op model): the what-if of its
+    op table again, written to its whatif.json (or --out/whatif.json)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from stragglerlab.analysis.whatif_general import whatif_general
+    from stragglerlab.cli.import_kineto import print_general_whatif
+    from stragglerlab.filecheck import load_json
+    from stragglerlab.general_record import OPS_PARQUET, whatif_doc
+    from stragglerlab.op_model import OP_COLUMNS
+
+    if args.compute_ideal != "mean":
+        raise InputError("the general op model's ideal is the mean over the ranks with the same "
+                         "role; drop --compute-ideal", str(run_dir))
+    again = f"re-import the traces (`stragglerlab import kineto --traces ... --out {run_dir}`)"
+    path = run_dir / OPS_PARQUET
+    try:
+        ops = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise InputError(f"cannot read the op table ({type(e).__name__}: {str(e)[:160]}); "
+                         f"{again}", str(path)) from None
+    missing = [c for c in OP_COLUMNS if c not in ops.columns]
+    if missing:
+        raise InputError(f"the op table lacks column(s) {', '.join(missing[:6])}; {again}",
+                         str(path))
+    try:
+        wi = whatif_general(ops)
+    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
+        raise InputError(f"the op table could not be simulated ({type(e).__name__}: "
+                         f"{str(e)[:160]}); {again}", str(path)) from None
+    notes = []
+    if (run_dir / "import.json").is_file():
+        doc = load_json(run_dir / "import.json", "import.json", again)
+        raw = doc.get("notes") if isinstance(doc, dict) else None
+        notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
+    notes = list(dict.fromkeys(notes + wi.notes))
+    out = out_folder(args.out) if args.out else run_dir
+    atomic_write_json(out / "whatif.json", whatif_doc(wi.to_dict(), notes))
+    print_general_whatif(wi, notes)  # the result: stdout, --quiet or not
+    print(f"wrote {out}/whatif.json")
     return 0
 
 

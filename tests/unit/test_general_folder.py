@@ -1,0 +1,100 @@
+"""What a newcomer does after importing unannotated traces (the general op model): `whatif`,
+`plot` and `detect` on the folder `import kineto` wrote (ops.parquet, import.json,
+whatif.json; no trace.parquet)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from stragglerlab.cli import main
+from stragglerlab.general_record import GeneralRecord, is_general_import
+from tests.unit.general_fixtures import ddp_job
+
+EXPECTED_S = 27.0 / 19.5  # general_fixtures: a 2x slow rank 3 of 4
+
+
+def _import(tmp_path, *layout: str):
+    out = tmp_path / "imported"
+    traces = ddp_job(tmp_path / "traces", slow={3: 2.0}, steps=(5, 6, 7))
+    assert main(["import", "kineto", "--traces", str(traces), "--out", str(out), "--quiet",
+                 *layout]) == 0
+    assert is_general_import(out)
+    return out
+
+
+@pytest.fixture
+def imported(tmp_path):
+    return _import(tmp_path)
+
+
+def test_whatif_on_the_folder_analyses_its_op_table_again(imported, capsys):
+    before = json.loads((imported / "whatif.json").read_text())
+    (imported / "whatif.json").unlink()
+    assert main(["whatif", "--run", str(imported), "--quiet"]) == 0
+    assert "what-if: S = 1.3846" in capsys.readouterr().out
+    after = json.loads((imported / "whatif.json").read_text())
+    assert after == before  # the same what-if as the import's, notes included
+    record = GeneralRecord.read(imported / "whatif.json")
+    assert record.slowdown == pytest.approx(EXPECTED_S)
+    assert record.steps.tolist() == [5, 6, 7]
+    assert record.step_time_simulated_s / record.step_time_ideal_s == pytest.approx(
+        record.step_slowdown)
+
+
+def test_plot_draws_the_workers_and_the_steps(tmp_path):
+    imported = _import(tmp_path, "--layout", "dp=4,pp=1")
+    assert main(["plot", "--run", str(imported), "--quiet"]) == 0
+    heat = json.loads((imported / "plot" / "heatmap.json").read_text())
+    assert heat["hottest_worker"] == {"score": pytest.approx(EXPECTED_S), "dp_rank": 3,
+                                      "stage": 0}
+    assert "ranks" not in heat and len(heat["worker_score"]) == 1
+    assert heat["slowdown"] == pytest.approx(EXPECTED_S)
+    steps = json.loads((imported / "plot" / "step-slowdown.json").read_text())
+    assert steps["steps"] == [5, 6, 7]
+    assert steps["step_slowdown"] == pytest.approx([EXPECTED_S] * 3)
+    assert (imported / "plot" / "heatmap.png").stat().st_size > 0
+
+
+def test_without_a_layout_the_heatmap_is_one_row_of_ranks(imported):
+    assert json.loads((imported / "whatif.json").read_text())["worker_coords"] == {}
+    assert main(["plot", "--run", str(imported), "--quiet"]) == 0
+    heat = json.loads((imported / "plot" / "heatmap.json").read_text())
+    assert heat["ranks"] == [0, 1, 2, 3] and heat["hottest_worker"] == {
+        "score": pytest.approx(EXPECTED_S), "rank": 3}
+
+
+def test_detect_says_what_the_folder_is_and_what_to_do(imported, capsys):
+    assert main(["detect", "--run", str(imported), "--detector", "whatif"]) == 2
+    err = capsys.readouterr().err
+    assert "unannotated import" in err and "whatif.json" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (lambda d: d.pop("step_time_ideal_s"), "step_time_ideal_s"),
+    (lambda d: d.update(schema="stragglerlab.whatif/9"), "schema"),
+    (lambda d: d.update(worker_coords={"0": [0], "1": [1, 0], "2": [2, 0], "3": [3, 0]}),
+     "worker_coords.0"),
+    (lambda d: d.update(per_step={}), "per_step"),
+])
+def test_a_damaged_whatif_json_gets_one_error_naming_the_field(imported, capsys, damage,
+                                                                needle):
+    doc = json.loads((imported / "whatif.json").read_text())
+    damage(doc)
+    (imported / "whatif.json").write_text(json.dumps(doc))
+    assert main(["plot", "--run", str(imported)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+
+
+def test_a_damaged_op_table_gets_one_error(imported, capsys):
+    ops = pd.read_parquet(imported / "ops.parquet")
+    ops.drop(columns=["gap_s"]).to_parquet(imported / "ops.parquet")
+    assert main(["whatif", "--run", str(imported)]) == 2
+    assert "gap_s" in capsys.readouterr().err
+    (imported / "ops.parquet").write_bytes(b"not parquet")
+    assert main(["whatif", "--run", str(imported)]) == 2
+    err = capsys.readouterr().err
+    assert "re-import" in err and "Traceback" not in err
