@@ -31,6 +31,7 @@ from stragglerlab.analysis.detectors.registry import get_detector
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.errors import InputError
 from stragglerlab.findings import Finding
+from stragglerlab.general_record import is_general_import
 from stragglerlab.results import WhatIfResult
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.trace_io import read_trace
@@ -47,6 +48,12 @@ class Job:
 
     def __init__(self, path: str | Path, meta: str | Path | None = None) -> None:
         path = Path(path)
+        if path.is_dir() and is_general_import(path):
+            raise InputError("an unannotated import (the general op model: ops.parquet, no "
+                             "trace.parquet); Job reads op-level traces. Read its what-if with "
+                             "stragglerlab.general_record.GeneralRecord.read(path / "
+                             f"'whatif.json'), or draw it: `stragglerlab plot --run {path}`",
+                             str(path))
         if path.is_dir():
             self.folder: RunFolder | None = RunFolder(path=path)
             trace_path, meta = self.folder.trace_path, meta or self.folder.meta_path

@@ -98,3 +98,11 @@ def test_a_damaged_op_table_gets_one_error(imported, capsys):
     assert main(["whatif", "--run", str(imported)]) == 2
     err = capsys.readouterr().err
     assert "re-import" in err and "Traceback" not in err
+
+
+def test_the_python_api_says_what_the_folder_is(imported):
+    import stragglerlab
+    from stragglerlab.errors import InputError
+
+    with pytest.raises(InputError, match="unannotated import"):
+        stragglerlab.open(imported)
