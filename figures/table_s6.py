@@ -222,9 +222,15 @@ def _in_run_row(level: int, scenario: str, key: str, controlled: list[tuple[RunS
            + (f"; {len(unsteady)} unsteady" if unsteady else ""),
            f"{measured.mean:.2f}", measured.cell(), cells["mean"], cells["mean_err"],
            cells["mean_worst"], cells["median"], cells["median_err"], cells["median_spread"],
-           f"{min(drift):.2f}–{max(drift):.2f}" if drift else "-",
+           _drift_cell(drift or [m.in_run_drift for m in ms]),
            f"{sum(hot)}/{len(hot)}" if hot else "-", *paper_cells]
     return row, ours, runs
+
+
+def _drift_cell(drift: list[float]) -> str:
+    """The bystanders' drift the control removes (against the clean run of the same seed
+    where there is one, else within the run: the fault window over the clean steps)."""
+    return f"{min(drift):.3f}–{max(drift):.3f}" if drift else "-"
 
 
 def _note(ours: dict, workers: int) -> str:

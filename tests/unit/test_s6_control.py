@@ -67,7 +67,11 @@ def test_in_run_measures_the_window_against_its_own_clean_steps(tmp_path):
     assert ours["level1_run_errors_pct"] == [round(100 * m.error("mean"), 1)]
     assert ours["level1_drift_min"] == ours["level1_drift_max"] == round(m.drift, 3)
     assert "in-run (5+ clean steps)" in ours["markdown"]
+    assert f"| {m.drift:.3f}–{m.drift:.3f} |" in ours["markdown"]  # the drift it removed
     assert "every run is within" in result.note
+    # Without a clean run of the same seed, the drift shown is the run's own.
+    alone = build_figure("table_s6", load_figure_data([slow]), tmp_path / "alone").ours
+    assert f"| {m.in_run_drift:.3f}–{m.in_run_drift:.3f} |" in alone["markdown"]
 
 
 def test_a_fault_from_the_first_step_has_no_in_run_control(tmp_path):
