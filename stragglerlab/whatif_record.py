@@ -42,6 +42,12 @@ class WhatIfRecord:
     """Sequence-imbalance signature (same under every ideal)."""
     comm_excess_by_worker: np.ndarray
     """[pp, dp], s: comm transfer time over the op type's median, per worker."""
+    launch_by_dp_rank: np.ndarray | None = None
+    """[dp, steps]: per step, the launch slowdown with only that DP rank's launch delays
+    restored (`step_launch_slowdown_by_dp_rank`); None where the file has none (the job's
+    launch slowdown was under 1.03, so the artifact does not attribute it)."""
+    launch_by_stage: np.ndarray | None = None
+    """[pp, steps]: the same per stage (`step_launch_slowdown_by_stage`), or None."""
 
     def ideal(self, name: str = "mean") -> IdealView:
         """One compute ideal's metrics; InputError when the file lacks it."""
@@ -83,7 +89,12 @@ class WhatIfRecord:
         _check_top_level(chk, doc, blocks[compute_ideal], compute_ideal)
         corr = chk.number(doc.get("fwd_bwd_correlation"), "fwd_bwd_correlation", optional=True)
         excess = _grid(chk, doc.get("comm_excess_by_worker_s"), "comm_excess_by_worker_s", pp, dp)
-        return cls(path, doc, meta, steps, compute_ideal, ideals, corr, excess)
+        launch = {name: None if doc.get(f"step_launch_slowdown_by_{name}") is None else
+                  _per_step(chk, doc[f"step_launch_slowdown_by_{name}"],
+                            f"step_launch_slowdown_by_{name}", steps, n)
+                  for name, n in (("dp_rank", dp), ("stage", pp))}
+        return cls(path, doc, meta, steps, compute_ideal, ideals, corr, excess,
+                   launch["dp_rank"], launch["stage"])
 
 
 def _check_top_level(chk, doc: dict, block: dict, name: str) -> None:

@@ -81,6 +81,7 @@ PRECEDENCE: tuple[Entry, ...] = (
     Entry(rule="stage_shift", settle=Settle.STAGE_SHIFT),
     Entry(rule="pipeline_link", settle=Settle.PIPELINE_LINK),
     Entry(rule="ring_link", settle=Settle.RING_LINK),
+    Entry(rule="late_arrival", settle=Settle.ADD),
     Entry(rule="stage_without_links", settle=Settle.UNLESS_STAGE),
     Entry(rule="stage_by_compute", settle=Settle.UNLESS_STAGE_LIKE),
 )

@@ -136,6 +136,20 @@ class WhatIfDetectorConfig:
     the dev material's 11 pure DP-2 runs: the five throttles (23-131 Mbit/s) 0.51-1.23,
     three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms delay 0.024, the clean,
     GC and hang runs at most 0.012."""
+    late_arrival_ratio: float = 1.05
+    """A DP rank arrives late (`whatif_rules/late_arrival.py`) when the step with only its
+    launch delays restored, over the no-delay step, is at least this over the median of
+    the other DP ranks' for `min_steps` consecutive steps: its untraced wait alone costs
+    the step 5 % more than the other ranks' own. Set from the noise, before any dev case
+    was scored with it (2026-11-26, stop 43; `benchmarks/late_arrival_floor.py`, which
+    computes the attribution whatever the job's launch slowdown): fresh paced clean runs of
+    pure DP 2 and 4, DP 2 x PP 2, DP 2 x PP 4 and DP 4 x PP 4 (CLEAN-FLOOR-PENDING) and the
+    six §6 slow-worker runs of seeds 95-96 hold at most 1.011 (CLEAN-MAX-PENDING); the
+    eight unpaced testbed traces of `../shared/differential` at most 1.039 (a throttled
+    link; a clean DP 2 x PP 2 1.033, which 1.03, the method's attribution threshold, would
+    have named), besides 1.076 on the slow worker of `slow-worker-3`, whose CPU quota
+    slows its untraced work too (a slow-worker finding names it first). 1.05 stands over
+    all of them."""
     mw_worker: float = 0.5
     """M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top

@@ -34,12 +34,19 @@ class Evidence:
     """Sequence-imbalance signature."""
     comm_excess_by_worker: np.ndarray
     """[pp, dp], s: comm transfer time over the op type's median."""
+    launch_by_dp_rank: np.ndarray | None = None
+    """[dp, steps]: per step, the no-delay step time with one DP rank's launch delays
+    restored over the no-delay step time (the method's launch attribution); None where the
+    job's launch slowdown is under the attribution threshold (1.03)."""
+    launch_by_stage: np.ndarray | None = None
+    """[pp, steps]: the same per stage, or None."""
 
     @classmethod
     def from_record(cls, record: WhatIfRecord) -> Evidence:
         """From whatif.json (offline)."""
         return cls(np.asarray(record.steps), record.ideal(ComputeIdeal.MEAN.value),
-                   record.fwd_bwd_correlation, record.comm_excess_by_worker)
+                   record.fwd_bwd_correlation, record.comm_excess_by_worker,
+                   record.launch_by_dp_rank, record.launch_by_stage)
 
     @classmethod
     def analyse(cls, run: Run) -> Evidence:
@@ -50,8 +57,19 @@ class Evidence:
     @classmethod
     def from_result(cls, result: WhatIfResult) -> Evidence:
         """From a what-if result in memory (the mean ideal's, the paper's)."""
+        launch = {name: _launch_ratios(result, name) for name in ("dp_rank", "stage")}
         return cls(np.asarray(result.steps), result.ideal_view(), result.fwd_bwd_correlation,
-                   np.asarray(result.comm_excess_by_worker))
+                   np.asarray(result.comm_excess_by_worker), launch["dp_rank"], launch["stage"])
+
+
+def _launch_ratios(result: WhatIfResult, name: str) -> np.ndarray | None:
+    """[groups, steps] launch slowdown per group of `name` (dp_rank, stage) and step, or
+    None where the result has no launch attribution."""
+    if result.launch_by is None:
+        return None
+    table = result.launch_by[name]
+    t = np.asarray(result.step_time_nodelay.values, dtype=float)
+    return np.array([np.asarray(table[k].values, dtype=float) / t for k in sorted(table)])
 
 
 def read_evidence(run: Run) -> Evidence:

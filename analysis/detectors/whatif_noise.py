@@ -81,6 +81,8 @@ RELAXED: dict[str, Relaxed] = {
     "stage_compute_ratio": Relaxed(1.0, ("stage_compute_ratio",)),
     # measured GC pause time over job time (rule 2)
     "gc_min_share": Relaxed(0.0, ("gc_pause_share",)),
+    # a DP rank's launch slowdown over its peers' (whatif_rules/late_arrival.py)
+    "late_arrival_ratio": Relaxed(1.0, ("late_arrival_ratio",)),
     # a rank's comm excess over job time when no straggler stands out (rule 7)
     "link_share": Relaxed(0.0, ("comm_excess_share",)),
 }

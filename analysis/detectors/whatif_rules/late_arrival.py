@@ -1,0 +1,64 @@
+"""Rule `late_arrival`: a DP rank that reaches its collectives late, with nothing traced to
+show for it -> `net-delay` on it.
+
+A delay outside the traced ops (a late posting, a slow network path before the
+collective starts) is what the method calls launch delay: the untraced time between an
+op's dependencies and its start. The what-if attributes it (design.md, launch-delay
+attribution): per step, the no-delay frame with one DP rank's launch delays put back,
+simulated, over the no-delay step time. A rank whose launch delays alone slow the step
+by `late_arrival_ratio` over the median of the other DP ranks' (each rank's own launch
+noise divided out), held over `min_steps` consecutive steps, is arriving late. Its stage
+is the one whose launch slowdown stands highest over that window (the only one without
+stages). The attribution exists only where the job's launch slowdown reaches the
+method's threshold (1.03), so a run whose untraced time is in the noise has no table and
+no finding; needs DP peers. Workers a finding on the board names are left to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.base import named_cells
+from stragglerlab.analysis.detectors.whatif_device import median_of_others
+from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.findings import Finding, RootCause
+
+
+def over_other_ranks(launch: np.ndarray) -> np.ndarray:
+    """[n, steps] launch slowdowns -> each over the median of the other n - 1 (n >= 2)."""
+    return launch / np.maximum(median_of_others(launch[None])[0], 1e-12)
+
+
+def held_over(ratio: np.ndarray, steps: int) -> np.ndarray:
+    """[n, T] -> [n, T - steps + 1]: the least of every `steps` consecutive values."""
+    return np.lib.stride_tricks.sliding_window_view(ratio, steps, axis=1).min(axis=2)
+
+
+def rule(s: Signals, board: Board) -> list[Finding]:
+    """Late-arriving DP ranks on workers not yet named."""
+    cfg, run, steps = s.config, s.run, s.steps
+    launch = s.evidence.launch_by_dp_rank
+    w = cfg.min_steps
+    if launch is None or launch.shape[0] < 2 or launch.shape[1] < w:
+        return []
+    held = held_over(over_other_ranks(launch), w)
+    by_stage = s.evidence.launch_by_stage
+    named = named_cells(board.findings)
+    out = []
+    for d in np.flatnonzero(held.max(axis=1) >= cfg.late_arrival_ratio):
+        where = np.flatnonzero(held[d] >= cfg.late_arrival_ratio)
+        first, last = int(where[0]), int(where[-1] + w - 1)
+        stage = 0
+        if by_stage is not None and by_stage.shape[0] >= 2:
+            stage = int(np.argmax(over_other_ranks(by_stage)[:, first:last + 1].mean(axis=1)))
+        if (int(d), stage) in named:
+            continue
+        peak = float(held[d].max())
+        out.append(Finding(
+            [run.worker(int(d), stage)], int(steps[first]), int(steps[last]),
+            RootCause.NET_DELAY,
+            confidence=float(min(1.0, 0.5 + (peak - cfg.late_arrival_ratio) * 5)),
+            estimated_slowdown=float(max(launch[d, first:last + 1].mean(), 1.0)),
+            detail={"test": "late-arrival", "late_arrival_ratio": peak}))
+    return out

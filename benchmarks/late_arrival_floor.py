@@ -1,0 +1,96 @@
+"""How high the late-arrival statistic goes without a late arrival: the evidence behind
+`WhatIfDetectorConfig.late_arrival_ratio`.
+
+The rule (`whatif_rules/late_arrival.py`) reads the method's launch attribution by DP
+rank, which the what-if computes only where the job's launch slowdown reaches 1.03. On
+clean runs it usually does not, so the detector's own noise-floor pass
+(`stragglerlab noise-floor`) cannot read the statistic there. This script computes the
+attribution on every run given whatever the job's launch slowdown, and prints per run
+the statistic the rule thresholds: each DP rank's per-step launch slowdown over the
+median of the other DP ranks', held over `min_steps` consecutive steps; the highest on a
+net-delay victim (from faults.json) and the highest on every other DP rank.
+
+    python benchmarks/late_arrival_floor.py RUN [RUN ...] [--min-steps 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.whatif_rules.late_arrival import held_over, over_other_ranks
+from stragglerlab.analysis.launch import launch_decomposition
+from stragglerlab.analysis.simulate import simulate
+from stragglerlab.analysis.whatif import attribution_type, run_whatif
+from stragglerlab.errors import InputError
+from stragglerlab.run_folder import RunFolder
+
+
+def launch_by_dp_rank(folder: RunFolder) -> tuple[np.ndarray, float]:
+    """[dp, steps] launch slowdown per DP rank and step (attribution forced), and the job's
+    launch slowdown (actual over no-delay)."""
+    meta = folder.meta
+    run = run_whatif(folder.trace(), meta, str(folder.path))
+    graph, frame = run.graph, run.frame
+    value = frame.sim_value(graph)
+    t_nodelay = simulate(graph, value).step_time
+    t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
+    launch = launch_decomposition(graph, frame, value, meta.pp_size, attribution_type, 1.03)
+    ratios = np.array([launch.by_dp_rank[d] / t_nodelay for d in sorted(launch.by_dp_rank)])
+    return ratios, float(t_base.mean() / t_nodelay.mean())
+
+
+def delay_victims(folder: RunFolder) -> set[int]:
+    """DP ranks a net-delay fault of the run targets (from faults.json)."""
+    path = folder.path / "faults.json"
+    if not path.exists():
+        return set()
+    doc = json.loads(path.read_text())
+    faults = doc.get("faults", doc) if isinstance(doc, dict) else doc
+    return {int(t["dp_rank"]) for f in faults if f.get("kind") == "net-delay"
+            for t in f.get("targets", []) if "dp_rank" in t}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--min-steps", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="write the per-run readings here")
+    args = ap.parse_args(argv)
+    rows = []
+    for path in args.runs:
+        try:
+            folder = RunFolder(path=path)
+            ratios, job = launch_by_dp_rank(folder)
+        except (InputError, OSError, KeyError, ValueError) as e:
+            print(f"{path}: skipped ({e})", file=sys.stderr)
+            continue
+        if ratios.shape[0] < 2 or ratios.shape[1] < args.min_steps:
+            continue
+        held = held_over(over_other_ranks(ratios), args.min_steps).max(axis=1)
+        victims = delay_victims(folder)
+        others = [float(h) for d, h in enumerate(held) if d not in victims]
+        row = {"run": str(path), "dp": int(ratios.shape[0]), "job_launch_slowdown": job,
+               "victim": max((float(held[d]) for d in victims if d < len(held)), default=None),
+               "others": max(others) if others else None}
+        rows.append(row)
+        v = "-" if row["victim"] is None else f"{row['victim']:.3f}"
+        print(f"{path}: dp {row['dp']}, job launch {job:.3f}, victim {v}, "
+              f"others {row['others']:.3f}")
+    if rows:
+        others = [r["others"] for r in rows if r["others"] is not None]
+        victims = [r["victim"] for r in rows if r["victim"] is not None]
+        print(f"{len(rows)} runs: others max {max(others):.3f} "
+              f"(p90 {np.quantile(others, 0.9):.3f}); victims "
+              + (f"{min(victims):.3f}-{max(victims):.3f}" if victims else "none"))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
