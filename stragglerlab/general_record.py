@@ -20,7 +20,11 @@ GENERAL_WHATIF_SCHEMA = "stragglerlab.whatif-general/1"
 """The `schema` value of whatif.json written by the general op model."""
 OPS_PARQUET = "ops.parquet"
 """The op table of a general import."""
-_FIX = "rewrite it with `stragglerlab whatif --run DIR` (re-analyses DIR/ops.parquet)"
+
+
+def _fix(path: str | Path) -> str:
+    folder = Path(path).parent
+    return f"rewrite it with `stragglerlab whatif --run {folder}` (re-analyses {OPS_PARQUET})"
 
 
 def is_general_import(folder: str | Path) -> bool:
@@ -75,8 +79,8 @@ class GeneralRecord:
         """Read and check a general import's whatif.json; InputError naming the field."""
         from stragglerlab.filecheck import Checker, load_json
 
-        raw = load_json(path, "whatif.json", _FIX)
-        chk = Checker(str(path), _FIX)
+        raw = load_json(path, "whatif.json", _fix(path))
+        chk = Checker(str(path), _fix(path))
         doc = chk.mapping(raw, "whatif.json")
         if doc.get("schema") != GENERAL_WHATIF_SCHEMA:
             chk.fail("schema", f"is {doc.get('schema')!r}, expected {GENERAL_WHATIF_SCHEMA!r}")
@@ -93,8 +97,11 @@ class GeneralRecord:
             missing = [s for s in steps if str(s) not in table]
             if missing:
                 chk.fail(name, f"lacks step {missing[0]} (written by an older stragglerlab)")
-            return np.array([chk.number(table[str(s)], f"{name}.{s}", minimum=0.0)
-                             for s in steps])
+            values = np.array([chk.number(table[str(s)], f"{name}.{s}", minimum=0.0)
+                               for s in steps])
+            if (values <= 0).any():
+                chk.fail(name, "holds a step time of 0")
+            return values
 
         score = chk.mapping(doc.get("worker_score"), "worker_score")
         try:

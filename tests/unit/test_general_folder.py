@@ -78,6 +78,8 @@ def test_detect_says_what_the_folder_is_and_what_to_do(imported, capsys):
     (lambda d: d.update(worker_coords={"0": [0], "1": [1, 0], "2": [2, 0], "3": [3, 0]}),
      "worker_coords.0"),
     (lambda d: d.update(per_step={}), "per_step"),
+    (lambda d: d.update(step_time_ideal_s={"5": 0.0, "6": 0.01, "7": 0.01}),
+     "step_time_ideal_s"),
 ])
 def test_a_damaged_whatif_json_gets_one_error_naming_the_field(imported, capsys, damage,
                                                                 needle):
