@@ -85,12 +85,7 @@ class GeneralRecord:
         if doc.get("schema") != GENERAL_WHATIF_SCHEMA:
             chk.fail("schema", f"is {doc.get('schema')!r}, expected {GENERAL_WHATIF_SCHEMA!r}")
         per_step = chk.mapping(doc.get("per_step"), "per_step")
-        try:
-            steps = sorted(int(s) for s in per_step)
-        except ValueError:
-            chk.fail("per_step", "has a key that is not a step number")
-        if not steps:
-            chk.fail("per_step", "is empty")
+        steps = _int_keys(chk, per_step, "per_step", "a step number")
 
         def series(name: str) -> np.ndarray:
             table = chk.mapping(doc.get(name), name)
@@ -104,12 +99,7 @@ class GeneralRecord:
             return values
 
         score = chk.mapping(doc.get("worker_score"), "worker_score")
-        try:
-            ranks = sorted(int(r) for r in score)
-        except ValueError:
-            chk.fail("worker_score", "has a key that is not a rank")
-        if not ranks:
-            chk.fail("worker_score", "is empty")
+        ranks = _int_keys(chk, score, "worker_score", "a rank")
         values = {r: chk.number(score[str(r)], f"worker_score.{r}") for r in ranks}
         coords = chk.mapping(doc.get("worker_coords", {}), "worker_coords")
         grid = None
@@ -139,3 +129,14 @@ class GeneralRecord:
             step_time_ideal_s=series("step_time_ideal_s"),
             worker_score=grid if grid is not None else np.array([[values[r] for r in ranks]]),
             ranks=ranks, has_layout=grid is not None)
+
+
+def _int_keys(chk, table: dict, name: str, what: str) -> list[int]:
+    """The keys of a JSON object that are integers, ascending; one error otherwise."""
+    try:
+        keys = sorted(int(k) for k in table)
+    except ValueError:
+        chk.fail(name, f"has a key that is not {what}")
+    if not keys:
+        chk.fail(name, "is empty")
+    return keys
