@@ -130,6 +130,9 @@ def _general(args, run_dir: Path) -> int:
     if args.compute_ideal != "mean":
         raise InputError("the general op model's ideal is the mean over the ranks with the same "
                          "role; drop --compute-ideal", str(run_dir))
+    if args.timelines:
+        raise InputError("the timelines are drawn from the op-level trace, which an "
+                         "unannotated import does not have; drop --timelines", str(run_dir))
     again = f"re-import the traces (`stragglerlab import kineto --traces ... --out {run_dir}`)"
     path = run_dir / OPS_PARQUET
     try:

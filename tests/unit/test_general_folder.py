@@ -91,6 +91,13 @@ def test_a_damaged_whatif_json_gets_one_error_naming_the_field(imported, capsys,
     assert needle in err and "Traceback" not in err
 
 
+def test_flags_of_the_op_level_trace_are_refused_with_the_reason(imported, capsys):
+    for flags, needle in ((["--timelines"], "timelines"), (["--compute-ideal", "median"],
+                                                            "compute-ideal")):
+        assert main(["whatif", "--run", str(imported), *flags]) == 2
+        assert needle in capsys.readouterr().err
+
+
 def test_a_damaged_op_table_gets_one_error(imported, capsys):
     ops = pd.read_parquet(imported / "ops.parquet")
     ops.drop(columns=["gap_s"]).to_parquet(imported / "ops.parquet")
