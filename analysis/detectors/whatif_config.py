@@ -143,8 +143,9 @@ class WhatIfDetectorConfig:
     the step 5 % more than the other ranks' own. Set from the noise, before any dev case
     was scored with it (2026-11-26, stop 43; `benchmarks/late_arrival_floor.py`, which
     computes the attribution whatever the job's launch slowdown): fresh paced clean runs of
-    pure DP 2 and 4, DP 2 x PP 2, DP 2 x PP 4 and DP 4 x PP 4 (CLEAN-FLOOR-PENDING) and the
-    six §6 slow-worker runs of seeds 95-96 hold at most 1.011 (CLEAN-MAX-PENDING); the
+    pure DP 2 and 4, DP 2 x PP 2, DP 2 x PP 4 and DP 4 x PP 4 (seeds 101-104, 20 runs; job
+    launch slowdown 1.003-1.012, so none has the table) and the six §6 slow-worker runs of
+    seeds 95-96 hold at most 1.011 (90th percentile 1.008); the
     eight unpaced testbed traces of `../shared/differential` at most 1.039 (a throttled
     link; a clean DP 2 x PP 2 1.033, which 1.03, the method's attribution threshold, would
     have named), besides 1.076 on the slow worker of `slow-worker-3`, whose CPU quota
