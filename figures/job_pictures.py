@@ -45,7 +45,7 @@ from stragglerlab.figures.style import (
     source_note,
 )
 from stragglerlab.filecheck import Checker
-from stragglerlab.general_record import GeneralRecord
+from stragglerlab.general_record import GeneralRecord, require_mean_ideal
 from stragglerlab.results import WhatIfResult
 from stragglerlab.whatif_record import WhatIfRecord
 
@@ -102,10 +102,7 @@ def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
     InputError when the result lacks that ideal, or a whatif.json lacks a step's value.
     """
     if isinstance(result, GeneralRecord):
-        if compute_ideal not in (None, "mean"):
-            raise InputError("the general op model's ideal is the mean over the ranks with the "
-                             f"same role (no {compute_ideal!r} ideal); draw it with the default",
-                             result.path)
+        require_mean_ideal(compute_ideal, result.path)
         return JobSeries(
             name="", compute_ideal="mean", slowdown=result.slowdown,
             worker_score=result.worker_score, steps=result.steps,

@@ -34,6 +34,15 @@ def is_general_import(folder: str | Path) -> bool:
     return (d / OPS_PARQUET).is_file() and not (d / "trace.parquet").exists()
 
 
+def require_mean_ideal(compute_ideal: str | None, where: str | Path) -> None:
+    """InputError unless `compute_ideal` is the general model's one (mean) or unset."""
+    from stragglerlab.errors import InputError
+
+    if compute_ideal not in (None, "mean"):
+        raise InputError("the general op model's ideal is the mean over the ranks with the same "
+                         f"role (no {compute_ideal!r} ideal); drop --compute-ideal", str(where))
+
+
 def whatif_doc(result: dict, notes: list[str]) -> dict:
     """whatif.json of a general import: `GeneralWhatIf.to_dict()` with its schema and notes."""
     return {"schema": GENERAL_WHATIF_SCHEMA, **result, "notes": notes}

@@ -132,13 +132,22 @@ class WhatIfResult:
         t = self.step_time_nodelay.mean()
         return {str(k): float(v.mean() / t) for k, v in self.launch_by[name].items()}
 
-    def launch_step_slowdown_by(self, name: str) -> dict | None:
-        """Per step {step: {group: launch slowdown}}, or None."""
+    def launch_step_ratios(self, name: str) -> tuple[list, np.ndarray] | None:
+        """(groups, [groups, steps] launch slowdown per group of `name` and step), or None."""
         if self.launch_by is None:
             return None
-        t = self.step_time_nodelay.values
         table = self.launch_by[name]
-        return {str(s): {str(k): float(v.values[i] / t[i]) for k, v in table.items()}
+        t = np.asarray(self.step_time_nodelay.values, dtype=float)
+        groups = list(table)
+        return groups, np.array([np.asarray(table[k].values, dtype=float) / t for k in groups])
+
+    def launch_step_slowdown_by(self, name: str) -> dict | None:
+        """Per step {step: {group: launch slowdown}}, or None."""
+        got = self.launch_step_ratios(name)
+        if got is None:
+            return None
+        groups, ratios = got
+        return {str(s): {str(k): float(ratios[j, i]) for j, k in enumerate(groups)}
                 for i, s in enumerate(self.steps)}
 
     @property

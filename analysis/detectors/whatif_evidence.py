@@ -63,13 +63,13 @@ class Evidence:
 
 
 def _launch_ratios(result: WhatIfResult, name: str) -> np.ndarray | None:
-    """[groups, steps] launch slowdown per group of `name` (dp_rank, stage) and step, or
-    None where the result has no launch attribution."""
-    if result.launch_by is None:
+    """[groups, steps] launch slowdown per group of `name` (dp_rank, stage, in group
+    order) and step, or None where the result has no launch attribution."""
+    got = result.launch_step_ratios(name)
+    if got is None:
         return None
-    table = result.launch_by[name]
-    t = np.asarray(result.step_time_nodelay.values, dtype=float)
-    return np.array([np.asarray(table[k].values, dtype=float) / t for k in sorted(table)])
+    groups, ratios = got
+    return ratios[np.argsort(groups)]
 
 
 def read_evidence(run: Run) -> Evidence:

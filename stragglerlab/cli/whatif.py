@@ -124,12 +124,10 @@ def _general(args, run_dir: Path) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
     from stragglerlab.filecheck import load_json
-    from stragglerlab.general_record import OPS_PARQUET, whatif_doc
+    from stragglerlab.general_record import OPS_PARQUET, require_mean_ideal, whatif_doc
     from stragglerlab.op_model import OP_COLUMNS
 
-    if args.compute_ideal != "mean":
-        raise InputError("the general op model's ideal is the mean over the ranks with the same "
-                         "role; drop --compute-ideal", str(run_dir))
+    require_mean_ideal(args.compute_ideal, run_dir)
     if args.timelines:
         raise InputError("the timelines are drawn from the op-level trace, which an "
                          "unannotated import does not have; drop --timelines", str(run_dir))
