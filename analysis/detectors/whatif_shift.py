@@ -7,22 +7,34 @@ stage slowed at once (two slow workers in one DP-2 stage). Neither is a heavy st
 though: a partition is heavy from the first step to the last (an offset constant per
 stage), while a device slows from the step its fault starts. So per stage, its
 fastest DP rank's work-normalized compute (`whatif_device.normalized_compute`: GC
-pauses out, per unit of modelled work) is read over time, twice:
+pauses out, per unit of modelled work) is read over time:
 
-* over the median of the other stages' in the same step, so a busy host, which lifts
-  every stage, is not a shift;
-* on its own, so a two-stage job whose other stage slowed (which lowers this one's
-  ratio outside that window) is not a shift of this one.
+* the stage's **rise**: over every window [a, b] of at least `min_steps` steps with a
+  step before it, the window's lowest step over the highest of every step outside it
+  (`level_shift`; the best window is kept);
+* the rise **over the other stages' own rise on the same window** (their median), so a
+  busy host, which lifts every stage at once, is not a shift. Reading each stage
+  against its own reference first keeps a second slowed stage from hiding the first: a
+  per-step ratio over the other stages (the reading until 2026-11-26) mixes both
+  faults' windows, and on dev it read 1.07 for a 1.31x device beside a 1.24x one.
 
-A stage is slowed over the steps [a, b] (at least `min_steps`) when in both readings
-every step of the window is at least `shift_ratio` over every step outside
-it (at least `SHIFT_REFERENCE_STEPS` of them; the first traced step is never one: it
-is the run's least settled, and on dev it alone read 1.47 on a clean run). Its DP
-ranks no other finding named are then `slow-worker` over that window.
+A stage is slowed over [a, b] when both reach `shift_ratio`. Its DP ranks no other
+finding named are then `slow-worker` over that window.
 
-What it cannot see: a device slowed from the start (no step before it; only the
-partition, which no trace records, would tell it from a heavy stage), or from the
-second traced step (one reference step).
+Leading steps still settling (`analysis.settling`, read on the job's step times) are
+left out. Until 2026-11-26 the first traced step was always left out, and a rise needed
+two reference steps: on unpaced runs with one warm-up step it alone read 1.47 on a clean
+run. Paced, with three warm-up steps, it is settled: on 20 fresh clean runs with stages
+(DP 2-4 x PP 2-4) and every stage of the dev split's runs that held no slowed device,
+this statistic with the first step in and one reference step reads at most 1.056 (a
+sequence-imbalanced stage; clean runs at most 1.024), the eight unpaced
+`../shared/differential` traces and the artifact's two samples at most 1.032, while
+the dev split's pure-PP slow devices read 1.22-2.82. The old reading could not see a
+device slowed from the second or third traced step (one reference step, or none), which
+the splits' first steps (traced from step 3, faults from step 4) draw often.
+
+What it cannot see: a device slowed from the first kept step (nothing before it; only
+the partition, which no trace records, would tell it from a heavy stage).
 
     slowed_stages(run, steps, cfg, found, worker_scores)   # list[Finding]
 """
@@ -35,32 +47,32 @@ import numpy as np
 
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import median_of_others, normalized_compute
+from stragglerlab.analysis.detectors.whatif_device import normalized_compute
+from stragglerlab.analysis.settling import settling_steps
+from stragglerlab.analysis.steps import step_times
 
-SHIFT_REFERENCE_STEPS = 2
-"""Steps outside a window a shift needs, the first traced step not counted."""
+SHIFT_REFERENCE_STEPS = 1
+"""Steps outside a window a shift needs (at least one of them before it)."""
 
 
 def level_shift(series: np.ndarray, window: int,
                 reference: int = SHIFT_REFERENCE_STEPS) -> tuple[float, int, int]:
     """The strongest rise of a series over a run of steps: over every [a, b] with
-    b - a + 1 >= window and a >= 1, min(series[a..b]) over the max of the steps outside
-    it but the first (at least `reference` of them). Returns (ratio, a, b), or
-    (0.0, -1, -1) when the series is too short. One pass per start: O(T^2) in numpy
-    over T steps, a few ms at T = 1000."""
+    b - a + 1 >= window and a >= 1, min(series[a..b]) over the max of every step outside
+    it (at least `reference` of them). Returns (ratio, a, b), or (0.0, -1, -1) when the
+    series is too short. One pass per start: O(T^2) in numpy over T steps, a few ms at
+    T = 1000."""
     s = np.asarray(series, dtype=float)
     n = len(s)
     best = (0.0, -1, -1)
-    if n < 1 + window + reference:
+    if n < 1 + window or n < window + reference:
         return best
     suffix_max = np.append(np.maximum.accumulate(s[::-1])[::-1], -np.inf)  # max(s[i:])
     prefix_max = -np.inf
     for a in range(1, n - window + 1):
-        if a > 1:
-            prefix_max = max(prefix_max, s[a - 1])  # max(s[1:a])
+        prefix_max = max(prefix_max, s[a - 1])  # max(s[:a])
         b = np.arange(a + window - 1, n)
-        outside = (a - 1) + (n - 1 - b)
-        ok = outside >= reference
+        ok = a + (n - 1 - b) >= reference
         if not ok.any():
             break  # later starts only shrink the reference
         inside = np.minimum.accumulate(s[a:])[window - 1:]  # min(s[a..b]) per b
@@ -73,10 +85,30 @@ def level_shift(series: np.ndarray, window: int,
 
 
 def shift_at(series: np.ndarray, a: int, b: int) -> float:
-    """min(series[a..b]) over the max of series outside [a, b] but its first step."""
+    """min(series[a..b]) over the max of series outside [a, b]; 0 when nothing is outside."""
     s = np.asarray(series, dtype=float)
-    ref = np.r_[s[1:a], s[b + 1:]]
+    ref = np.r_[s[:a], s[b + 1:]]
     return float(s[a:b + 1].min() / max(float(ref.max()), 1e-12)) if len(ref) else 0.0
+
+
+def settled_from(run: Run, steps: np.ndarray) -> int:
+    """Index into `steps` of the first step past the job's leading settling steps."""
+    times = step_times(run.trace[run.trace["step"].isin(steps)])
+    return len(settling_steps(times.index, times.to_numpy()))
+
+
+def stage_rises(own: np.ndarray, window: int) -> list[tuple[float, float, int, int]]:
+    """Per stage of `own` [stage, step]: (its rise, that rise over the other stages'
+    median rise on the same window, a, b); (0, 0, -1, -1) where the series is too short."""
+    out = []
+    for stage in range(own.shape[0]):
+        rise, a, b = level_shift(own[stage], window)
+        if a < 0:
+            out.append((0.0, 0.0, -1, -1))
+            continue
+        others = [shift_at(own[o], a, b) for o in range(own.shape[0]) if o != stage]
+        out.append((rise, rise / max(float(np.median(others)), 1e-12), a, b))
+    return out
 
 
 def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
@@ -89,7 +121,7 @@ def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     estimate of how much the stage held the job. grid: `normalized_compute` of the run
     over `steps` when the caller has it (computed here otherwise)."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
-    if pp < 2 or len(steps) < 1 + cfg.min_steps + SHIFT_REFERENCE_STEPS:
+    if pp < 2 or len(steps) < 1 + cfg.min_steps:
         return []
     if grid is None:
         grid = normalized_compute(run.trace, pp, dp, steps)
@@ -101,22 +133,19 @@ def slowed_stages(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         own = np.where(np.isnan(own), np.nanmedian(own, axis=1, keepdims=True), own)
     if np.isnan(own).any():
         return []
-    over_others = own / np.maximum(median_of_others(own[None])[0], 1e-12)
+    k = settled_from(run, steps)
     named = named_cells(found)
     out = []
-    for stage in range(pp):
-        ratio, a, b = level_shift(over_others[stage], cfg.min_steps)
-        if ratio < cfg.shift_ratio:
+    for stage, (rise, relative, a, b) in enumerate(stage_rises(own[:, k:], cfg.min_steps)):
+        if min(rise, relative) < cfg.shift_ratio:
             continue
-        rise = shift_at(own[stage], a, b)
-        if rise < cfg.shift_ratio:
-            continue  # the other stages fell, this one did not rise
+        a, b = a + k, b + k
         score = worker_scores[stage, :, a:b + 1] if worker_scores.size else np.ones(1)
         out += [Finding(
             [run.worker(d, stage)], int(steps[a]), int(steps[b]), RootCause.SLOW_WORKER,
-            confidence=float(min(1.0, 0.5 + (min(ratio, rise) - cfg.shift_ratio) * 2)),
+            confidence=float(min(1.0, 0.5 + (min(rise, relative) - cfg.shift_ratio) * 2)),
             estimated_slowdown=float(max(np.mean(score), 1.0)),
-            detail={"test": "stage-shift", "shift_over_other_stages": ratio,
-                    "shift_own": rise})
+            detail={"test": "stage-shift", "shift_own": rise,
+                    "shift_over_other_stages": relative})
             for d in range(dp) if (d, stage) not in named]
     return out

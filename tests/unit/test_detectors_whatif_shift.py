@@ -8,7 +8,12 @@ import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_shift import level_shift, shift_at, slowed_stages
+from stragglerlab.analysis.detectors.whatif_shift import (
+    level_shift,
+    shift_at,
+    slowed_stages,
+    stage_rises,
+)
 from stragglerlab.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
@@ -23,13 +28,14 @@ def _named(dp: int, pp: int, *slow: SlowWorker, found=(), **kw) -> list[tuple]:
             for r in f.ranks]
 
 
-def test_level_shift_finds_the_window_and_never_uses_the_first_step_as_reference():
+def test_level_shift_finds_the_window_and_reads_every_step_outside_it():
     ratio, a, b = level_shift(np.array([1, 1, 1, 1, 2, 2, 2, 2, 1, 1.0]), window=3)
     assert (ratio, a, b) == (pytest.approx(2.0), 4, 7)
-    # A fast first step (the least settled) is not a reference: no rise after it.
-    ratio, _, _ = level_shift(np.array([0.5, 1, 1, 1, 1, 1, 1, 1.0]), window=3)
-    assert ratio == pytest.approx(1.0)
-    assert level_shift(np.ones(5), window=3) == (0.0, -1, -1)  # too short for 2 references
+    # The first step is a reference like any other (settling steps are dropped before).
+    assert level_shift(np.array([1, 2, 2, 2.0]), window=3) == (pytest.approx(2.0), 1, 3)
+    # A long step outside the window holds the rise down: every step must stand over it.
+    assert level_shift(np.array([3, 1, 1, 2, 2, 2.0]), window=3)[0] == pytest.approx(2 / 3)
+    assert level_shift(np.ones(3), window=3) == (0.0, -1, -1)  # no step before a window
 
 
 def test_level_shift_is_the_brute_force_maximum():
@@ -37,10 +43,24 @@ def test_level_shift_is_the_brute_force_maximum():
     for _ in range(30):
         s = rng.lognormal(0, 0.3, size=int(rng.integers(6, 25)))
         best = max((shift_at(s, a, b), a, b) for a in range(1, len(s))
-                   for b in range(a + 2, len(s)) if (a - 1) + (len(s) - 1 - b) >= 2)
+                   for b in range(a + 2, len(s)))
         ratio, a, b = level_shift(s, window=3)
         assert ratio == pytest.approx(best[0])
         assert shift_at(s, a, b) == pytest.approx(ratio)
+
+
+def test_each_stage_is_read_against_its_own_steps_then_against_the_others_rise():
+    # Two stages slowed at different steps (a 2-stage pure-PP job with two slow devices):
+    # each rises over its own earlier steps, and the other's rise on that window is ~1.
+    own = np.array([[1, 1.24, 1.24, 1.24, 1.24, 1.24, 1.24, 1.24],
+                    [1, 1, 1, 1.31, 1.31, 1.31, 1.31, 1.31]])
+    (r0, rel0, a0, _), (r1, rel1, a1, _) = stage_rises(own, window=3)
+    assert (a0, a1) == (1, 3)
+    assert r0 == pytest.approx(1.24) and rel0 == pytest.approx(1.24)
+    assert r1 == pytest.approx(1.31) and rel1 == pytest.approx(1.31)
+    # Every stage lifted at once (a busy host): each rises, none over the others.
+    host = np.array([[1, 1, 1.5, 1.5, 1.5], [2, 2, 3, 3, 3.0]])
+    assert [round(rel, 6) for _, rel, _, _ in stage_rises(host, window=3)] == [1.0, 1.0]
 
 
 def test_a_pure_pp_device_slowed_mid_run_is_a_slow_worker_not_a_stage():
@@ -54,6 +74,18 @@ def test_a_whole_stage_slowed_names_each_unnamed_dp_rank_and_not_the_other_stage
                                            ((1, 1), 4, 11, RootCause.SLOW_WORKER)]
     already = Finding([RankRef(3, 1, 1)], 4, 11, RootCause.SLOW_WORKER, 0.9)
     assert _named(2, 2, *slow, found=[already]) == [((0, 1), 4, 11, RootCause.SLOW_WORKER)]
+
+
+def test_a_device_slowed_from_the_second_traced_step_is_found():
+    # One step before it is reference enough: clean stages rise at most 1.06 (module doc).
+    assert _named(1, 4, SlowWorker(0, 2, 1.6, first_step=1)) == [
+        ((0, 2), 1, 11, RootCause.SLOW_WORKER)]
+
+
+def test_two_pure_pp_stages_slowed_at_different_steps_are_both_named():
+    slow = (SlowWorker(0, 0, 1.4, first_step=4), SlowWorker(0, 1, 1.5, first_step=6))
+    assert sorted(_named(1, 2, *slow)) == [((0, 0), 4, 11, RootCause.SLOW_WORKER),
+                                           ((0, 1), 6, 11, RootCause.SLOW_WORKER)]
 
 
 def test_what_a_stage_shift_is_not():
