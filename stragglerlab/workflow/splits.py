@@ -19,8 +19,8 @@ The case space, per split:
 * multi-fault cases: two slow workers, a slow worker plus GC, a throttle
   plus stage imbalance, a slow worker plus a delayed link, a straggler that
   moves (one victim, then another), and three faults at once;
-* step windows: targeted faults start at step FIRST_STEPS and a share of
-  them stop (last_step) before the run ends;
+* step windows: targeted faults start after CLEAN_STEPS_BEFORE clean traced steps and
+  a share of them stop (last_step) before the run ends;
 * magnitudes from barely straggling to severe (`SEVERITY`), drawn
   continuously so no dev value repeats in test;
 * the rest of `count` filled with random single or multi-fault cases.
@@ -31,7 +31,7 @@ trains: the default suite runs none, `--configfile config/test.yaml` runs
 
     splits:
       seed: 14            # dev draws from "<seed>:dev", test from "<seed>:test"
-      steps: 14           # run.steps of every case
+      steps: 16           # run.steps of every case
       pace_compute: false # run.pace_compute of every case (workloads/pacing.py)
       run: []             # splits the workflow trains and scores
       dev: {count: 44}
@@ -71,9 +71,17 @@ LAYOUTS: tuple[tuple[int, int], ...] = ((2, 1), (4, 1), (1, 2), (1, 4), (2, 2), 
                                         (4, 2), (4, 4))
 """(dp, pp) of every layout a case can have."""
 
-FIRST_STEPS: tuple[int, int] = (4, 7)
-"""Inclusive range of a targeted fault's first step: >= 3 clean traced steps before it
-(warm-up is step 0), so its slowdown is measured within the run."""
+CLEAN_STEPS_BEFORE: tuple[int, int] = (3, 6)
+"""Inclusive range of the clean traced steps before a targeted fault's first step: at
+least `ground_truth.MIN_BASELINE_STEPS` (3), so its slowdown is measured within the run.
+The first step is the cases' warm-up steps (not traced) plus this. Until stop 44 it was
+drawn as steps 4-7 outright, written when one warm-up step was step 0; with three since
+stop 41, traced steps start at 3 and most faults had fewer than 3 clean steps before
+them (the fresh seed-15 test draw: a measured slowdown for 7 of its 47 faults)."""
+
+MIN_STEPS_AFTER_START = 6
+"""Steps `splits.steps` leaves after the latest first step: a window of >= 3 steps that
+stops, and >= 3 clean steps after it, fit."""
 
 STOP_SHARE = 0.3
 """Share of targeted, non-failing faults that stop before the run ends (a last_step)."""
@@ -160,8 +168,9 @@ def _magnitude(rng: random.Random, kind: FaultKind, level: int) -> dict:
 
 
 def _fault(rng: random.Random, kind: FaultKind, dp: int, pp: int, steps: int,
-           taken: set[tuple[int, int]]) -> dict:
-    """One fault record of the scenario format; targeted victims avoid `taken` cells."""
+           taken: set[tuple[int, int]], warmup: int) -> dict:
+    """One fault record of the scenario format; targeted victims avoid `taken` cells;
+    `warmup`: the cases' warm-up steps (the first traced step)."""
     fault: dict = {"kind": kind.value, "params": _magnitude(rng, kind, rng.randrange(3))}
     targeted = kind in TARGETED_KINDS or (kind is FaultKind.GC_PAUSES and rng.random() < 0.5)
     if targeted:
@@ -169,19 +178,19 @@ def _fault(rng: random.Random, kind: FaultKind, dp: int, pp: int, steps: int,
             [(d, s) for s in range(pp) for d in range(dp)]
         d, s = cells[rng.randrange(len(cells))]
         taken.add((d, s))
-        first = rng.randint(*FIRST_STEPS)
+        first = warmup + rng.randint(*CLEAN_STEPS_BEFORE)
         fault.update(targets=[{"dp_rank": d, "stage": s}], first_step=first)
         if kind not in FAILING_KINDS and rng.random() < STOP_SHARE:
             fault["last_step"] = rng.randint(first + 3, steps - 3)
     return fault
 
 
-def _moving(rng: random.Random, dp: int, pp: int, steps: int) -> list[dict]:
+def _moving(rng: random.Random, dp: int, pp: int, steps: int, warmup: int) -> list[dict]:
     """A slow worker that moves: one victim for a window, then another until the end."""
     taken: set[tuple[int, int]] = set()
-    a = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken)
-    b = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken)
-    a["first_step"] = rng.randint(*FIRST_STEPS)
+    a = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken, warmup)
+    b = _fault(rng, FaultKind.SLOW_WORKER, dp, pp, steps, taken, warmup)
+    a["first_step"] = warmup + rng.randint(*CLEAN_STEPS_BEFORE)
     a["last_step"] = a["first_step"] + 3
     b["first_step"] = a["last_step"] + 1
     b.pop("last_step", None)
@@ -233,12 +242,20 @@ def generate_split(split: Split, seed: int, steps: int, count: int,
     every case's run.pace_compute (compute ops at the rank's nominal rate, whatever CFS
     quota it carried in from a wait: workloads/pacing.py); it changes no draw."""
     rng = random.Random(f"{seed}:{split.value}")
+    warmup = int(_resolve("clean-dp2-pp2", {"run": {"steps": steps}, "faults": []},
+                          f"splits.{split.value}")["run"]["warmup_steps"])
+    need = warmup + CLEAN_STEPS_BEFORE[1] + MIN_STEPS_AFTER_START
+    if steps < need:
+        raise InputError(f"splits.steps is {steps}; with {warmup} warm-up steps the cases "
+                         f"need at least {need} (a fault's {CLEAN_STEPS_BEFORE[1]} clean "
+                         f"steps before it at most, and {MIN_STEPS_AFTER_START} after its "
+                         "latest start): raise splits.steps")
     cases = []
     for i, (kinds, (dp, pp), moving) in enumerate(_plan(rng, count, layouts)):
         name = f"{split.value}-{i:02d}"
         taken: set[tuple[int, int]] = set()
-        faults = _moving(rng, dp, pp, steps) if moving else \
-            [_fault(rng, k, dp, pp, steps, taken) for k in kinds]
+        faults = _moving(rng, dp, pp, steps, warmup) if moving else \
+            [_fault(rng, k, dp, pp, steps, taken, warmup) for k in kinds]
         seq = FaultKind.SEQ_IMBALANCE in kinds
         base = "seq-imbalance" if seq else "clean-dp2-pp2"
         run: dict = {"steps": steps, "pace_compute": pace_compute}
@@ -268,8 +285,11 @@ class SplitsConfig:
 
     seed: int = 14
     """dev draws from "<seed>:dev", test from "<seed>:test"."""
-    steps: int = 14
-    """run.steps of every case (>= 12: FIRST_STEPS leaves room for a window)."""
+    steps: int = 16
+    """run.steps of every case: at least warm-up + 6 + `MIN_STEPS_AFTER_START` (15 with
+    the defaults' three warm-up steps), so a fault's window and the clean steps around
+    it fit. 14 until stop 44; with the first steps moved by 2, 16 draws the same cases,
+    each fault 2 steps later."""
     pace_compute: bool = True
     """run.pace_compute of every case (workloads/pacing.py), with the scenario defaults'
     `pace_rate: auto`: compute ops at their stage's warm-up rate, as on a device, on
@@ -289,7 +309,7 @@ def parse_splits(raw: object) -> SplitsConfig:
         raise InputError("splits must be a mapping with seed, steps, pace_compute, run, dev "
                          f"and test, got {raw!r}")
     seed = _int(raw.get("seed", 14), "splits.seed", 0)
-    steps = _int(raw.get("steps", 14), "splits.steps", 12)
+    steps = _int(raw.get("steps", 16), "splits.steps", 12)
     pace = raw.get("pace_compute", True)
     if not isinstance(pace, bool):
         raise InputError(f"splits.pace_compute must be true or false, got {pace!r}")

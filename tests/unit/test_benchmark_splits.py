@@ -16,7 +16,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds
 from stragglerlab.workflow.splits import LayoutFamily, Split, all_cases, expand_splits
 
-CFG = {"seed": 14, "steps": 14, "dev": {"count": 44}, "test": {"count": 44}}
+CFG = {"seed": 14, "steps": 16, "dev": {"count": 44}, "test": {"count": 44}}
 
 
 def test_splits_are_disjoint_seeded_and_cover_every_kind_and_family():
@@ -37,11 +37,28 @@ def test_splits_are_disjoint_seeded_and_cover_every_kind_and_family():
     assert sum(estimate_seconds(c) for c in test) < 60 * 60
 
 
+def test_every_targeted_fault_starts_after_enough_clean_traced_steps_to_measure_it():
+    from stragglerlab.analysis.ground_truth import MIN_BASELINE_STEPS
+
+    for cases in all_cases(CFG).values():
+        for c in cases:
+            warmup = c.entry["run"]["warmup_steps"]
+            for f in c.entry["faults"]:
+                if f.get("targets"):
+                    assert f["first_step"] - warmup >= MIN_BASELINE_STEPS, (c.name, f)
+                    # at least 3 faulty steps
+                    assert f["first_step"] + 2 <= c.entry["run"]["steps"] - 1, (c.name, f)
+                if f.get("last_step") is not None:
+                    assert f["last_step"] - f["first_step"] >= 2, (c.name, f)
+    with pytest.raises(InputError, match="raise splits.steps"):
+        all_cases({**CFG, "steps": 14})  # three warm-up steps leave no room at 14
+
+
 def test_other_layouts_draw_cases_only_there_and_still_cover_every_family():
     from stragglerlab.workflow.splits import generate_split
 
     layouts = ((3, 1), (1, 3), (3, 2))
-    cases = generate_split(Split.DEV, 707, 14, 36, layouts=layouts)
+    cases = generate_split(Split.DEV, 707, 16, 36, layouts=layouts)
     assert {(c.dp, c.pp) for c in cases} == set(layouts)
     for c in cases:
         for f in c.entry["faults"]:
