@@ -117,9 +117,10 @@ class WhatIfDetectorConfig:
     stages slowed rose 0.87-2.43, the 7 slowed after 2+ clean steps by a 1.5x device or
     more 1.56-2.43. Unchanged when the reading changed (2026-11-26, stop 44: each stage's
     rise over its own steps, then over the other stages' rise on the same window; the
-    first traced step kept unless settling, one reference step): no stage without a
-    slowed device reads over 1.056 (dev split and 28 fresh paced clean runs with stages,
-    clean at most 1.024), the dev split's pure-PP slow devices 1.22-2.82."""
+    first traced step kept unless settling, one reference step;
+    `benchmarks/stage_shift_floor.py`): no stage without a slowed device reads over 1.057
+    (dev split 1.016; 24 fresh paced clean runs with stages 1.013, but 1.057 for pure PP 2
+    at 256-token microbatches), the dev split's pure-PP slow devices 1.22-2.82."""
     ring_step_share: float = 0.05
     """In a DP group of >= 3 ranks, a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,

@@ -24,12 +24,13 @@ finding named are then `slow-worker` over that window.
 Leading steps still settling (`analysis.settling`, read on the job's step times) are
 left out. Until 2026-11-26 the first traced step was always left out, and a rise needed
 two reference steps: on unpaced runs with one warm-up step it alone read 1.47 on a clean
-run. Paced, with three warm-up steps, it is settled: on 20 fresh clean runs with stages
-(DP 2-4 x PP 2-4) and every stage of the dev split's runs that held no slowed device,
-this statistic with the first step in and one reference step reads at most 1.056 (a
-sequence-imbalanced stage; clean runs at most 1.024), the eight unpaced
-`../shared/differential` traces and the artifact's two samples at most 1.032, while
-the dev split's pure-PP slow devices read 1.22-2.82. The old reading could not see a
+run. Paced, with three warm-up steps, it is settled. This statistic, with the first
+step in and one reference step (`benchmarks/stage_shift_floor.py`), reads at most 1.016
+on every stage of the dev split's runs that held no slowed device; at most 1.013 on 20
+fresh paced clean runs with stages at 1024-token microbatches (DP 2 x PP 2, DP 2 x PP 4,
+DP 4 x PP 4, pure PP 2 and 4; seeds 101-104) and 1.057 on 4 of pure PP 2 at 256 tokens;
+at most 1.032 on the eight unpaced `../shared/differential` traces and the artifact's two
+samples; while the dev split's pure-PP slow devices read 1.22-2.82. The old reading could not see a
 device slowed from the second or third traced step (one reference step, or none), which
 the splits' first steps (traced from step 3, faults from step 4) draw often.
 
