@@ -26,6 +26,10 @@ from stragglerlab.analysis.detectors.whatif_rules.late_arrival import held_over,
 from stragglerlab.analysis.launch import LAUNCH_ATTRIBUTION_MIN, launch_decomposition
 from stragglerlab.analysis.whatif import attribution_type, run_whatif
 from stragglerlab.errors import InputError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor_summary import report  # noqa: E402
+
 from stragglerlab.run_folder import RunFolder
 
 
@@ -81,14 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         v = "-" if row["victim"] is None else f"{row['victim']:.3f}"
         print(f"{path}: dp {row['dp']}, job launch {job:.3f}, victim {v}, "
               f"others {row['others']:.3f}")
-    if rows:
-        others = [r["others"] for r in rows if r["others"] is not None]
-        victims = [r["victim"] for r in rows if r["victim"] is not None]
-        print(f"{len(rows)} runs: others max {max(others):.3f} "
-              f"(p90 {np.quantile(others, 0.9):.3f}); victims "
-              + (f"{min(victims):.3f}-{max(victims):.3f}" if victims else "none"))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    report(rows, "victims", args.json)
     return 0
 
 

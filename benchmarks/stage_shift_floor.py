@@ -24,6 +24,9 @@ from stragglerlab.analysis.detectors.whatif_device import normalized_compute
 from stragglerlab.analysis.detectors.whatif_shift import settled_from, stage_rises
 from stragglerlab.errors import InputError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from floor_summary import report  # noqa: E402
+
 
 def slowed_stages_of(path: Path) -> set[int]:
     """Stages a slow-worker fault of the run targets (from faults.json)."""
@@ -77,14 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         v = "-" if row["victim"] is None else f"{row['victim']:.3f}"
         o = "-" if row["others"] is None else f"{row['others']:.3f}"
         print(f"{path}: pp {len(stats)}, slowed stages {v}, others {o}")
-    others = [r["others"] for r in rows if r["others"] is not None]
-    victims = [r["victim"] for r in rows if r["victim"] is not None]
-    if others:
-        print(f"{len(rows)} runs: others max {max(others):.3f} "
-              f"(p90 {np.quantile(others, 0.9):.3f}); slowed stages "
-              + (f"{min(victims):.3f}-{max(victims):.3f}" if victims else "none"))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    report(rows, "slowed stages", args.json)
     return 0
 
 

@@ -1,0 +1,23 @@
+"""The closing lines the noise-floor scripts share (late_arrival_floor.py,
+stage_shift_floor.py): per-run rows with the highest reading on a fault's victim
+(`victim`) and on everything else (`others`), summarised, and written as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def report(rows: list[dict], victim_label: str, json_path: Path | None) -> None:
+    """Print the runs' summary line (others' max and p90, the victims' range) and write
+    `rows` to `json_path` when given."""
+    others = [r["others"] for r in rows if r["others"] is not None]
+    victims = [r["victim"] for r in rows if r["victim"] is not None]
+    if others:
+        print(f"{len(rows)} runs: others max {max(others):.3f} "
+              f"(p90 {np.quantile(others, 0.9):.3f}); {victim_label} "
+              + (f"{min(victims):.3f}-{max(victims):.3f}" if victims else "none"))
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=1) + "\n")
