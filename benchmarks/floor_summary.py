@@ -1,6 +1,7 @@
 """The closing lines the noise-floor scripts share (late_arrival_floor.py,
 stage_shift_floor.py): per-run rows with the highest reading on a fault's victim
-(`victim`) and on everything else (`others`), summarised, and written as JSON."""
+(`victim`) and on everything else (`others`), summarised and written as JSON; and the
+victims, read from faults.json."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ import json
 from pathlib import Path
 
 import numpy as np
+
+
+def fault_targets(run_dir: Path, kind: str, field: str) -> set[int]:
+    """`field` (dp_rank, stage) of every target of the run's `kind` faults (faults.json;
+    empty without one)."""
+    path = Path(run_dir) / "faults.json"
+    if not path.exists():
+        return set()
+    doc = json.loads(path.read_text())
+    faults = doc.get("faults", doc) if isinstance(doc, dict) else doc
+    return {int(t[field]) for f in faults if f.get("kind") == kind
+            for t in f.get("targets", []) if field in t}
 
 
 def report(rows: list[dict], victim_label: str, json_path: Path | None) -> None:

@@ -16,7 +16,6 @@ net-delay victim (from faults.json) and the highest on every other DP rank.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from stragglerlab.analysis.whatif import attribution_type, run_whatif
 from stragglerlab.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor_summary import report  # noqa: E402
+from floor_summary import fault_targets, report  # noqa: E402
 
 from stragglerlab.run_folder import RunFolder
 
@@ -48,17 +47,6 @@ def launch_by_dp_rank(folder: RunFolder) -> tuple[np.ndarray, float]:
     return ratios, float(t_base.mean() / t_nodelay.mean())
 
 
-def delay_victims(folder: RunFolder) -> set[int]:
-    """DP ranks a net-delay fault of the run targets (from faults.json)."""
-    path = folder.path / "faults.json"
-    if not path.exists():
-        return set()
-    doc = json.loads(path.read_text())
-    faults = doc.get("faults", doc) if isinstance(doc, dict) else doc
-    return {int(t["dp_rank"]) for f in faults if f.get("kind") == "net-delay"
-            for t in f.get("targets", []) if "dp_rank" in t}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
@@ -76,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if ratios.shape[0] < 2 or ratios.shape[1] < args.min_steps:
             continue
         held = held_over(over_other_ranks(ratios), args.min_steps).max(axis=1)
-        victims = delay_victims(folder)
+        victims = fault_targets(folder.path, "net-delay", "dp_rank")
         others = [float(h) for d, h in enumerate(held) if d not in victims]
         row = {"run": str(path), "dp": int(ratios.shape[0]), "job_launch_slowdown": job,
                "victim": max((float(held[d]) for d in victims if d < len(held)), default=None),

@@ -12,7 +12,6 @@ holding a slow-worker target (from faults.json) is a victim; every other stage i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -25,18 +24,7 @@ from stragglerlab.analysis.detectors.whatif_shift import settled_from, stage_ris
 from stragglerlab.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor_summary import report  # noqa: E402
-
-
-def slowed_stages_of(path: Path) -> set[int]:
-    """Stages a slow-worker fault of the run targets (from faults.json)."""
-    p = path / "faults.json"
-    if not p.exists():
-        return set()
-    doc = json.loads(p.read_text())
-    faults = doc.get("faults", doc) if isinstance(doc, dict) else doc
-    return {int(t["stage"]) for f in faults if f.get("kind") == "slow-worker"
-            for t in f.get("targets", []) if "stage" in t}
+from floor_summary import fault_targets, report  # noqa: E402
 
 
 def stage_statistics(path: Path, min_steps: int) -> list[float] | None:
@@ -71,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if stats is None:
             continue
-        victims = slowed_stages_of(path)
+        victims = fault_targets(path, "slow-worker", "stage")
         row = {"run": str(path), "stages": stats,
                "victim": max((stats[s] for s in victims if s < len(stats)), default=None),
                "others": max((v for s, v in enumerate(stats) if s not in victims),
