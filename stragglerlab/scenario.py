@@ -45,8 +45,9 @@ class PaceRate(str, enum.Enum):
     """What a paced compute op of our engine is padded to (`run.pace_rate`)."""
 
     CPU = "cpu"  # its own thread CPU time over the rank's share (workloads/pacing.py)
-    # Its stage's warm-up time for that op kind, the largest over the stage's DP ranks:
-    # every rank of a stage runs at one fixed rate, as GPUs do (fixed-length data only).
+    # Its stage's modelled work at one warm-up rate per unit of work for that op kind, the
+    # largest over ranks and stages: every rank runs at one fixed rate, as GPUs do, and a
+    # stage's compute follows the partition's modelled cost (fixed-length data only).
     WARMUP = "warmup"
     # warmup where the data is fixed-length, else cpu (a varlen microbatch's work is not
     # its warm-up's).

@@ -37,6 +37,7 @@ from stragglerlab.atomic import atomic_write_text
 from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
+from stragglerlab.partition import stage_costs
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
@@ -133,7 +134,11 @@ class RankTrainer:
                 if d == self.dp_rank and (self.first or self.last):
                     self.emb_group = g
         m = self.sc.model
-        blocks = self.sc.stage_partition()[self.stage]  # balanced by default (costmodel)
+        partition = self.sc.stage_partition()  # balanced by default (costmodel)
+        blocks = partition[self.stage]
+        # Every stage's modelled cost: warm-up-rate pacing runs each at one rate per unit of it.
+        self.stage_work = stage_costs(partition, m.hidden, m.vocab,
+                                      self.sc.data.tokens_per_microbatch)
         self.model = StageModel(m, self.stage, self.pp, blocks, self.sc.run.seed).to(self.device)
         self.act_shape = (self.sc.data.tokens_per_microbatch, m.hidden)
         self.shared_emb = self.model.shared_embedding()
@@ -370,7 +375,8 @@ class RankTrainer:
             if step == 0 and self.sc.run.warmup_steps >= 2:
                 self.pacer.forget()  # the cold first step's op times are not the device's
             if settles_after(step, self.sc.run.warmup_steps):
-                self.pacer.settle(2 * self.pp)  # a collective (warm-up-rate pacing only)
+                self.pacer.settle(2 * self.pp, work=self.stage_work * 2,  # a collective
+                                  pp=self.pp)
                 self.ctx.paced_to_rate = self.pacer.settled
             self.tracer.end_step()
             if self.profiler is not None:

@@ -23,7 +23,9 @@ forward or backward of its stage) keep their time before padding, less host stal
 the share then (core-seconds; at least their thread CPU time), save while an injector
 slows the rank; `settle` (the engine: once, after the last warm-up step, the cold first
 step's times dropped) takes each slot's median over the latest `window` of them (0: all),
-the largest over the ranks (one all-reduce), and from then on an op lasts at least
+the largest over the ranks (one all-reduce), given each slot's modelled work (the engine:
+its stage's cost, stragglerlab/partition.py) rescales the slots of an op kind to one rate
+per unit of work, the largest (`one_rate_per_work`), and from then on an op lasts at least
 margin x that x device_factor / the rank's share, as on a device with a fixed rate.
 `device_factor` is the slow-worker injector's factor while it acts (exact), and host
 stalls inside the op (`stall_s`: the rank's GC pauses) come on top, as a stalled launch
@@ -36,7 +38,7 @@ followed the host's contention, and the bystanders drifted 4-10 % within a §6 r
     pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, stall_s=gc_seconds)
     with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
     pacer.forget()                            # after the cold first step
-    pacer.settle(slots=2 * pp)                # every rank, after its last warm-up step
+    pacer.settle(slots=2 * pp, work=costs * 2, pp=pp)  # every rank, after the warm-up
     with pacer.op(slot=stage, device_factor=2.0): ...   # a 2x slower device
 """
 
@@ -66,6 +68,34 @@ def settles_after(step: int, warmup_steps: int) -> bool:
     """Whether warm-up-rate pacing settles after `step`: the last warm-up step (or the
     first step, when there is none)."""
     return step + 1 == max(warmup_steps, 1)
+
+
+def one_rate_per_work(rate: list[float], work: list[float], pp: int) -> list[float]:
+    """Each slot's nominal time rescaled to one rate per unit of modelled work for its op
+    kind: the largest of the kind's measured rate / work over its stages, times the slot's
+    work. Slots are `stage + pp * kind` (forward, backward); a slot with no measured rate
+    or no modelled work keeps its own.
+
+    Why (measured, stop 45): a stage's warm-up wall time carries its own share of CFS
+    carry-in, which 1F1B gives each stage differently, so per-stage rates put a constant
+    offset between equal stages for the whole run (clean pure PP 2: forward 25 ms on stage
+    0 against 18.5 ms on stage 1 for the same work), which reads as a heavy partition.
+    One rate makes stage compute follow the partition's modelled cost, the same model
+    that sizes the partition and writes its ground truth (stragglerlab/partition.py);
+    the largest keeps every stage's ops under their target, so all of them are padded."""
+    if len(rate) != len(work) or pp < 1 or len(rate) % pp:
+        raise ValueError(f"need one work per slot and pp | slots, got {len(rate)} rates, "
+                         f"{len(work)} works, pp={pp}")
+    out = list(rate)
+    for kind in range(len(rate) // pp):
+        slots = [kind * pp + s for s in range(pp) if rate[kind * pp + s] > 0
+                 and work[kind * pp + s] > 0]
+        if not slots:
+            continue
+        per_work = max(rate[i] / work[i] for i in slots)
+        for i in slots:
+            out[i] = per_work * work[i]
+    return out
 
 
 def agreed_medians(samples: list[list[float]]) -> list[float]:
@@ -167,11 +197,13 @@ class ComputePacer:
         """Drop the CPU times kept so far (the cold first step's)."""
         self._recent.clear()
 
-    def settle(self, slots: int) -> None:
+    def settle(self, slots: int, work: list[float] | None = None, pp: int = 1) -> None:
         """Set the rate (warmup_rate): each slot's median time at the share over this rank's
         latest `window` ops of it, the largest over the process group's ranks (a collective when
-        one is up: every rank calls it); slots nobody timed keep the CPU rule."""
+        one is up: every rank calls it); slots nobody timed keep the CPU rule. work: each
+        slot's modelled work (slots `stage + pp * kind`), for one rate per unit of work
+        (`one_rate_per_work`); None: each slot keeps its own rate."""
         if not self.warmup_rate or self.cores is None:
             return
-        self.rate = agreed_medians([list(self._recent.get(slot, ()))
-                                    for slot in range(slots)])
+        rate = agreed_medians([list(self._recent.get(slot, ())) for slot in range(slots)])
+        self.rate = one_rate_per_work(rate, work, pp) if work is not None else rate

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from stragglerlab.workloads.pacing import ComputePacer
+import pytest
+
+from stragglerlab.workloads.pacing import ComputePacer, one_rate_per_work
 
 
 def _burn(seconds: float) -> None:
@@ -132,3 +134,32 @@ def test_a_slowed_rank_and_a_stall_do_not_raise_the_rate():
         time.sleep(0.05)  # the injector's victim: its slowness is not its stage's rate
     pacer.settle(slots=1)
     assert 0.0039 <= pacer.rate[0] < 0.015
+
+
+def test_one_rate_per_work_puts_equal_stages_at_one_rate_and_a_heavy_one_at_its_cost():
+    # pp 3, forward then backward slots. Stage 1 and 2 are equal work but stage 1's warm-up
+    # read 30 % slower (its CFS carry-in); stage 2 carries twice the work.
+    rate = [0.010, 0.013, 0.020, 0.020, 0.026, 0.041]
+    work = [1.0, 1.0, 2.0] * 2
+    out = one_rate_per_work(rate, work, pp=3)
+    assert out[:3] == pytest.approx([0.013, 0.013, 0.026])  # the largest rate per work: 0.013
+    assert out[3:] == pytest.approx([0.026, 0.026, 0.052])  # backward: its own, 0.026
+    # every slot at or above its own measured rate: no stage runs past its target
+    assert all(o >= r - 1e-12 for o, r in zip(out, rate, strict=True))
+
+
+def test_one_rate_per_work_keeps_slots_without_a_rate_or_without_work():
+    out = one_rate_per_work([0.0, 0.01, 0.005, 0.02], [1.0, 1.0, 0.0, 1.0], pp=2)
+    assert out == pytest.approx([0.0, 0.01, 0.005, 0.02])
+    with pytest.raises(ValueError, match="one work per slot"):
+        one_rate_per_work([0.1, 0.2, 0.3], [1.0, 1.0], pp=2)
+
+
+def test_settle_with_work_rescales_this_ranks_slots():
+    pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True)
+    for slot, busy in ((0, 0.004), (1, 0.008)):
+        for _ in range(3):
+            with pacer.op(slot=slot):
+                _burn(busy)
+    pacer.settle(slots=2, work=[1.0, 1.0], pp=2)  # equal work, one rate: the larger
+    assert pacer.rate[0] == pytest.approx(pacer.rate[1]) and pacer.rate[0] >= 0.0078
