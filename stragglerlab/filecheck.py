@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -50,7 +51,12 @@ def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
         if size > max_bytes:
             raise InputError(f"{what} is {size:,} bytes, over the {max_bytes:,}-byte limit; "
                              f"{fix}", str(p))
-        with open(p, "rb") as f:
+        # Opened non-blocking: a named pipe no one writes to would block open() forever
+        # (it reads as empty instead). Blocking again to read: a pipe with a writer
+        # (`<(cat x)`) delivers all of it.
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with open(fd, "rb") as f:
             raw = f.read(max_bytes + 1)
     except FileNotFoundError:
         raise InputError(f"no {what} here; {fix}", str(p)) from None

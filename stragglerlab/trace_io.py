@@ -45,9 +45,15 @@ def _open(path: str) -> pq.ParquetFile:
     """Open the parquet footer, turning every way a file can be wrong into an InputError."""
     p = Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise InputError("is a symbolic link that leads nowhere (its target is missing, "
+                             "or it loops); point it at the trace's .parquet file", path)
         raise InputError("trace file does not exist; check the path", path)
     if p.is_dir():
         raise InputError("is a directory; pass the trace's .parquet file", path)
+    if not p.is_file():  # parquet is read from its footer back: a pipe or device cannot be
+        raise InputError("is not a regular file (a pipe or a device?); parquet is read from "
+                         "its end, so save the trace to a file and pass that", path)
     try:
         size = p.stat().st_size
     except OSError as e:

@@ -60,6 +60,25 @@ def get_detector(name: str, settings: dict[str, str] | None = None) -> Detector:
     return detector
 
 
+MAX_SETTING_COUNT = 1_000_000
+"""Largest count (steps, windows, intervals) a setting takes: past any trace's length."""
+
+
+def _out_of_range(key: str, value: object) -> str | None:
+    """What is wrong with a parsed setting, None when it is in range. Every detector setting
+    is a threshold, share or ratio (>= 0) or a count of steps or intervals (>= 1; a
+    warm-up may be 0), so one rule covers every detector's config."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        lo = 0 if "warmup" in key else 1
+        if not lo <= value <= MAX_SETTING_COUNT:
+            return f"expected a count from {lo} to {MAX_SETTING_COUNT:,}"
+    elif isinstance(value, float) and value < 0:
+        return "expected a number >= 0"
+    return None
+
+
 def configured(name: str, config, settings: dict[str, str]):
     """`config` (a dataclass) with each setting parsed by its field's type; one InputError
     naming the detector, the field and what it takes for an unknown field or a bad value."""
@@ -85,6 +104,8 @@ def configured(name: str, config, settings: dict[str, str]):
                              f"(now {current!r})") from None
         if isinstance(value, float) and not math.isfinite(value):
             raise InputError(f"{name} setting {key}={text!r}: expected a finite number")
+        if (problem := _out_of_range(key, value)) is not None:
+            raise InputError(f"{name} setting {key}={text!r}: {problem} (now {current!r})")
         values[key] = value
     try:
         return dataclasses.replace(config, **values)

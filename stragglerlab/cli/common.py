@@ -38,6 +38,10 @@ def out_folder(path: str | None, flag: str = "--out") -> Path:
                          "(its file names are fixed), so give a folder path")
     probe = out
     while not probe.exists():  # the nearest existing ancestor must be a writable folder
+        if probe.is_symlink():  # exists() follows links: this one leads nowhere
+            raise InputError(f"{flag} {out}: {probe} is a symbolic link to "
+                             f"{os.readlink(probe)!r}, which does not exist (or loops); "
+                             "remove the link or make it point at a folder")
         probe = probe.parent
     if not probe.is_dir():
         raise InputError(f"{flag} {out}: {probe} is a file, so no folder can be made below it")
@@ -49,6 +53,23 @@ def out_folder(path: str | None, flag: str = "--out") -> Path:
         raise InputError(f"{flag} {out}: nothing can be written in {probe} ({e.strerror}; a "
                          "pseudo-filesystem such as /proc or /sys?); choose a folder on a "
                          "disk") from None
+    return out
+
+
+RUN_RECORDS = ("trace.parquet", "meta.yaml", "faults.json", "run.json", "trace-parts",
+               "whatif", "detect", "monitor", "ops.parquet", "import.json", "whatif.json")
+"""Names a run folder holds (a testbed run's records, an import's or synth's outputs)."""
+
+
+def not_another_run(out: Path, writes: tuple[str, ...], flag: str = "--out") -> Path:
+    """`out` when it holds no run record beside the ones this verb writes: writing a new
+    trace into another run's folder would leave that run's ground truth, what-if and
+    findings beside a trace they do not describe."""
+    other = sorted(n for n in RUN_RECORDS if n not in writes and (out / n).exists())
+    if other:
+        raise InputError(f"{flag} {out}: already holds another run's {', '.join(other)}; a new "
+                         "trace there would sit beside records of a different job, so give a "
+                         "new folder")
     return out
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 
-from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.cli.common import examples, not_another_run, out_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
@@ -98,6 +98,7 @@ def _vocabulary(args, files, layout, out, progress, parsed):
     res = import_kineto(files, layout=layout, timing=args.timing,
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
+    not_another_run(out, ("trace.parquet", "meta.yaml", "import.json"))
     with staged_folder(out) as tmp:  # all three files or none
         write_trace(res.df, res.meta, tmp / "trace.parquet")
         res.meta.dump(tmp / "meta.yaml")
@@ -125,6 +126,7 @@ def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.atomic import atomic_write_json, staged_folder
     from stragglerlab.errors import InputError
+    from stragglerlab.filecheck import one_line
     from stragglerlab.general_record import whatif_doc
     from stragglerlab.importers.kineto_general import build_general
     from stragglerlab.op_model import OPS_SCHEMA
@@ -138,10 +140,11 @@ def _general(args, events, layout, out, progress) -> int:
         wi = whatif_general(res.ops)
     except (ValueError, KeyError, IndexError, TypeError) as e:  # a trace shape not foreseen
         raise InputError(f"the general op model could not be built from these traces "
-                         f"({type(e).__name__}: {str(e)[:200]}); please report it with the "
+                         f"({type(e).__name__}: {one_line(e, 200)}); please report it with the "
                          "traces' torch version, or annotate the job (docs: 'Analyzing your "
                          "own job')") from None
     notes = res.notes + wi.notes
+    not_another_run(out, ("ops.parquet", "import.json", "whatif.json"))
     with staged_folder(out) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.cli.common import examples, not_another_run, out_folder
 from stragglerlab.errors import InputError
 
 MAX_WORKERS = 65_536
@@ -58,6 +58,12 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     return p
 
 
+MAX_FACTOR = 1000.0
+"""Largest slow-worker or last-stage factor: past it op times leave any trace's range."""
+MAX_JITTER = 10.0
+"""Largest relative duration noise (lognormal sigma 10 already spans e^±10)."""
+
+
 def run(args) -> int:
     """Check the shape, synthesize, write."""
     import math
@@ -70,16 +76,18 @@ def run(args) -> int:
     if args.dp * args.pp > MAX_WORKERS or args.steps * args.microbatches > 100_000:
         raise InputError(f"--dp x --pp is at most {MAX_WORKERS} and --steps x --microbatches at "
                          "most 100000: a larger synthetic job would not fit in memory")
-    for value, flag in ((args.jitter, "--jitter"), (args.last_stage_factor, "--last-stage-factor")):
-        if not math.isfinite(value) or value < 0:
-            raise InputError(f"{flag} must be a finite number >= 0, got {value}")
+    for value, flag, hi in ((args.jitter, "--jitter", MAX_JITTER),
+                            (args.last_stage_factor, "--last-stage-factor", MAX_FACTOR)):
+        if not math.isfinite(value) or not 0 <= value <= hi:
+            raise InputError(f"{flag} must be a number from 0 to {hi:g}, got {value}")
     for w in args.slow:
         if not (0 <= w.dp_rank < args.dp and 0 <= w.stage < args.pp):
             raise InputError(f"--slow {w.dp_rank},{w.stage},...: the worker is outside "
                              f"DP {args.dp} x PP {args.pp}")
-        if not (math.isfinite(w.factor) and w.factor > 0):
-            raise InputError(f"--slow factor must be a finite number > 0, got {w.factor}")
-    out = out_folder(args.out)
+        if not (math.isfinite(w.factor) and 0 < w.factor <= MAX_FACTOR):
+            raise InputError(f"--slow factor must be a number above 0 and at most "
+                             f"{MAX_FACTOR:g}, got {w.factor}")
+    out = not_another_run(out_folder(args.out), ("trace.parquet", "meta.yaml", "faults.json"))
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
                           n_steps=args.steps, seed=args.seed, jitter=args.jitter,
                           slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)

@@ -17,15 +17,27 @@ from stragglerlab.errors import InputError
 PATTERNS = ("*.json", "*.json.gz")
 
 
+MAX_SUBFOLDER_DEPTH = 3
+"""How many folder levels below --traces trace files are looked for."""
+
+
 def find_traces(spec: str) -> list[Path]:
     """Trace files from a folder (its *.json, *.json.gz; where it holds none, those in its
     subfolders) or a glob pattern."""
+    if not spec.strip():
+        raise InputError("--traces is empty: pass the folder holding one torch.profiler trace "
+                         "per rank (*.json or *.json.gz) or a glob")
     p = Path(spec)
     if p.is_dir():
         files = sorted({f for pat in PATTERNS for f in p.glob(pat) if f.is_file()})
-        if not files:  # one subfolder per rank or per run (tensorboard_trace_handler's logs)
-            files = sorted({f for pat in PATTERNS for f in p.rglob(pat) if f.is_file()})
-        where = f"folder {spec} (or its subfolders)"
+        # One subfolder per rank or per run (tensorboard_trace_handler's logs), a few levels
+        # down at most: `--traces /` must not walk the whole filesystem.
+        for depth in range(1, MAX_SUBFOLDER_DEPTH + 1):
+            if files:
+                break
+            files = sorted({f for pat in PATTERNS for f in p.glob("*/" * depth + pat)
+                            if f.is_file()})
+        where = f"folder {spec} (or its subfolders, {MAX_SUBFOLDER_DEPTH} levels down)"
     else:
         files = sorted(Path(f) for f in glob.glob(spec) if Path(f).is_file())
         where = f"pattern {spec!r}"
@@ -79,7 +91,28 @@ def event_problem(e: dict) -> str | None:
         return f"dur {e['dur']} is negative"
     if e.get("args") is not None and not isinstance(e["args"], dict):
         return f"args is {type(e['args']).__name__}, not an object"
+    for key in ("cat", "tid", "pid"):  # labels: a string or a number, never a container
+        if isinstance(e.get(key), (list, dict)):
+            return f"{key} is {type(e[key]).__name__}, not a string or a number"
     return None
+
+
+STEP_OVERLAP_US = 1000.0
+"""How far (us) a ProfilerStep range may reach into the next one: the profiler closes one
+and opens the next back to back, a clock read apart."""
+
+
+def check_step_order(steps: dict[int, tuple[float, float]], where: str) -> None:
+    """InputError when a rank's ProfilerStep#N ranges (step -> (start, end), us) are not in
+    step order one after another: steps that overlap or run backwards in time come from an
+    edited or merged file, and a simulation over them would give a meaningless S."""
+    order = sorted(steps)
+    for a, b in zip(order, order[1:], strict=False):
+        if steps[b][0] < steps[a][1] - STEP_OVERLAP_US:
+            raise InputError(f"ProfilerStep#{b} starts {(steps[a][1] - steps[b][0]) / 1e3:,.3f} "
+                             f"ms before ProfilerStep#{a} ends: a rank's steps must follow one "
+                             "another in time; pass the profiler's export unedited (one file "
+                             "per rank, not merged)", where)
 
 
 def one_trace_per_rank(ranked: list[tuple[int, str]]) -> dict[int, str]:

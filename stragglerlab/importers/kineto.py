@@ -51,6 +51,7 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
+    check_step_order,
     event_problem,
     find_traces,
     load_json,
@@ -69,7 +70,7 @@ that work (2**32 ran for minutes and filled the memory)."""
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
-STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")
 
 
 @dataclass
@@ -235,6 +236,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
     if not steps:
         raise InputError("no ProfilerStep#N ranges; profile with a schedule and call "
                          "prof.step() once per training step", where)
+    check_step_order(steps, where)
     return RankTrace(where, info["rank"], info["world_size"], str(doc.get("host_name", "")),
                      info.get("pg_config") or [], float(base) / 1e3, steps, ops,
                      has_kernels, unfinished, gpu_timed)
@@ -310,6 +312,13 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
     align, offsets = clock_offsets(traces, steps, align)
     check_clock_gaps(traces, steps, offsets)
     df = _frame(traces, layout, dp_keep, steps, offsets)
+    have = set(df["rank"].unique().tolist())
+    empty = [t for t in traces if t.rank not in have]
+    if empty:
+        raise InputError(f"no op range lies inside the kept ProfilerStep#N ranges (steps "
+                         f"{steps[0]}..{steps[-1]}) of rank {empty[0].rank}: its steps have "
+                         "zero length or its ops fall outside them; pass the profiler's "
+                         "export unedited", empty[0].path)
     meta = JobMeta(dp_size=len(dp_keep), pp_size=layout.pp, tp_size=layout.tp,
                    world_size=len(dp_keep) * layout.pp * layout.tp, trial_name=trial_name)
     report = {

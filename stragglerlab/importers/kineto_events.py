@@ -34,14 +34,14 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.errors import InputError
-from stragglerlab.importers.chrome import MAX_TIME_US
+from stragglerlab.importers.chrome import MAX_TIME_US, check_step_order
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 COMPUTE_VOCAB = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value})
-STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
+STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 UNRANKED = -1
 """RankEvents.rank of a file with no distributedInfo and no rank number in its name."""
@@ -162,7 +162,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
             if type(e) is not dict or e.get("ph") != "X":
                 continue
             cat, name = e.get("cat"), e.get("name")
-            cat = OLD_CATEGORIES.get(cat, cat)
+            cat = OLD_CATEGORIES.get(cat, cat) if type(cat) is str else None  # not a label
             if type(name) is not str or (cat == "cpu_op" and name != "record_param_comms"
                                          and not name.startswith(KEPT_CPU_PREFIXES)):
                 continue  # most CPU ops: nothing the model needs
@@ -232,6 +232,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     base = head.get("baseTimeNanoseconds", 0)
     base = float(base) / 1e3 if _num(base) or (isinstance(base, int) and abs(base) < 2**63) \
         else 0.0
+    check_step_order(steps, where)
     launch = np.frombuffer(launches, dtype=np.float64).reshape(-1, 3)
     nccl_corr = np.fromiter((r.corr for r in nccl), dtype=np.float64, count=len(nccl))
     launch = launch[np.isin(launch[:, 0], nccl_corr)].copy()  # only NCCL launches are needed

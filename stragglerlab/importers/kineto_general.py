@@ -343,8 +343,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     ops["busy_s"] = np.nan
     for e in events:
         m = (ops["rank"] == e.rank).to_numpy()
-        a = prev_end.fillna(ops["step_start"]).to_numpy()[m] - base[e.rank] - off[e.rank]
-        b = ops["start"].to_numpy()[m] - base[e.rank] - off[e.rank]
+        # float: a rank with no communication op leaves the concatenated columns object
+        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - base[e.rank] - off[e.rank]
+        b = ops["start"].to_numpy(float)[m] - base[e.rank] - off[e.rank]
         ops.loc[m, "busy_s"] = _busy(e.kernels, a, b) / 1e6
     ops["dp_rank"], ops["stage"] = -1, -1
     if lay is not None:

@@ -93,6 +93,13 @@ class MonitorConfig:
                              "threshold above 1, e.g. 1.2")
         if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
             raise InputError(f"--webhook {self.webhook!r}: give an http:// or https:// URL")
+        if not 0 < self.poll_s <= MAX_POLL_S:  # also NaN; inf would overflow the wait
+            raise InputError(f"--poll {self.poll_s}: give seconds between looks, above 0 and "
+                             f"at most {MAX_POLL_S:g} (e.g. 0.5)")
+        for name, v in (("alert backoff", self.alert_backoff_s),
+                        ("alert timeout", self.alert_timeout_s)):
+            if not 0 <= v <= MAX_POLL_S:
+                raise InputError(f"{name} {v} s: must be from 0 to {MAX_POLL_S:g} s")
         if not 0 <= self.port <= 65535:
             raise InputError(f"--port {self.port}: must be in 0..65535")
         if self.clear_after_windows < 1:
@@ -100,6 +107,10 @@ class MonitorConfig:
         if self.alert_retries < 1:
             raise InputError(f"alert retries {self.alert_retries}: must be >= 1")
         check_host(self.host, self.allow_remote)
+
+
+MAX_POLL_S = 3600.0
+"""Longest wait between two looks at the trace parts (and alert timeouts, backoffs)."""
 
 
 def is_loopback(host: str) -> bool:
