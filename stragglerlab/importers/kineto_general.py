@@ -298,6 +298,14 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                          "their collectives, so a trace without any cannot be analysed; "
                          "profile the steps that communicate (with record_shapes=True for "
                          "gloo/CPU jobs)", str(Path(events[0].path).parent))
+    silent = [e for e, f in zip(events, frames, strict=True) if f.empty]
+    if silent:  # it would sit outside every collective, its time compared with nothing
+        what = "NCCL kernels" if use_gpu else "record_param_comms ops with a Collective name"
+        raise InputError(f"{len(silent)} of {len(events)} ranks hold no collective or P2P "
+                         f"communication in the kept steps {steps[:8]} (rank "
+                         f"{silent[0].rank} first; looked for {what}), while the others do: "
+                         "pass each rank's unedited trace of the same steps",
+                         silent[0].path)
     for col in ("start", "end", "cpu_ts"):
         c[col] = c[col] + c["rank"].map(base)
     pg_configs = {e.rank: e.pg_config for e in events}

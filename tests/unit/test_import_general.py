@@ -156,6 +156,12 @@ def test_error_no_collective(tmp_path, capsys):
     assert "no collective or P2P communication" in err
 
 
+def test_error_one_rank_without_collectives_while_the_others_have_them(tmp_path, capsys):
+    docs = {0: ddp_doc(0, world=2, comm=False), 1: ddp_doc(1, world=2)}
+    err = _err(tmp_path, capsys, write_docs(tmp_path / "t", docs))
+    assert "1 of 2 ranks hold no collective or P2P communication" in err and "rank 0" in err
+
+
 def test_error_single_rank(tmp_path, capsys):
     err = _err(tmp_path, capsys, write_docs(tmp_path / "t", {0: ddp_doc(0)}))
     assert "one rank's trace only" in err
