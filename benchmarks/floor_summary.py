@@ -1,14 +1,24 @@
-"""The closing lines the noise-floor scripts share (late_arrival_floor.py,
-stage_shift_floor.py): per-run rows with the highest reading on a fault's victim
+"""What the noise-floor scripts share (late_arrival_floor.py, stage_shift_floor.py):
+their flags (`floor_args`); per-run rows with the highest reading on a fault's victim
 (`victim`) and on everything else (`others`), summarised and written as JSON; and the
 victims, read from faults.json."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
+
+
+def floor_args(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """RUN ... [--min-steps N] [--json OUT], described by the script's docstring."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("--min-steps", type=int, default=3)
+    ap.add_argument("--json", type=Path, help="write the per-run readings here")
+    return ap.parse_args(argv)
 
 
 def fault_targets(run_dir: Path, kind: str, field: str) -> set[int]:

@@ -15,7 +15,6 @@ net-delay victim (from faults.json) and the highest on every other DP rank.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from stragglerlab.analysis.whatif import attribution_type, run_whatif
 from stragglerlab.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor_summary import fault_targets, report  # noqa: E402
+from floor_summary import fault_targets, floor_args, report  # noqa: E402
 
 from stragglerlab.run_folder import RunFolder
 
@@ -48,11 +47,7 @@ def launch_by_dp_rank(folder: RunFolder) -> tuple[np.ndarray, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path)
-    ap.add_argument("--min-steps", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="write the per-run readings here")
-    args = ap.parse_args(argv)
+    args = floor_args(__doc__, argv)
     rows = []
     for path in args.runs:
         try:

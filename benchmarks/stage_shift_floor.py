@@ -11,7 +11,6 @@ holding a slow-worker target (from faults.json) is a victim; every other stage i
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -24,7 +23,7 @@ from stragglerlab.analysis.detectors.whatif_shift import settled_from, stage_ris
 from stragglerlab.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from floor_summary import fault_targets, report  # noqa: E402
+from floor_summary import fault_targets, floor_args, report  # noqa: E402
 
 
 def stage_statistics(path: Path, min_steps: int) -> list[float] | None:
@@ -45,11 +44,7 @@ def stage_statistics(path: Path, min_steps: int) -> list[float] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path)
-    ap.add_argument("--min-steps", type=int, default=3)
-    ap.add_argument("--json", type=Path, help="write the per-run readings here")
-    args = ap.parse_args(argv)
+    args = floor_args(__doc__, argv)
     rows = []
     for path in args.runs:
         try:

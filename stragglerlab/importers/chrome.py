@@ -9,12 +9,15 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import re
 import zlib
 from pathlib import Path
 
 from stragglerlab.errors import InputError
 
 PATTERNS = ("*.json", "*.json.gz")
+STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
+"""A profiler step range's name (`.match`); its number fits an int64 (no 5000-digit int())."""
 
 
 MAX_SUBFOLDER_DEPTH = 3

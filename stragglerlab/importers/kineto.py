@@ -41,7 +41,6 @@ What is read from each file (gzipped or plain, one file per rank):
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
+    STEP_RE,
     check_step_order,
     event_problem,
     find_traces,
@@ -70,7 +70,6 @@ that work (2**32 ran for minutes and filled the memory)."""
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
-STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")
 
 
 @dataclass

@@ -34,14 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.errors import InputError
-from stragglerlab.importers.chrome import MAX_TIME_US, check_step_order
+from stragglerlab.importers.chrome import MAX_TIME_US, STEP_RE, check_step_order
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 COMPUTE_VOCAB = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value})
-STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 UNRANKED = -1
 """RankEvents.rank of a file with no distributedInfo and no rank number in its name."""

@@ -291,8 +291,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         f["rank"] = e.rank
         frames.append(f)
     c = pd.concat(frames, ignore_index=True)
+    what = "NCCL kernels" if use_gpu else "record_param_comms ops with a Collective name"
     if c.empty:
-        what = "NCCL kernels" if use_gpu else "record_param_comms ops with a Collective name"
         raise InputError(f"no collective or P2P communication in the kept steps {steps[:8]} of "
                          f"any rank (looked for {what}): the what-if synchronizes ranks at "
                          "their collectives, so a trace without any cannot be analysed; "
@@ -300,7 +300,6 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                          "gloo/CPU jobs)", str(Path(events[0].path).parent))
     silent = [e for e, f in zip(events, frames, strict=True) if f.empty]
     if silent:  # it would sit outside every collective, its time compared with nothing
-        what = "NCCL kernels" if use_gpu else "record_param_comms ops with a Collective name"
         raise InputError(f"{len(silent)} of {len(events)} ranks hold no collective or P2P "
                          f"communication in the kept steps {steps[:8]} (rank "
                          f"{silent[0].rank} first; looked for {what}), while the others do: "
