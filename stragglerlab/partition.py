@@ -30,6 +30,19 @@ def stage_costs(layers: list[int], hidden: int, vocab: int, tokens: int) -> list
     return costs
 
 
+def microbatch_costs(layers: list[int], hidden: int, vocab: int, tokens: int,
+                     seq_len_sq_sum: float) -> list[float]:
+    """Modelled forward multiply-adds of each stage on one microbatch whose attention
+    spans `seq_len_sq_sum` (sum of squared sequence lengths, tokens^2): per block
+    12 h^2 T for the matrices and 2 h sum(s^2) for attention inside each sequence, plus
+    the logit layer on the last stage. With sum(s^2) = T^2 it is `stage_costs` x T, the
+    model the partition is sized by (attention over the whole microbatch)."""
+    block = 12 * hidden * hidden * tokens + 2 * hidden * seq_len_sq_sum
+    costs = [float(n * block) for n in layers]
+    costs[-1] += float(hidden * vocab * tokens)
+    return costs
+
+
 def even_partition(n_layers: int, pp: int) -> list[int]:
     """Equal block counts, the first stages taking the remainder."""
     base, extra = divmod(n_layers, pp)

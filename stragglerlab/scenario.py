@@ -45,12 +45,11 @@ class PaceRate(str, enum.Enum):
     """What a paced compute op of our engine is padded to (`run.pace_rate`)."""
 
     CPU = "cpu"  # its own thread CPU time over the rank's share (workloads/pacing.py)
-    # Its stage's modelled work at one warm-up rate per unit of work for that op kind, the
-    # largest over ranks and stages: every rank runs at one fixed rate, as GPUs do, and a
-    # stage's compute follows the partition's modelled cost (fixed-length data only).
+    # Its modelled work at one warm-up rate per unit of work for that op kind, the largest
+    # over ranks and stages: every rank runs at one fixed rate, as GPUs do; a stage's
+    # compute follows the partition's modelled cost, a microbatch's its attention's sum(s^2).
     WARMUP = "warmup"
-    # warmup where the data is fixed-length, else cpu (a varlen microbatch's work is not
-    # its warm-up's).
+    # warmup (kept as the default's name; until stop 46 it meant cpu on varlen data).
     AUTO = "auto"
 
 
@@ -177,9 +176,9 @@ class RunConfig:
     """Paced ops last margin x CPU time / share (>= 1; above 1 it also absorbs scheduling noise)."""
     pace_rate: PaceRate = PaceRate.CPU
     """Our engine's pacing target: `cpu` (the op's own CPU time over the share), `warmup`
-    (margin x the stage's warm-up time for the op kind, times the slow-worker factor, as a
-    device with a fixed rate) or `auto` (warmup on fixed-length data, else cpu;
-    `Scenario.paced_to_warmup_rate`). The torch workloads always pace each Linear to the
+    (margin x the op's modelled work x the job's warm-up rate per unit of work for the op
+    kind, times the slow-worker factor, as a device with a fixed rate) or `auto` (warmup;
+    `Scenario.paced_to_warmup_rate`, workloads/pacing.py). The torch workloads always pace each Linear to the
     job's warm-up rate per FLOP."""
     planned_gc_every: int = 0
     """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
@@ -265,11 +264,6 @@ class Scenario:
             problems.append("run.cpu_period_us must be in [1000, 1000000] (cgroup CFS limits)")
         if not 1.0 <= self.run.pace_margin <= 10.0:
             problems.append("run.pace_margin must be in [1, 10] (1: pace to the share itself)")
-        if self.run.pace_rate is PaceRate.WARMUP and self._varlen:
-            problems.append("run.pace_rate: warmup needs fixed-length data (no "
-                            "data.length_distribution other than fixed, no seq-imbalance "
-                            "fault): a varlen microbatch's work differs from its warm-up's; "
-                            "use cpu")
         problems += self._workload_problems()
         if problems:
             raise InputError(f"scenario {self.name!r}: " + "; ".join(problems), where)
@@ -280,7 +274,7 @@ class Scenario:
 
 
     @property
-    def _varlen(self) -> bool:
+    def varlen(self) -> bool:
         """Whether microbatches differ in work: varlen data or a seq-imbalance fault."""
         return self.data.length_distribution is not LengthDistribution.FIXED or any(
             isinstance(f, dict) and f.get("kind") == "seq-imbalance" for f in self.faults)
@@ -293,8 +287,7 @@ class Scenario:
         so a slow worker there must act through the CPU quota."""
         if self.workload in TORCH_WORKLOADS:
             return False
-        rate = self.run.pace_rate
-        return rate is PaceRate.WARMUP or (rate is PaceRate.AUTO and not self._varlen)
+        return self.run.pace_rate in (PaceRate.WARMUP, PaceRate.AUTO)
 
     def _workload_problems(self) -> list[str]:
         """What a torch workload cannot run (empty for the megatron engine)."""

@@ -37,7 +37,7 @@ from stragglerlab.atomic import atomic_write_text
 from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.partition import stage_costs
+from stragglerlab.partition import microbatch_costs
 from stragglerlab.scenario import Backend, Scenario
 from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
@@ -136,9 +136,8 @@ class RankTrainer:
         m = self.sc.model
         partition = self.sc.stage_partition()  # balanced by default (costmodel)
         blocks = partition[self.stage]
-        # Every stage's modelled cost: warm-up-rate pacing runs each at one rate per unit of it.
-        self.stage_work = stage_costs(partition, m.hidden, m.vocab,
-                                      self.sc.data.tokens_per_microbatch)
+        # Warm-up-rate pacing runs each compute op at one rate per unit of its modelled work.
+        self.partition = partition
         self.model = StageModel(m, self.stage, self.pp, blocks, self.sc.run.seed).to(self.device)
         self.act_shape = (self.sc.data.tokens_per_microbatch, m.hidden)
         self.shared_emb = self.model.shared_embedding()
@@ -162,15 +161,24 @@ class RankTrainer:
         self.gc_monitor.start()
 
     # -- one step ----------------------------------------------------------------------
-    def _paced(self, backward: bool = False):
+    def _paced(self, data, backward: bool = False):
         """The compute op's pacing context: the rank's current CPU share (the slow-worker
-        injector writes a lower one while it acts), and the op's warm-up-rate slot (forward
-        or backward of this stage); off, nothing inside the traced op."""
+        injector writes a lower one while it acts), the op's warm-up-rate slot (forward
+        or backward of this stage) and its modelled work on microbatch `data`; off,
+        nothing inside the traced op."""
         if self.pacer.cores is None:
             return contextlib.nullcontext()
         return self.pacer.op(self.cgroup.get("cores_now") if self.cgroup else None,
                              slot=self.stage + (self.pp if backward else 0),
-                             device_factor=self.ctx.device_factor)
+                             device_factor=self.ctx.device_factor, work=self._work(data))
+
+    def _work(self, data) -> float:
+        """This stage's modelled multiply-adds on microbatch `data`: attention over its
+        sequences' sum(s^2) where lengths vary (what a GPU's varlen attention costs), else
+        over the whole microbatch, the model the partition is sized by (partition.py)."""
+        m, tokens = self.sc.model, self.sc.data.tokens_per_microbatch
+        sq = data.seq_len_sq_sum if self.sc.varlen else float(tokens * tokens)
+        return microbatch_costs(self.partition, m.hidden, m.vocab, tokens, sq)[self.stage]
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -246,7 +254,7 @@ class RankTrainer:
                 self._sync()
                 with self.tracer.op(OpType.FORWARD_COMPUTE, mb, 0, self.stage,
                                     data.seq_len_sq_sum):
-                    with self._paced():
+                    with self._paced(data):
                         with self.faults.compute(step):
                             out = self.model(x, pos, data.seq_lens, tgt if self.last else None)
                         if self.last:
@@ -264,7 +272,8 @@ class RankTrainer:
                 grad = None if self.last else self._take_recv(B, mb)
                 self._sync()
                 with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
-                    with self._paced(backward=True), self.faults.compute(step):
+                    with self._paced(batches[mb][0], backward=True), \
+                            self.faults.compute(step):
                         out.backward(grad)
                     self._sync()
                 if not self.first:
@@ -375,8 +384,7 @@ class RankTrainer:
             if step == 0 and self.sc.run.warmup_steps >= 2:
                 self.pacer.forget()  # the cold first step's op times are not the device's
             if settles_after(step, self.sc.run.warmup_steps):
-                self.pacer.settle(2 * self.pp, work=self.stage_work * 2,  # a collective
-                                  pp=self.pp)
+                self.pacer.settle(2 * self.pp, pp=self.pp)  # a collective
                 self.ctx.paced_to_rate = self.pacer.settled
             self.tracer.end_step()
             if self.profiler is not None:

@@ -16,30 +16,33 @@ quota already held to that rate are untouched.
     with pacer.op():
         out = model(x)
 
-`run.pace_rate: warmup` (and `auto`, the default, on fixed-length data) replaces the CPU-time
-target by a nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 %
-for one matmul here: benchmarks/bench_cpu_noise.py): ops given a `slot` (the engine:
-forward or backward of its stage) keep their time before padding, less host stalls, at
-the share then (core-seconds; at least their thread CPU time), save while an injector
-slows the rank; `settle` (the engine: once, after the last warm-up step, the cold first
-step's times dropped) takes each slot's median over the latest `window` of them (0: all),
-the largest over the ranks (one all-reduce), given each slot's modelled work (the engine:
-its stage's cost, stragglerlab/partition.py) rescales the slots of an op kind to one rate
-per unit of work, the largest (`one_rate_per_work`), and from then on an op lasts at least
-margin x that x device_factor / the rank's share, as on a device with a fixed rate.
-`device_factor` is the slow-worker injector's factor while it acts (exact), and host
-stalls inside the op (`stall_s`: the rank's GC pauses) come on top, as a stalled launch
-delays a device's kernels, instead of vanishing into the padding. Why once, and why not
-the first step (measured on clean dp2-pp4, stop 40, docs/faults.md): with the cold step
-in, stage 0's rate came out 1.07-1.19x the others' (steady: 1.01-1.03x) and 2 of 5 seeds
-got a false stage-imbalance finding; re-agreed every step on the latest two, the rate
-followed the host's contention, and the bystanders drifted 4-10 % within a §6 run.
+`run.pace_rate: warmup` (and `auto`, the default) replaces the CPU-time target by a
+nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 % for one
+matmul here: benchmarks/bench_cpu_noise.py). Ops given a `slot` (the engine: forward or
+backward of its stage) and their modelled `work` (the engine: the stage's multiply-adds on
+that microbatch, stragglerlab/partition.py) keep their time before padding per unit of
+work, less host stalls, at the share then (core-seconds; at least their thread CPU time),
+save while an injector slows the rank. `settle` (the engine: once, after the last warm-up
+step, the cold first step's times dropped) takes each slot's median over the latest
+`window` of them (0: all), the largest over the ranks (one all-reduce), and puts the slots
+of an op kind on one rate, the largest (`one_rate_per_work`). From then on an op lasts at
+least margin x rate x work x device_factor / the rank's share, as on a device with a fixed
+rate: across stages compute follows the partition's modelled cost, and across microbatches
+of variable-length data their attention's sum(s^2), as on a GPU (paper §5.3), where a CPU
+matmul hides most of it. `device_factor` is the slow-worker injector's factor while it
+acts (exact), and host stalls inside the op (`stall_s`: the rank's GC pauses) come on top,
+as a stalled launch delays a device's kernels, instead of vanishing into the padding. Why
+once, and why not the first step (measured on clean dp2-pp4, stop 40, docs/faults.md):
+with the cold step in, stage 0's rate came out 1.07-1.19x the others' (steady:
+1.01-1.03x) and 2 of 5 seeds got a false stage-imbalance finding; re-agreed every step on
+the latest two, the rate followed the host's contention, and the bystanders drifted 4-10 %
+within a §6 run.
 
     pacer = ComputePacer(cores=0.1125, margin=1.2, warmup_rate=True, stall_s=gc_seconds)
-    with pacer.op(slot=stage): ...            # warm-up steps: CPU rule, timed
+    with pacer.op(slot=stage, work=w): ...    # warm-up steps: CPU rule, timed per work
     pacer.forget()                            # after the cold first step
-    pacer.settle(slots=2 * pp, work=costs * 2, pp=pp)  # every rank, after the warm-up
-    with pacer.op(slot=stage, device_factor=2.0): ...   # a 2x slower device
+    pacer.settle(slots=2 * pp, pp=pp)         # every rank, after the warm-up
+    with pacer.op(slot=stage, work=w, device_factor=2.0): ...   # a 2x slower device
 """
 
 from __future__ import annotations
@@ -70,31 +73,27 @@ def settles_after(step: int, warmup_steps: int) -> bool:
     return step + 1 == max(warmup_steps, 1)
 
 
-def one_rate_per_work(rate: list[float], work: list[float], pp: int) -> list[float]:
-    """Each slot's nominal time rescaled to one rate per unit of modelled work for its op
-    kind: the largest of the kind's measured rate / work over its stages, times the slot's
-    work. Slots are `stage + pp * kind` (forward, backward); a slot with no measured rate
-    or no modelled work keeps its own.
+def one_rate_per_work(rate: list[float], pp: int) -> list[float]:
+    """Each slot's rate per unit of modelled work made one per op kind: the largest the
+    kind's stages measured. Slots are `stage + pp * kind` (forward, backward); a slot
+    with no measured rate (0) keeps none.
 
     Why (measured, stop 45): a stage's warm-up wall time carries its own share of CFS
     carry-in, which 1F1B gives each stage differently, so per-stage rates put a constant
     offset between equal stages for the whole run (clean pure PP 2: forward 25 ms on stage
     0 against 18.5 ms on stage 1 for the same work), which reads as a heavy partition.
-    One rate makes stage compute follow the partition's modelled cost, the same model
-    that sizes the partition and writes its ground truth (stragglerlab/partition.py);
-    the largest keeps every stage's ops under their target, so all of them are padded."""
-    if len(rate) != len(work) or pp < 1 or len(rate) % pp:
-        raise ValueError(f"need one work per slot and pp | slots, got {len(rate)} rates, "
-                         f"{len(work)} works, pp={pp}")
+    One rate makes compute follow the modelled work (stragglerlab/partition.py): across
+    stages the partition's cost, the model that sizes it and writes its ground truth;
+    across microbatches their attention's sum(s^2). The largest keeps every op under its
+    target, so all of them are padded."""
+    if pp < 1 or len(rate) % pp:
+        raise ValueError(f"need pp | slots, got {len(rate)} rates, pp={pp}")
     out = list(rate)
     for kind in range(len(rate) // pp):
-        slots = [kind * pp + s for s in range(pp) if rate[kind * pp + s] > 0
-                 and work[kind * pp + s] > 0]
-        if not slots:
-            continue
-        per_work = max(rate[i] / work[i] for i in slots)
+        slots = range(kind * pp, (kind + 1) * pp)
+        top = max((rate[i] for i in slots), default=0.0)
         for i in slots:
-            out[i] = per_work * work[i]
+            out[i] = top if rate[i] > 0 else 0.0
     return out
 
 
@@ -163,12 +162,13 @@ class ComputePacer:
 
     @contextlib.contextmanager
     def op(self, cores: float | None = None, slot: int | None = None,
-           device_factor: float = 1.0):
+           device_factor: float = 1.0, work: float = 1.0):
         """Time the body's thread CPU and wall time; sleep up to margin x cpu / share after
         it. cores: the share now, when it differs from the rank's own (the slow-worker
         injector writes a lower quota while it acts); ignored when pacing is off. slot:
         the op's place in the warm-up-rate table; device_factor: how many times slower the
-        rank's device runs now, applied to a settled slot's nominal time (module doc)."""
+        rank's device runs now, applied to a settled slot's nominal time; work: the op's
+        modelled work (> 0), what the slot's rate is per unit of (module doc)."""
         if self.cores is None:
             yield
             return
@@ -185,9 +185,9 @@ class ComputePacer:
             if device_factor == 1.0:  # a rank an injector slows does not speak for its stage
                 self._recent.setdefault(slot, collections.deque(maxlen=self.window or None)
                                         ).append(max(wall - stalled, cpu / now_share)
-                                                 * now_share)
+                                                 * now_share / work)
             if self.rate is not None and self.rate[slot] > 0:
-                target = (self.margin * self.rate[slot] * device_factor / self.cores
+                target = (self.margin * self.rate[slot] * work * device_factor / self.cores
                           + stalled)
                 self.over_target += wall > target
         if target > wall:
@@ -197,13 +197,13 @@ class ComputePacer:
         """Drop the CPU times kept so far (the cold first step's)."""
         self._recent.clear()
 
-    def settle(self, slots: int, work: list[float] | None = None, pp: int = 1) -> None:
-        """Set the rate (warmup_rate): each slot's median time at the share over this rank's
-        latest `window` ops of it, the largest over the process group's ranks (a collective when
-        one is up: every rank calls it); slots nobody timed keep the CPU rule. work: each
-        slot's modelled work (slots `stage + pp * kind`), for one rate per unit of work
+    def settle(self, slots: int, pp: int | None = None) -> None:
+        """Set the rate (warmup_rate): each slot's median time per unit of work at the share
+        over this rank's latest `window` ops of it, the largest over the process group's
+        ranks (a collective when one is up: every rank calls it); slots nobody timed keep
+        the CPU rule. pp: the slots are `stage + pp * kind`, put on one rate per op kind
         (`one_rate_per_work`); None: each slot keeps its own rate."""
         if not self.warmup_rate or self.cores is None:
             return
         rate = agreed_medians([list(self._recent.get(slot, ())) for slot in range(slots)])
-        self.rate = one_rate_per_work(rate, work, pp) if work is not None else rate
+        self.rate = one_rate_per_work(rate, pp) if pp is not None else rate

@@ -131,3 +131,17 @@ def test_mean_ideal_shortfall_shrinks_with_microbatches_and_workers():
     assert mean_ideal_shortfall(2.03, pp=4, microbatches=16, workers=4) < m16
     with pytest.raises(ValueError):
         mean_ideal_shortfall(0.9, pp=4, microbatches=4, workers=16)
+
+
+def test_microbatch_costs_are_the_partition_model_per_microbatch_and_follow_sum_sq():
+    from stragglerlab.partition import microbatch_costs, stage_costs
+
+    layers, h, v, t = [3, 2, 1], 64, 512, 128
+    # Attention over the whole microbatch (sum(s^2) = T^2): the partition's model x T.
+    assert microbatch_costs(layers, h, v, t, t * t) == pytest.approx(
+        [c * t for c in stage_costs(layers, h, v, t)])
+    # Packed sequences: only the attention term moves, by 2 h per unit of sum(s^2).
+    short, long = (microbatch_costs(layers, h, v, t, sq) for sq in (4 * 32 ** 2, 128 ** 2))
+    for n, a, b in zip(layers, short, long, strict=True):
+        assert b - a == pytest.approx(n * 2 * h * (128 ** 2 - 4 * 32 ** 2))
+    assert long[-1] - long[-2] == pytest.approx(-long[-2] / 2 + h * v * t)

@@ -136,30 +136,48 @@ def test_a_slowed_rank_and_a_stall_do_not_raise_the_rate():
     assert 0.0039 <= pacer.rate[0] < 0.015
 
 
-def test_one_rate_per_work_puts_equal_stages_at_one_rate_and_a_heavy_one_at_its_cost():
-    # pp 3, forward then backward slots. Stage 1 and 2 are equal work but stage 1's warm-up
-    # read 30 % slower (its CFS carry-in); stage 2 carries twice the work.
-    rate = [0.010, 0.013, 0.020, 0.020, 0.026, 0.041]
-    work = [1.0, 1.0, 2.0] * 2
-    out = one_rate_per_work(rate, work, pp=3)
-    assert out[:3] == pytest.approx([0.013, 0.013, 0.026])  # the largest rate per work: 0.013
-    assert out[3:] == pytest.approx([0.026, 0.026, 0.052])  # backward: its own, 0.026
+def test_one_rate_per_work_puts_every_stage_of_a_kind_at_the_largest_rate_per_work():
+    # pp 3, forward then backward slots, rates per unit of work. Stage 1's warm-up read
+    # 30 % slower than stage 0 (its CFS carry-in); the forward kind takes its rate.
+    rate = [0.010, 0.013, 0.011, 0.020, 0.019, 0.026]
+    out = one_rate_per_work(rate, pp=3)
+    assert out[:3] == pytest.approx([0.013] * 3)
+    assert out[3:] == pytest.approx([0.026] * 3)  # backward: its own, 0.026
     # every slot at or above its own measured rate: no stage runs past its target
     assert all(o >= r - 1e-12 for o, r in zip(out, rate, strict=True))
 
 
-def test_one_rate_per_work_keeps_slots_without_a_rate_or_without_work():
-    out = one_rate_per_work([0.0, 0.01, 0.005, 0.02], [1.0, 1.0, 0.0, 1.0], pp=2)
-    assert out == pytest.approx([0.0, 0.01, 0.005, 0.02])
-    with pytest.raises(ValueError, match="one work per slot"):
-        one_rate_per_work([0.1, 0.2, 0.3], [1.0, 1.0], pp=2)
+def test_one_rate_per_work_leaves_a_slot_nobody_timed_unset():
+    out = one_rate_per_work([0.0, 0.01, 0.005, 0.02], pp=2)
+    assert out == pytest.approx([0.0, 0.01, 0.02, 0.02])
+    with pytest.raises(ValueError, match="pp"):
+        one_rate_per_work([0.1, 0.2, 0.3], pp=2)
 
 
-def test_settle_with_work_rescales_this_ranks_slots():
+def test_settle_puts_this_ranks_stages_at_one_rate_per_unit_of_work():
     pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True)
-    for slot, busy in ((0, 0.004), (1, 0.008)):
+    for slot, busy, work in ((0, 0.004, 1.0), (1, 0.008, 4.0)):
         for _ in range(3):
-            with pacer.op(slot=slot):
+            with pacer.op(slot=slot, work=work):
                 _burn(busy)
-    pacer.settle(slots=2, work=[1.0, 1.0], pp=2)  # equal work, one rate: the larger
-    assert pacer.rate[0] == pytest.approx(pacer.rate[1]) and pacer.rate[0] >= 0.0078
+    pacer.settle(slots=2, pp=2)  # stage 0: 4 ms per unit of work, stage 1: 2 ms
+    assert pacer.rate[0] == pytest.approx(pacer.rate[1]) and pacer.rate[0] >= 0.0039
+
+
+def test_a_settled_op_lasts_its_work_times_the_rate():
+    # Variable-length data: a microbatch with three times the modelled work (its
+    # attention's sum(s^2)) lasts three times as long, whatever its CPU time.
+    pacer = ComputePacer(cores=1.0, margin=1.0, warmup_rate=True)
+    for _ in range(3):
+        with pacer.op(slot=0, work=2.0):
+            _burn(0.004)
+    pacer.settle(slots=1, pp=1)
+    per_work = pacer.rate[0]
+    assert 0.0019 <= per_work < 0.01
+    for work in (1.0, 3.0):
+        wall0 = time.perf_counter()
+        with pacer.op(slot=0, work=work):
+            pass  # no CPU: the nominal target alone
+        wall = time.perf_counter() - wall0
+        assert wall >= per_work * work * 0.99
+        assert wall < per_work * work + 0.03  # sleep overshoot, generous

@@ -318,32 +318,24 @@ def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, c
     assert not (tmp_path / "run").exists()
 
 
-def test_warmup_pace_rate_needs_fixed_length_data(tmp_path):
-    from stragglerlab.errors import InputError
+def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
+    # Since stop 46 a varlen microbatch is paced to its own modelled work (its attention's
+    # sum(s^2)), so variable lengths no longer fall back to the CPU rule.
     from stragglerlab.scenario import PaceRate, load_scenario
 
-    assert load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "warmup"}}
-                         ).run.pace_rate is PaceRate.WARMUP
-    with pytest.raises(InputError, match="pace_rate: warmup needs fixed-length data"):
-        load_scenario("seq-imbalance", overrides={"run": {"pace_rate": "warmup"}})
-    with pytest.raises(InputError, match="pace_rate: warmup needs fixed-length data"):
-        load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "warmup"},
-                                                  "data": {"length_distribution": "longtail"}})
-
-
-def test_auto_pace_rate_is_the_warmup_rate_on_fixed_length_data_only():
-    from stragglerlab.scenario import PaceRate, load_scenario
-
-    auto = {"run": {"pace_rate": "auto"}}
-    clean = load_scenario("clean-dp2-pp2", overrides=auto)
-    assert clean.run.pace_rate is PaceRate.AUTO and clean.paced_to_warmup_rate
-    assert not load_scenario("seq-imbalance", overrides=auto).paced_to_warmup_rate  # varlen
-    assert not load_scenario("clean-dp2-pp2", overrides={
-        **auto, "data": {"length_distribution": "longtail"}}).paced_to_warmup_rate
-    default = load_scenario("clean-dp2-pp2")  # the built-ins' default since stop 41
-    assert default.run.pace_rate is PaceRate.AUTO and default.paced_to_warmup_rate
-    assert default.run.warmup_steps == 3 and default.run.pace_margin == 1.2
+    for rate in ("warmup", "auto"):
+        over = {"run": {"pace_rate": rate}}
+        seq = load_scenario("seq-imbalance", overrides=over)
+        assert seq.varlen and seq.paced_to_warmup_rate
+        longtail = load_scenario("clean-dp2-pp2", overrides={
+            **over, "data": {"length_distribution": "longtail"}})
+        assert longtail.varlen and longtail.paced_to_warmup_rate
+    clean = load_scenario("clean-dp2-pp2")  # the built-ins' default since stop 41
+    assert not clean.varlen and clean.paced_to_warmup_rate
+    assert clean.run.pace_rate is PaceRate.AUTO
+    assert clean.run.warmup_steps == 3 and clean.run.pace_margin == 1.2
     cpu = load_scenario("clean-dp2-pp2", overrides={"run": {"pace_rate": "cpu"}})
     assert not cpu.paced_to_warmup_rate
     # A torch workload's own pacer knows no device factor: never paced to the rate here.
-    assert not load_scenario("torch-ddp-slow", overrides=auto).paced_to_warmup_rate
+    assert not load_scenario("torch-ddp-slow", overrides={"run": {"pace_rate": "auto"}}
+                             ).paced_to_warmup_rate
