@@ -178,8 +178,8 @@ class RunConfig:
     """Our engine's pacing target: `cpu` (the op's own CPU time over the share), `warmup`
     (margin x the op's modelled work x the job's warm-up rate per unit of work for the op
     kind, times the slow-worker factor, as a device with a fixed rate) or `auto` (warmup;
-    `Scenario.paced_to_warmup_rate`, workloads/pacing.py). The torch workloads always pace each Linear to the
-    job's warm-up rate per FLOP."""
+    `Scenario.paced_to_warmup_rate`, workloads/pacing.py). The torch workloads always
+    pace each Linear to the job's warm-up rate per FLOP."""
     planned_gc_every: int = 0
     """0: automatic Python GC; N: GC off, collect in the `gc` op every N steps."""
     trace: bool = True

@@ -293,9 +293,9 @@ class SplitsConfig:
     pace_compute: bool = True
     """run.pace_compute of every case (workloads/pacing.py), with the scenario defaults'
     `pace_rate: auto`: compute ops at the job's warm-up rate per unit of their modelled
-    work, as on a device (since stop 46 on varlen data too). Pacing changes no draw, only how the cases run. (Until 2026-11-26
-    off: CPU-time pacing kept the vCPU's own noise, and dev so paced scored whatif F1 0.945
-    against 0.954 unpaced.)"""
+    work, as on a device (since stop 46 on varlen data too). Pacing changes no draw, only
+    how the cases run. (Until 2026-11-26 off: CPU-time pacing kept the vCPU's own noise,
+    and dev so paced scored whatif F1 0.945 against 0.954 unpaced.)"""
     counts: dict[Split, int]
     """Cases per split."""
     run: tuple[Split, ...] = ()
