@@ -11,6 +11,10 @@ step, and of per-DP-rank compute time per step, both averaged over steps.
 
     - kind: seq-imbalance
       params: {mean_seq_len: 48, longtail_sigma: 1.2, rebalance: false}
+
+`length_distribution: uniform` keeps lengths uniform in [1, 2 x mean) instead: what a
+scenario's `data.length_distribution: uniform` implies (stragglerlab/implied_faults.py),
+a milder imbalance the engine runs all the same (paced to sum(seq_len^2)).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector
 from stragglerlab.scenario import LengthDistribution
 
+VARYING = {d.value for d in LengthDistribution if d is not LengthDistribution.FIXED}
+"""Length distributions the fault can run: every one whose lengths vary."""
+
 
 class SeqImbalance(Injector):
     """Long-tailed packed sequences; optionally rebalanced across DP ranks."""
@@ -31,17 +38,21 @@ class SeqImbalance(Injector):
     kind = FaultKind.SEQ_IMBALANCE
     needs_targets = False
 
-    free_params = frozenset({"rebalance", "implied_by"})
+    free_params = frozenset({"rebalance", "implied_by", "length_distribution"})
 
     def check_params(self) -> None:
         unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance",
-                                           "implied_by"}
+                                           "implied_by", "length_distribution"}
         if unknown:
             raise InputError(f"seq-imbalance: unknown params {sorted(unknown)}", self.where)
         if "mean_seq_len" in self.spec.params:
             self.param("mean_seq_len", lo=1, hi=100_000)
         if "longtail_sigma" in self.spec.params:
             self.param("longtail_sigma", lo=0.0, hi=5.0)
+        if self.spec.params.get("length_distribution", "longtail") not in VARYING:
+            raise InputError("seq-imbalance: params.length_distribution must be one of "
+                             f"{sorted(VARYING)}, got "
+                             f"{self.spec.params['length_distribution']!r}", self.where)
         if not isinstance(self.spec.params.get("rebalance", False), bool):
             raise InputError("seq-imbalance: params.rebalance must be true or false, "
                              f"got {self.spec.params['rebalance']!r}", self.where)
@@ -50,7 +61,7 @@ class SeqImbalance(Injector):
         p = self.spec.params
         data = dataclasses.replace(
             scenario.data,
-            length_distribution=LengthDistribution.LONGTAIL,
+            length_distribution=LengthDistribution(p.get("length_distribution", "longtail")),
             mean_seq_len=int(p.get("mean_seq_len", scenario.data.mean_seq_len)),
             longtail_sigma=float(p.get("longtail_sigma", scenario.data.longtail_sigma)),
             rebalance_across_dp=bool(p.get("rebalance", False)),

@@ -2,7 +2,7 @@
 
 A scenario can make a job imbalanced outside its `faults` list: an uneven
 `parallel.layers_per_stage` (or `partition: even`), a heavy `model.vocab` on the
-last stage, or `data.length_distribution: longtail`. The job runs imbalanced all
+last stage, or `data.length_distribution` other than fixed. The job runs imbalanced all
 the same, so its ground truth must say so, or a detector that names the
 imbalance is scored a false positive. `with_implied_faults` appends the fault
 the phrasing implies, with `implied_by` naming the setting, so the injector
@@ -11,8 +11,10 @@ writes its faults.json record like any other:
 * stage imbalance: the partition the job runs (`Scenario.stage_partition`) has a
   modelled heaviest stage (stragglerlab/partition.py) at least
   `IMPLIED_STAGE_RATIO` over the mean of the others;
-* sequence imbalance: long-tailed lengths (with `rebalance_across_dp`, the
-  mitigation, which the scorer does not score).
+* sequence imbalance: lengths that vary, long-tailed or uniform (with
+  `rebalance_across_dp`, the mitigation, which the scorer does not score). Since stop
+  46 a varying microbatch is paced to its sum(seq_len^2) (workloads/pacing.py), so
+  uniform lengths run imbalanced too, if less.
 
 Nothing is added when the scenario already has a fault of that kind.
 
@@ -56,11 +58,13 @@ def implied_faults(scenario) -> list[dict]:
         out.append({"kind": FaultKind.STAGE_IMBALANCE.value,
                     "params": {"layers_per_stage": scenario.stage_partition(),
                                "implied_by": setting}})
-    if FaultKind.SEQ_IMBALANCE.value not in kinds and d.length_distribution.value == "longtail":
+    if FaultKind.SEQ_IMBALANCE.value not in kinds and d.length_distribution.value != "fixed":
+        uniform = d.length_distribution.value == "uniform"
         out.append({"kind": FaultKind.SEQ_IMBALANCE.value,
                     "params": {"mean_seq_len": d.mean_seq_len,
                                "longtail_sigma": d.longtail_sigma,
                                "rebalance": bool(d.rebalance_across_dp),
+                               **({"length_distribution": "uniform"} if uniform else {}),
                                "implied_by": "data.length_distribution"}})
     return out
 

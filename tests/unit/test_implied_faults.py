@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from stragglerlab.errors import InputError
 from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.scenario import list_scenarios, load_scenario
@@ -70,3 +71,18 @@ def test_a_heavy_vocabulary_the_balanced_partition_absorbs_is_not_a_fault(tmp_pa
     even = load_scenario("e", _user(tmp_path, e={"model": {"vocab": 8192},
                                                   "parallel": {"partition": "even"}}))
     assert [f["params"]["implied_by"] for f in _implied(even)] == ["parallel.partition"]
+
+
+def test_uniform_lengths_are_a_sequence_imbalance_that_stays_uniform(tmp_path):
+    # Paced to sum(seq_len^2) since stop 46, uniform lengths run imbalanced too; the
+    # implied fault must keep them uniform rather than reshape the job to long-tailed.
+    s = load_scenario("un", _user(tmp_path, un={
+        "parallel": {"dp": 2, "pp": 1}, "data": {"length_distribution": "uniform"}}))
+    (fault,) = _implied(s)
+    assert fault["kind"] == "seq-imbalance"
+    assert fault["params"]["length_distribution"] == "uniform"
+    (inj,) = build_injectors(parse_faults([fault], 2, 1, s.run.steps, "un"), "un")
+    assert inj.shape_scenario(s).data.length_distribution.value == "uniform"
+    bad = {**fault, "params": {**fault["params"], "length_distribution": "fixed"}}
+    with pytest.raises(InputError, match="length_distribution must be one of"):
+        build_injectors(parse_faults([bad], 2, 1, s.run.steps, "un"), "un")
