@@ -25,6 +25,7 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord, FaultSpec
+from stragglerlab.filecheck import echo, number_hint
 
 
 @dataclass
@@ -101,7 +102,7 @@ class Injector:
             raise InputError(f"{self.spec.kind.value}: params.{name} is required", self.where)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise InputError(f"{self.spec.kind.value}: params.{name} must be a number, "
-                             f"got {value!r}", self.where)
+                             f"got {echo(value)}{number_hint(value)}", self.where)
         if not math.isfinite(value) or (lo is not None and value < lo) or (
                 hi is not None and value > hi):
             raise InputError(f"{self.spec.kind.value}: params.{name}={value} outside "

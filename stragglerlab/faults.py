@@ -241,6 +241,9 @@ def parse_faults(raw: list, dp: int, pp: int, steps: int, where: str) -> list[Fa
                                  where)
             if not (0 <= t["dp_rank"] < dp and 0 <= t["stage"] < pp):
                 raise InputError(f"{ctx}: target {t} outside the layout dp={dp}, pp={pp}", where)
+            if any(x.dp_rank == t["dp_rank"] and x.stage == t["stage"] for x in targets):
+                raise InputError(f"{ctx}: target {t} is listed twice; list each worker once",
+                                 where)
             targets.append(Target(t["stage"] * dp + t["dp_rank"], t["dp_rank"], t["stage"]))
         first, last = entry.get("first_step", 0), entry.get("last_step")
         if not _is_int(first) or not 0 <= first < steps or \

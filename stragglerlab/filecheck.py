@@ -37,6 +37,19 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def number_hint(value: object) -> str:
+    """Why a number came back as text, when it did: PyYAML follows YAML 1.1, where `1e-3`
+    and `1.0e300` (no dot, or an unsigned exponent) are strings; '' otherwise."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        float(value)
+    except ValueError:
+        return ""
+    return (" (YAML 1.1 reads it as text: write the number with a dot and a signed "
+            "exponent, e.g. 1.0e-3 or 1.0e+3, or as a plain decimal)")
+
+
 def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
     """The file's text; InputError when missing, unreadable, too large or not UTF-8.
 

@@ -246,6 +246,12 @@ class Scenario:
         elif layers is not None and (sum(layers) != m.n_layers or min(layers) < 0):
             problems.append(f"parallel.layers_per_stage {layers} must be >= 0 and sum to "
                             f"model.n_layers={m.n_layers}")
+        elif layers is not None and 0 in layers[:-1]:
+            empty = [s for s, n in enumerate(layers[:-1]) if n == 0]
+            problems.append(f"pipeline stage(s) {empty} would hold no transformer block "
+                            f"(blocks per stage {layers}): every stage but the last, which "
+                            "holds the logit layer, needs one; set model.n_layers >= "
+                            "parallel.pp or give parallel.layers_per_stage")
         if m.n_heads >= 1 and m.hidden % m.n_heads:
             problems.append(f"model.hidden={m.hidden} must be divisible by model.n_heads")
         if d.tokens_per_microbatch > m.max_seq_len * 64 or d.tokens_per_microbatch < 2:

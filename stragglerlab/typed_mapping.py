@@ -17,9 +17,9 @@ from stragglerlab.errors import InputError
 
 
 def _echo(value: object) -> str:
-    from stragglerlab.filecheck import echo
+    from stragglerlab.filecheck import echo, number_hint
 
-    return echo(value)
+    return echo(value) + number_hint(value)
 
 
 def build_dataclass(cls, raw: object, where: str, ctx: str):

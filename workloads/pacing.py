@@ -180,7 +180,7 @@ class ComputePacer:
         cpu, wall = time.thread_time() - cpu0, now() - wall0
         self.samples.append((cpu, wall, share))
         target = cpu / share
-        if self.warmup_rate and slot is not None:
+        if self.warmup_rate and slot is not None and work > 0:  # no modelled work: CPU rule
             stalled = self.stall_s() - stall0 if self.stall_s else 0.0
             if device_factor == 1.0:  # a rank an injector slows does not speak for its stage
                 self._recent.setdefault(slot, collections.deque(maxlen=self.window or None)
