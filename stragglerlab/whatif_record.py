@@ -126,13 +126,14 @@ def _check_top_level(chk, doc: dict, block: dict, name: str) -> None:
 
 
 def _number_table(chk, raw: object, field_name: str) -> None:
-    """A mapping whose values are finite numbers, or mappings of them (one level down)."""
+    """A mapping whose values are finite slowdowns (ratios, >= 0), or mappings of them
+    (one level down)."""
     for k, v in chk.mapping(raw, field_name).items():
         if isinstance(v, dict):
             for k2, x in v.items():
-                chk.number(x, f"{field_name}.{k}.{k2}")
+                chk.number(x, f"{field_name}.{k}.{k2}", minimum=0.0)
         else:
-            chk.number(v, f"{field_name}.{k}")
+            chk.number(v, f"{field_name}.{k}", minimum=0.0)
 
 
 def _grid(chk, raw: object, field_name: str, pp: int, dp: int) -> np.ndarray:

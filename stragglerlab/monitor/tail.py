@@ -73,6 +73,11 @@ def check_records(rec: np.ndarray, last_step: int) -> str | None:
         t = rec[name]
         if not np.isfinite(t).all() or (np.abs(t) > MAX_ABS_TIME_S).any():
             return f"a record's {name} time is not a finite clock reading"
+    back = rec["end"] < rec["start"]
+    if back.any():
+        i = int(np.flatnonzero(back)[0])
+        return (f"an op of step {int(rec['step'][i])} ends before it starts "
+                f"({float(rec['end'][i]):.6f} < {float(rec['start'][i]):.6f} s)")
     return None
 
 

@@ -244,3 +244,16 @@ def test_a_run_folder_deleted_mid_run_is_a_clear_error(tmp_path, slow_src):
     with pytest.raises(InputError, match="run folder is gone"):
         mon.run(once=True)
     assert not run.exists()  # nothing made again
+
+
+def test_a_record_that_ends_before_it_starts_is_garbage():
+    import numpy as np
+
+    from stragglerlab.monitor.tail import check_records
+
+    rec = np.zeros(2, dtype=RECORD)
+    rec["step"] = 3
+    rec["start"], rec["end"] = [1.0, 2.0], [1.5, 1.9]
+    assert check_records(rec, 3) == "an op of step 3 ends before it starts (1.900000 < 2.000000 s)"
+    rec["end"][1] = 2.5
+    assert check_records(rec, 3) is None

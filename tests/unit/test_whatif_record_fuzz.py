@@ -2,8 +2,9 @@
 message, nothing written), never a picture drawn from numbers that disagree with the file.
 
 Written from classes of damage, not from cases: each top-level field of a real
-whatif.json replaced by a string, a non-finite number or a nested list, or the copy
-of the chosen ideal's metrics edited away from its block.
+whatif.json replaced by a string, a non-finite number or a nested list, a table's
+number (one or two mappings down) made negative, or the copy of the chosen ideal's
+metrics edited away from its block.
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def doc(tmp_path_factory) -> dict:
     return json.loads((out / "whatif.json").read_text())
 
 
+def _first_number_leaf(value):
+    """A function giving (container, key) of the first number one or two mappings down in
+    a copy of `value`, None when `value` is not a mapping holding one."""
+    if not isinstance(value, dict):
+        return None
+    for k, v in value.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return lambda copy_, k=k: (copy_, k)
+        if isinstance(v, dict):
+            for k2, x in v.items():
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    return lambda copy_, k=k, k2=k2: (copy_[k], k2)
+    return None
+
+
 def _cases(doc: dict):
     for key in doc:
         if key in STRUCTURE:
@@ -44,6 +60,12 @@ def _cases(doc: dict):
             bad = copy.deepcopy(doc)
             bad[key] = damage(bad[key])
             yield f"{name}-{key}", bad
+        leaf = _first_number_leaf(doc[key])
+        if leaf is not None:  # a table's number made negative: no slowdown or time is
+            bad = copy.deepcopy(doc)
+            parent, k = leaf(bad[key])
+            parent[k] = -abs(parent[k]) - 1.0
+            yield f"negative-leaf-{key}", bad
     block = doc["compute_ideals"][doc["compute_ideal"]]
     for key in block:
         bad = copy.deepcopy(doc)
