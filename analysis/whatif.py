@@ -101,6 +101,12 @@ def analyze(
     return run_whatif(df, meta, where, progress, compute_ideal).result
 
 
+MAX_DISCREPANCY = 2.0
+"""Traced over simulated step time (or its inverse) past which the trace is refused: the
+simulation replays the trace's own durations on its dependencies, so a factor of 2 is
+no noise (the artifact's samples, ../shared/differential and testbed runs: <= 1.06)."""
+
+
 def run_whatif(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
@@ -164,6 +170,14 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
             f"{float(t_nodelay.min()):.3g} s at its shortest: the op durations do not add up "
             "to a measurable step, so no slowdown can be formed; durations are seconds "
             "(a trace in µs or ns must be converted)")
+    discrepancy = float(t_base.mean() / t_nodelay.mean())
+    if not 1 / MAX_DISCREPANCY <= discrepancy <= MAX_DISCREPANCY:
+        raise InputError(
+            f"the traced step time is {discrepancy:.3g}x the one simulated from the same "
+            "trace's durations and dependencies (sim. discrepancy "
+            f"{100 * (discrepancy - 1):+.0f}%; real traces stay within a few percent, the "
+            "paper drops jobs above 5%): the trace's times do not describe one run (a "
+            "rank's clock offset, corrupted start_ts or durations); fix the trace")
     t_ideal = np.full(n_steps, t_ideal_scalar)
     say(f"simulated the ideal ({compute_ideal.value} compute)")
 

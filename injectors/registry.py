@@ -51,3 +51,16 @@ def injector_classes() -> dict[FaultKind, type[Injector]]:
 def build_injectors(specs: list[FaultSpec], where: str = "scenario") -> list[Injector]:
     """One injector per spec (parameters checked)."""
     return [injector_class(spec.kind)(spec, where) for spec in specs]
+
+
+def check_scenario_faults(scenario, config: str | None = None) -> list[Injector]:
+    """Every fault of a loaded scenario checked as `train` checks it before anything starts
+    (kind, targets, steps, parameters), errors naming the config file and the scenario;
+    the injectors built."""
+    from stragglerlab.faults import parse_faults
+    from stragglerlab.scenario import DEFAULT_CONFIG
+
+    where = f"{config or DEFAULT_CONFIG} (scenario {scenario.name!r})"
+    specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,
+                         scenario.run.steps, where)
+    return build_injectors(specs, where)

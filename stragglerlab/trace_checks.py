@@ -18,10 +18,11 @@ into silent nonsense or allocate memory by the size of a bad number:
 * clocks: `start_ts` in [-MAX_SPAN_S, MAX_START_S] (seconds, one clock), every
   `duration` <= MAX_SPAN_S, a step spans at most MAX_SPAN_S from its first
   start to its last end, and within a (step, worker, optype) the starts do not
-  go back as seq_id grows (the one order the schema defines per stream);
+  go back as seq_id grows (the one order the schema defines per stream), and
+  every worker's span of a step overlaps every other's (one job-wide clock);
 * at most MAX_OPS_PER_STEP ops per worker and step;
 * not every compute duration is 0 (a job that computes nothing has no
-  slowdown to analyse).
+  slowdown to analyse), nor every one of a compute op kind.
 
 Every check is vectorized; each failure is one InputError naming the file, a
 few offending rows and the fix.
@@ -45,6 +46,9 @@ MAX_STEP = 2**53
 """Largest step number (exact in float64)."""
 MAX_OPS_PER_STEP = 100_000
 """Most ops one worker may trace in one step (the reference traces have <= 198)."""
+CLOCK_TOLERANCE = 0.01
+"""How far past another worker's end of a step a worker may start it, as a share of the
+median worker step span (clock rounding; real traces overlap by >= 31 %)."""
 ORDER_TOLERANCE_S = 1e-6
 """How far a start may go back as seq_id grows (clock rounding of float32 traces)."""
 
@@ -98,6 +102,12 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
         raise InputError("every forward/backward-compute duration is 0: the trace records no "
                          "compute time, so there is nothing to analyse; re-trace with the "
                          "op durations", path)
+    for op in COMPUTE_OPS:  # one kind untimed would be idealized and attributed as free
+        mine = opt == OPTYPE_VALUES.index(op.value)
+        if mine.any() and not (dur[mine] > 0).any():
+            raise InputError(f"every {op.value} duration is 0 while other compute ops take "
+                             "time: that op kind was not timed; re-trace with its durations",
+                             path)
 
     nopt, ncell, nsteps = len(OPTYPE_VALUES), meta.dp_size * meta.pp_size, len(steps)
     per_cell = np.bincount(step_idx.astype(np.int64) * ncell + cell, minlength=nsteps * ncell)
@@ -151,6 +161,37 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"step {int(steps[s])} spans {span[s]:.3g} s from its first start to its last "
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
+    _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
+
+
+def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
+                     step_idx: np.ndarray, steps: np.ndarray, meta: JobMeta,
+                     path: str) -> None:
+    """Every worker's span of a step overlaps every other's. A synchronous step couples
+    all of them (its DP collectives, its P2P chain), so in one job-wide clock some moment
+    lies inside every worker's span; a worker that starts a step after another finished
+    it has a clock of its own (an offset rank, corrupted start_ts), and the what-if would
+    time the job by it. Measured: the common overlap is at least 31 % of the median
+    worker step span on the artifact's samples, ../shared/differential and dev runs."""
+    ncell = meta.dp_size * meta.pp_size
+    key = step_idx.astype(np.int64) * ncell + cell
+    lo = np.full(len(steps) * ncell, np.inf)
+    hi = np.full(len(steps) * ncell, -np.inf)
+    np.minimum.at(lo, key, start)
+    np.maximum.at(hi, key, start + dur)
+    lo, hi = lo.reshape(len(steps), ncell), hi.reshape(len(steps), ncell)
+    gap = lo.max(axis=1) - hi.min(axis=1)  # > 0: a worker began after another had ended
+    tolerance = CLOCK_TOLERANCE * float(np.median(hi - lo))
+    if (gap > tolerance).any():
+        s = int(np.argmax(gap))
+        late, early = int(np.argmax(lo[s])), int(np.argmin(hi[s]))
+        pp = meta.pp_size  # cells are dp_rank * pp_size + stage (validate.py)
+        raise InputError(
+            f"in step {int(steps[s])} worker (dp_rank {late // pp}, stage {late % pp}) "
+            f"starts {gap[s]:.6g} s after worker (dp_rank {early // pp}, stage {early % pp}) "
+            "has ended it, but a step's collectives and P2P couple every worker: their "
+            "start_ts are not on one clock (a rank's clock offset, or corrupted times); "
+            "trace every rank on one job-wide clock", path)
 
 
 # P2P op types that cannot occur on the first / last stage of a pipeline without

@@ -37,6 +37,10 @@ def rows(what: str, config: str | None = None) -> list[tuple[str, str]]:
 
         out = []
         for sc in list_scenarios(config):
+            if config is not None:  # a user's file: its faults checked as train checks them
+                from stragglerlab.injectors.registry import check_scenario_faults
+
+                check_scenario_faults(sc, config)
             par = sc.parallel
             kinds = ", ".join(str(f.get("kind")) for f in sc.faults) or "clean"
             out.append((sc.name, f"dp={par.dp} pp={par.pp}, {sc.run.steps} steps; {kinds}"))

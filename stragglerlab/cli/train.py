@@ -114,14 +114,9 @@ def run(args) -> int:
 def check_faults(scenario, config: str | None) -> None:
     """Every fault's kind, targets, steps and parameters, the config file named, before
     anything starts (the launcher checks them again, as the faults shape the scenario)."""
-    from stragglerlab.faults import parse_faults
-    from stragglerlab.injectors.registry import build_injectors
-    from stragglerlab.scenario import DEFAULT_CONFIG
+    from stragglerlab.injectors.registry import check_scenario_faults
 
-    where = f"{config or DEFAULT_CONFIG} (scenario {scenario.name!r})"
-    specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,
-                         scenario.run.steps, where)
-    build_injectors(specs, where)
+    check_scenario_faults(scenario, config)
 
 
 def failed_cleanly(out: str) -> bool:

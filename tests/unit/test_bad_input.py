@@ -216,3 +216,22 @@ def test_validate_trace_directly_on_text_frame(tiny_df, tiny_meta):
     with pytest.raises(InputError) as exc:
         validate_trace(df, tiny_meta, "some.csv")
     assert str(exc.value).startswith("some.csv: column 'seq_id' must hold integers")
+
+
+def test_a_rank_on_a_clock_of_its_own(tmp_path, tiny_df, tiny_meta):
+    # One rank's clock an hour off: every op fine on its own, but the rank's steps no
+    # longer meet the others' in time, which a synchronous step cannot do.
+    df = tiny_df.copy()
+    rank = int(df["rank"].max())
+    df.loc[df["rank"] == rank, "start_ts"] += 3600.0
+    msg = _error(_bad(tmp_path, df, tiny_meta))
+    assert "not on one clock" in msg and "after worker" in msg
+    shifted = tiny_df.copy()
+    shifted["start_ts"] += 3600.0  # the whole job moved: one clock still
+    read_trace(_bad(tmp_path, shifted, tiny_meta))
+
+
+def test_one_compute_kind_never_timed(tmp_path, tiny_df, tiny_meta):
+    df = tiny_df.copy()
+    df.loc[df["optype"].astype(str) == "forward-compute", "duration"] = 0.0
+    assert "every forward-compute duration is 0" in _error(_bad(tmp_path, df, tiny_meta))

@@ -62,3 +62,15 @@ def test_an_op_with_no_modelled_work_keeps_the_cpu_rule():
         pass  # no division by zero, nothing timed for the slot
     pacer.settle(slots=1, pp=1)
     assert pacer.rate == [0.0]
+
+
+def test_list_scenarios_checks_a_users_faults_as_train_does(tmp_path, capsys):
+    from stragglerlab.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": {"neg": {"faults": [
+        {"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 0}],
+         "params": {"factor": -2}}]}}}))
+    assert main(["list", "scenarios", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "scenario 'neg'" in err and "params.factor=-2 outside" in err
