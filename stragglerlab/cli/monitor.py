@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -96,6 +97,15 @@ def run(args) -> int:
             if server is not None:
                 server.stop()
     print(summary(monitor, n))  # the result: stdout, --quiet or not
+    if args.once and monitor.state.errors:
+        # One pass over a finished run: what it could not read is the answer, not noise.
+        raise InputError(f"{monitor.state.errors} error(s) while reading the run (garbage "
+                         "trace parts, failed analyses); each is a line of kind 'error' in "
+                         f"{monitor.windows_path}", str(args.run))
+    if args.once and n == 0 and monitor.state.windows_analysed == 0 and not args.quiet:
+        print(f"warning: no window analysed: {args.run} has no complete step past "
+              f"--warmup-steps {args.warmup_steps} in its trace parts (trace-parts/"
+              "rank<r>.bin, written by train as each step ends)", file=sys.stderr)
     return 0
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stragglerlab.errors import InputError
 from stragglerlab.run_folder import TRACE_PARTS_DIR
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace_parts import RECORD
@@ -86,6 +87,10 @@ class PartsTail:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.dir = Path(run_dir) / TRACE_PARTS_DIR
+        if self.dir.exists() and not self.dir.is_dir():
+            raise InputError(f"{TRACE_PARTS_DIR} is not a folder: a run folder keeps one "
+                             "trace part per rank there (trace-parts/rank<r>.bin); point "
+                             "--run at a training run's folder", str(self.dir))
         self.ranks: dict[int, RankTail] = {}
 
     @property

@@ -257,3 +257,25 @@ def test_a_record_that_ends_before_it_starts_is_garbage():
     assert check_records(rec, 3) == "an op of step 3 ends before it starts (1.900000 < 2.000000 s)"
     rec["end"][1] = 2.5
     assert check_records(rec, 3) is None
+
+
+def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, slow_src,
+                                                                      capsys):
+    import shutil
+
+    from stragglerlab.cli import main
+
+    feeder = make_feeder(slow_src, tmp_path)
+    for step in feeder.steps:
+        feeder.write_step(step)
+    shutil.copy(slow_src / "meta.yaml", tmp_path / "meta.yaml")
+    with open(feeder.part_path(1), "r+b") as f:
+        f.write(b"\xff" * RECORD.itemsize)  # the first record: op type -1
+    assert main(["monitor", "--run", str(tmp_path), "--once", "--no-serve", "--quiet"]) == 2
+    assert "error(s) while reading the run" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(slow_src / "meta.yaml", other / "meta.yaml")
+    (other / "trace-parts").write_text("x")
+    assert main(["monitor", "--run", str(other), "--once", "--no-serve", "--quiet"]) == 2
+    assert "trace-parts is not a folder" in capsys.readouterr().err
