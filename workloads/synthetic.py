@@ -41,6 +41,7 @@ from stragglerlab.workloads.synthetic_config import (  # re-exported: the synthe
     SlowLink,
     SlowWorker,
     SyntheticConfig,
+    overlapping_slow_workers,
 )
 
 __all__ = ["SEQ_SQ_SUM", "SlowLink", "SlowWorker", "SyntheticConfig", "ground_truth",
@@ -83,6 +84,10 @@ class _Job:
                 raise ValueError(f"slow worker {w} outside dp_size={cfg.dp_size}, pp_size={pp}, "
                                  f"steps 0..{cfg.n_steps - 1}, or factor <= 0")
             self.slow[w.stage, w.first_step:last + 1, w.dp_rank] *= w.factor
+        pair = overlapping_slow_workers(cfg.slow_workers, cfg.n_steps)
+        if pair:  # factors would multiply; ground_truth could not say what each measured
+            raise ValueError(f"slow workers {pair[0]} and {pair[1]} slow one worker in the same "
+                             "steps; give one SlowWorker per worker and step range")
         self.link_delay = np.zeros((pp, *self.shape))  # [sender stage, step, dp], s
         self.recv_delay = np.zeros((pp, *self.shape))  # [receiver stage, step, dp], s
         for link in cfg.slow_links:

@@ -102,3 +102,18 @@ class SyntheticConfig:
     `seq_len_sq_sum` column."""
     trial_name: str = "synthetic"
     """Name written into the job meta."""
+
+
+def overlapping_slow_workers(workers: Sequence[SlowWorker], n_steps: int
+                             ) -> tuple[SlowWorker, SlowWorker] | None:
+    """The first two slow workers on one worker (DP rank, stage) whose step ranges overlap,
+    else None. There the factors would multiply, and the ground truth would record each
+    fault measuring their product: the synth CLI and the simulator refuse such a pair."""
+    last = [n_steps - 1 if w.last_step is None else w.last_step for w in workers]
+    for i, a in enumerate(workers):
+        for j in range(i + 1, len(workers)):
+            b = workers[j]
+            if (a.dp_rank, a.stage) == (b.dp_rank, b.stage) \
+                    and a.first_step <= last[j] and b.first_step <= last[i]:
+                return a, b
+    return None

@@ -3,6 +3,8 @@ starts, the default `--out` of a `--run` verb, and the `examples:` epilog of --h
 
     out = out_folder(args.out)      # InputError now, not a traceback after the work
     out = out_folder(run_out(args.out, args.run, "detect"))      # --out or RUN/detect
+    inputs_not_overwritten([("--trace", trace)], out, OUTPUTS)   # never write over an input
+    runs = distinct_runs(args.runs)                              # a run listed twice: refused
     p = sub.add_parser(name, help=..., epilog=examples("stragglerlab detect --run R"))
 """
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -57,20 +60,117 @@ def out_folder(path: str | None, flag: str = "--out") -> Path:
 
 
 RUN_RECORDS = ("trace.parquet", "meta.yaml", "faults.json", "run.json", "trace-parts",
-               "whatif", "detect", "monitor", "ops.parquet", "import.json", "whatif.json")
-"""Names a run folder holds (a testbed run's records, an import's or synth's outputs)."""
+               "whatif", "detect", "monitor", "ops.parquet", "import.json", "whatif.json",
+               "scenario.yaml", "status", "gc", "cpu", "compute", "plot",
+               "result-artifact.json")
+"""Names a run folder holds (a testbed run's records, an import's or synth's outputs, the
+artifact's result beside a differential-test trace)."""
 
 
-def not_another_run(out: Path, writes: tuple[str, ...], flag: str = "--out") -> Path:
-    """`out` when it holds no run record beside the ones this verb writes: writing a new
-    trace into another run's folder would leave that run's ground truth, what-if and
-    findings beside a trace they do not describe."""
+def not_another_run(out: Path, writes: tuple[str, ...], wrote_it: Callable[[Path], bool],
+                    verb: str, flag: str = "--out") -> Path:
+    """`out` when a new trace may be written there: it holds no run record but the ones
+    this verb writes, and those (if any) were written by this verb before.
+
+    A new trace in another run's folder would leave that run's ground truth, what-if and
+    findings beside a trace they do not describe; and a trace.parquet or meta.yaml this
+    verb did not write may be the only copy of another job's. `wrote_it(out)` tells the
+    verb's own earlier output (its writer record: import.json for `import`, the job name
+    `synthetic` for `synth`), which a rerun may replace.
+    """
     other = sorted(n for n in RUN_RECORDS if n not in writes and (out / n).exists())
     if other:
         raise InputError(f"{flag} {out}: already holds another run's {', '.join(other)}; a new "
-                         "trace there would sit beside records of a different job, so give a "
-                         "new folder")
+                         "trace there would sit beside records of a different job, so pass an "
+                         f"empty or new {flag} folder")
+    mine = [n for n in writes if (out / n).exists()]
+    if mine and not wrote_it(out):
+        raise InputError(f"{flag} {out}: already holds {', '.join(mine)} that `stragglerlab "
+                         f"{verb}` did not write (another job's); it would be overwritten, so "
+                         f"pass an empty or new {flag} folder")
     return out
+
+
+RUN_INPUTS = ("trace.parquet", "meta.yaml", "faults.json", "run.json", "scenario.yaml",
+              "whatif/whatif.json", "status/*.json")
+"""The records of a run folder that the verbs reading run folders read (a verb passes more,
+e.g. score its detect/*.json)."""
+
+
+def run_inputs(runs: Iterable[str | Path], names: Iterable[str] = RUN_INPUTS,
+               label: str = "run folder") -> list[tuple[str, Path]]:
+    """(what, path) of each existing file of each run folder matching a pattern of `names`
+    (what: e.g. "run folder R:"): the inputs `inputs_not_overwritten` guards."""
+    names = tuple(names)
+    found = []
+    for run in runs:
+        folder = Path(run)
+        if not folder.is_dir():
+            continue  # the verb names a missing folder itself
+        for pattern in names:
+            found += [(f"{label} {folder}:", p) for p in sorted(folder.glob(pattern))]
+    return found
+
+
+def inputs_not_overwritten(inputs: Iterable[tuple[str, str | Path | None]], out: Path,
+                           outputs: Iterable[str], flag: str = "--out") -> None:
+    """Refuse, before any work, when a file the verb reads is one it would write into `out`.
+
+    `inputs`: (what, path) pairs, e.g. ("--trace", "ow/whatif.json"); None paths are
+    skipped. `outputs`: the verb's output names relative to `out`, glob patterns allowed
+    (those a rerun removes as stale count too). Files are compared by device and inode
+    (os.path.samefile), so a path spelled differently, a symbolic link or a hard link to an
+    input is caught: writing the result there would destroy the input it was computed from.
+    """
+    seen: dict[tuple[int, int], tuple[str, str]] = {}
+    for what, path in inputs:
+        if path is None:
+            continue
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            continue  # a missing or unreadable input is the reader's error to give
+        seen.setdefault((st.st_dev, st.st_ino), (what, str(path)))
+    if not seen or not out.is_dir():
+        return
+    for pattern in outputs:
+        targets = sorted(out.glob(pattern)) if any(c in pattern for c in "*?[") \
+            else [out / pattern]
+        for target in targets:
+            try:
+                st = os.stat(target)
+            except (OSError, ValueError):
+                continue  # nothing there yet: nothing to lose
+            hit = seen.get((st.st_dev, st.st_ino))
+            if hit:
+                what, path = hit
+                raise InputError(f"{flag} {out}: {target} is an output of this command and "
+                                 f"also its input ({what} {path}); writing the result would "
+                                 f"destroy that input, so pass another {flag} folder (or move "
+                                 "the input out of it)")
+
+
+def distinct_runs(runs: list[str], flag: str = "--runs") -> list[str]:
+    """`runs` when no folder is listed twice (compared by device and inode, else by the
+    resolved path: `base`, `./base/` and a symbolic link to it are one folder).
+
+    An error, not a silent de-duplication: the CLI gets the list after the shell expanded
+    any glob, so a folder twice is a typo or two overlapping globs, and score, report and
+    noise-floor would count it twice (bootstrap over copies); telling beats guessing.
+    """
+    first: dict[object, str] = {}
+    for run in runs:
+        try:
+            st = os.stat(run)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = os.path.abspath(run)  # a missing folder: the verb names it itself
+        if key in first:
+            where = Path(run).resolve() if Path(run).exists() else Path(os.path.abspath(run))
+            raise InputError(f"{flag}: run folder {where} is given twice (as {first[key]!r} "
+                             f"and {run!r}); list each once")
+        first[key] = run
+    return runs
 
 
 def out_file(path: str | None, name: str, flag: str = "--out") -> Path:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from stragglerlab.cli.common import examples, out_file, run_out
+from stragglerlab.cli.common import examples, inputs_not_overwritten, out_file, run_inputs, run_out
 from stragglerlab.errors import InputError
 
 
@@ -67,6 +67,10 @@ def findings_name(detector: str, online: bool) -> str:
 def run(args) -> int:
     """Detect and write the findings."""
     out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online))
+    # e.g. --detector whatif --out RUN/whatif would write over the what-if it reads.
+    floor = None if args.noise_floor in ("default", "none") else args.noise_floor
+    inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],
+                           out.parent, [out.name])
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
     from stragglerlab.noise_floor import noise_floor_option

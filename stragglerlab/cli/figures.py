@@ -29,7 +29,14 @@ import argparse
 import sys
 import traceback
 
-from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.cli.common import (
+    RUN_INPUTS,
+    distinct_runs,
+    examples,
+    inputs_not_overwritten,
+    out_folder,
+    run_inputs,
+)
 from stragglerlab.errors import InputError
 
 
@@ -84,6 +91,13 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = [find_module(n).NAME for n in args.only]
     out = out_folder(args.out)
+    distinct_runs(args.runs)  # one error here, as score and report give for the same list
+    inputs_not_overwritten(
+        run_inputs(args.runs, (*RUN_INPUTS, "gc/*.jsonl", "cpu/*.jsonl"))
+        + run_inputs([args.reference] if args.reference else [], ["*"], "--reference")
+        + run_inputs([args.reference_whatif] if args.reference_whatif else [],
+                     ["*/whatif.json"], "--reference-whatif")
+        + [("--scores", args.scores)], out, owned(names))
     data = load_figure_data(args.runs, args.reference,
                             reference_whatif_dir=args.reference_whatif, scores=args.scores)
     n_ok = len(data.ok_runs())

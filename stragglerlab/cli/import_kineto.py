@@ -18,16 +18,43 @@ traces"): --out then gets `ops.parquet` (stragglerlab.op_model), `import.json`
 (with "model": "general" and notes) and `whatif.json` (the what-if on that
 model: S, per-step S, attribution to kinds and ranks, M_W, M_S), and the
 summary prints S. Which model was used is said on stderr and in import.json.
+
+--out must be new, empty, or a folder `import` wrote before (its import.json is the
+writer's record; a re-import replaces it): another job's trace, meta or records there
+are refused, never overwritten, and so is a trace file of --traces that an output would
+replace.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from stragglerlab.cli.common import examples, not_another_run, out_folder
+from stragglerlab.cli.common import (
+    examples,
+    inputs_not_overwritten,
+    not_another_run,
+    out_folder,
+)
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
+VOCABULARY_WRITES = ("trace.parquet", "meta.yaml", "import.json")
+"""The files an import with the vocabulary op model writes into --out."""
+GENERAL_WRITES = ("ops.parquet", "import.json", "whatif.json")
+"""The files an import with the general op model writes into --out."""
+
+
+def _import_wrote(out) -> bool:
+    """Whether `out` holds an earlier import's output: its import.json (the writer's
+    record) is ours, so a re-import may replace what it wrote."""
+    from stragglerlab.errors import InputError
+    from stragglerlab.filecheck import load_json
+
+    try:
+        doc = load_json(out / "import.json", "import.json", "re-import")
+    except InputError:  # missing or unreadable: not known to be an import's
+        return False
+    return isinstance(doc, dict) and doc.get("schema") == IMPORT_SCHEMA
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -74,6 +101,10 @@ def run(args) -> int:
     out = out_folder(args.out)
     layout = Layout.parse(args.layout) if args.layout else None
     files = find_traces(args.traces)
+    # Checked before parsing: a rank trace named like an output (e.g. --traces DIR --out DIR
+    # with a rank's trace saved as DIR/import.json) would be replaced by what it became.
+    inputs_not_overwritten([("--traces", f) for f in files], out,
+                           VOCABULARY_WRITES + GENERAL_WRITES)
     with Reporter(quiet=args.quiet) as progress:
         parsed = progress.task("rank trace", total=len(files))
         try:
@@ -98,7 +129,7 @@ def _vocabulary(args, files, layout, out, progress, parsed):
     res = import_kineto(files, layout=layout, timing=args.timing,
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
-    not_another_run(out, ("trace.parquet", "meta.yaml", "import.json"))
+    not_another_run(out, VOCABULARY_WRITES, _import_wrote, "import")
     with staged_folder(out) as tmp:  # all three files or none
         write_trace(res.df, res.meta, tmp / "trace.parquet")
         res.meta.dump(tmp / "meta.yaml")
@@ -144,7 +175,7 @@ def _general(args, events, layout, out, progress) -> int:
                          "traces' torch version, or annotate the job (docs: 'Analyzing your "
                          "own job')") from None
     notes = res.notes + wi.notes
-    not_another_run(out, ("ops.parquet", "import.json", "whatif.json"))
+    not_another_run(out, GENERAL_WRITES, _import_wrote, "import")
     with staged_folder(out) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,

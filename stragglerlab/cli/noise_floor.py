@@ -20,7 +20,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.cli.common import examples, out_file
+from stragglerlab.cli.common import (
+    distinct_runs,
+    examples,
+    inputs_not_overwritten,
+    out_file,
+    run_inputs,
+)
 from stragglerlab.errors import InputError
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
@@ -49,6 +55,8 @@ def run(args) -> int:
     from stragglerlab.run_folder import RunFolder
 
     path = out_file(args.out, NOISE_FLOOR_YAML)  # checked before any work starts
+    distinct_runs(args.runs)  # a run twice would be counted twice in the floor's n_runs
+    inputs_not_overwritten(run_inputs(args.runs), path.parent, [path.name])
 
     detector = WhatIfDetector(noise_floor=None)
     readings: dict = {}

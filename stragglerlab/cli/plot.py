@@ -25,7 +25,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.cli.common import examples, out_folder, run_out
+from stragglerlab.cli.common import (
+    examples,
+    inputs_not_overwritten,
+    out_folder,
+    run_inputs,
+    run_out,
+)
 from stragglerlab.errors import InputError
 
 OUTPUTS = tuple(f"{name}.{ext}" for name in ("heatmap", "step-slowdown")
@@ -77,6 +83,12 @@ def run(args) -> int:
     if not out_arg:
         raise InputError("plot --trace / --whatif needs --out DIR (the output folder)")
     out = out_folder(out_arg)
+    # e.g. --whatif DIR/heatmap.json --out DIR: the picture's numbers would replace it.
+    inputs_not_overwritten(
+        [("--whatif", args.whatif), ("--trace", args.trace), ("--meta", args.meta)]
+        + run_inputs([args.run] if args.run else [],
+                     ["whatif/whatif.json", "whatif.json", "trace.parquet", "meta.yaml"],
+                     "--run"), out, OUTPUTS)
     with Reporter(quiet=args.quiet) as progress:
         result, name, source = _what_if(args, progress)
         progress(f"drawing heatmap and step slowdown of {name} -> {out}/")

@@ -15,7 +15,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.cli.common import (
+    distinct_runs,
+    examples,
+    inputs_not_overwritten,
+    out_folder,
+    run_inputs,
+)
+
+OUTPUTS = ("report.md", "report.html")
+"""The files the verb writes into --out."""
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -41,6 +50,9 @@ def run(args) -> int:
     from stragglerlab.figures.report import write_report
 
     out = out_folder(args.out)
+    distinct_runs(args.runs)  # provenance would count a run twice ("3 run folders")
+    inputs_not_overwritten(run_inputs([args.figures], ["*.json", "*.png"], "--figures")
+                           + [("--scores", args.scores)] + run_inputs(args.runs), out, OUTPUTS)
     with staged_folder(out) as tmp:  # both files or neither; links are relative to a sibling
         md, page = write_report(Path(args.figures), args.scores, args.runs, tmp)
     md, page = out / md.name, out / page.name

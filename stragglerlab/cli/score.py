@@ -26,7 +26,14 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import examples, out_file
+from stragglerlab.cli.common import (
+    RUN_INPUTS,
+    distinct_runs,
+    examples,
+    inputs_not_overwritten,
+    out_file,
+    run_inputs,
+)
 from stragglerlab.errors import InputError
 
 SCORES_NAME = "scores.json"
@@ -182,6 +189,9 @@ def run(args) -> int:
     for r in args.runs:
         if not Path(r).is_dir():
             raise InputError(f"{r}: not a run folder")
+    distinct_runs(args.runs)  # a run twice would count twice in every score and interval
+    inputs_not_overwritten(run_inputs(args.runs, (*RUN_INPUTS, "detect/*.json")), out.parent,
+                           [out.name])
     scores = {}
     with Reporter(quiet=args.quiet) as progress:
         progress(f"reading the ground truth of {len(args.runs)} runs")

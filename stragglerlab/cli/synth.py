@@ -7,6 +7,12 @@ Writes `trace.parquet`, `meta.yaml` and `faults.json` (one slow-worker record
 per --slow) into --out (required: the run folder it makes) and prints what it
 wrote to stdout (with --quiet too): a trace with known stragglers for trying the what-if
 analysis and detectors in seconds (stragglerlab/workloads/synthetic.py).
+
+--out must be new, empty, or a folder synth wrote before (its meta.yaml names the job
+`synthetic`, as synth names every job) holding nothing but those three files: another
+job's trace or records there are refused, never overwritten. A worker slowed by two
+--slow in the same steps is refused (its factors would multiply, and faults.json could
+not say what each fault measured).
 """
 
 from __future__ import annotations
@@ -58,6 +64,44 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     return p
 
 
+WRITES = ("trace.parquet", "meta.yaml", "faults.json")
+"""The files synth writes into --out."""
+
+
+def _synth_wrote(out) -> bool:
+    """Whether the trace files in `out` are an earlier synth's: synth names every job
+    `synthetic` (SyntheticConfig.trial_name; no flag changes it), so its meta.yaml is the
+    writer's record; a rerun (e.g. regenerating examples/slow-worker) may replace them."""
+    from stragglerlab.run_folder import read_meta
+    from stragglerlab.workloads.synthetic import SyntheticConfig
+
+    try:
+        return read_meta(out / "meta.yaml").trial_name == SyntheticConfig.trial_name
+    except InputError:  # missing or unreadable: not known to be synth's
+        return False
+
+
+def _one_slow_per_worker(slow, n_steps: int) -> None:
+    """Refuse two --slow on one worker whose steps overlap: the factors would multiply
+    there and faults.json would record each fault measuring their product."""
+    from stragglerlab.workloads.synthetic_config import overlapping_slow_workers
+
+    pair = overlapping_slow_workers(slow, n_steps)
+    if pair:
+        a, b = pair
+        raise InputError(f"--slow {_spec(a)} and --slow {_spec(b)} slow the same worker (DP "
+                         f"{a.dp_rank}, PP {a.stage}) in the same steps; give each worker one "
+                         "--slow per step range (for both factors at once, one --slow "
+                         f"{a.dp_rank},{a.stage},{a.factor * b.factor:g})")
+
+
+def _spec(w) -> str:
+    """A SlowWorker as the --slow text that gives it."""
+    tail = "" if w.first_step == 0 and w.last_step is None else f",{w.first_step}"
+    tail += "" if w.last_step is None else f",{w.last_step}"
+    return f"{w.dp_rank},{w.stage},{w.factor:g}{tail}"
+
+
 MAX_FACTOR = 1000.0
 """Largest slow-worker or last-stage factor: past it op times leave any trace's range."""
 MAX_JITTER = 10.0
@@ -87,7 +131,8 @@ def run(args) -> int:
         if not (math.isfinite(w.factor) and 0 < w.factor <= MAX_FACTOR):
             raise InputError(f"--slow factor must be a number above 0 and at most "
                              f"{MAX_FACTOR:g}, got {w.factor}")
-    out = not_another_run(out_folder(args.out), ("trace.parquet", "meta.yaml", "faults.json"))
+    _one_slow_per_worker(args.slow, args.steps)
+    out = not_another_run(out_folder(args.out), WRITES, _synth_wrote, "synth")
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
                           n_steps=args.steps, seed=args.seed, jitter=args.jitter,
                           slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)

@@ -21,7 +21,7 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import examples, out_folder, run_out
+from stragglerlab.cli.common import examples, inputs_not_overwritten, out_folder, run_out
 from stragglerlab.errors import InputError
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
@@ -81,6 +81,8 @@ def run(args) -> int:
     elif not args.out:
         raise InputError("whatif --trace needs --out DIR (the output folder)")
     out = out_folder(args.out)
+    # Before the work: an input named like an output (ow/whatif.json) would be replaced.
+    inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
     # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
     progress = Reporter(quiet=args.quiet, live=False)
 
@@ -154,6 +156,8 @@ def _general(args, run_dir: Path) -> int:
         notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
     notes = list(dict.fromkeys(notes + wi.notes))
     out = out_folder(args.out) if args.out else run_dir
+    inputs_not_overwritten([("--run", run_dir / OPS_PARQUET),
+                            ("--run", run_dir / "import.json")], out, ["whatif.json"])
     atomic_write_json(out / "whatif.json", whatif_doc(wi.to_dict(), notes))
     print_general_whatif(wi, notes)  # the result: stdout, --quiet or not
     print(f"wrote {out}/whatif.json")
