@@ -84,13 +84,15 @@ MAX_TIME_US = 2.0 ** 62
 def event_problem(e: dict) -> str | None:
     """What makes one complete ('X') event unusable, None when its ts, dur and args are
     well-formed: finite real times within MAX_TIME_US, dur >= 0, args an object."""
-    for key in ("ts", "dur"):
-        v = e.get(key, 0.0 if key == "dur" else None)
+    for key in ("ts", "dur"):  # a complete event has both (Trace Event Format); a dur
+        v = e.get(key)            # defaulted to 0 would make an op free
+        if v is None:
+            return f"{key} is missing (a complete 'X' event has ts and dur, microseconds)"
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return f"{key} is {type(v).__name__} {str(v)[:40]!r}, not a number (microseconds)"
         if not abs(v) < MAX_TIME_US:  # also NaN and ints too large for a float
             return f"{key} {str(v)[:40]} is not a finite time within {MAX_TIME_US:.3g} us"
-    if e.get("dur", 0.0) < 0:
+    if e["dur"] < 0:
         return f"dur {e['dur']} is negative"
     if e.get("args") is not None and not isinstance(e["args"], dict):
         return f"args is {type(e['args']).__name__}, not an object"

@@ -165,7 +165,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
             if type(name) is not str or (cat == "cpu_op" and name != "record_param_comms"
                                          and not name.startswith(KEPT_CPU_PREFIXES)):
                 continue  # most CPU ops: nothing the model needs
-            ts, dur = e.get("ts"), e.get("dur", 0.0)
+            ts, dur = e.get("ts"), e.get("dur")  # no dur: malformed, not a free op
             if type(ts) not in NUMBER or type(dur) not in NUMBER \
                     or not (-MAX_TIME_US < ts < MAX_TIME_US and 0 <= dur < MAX_TIME_US):
                 bad += 1  # also NaN, which fails every comparison

@@ -226,3 +226,12 @@ def test_a_folder_of_rank_subfolders_is_searched(tmp_path):
     assert [f.parent.name for f in find_traces(str(tmp_path))] == ["worker0", "worker1"]
     (tmp_path / "top.json").write_text("{}")  # top-level traces: the subfolders are not read
     assert [f.name for f in find_traces(str(tmp_path))] == ["top.json"]
+
+
+def test_error_complete_event_without_dur(tmp_path):
+    # A complete event with no dur is malformed, not an op that took no time.
+    docs = _docs()
+    fwd = next(e for e in docs[1]["traceEvents"] if e.get("name") == "forward-compute")
+    del fwd["dur"]
+    with pytest.raises(InputError, match="dur is missing"):
+        import_kineto(_files(tmp_path, docs))
