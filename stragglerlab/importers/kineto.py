@@ -312,7 +312,8 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
     check_clock_gaps(traces, steps, offsets)
     df = _frame(traces, layout, dp_keep, steps, offsets)
     have = set(df["rank"].unique().tolist())
-    empty = [t for t in traces if t.rank not in have]
+    kept = sorted(t.rank for t in traces)  # the df's rank is the index in this
+    empty = [t for t in traces if kept.index(t.rank) not in have]
     if empty:
         raise InputError(f"no op range lies inside the kept ProfilerStep#N ranges (steps "
                          f"{steps[0]}..{steps[-1]}) of rank {empty[0].rank}: its steps have "
@@ -320,6 +321,7 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                          "export unedited", empty[0].path)
     meta = JobMeta(dp_size=len(dp_keep), pp_size=layout.pp, tp_size=layout.tp,
                    world_size=len(dp_keep) * layout.pp * layout.tp, trial_name=trial_name)
+    _analysable(df, meta, [t.path for t in traces])
     report = {
         "files": {str(t.rank): t.path for t in sorted(traces, key=lambda t: t.rank)},
         "layout": {"dp": layout.dp, "pp": layout.pp, "tp": layout.tp, "source": layout.source,
@@ -328,6 +330,7 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
         "align": align, "clock_offsets_s": {str(t.rank): offsets[t.rank] / 1e6 for t in traces},
         "steps": steps, "dp_ranks_kept": dp_keep, "ops": int(len(df)),
         "unfinished_ranges_dropped": int(sum(t.unfinished for t in traces)),
+        "kept_ranks": {str(i): r for i, r in enumerate(sorted(t.rank for t in traces))},
     }
     return ImportResult(df, meta, report)
 
@@ -336,6 +339,9 @@ def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
            offsets: dict[int, float]) -> pd.DataFrame:
     rows = []
     dp_new = {d: i for i, d in enumerate(dp_keep)}
+    # Ranks numbered in the kept world (the identity when every rank is kept): with
+    # --allow-partial the meta's world_size counts the kept ranks only.
+    rank_new = {r: i for i, r in enumerate(sorted(t.rank for t in traces))}
     for t in traces:
         dp_rank, stage, _ = layout.coords(t.rank)
         bounds = sorted((t.steps[k][0], t.steps[k][1], k) for k in steps)
@@ -348,7 +354,7 @@ def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
             step = bounds[i][2]
             s = seq.get((step, name), 0)
             seq[(step, name)] = s + 1
-            rows.append((t.rank, dp_new[dp_rank], stage, step, name,
+            rows.append((rank_new[t.rank], dp_new[dp_rank], stage, step, name,
                          (start + offsets[t.rank]) / 1e6, max(end - start, 0.0) / 1e6, s,
                          s if name in COMPUTE_NAMES else -1))
     df = pd.DataFrame(rows, columns=["rank", "dp_rank", "stage", "step", "optype", "start_ts",
@@ -358,3 +364,19 @@ def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
     df["gmc"] = -1
     df["optype"] = pd.Categorical(df["optype"], categories=list(OPTYPE_VALUES))
     return df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)
+
+
+def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str]) -> None:
+    """The merged trace passes the checks every reader runs (validate_trace), or one
+    InputError naming the rank traces it came from: an import that writes a trace the
+    what-if then refuses points the user at the wrong file."""
+    from stragglerlab.validate import validate_trace
+
+    try:
+        validate_trace(df, meta, "the imported trace")
+    except InputError as e:
+        folder = str(Path(files[0]).parent) if files else "--traces"
+        raise InputError(f"the rank traces do not merge into a trace the what-if can read "
+                         f"({e}); ranges a tracer left malformed (no ph 'X', no name, "
+                         "outside their ProfilerStep, overlapping) are left out, so check "
+                         "those: pass the profiler's export unedited", folder) from None

@@ -107,7 +107,9 @@ def test_error_missing_ranks_and_allow_partial(tmp_path):
     with pytest.raises(InputError, match=r"missing ranks.*dp_rank 1, stage 1"):
         import_kineto(files)
     res = import_kineto(files, allow_partial=True)  # keeps the complete DP replica 0
-    assert res.meta.dp_size == 1 and sorted(res.df["rank"].unique()) == [0, 2]
+    # ranks 0 and 2 of the job, numbered 0 and 1 in the kept world of 2 (readable by whatif)
+    assert res.meta.dp_size == 1 and sorted(res.df["rank"].unique()) == [0, 1]
+    assert res.report["kept_ranks"] == {"0": 0, "1": 2}
 
 
 def test_error_missing_steps_and_allow_partial(tmp_path):
@@ -165,14 +167,17 @@ def test_error_no_trace_files(tmp_path):
 def test_comm_fallback_for_unannotated_optype(tmp_path):
     docs = {r: rank_doc(r, dp=1, pp=1) for r in range(1)}
     ev = docs[0]["traceEvents"]
+    ranged = [e for e in ev if e.get("name") == "grads-reduce-scatter"]
     ev[:] = [e for e in ev if e.get("name") != "grads-reduce-scatter"]
-    ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
-               "ts": 1_037_100.0, "dur": 50.0, "args": {"Collective name": "reduce_scatter"}})
+    for e in ranged:  # every step's reduce-scatter, recorded by torch only
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1,
+                   "tid": 1, "ts": e["ts"], "dur": e["dur"],
+                   "args": {"Collective name": "reduce_scatter"}})
     # an all-reduce record inside the clip range is the clip's own: not a separate op
     ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
                "ts": 1_037_600.0, "dur": 50.0, "args": {"Collective name": "allreduce"}})
     res = import_kineto(_files(tmp_path, docs))
-    assert (res.df["optype"] == "grads-reduce-scatter").sum() == 1
+    assert (res.df["optype"] == "grads-reduce-scatter").sum() == len(ranged) >= 2
     assert (res.df["optype"] == "separate-grads-all-reduce").sum() == 0
 
 
@@ -234,4 +239,15 @@ def test_error_complete_event_without_dur(tmp_path):
     fwd = next(e for e in docs[1]["traceEvents"] if e.get("name") == "forward-compute")
     del fwd["dur"]
     with pytest.raises(InputError, match="dur is missing"):
+        import_kineto(_files(tmp_path, docs))
+
+
+def test_error_ranges_left_out_make_the_import_fail_not_the_whatif(tmp_path):
+    # Ranges that are not complete events are left out; the merged trace then lacks ops,
+    # which the import says, naming the rank traces, instead of writing a trace that only
+    # the what-if would refuse.
+    docs = _docs()
+    for fwd in [e for e in docs[1]["traceEvents"] if e.get("name") == "forward-compute"][-2:]:
+        fwd["ph"] = "B"  # the last microbatch's forward range (and the one nested in it)
+    with pytest.raises(InputError, match="do not merge into a trace the what-if can read"):
         import_kineto(_files(tmp_path, docs))
