@@ -288,6 +288,8 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
         raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
                          f"{layout.world_size} ranks but the traces' world_size is {world}; "
                          "fix --layout", where)
+    else:
+        _layout_agrees(layout, traces, world, where)
     if any(t.rank >= world for t in traces):
         raise InputError(f"a rank is >= world_size {world}; pass the traces of one job", where)
     cells = {}
@@ -364,6 +366,20 @@ def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
     df["gmc"] = -1
     df["optype"] = pd.Categorical(df["optype"], categories=list(OPTYPE_VALUES))
     return df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)
+
+
+def _layout_agrees(layout: Layout, traces: list, world: int, where: str) -> None:
+    """--layout matches the traces' own process groups where those tell a layout: it is
+    for traces whose groups do not (unnamed, missing); against groups that do, a different
+    layout maps ranks to stages their P2P ops contradict."""
+    try:
+        told = from_pg_config({t.rank: t.pg_config for t in traces}, world, where)
+    except InputError:
+        return  # the groups tell nothing: --layout is the only source
+    if (told.dp, told.pp, told.tp) != (layout.dp, layout.pp, layout.tp):
+        raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} contradicts "
+                         f"the traces' process groups (pg_config: dp={told.dp},pp={told.pp},"
+                         f"tp={told.tp}); drop --layout to use them", where)
 
 
 def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str]) -> None:

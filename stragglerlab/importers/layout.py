@@ -118,6 +118,13 @@ def from_pg_config(pg_configs: dict[int, list], world: int, where: str) -> Layou
     if len(sizes) != 1:
         raise InputError(f"the ranks' process groups disagree on the layout ({sorted(sizes)}); "
                          + hint, where)
+    groups = {rank: _group(pgs, DP_DESC, rank) for rank, pgs in pg_configs.items()}
+    for rank, group in sorted(groups.items()):  # one job: a DP group is the same to its members
+        odd = [m for m in group if m in groups and groups[m] != group]
+        if odd:
+            raise InputError(f"rank {rank}'s '{DP_DESC}' is {group} but rank {odd[0]} lists "
+                             f"{groups[odd[0]]}: the traces' process groups are not one job's; "
+                             + hint, where)
     dp, pp, tp = sizes.pop()
     seen = {c[1:] for c in coords}
     if len(seen) != len(coords):

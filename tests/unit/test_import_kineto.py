@@ -251,3 +251,20 @@ def test_error_ranges_left_out_make_the_import_fail_not_the_whatif(tmp_path):
         fwd["ph"] = "B"  # the last microbatch's forward range (and the one nested in it)
     with pytest.raises(InputError, match="do not merge into a trace the what-if can read"):
         import_kineto(_files(tmp_path, docs))
+
+
+def test_layout_flag_contradicting_the_process_groups_is_refused(tmp_path):
+    with pytest.raises(InputError, match=r"contradicts the traces' process groups"):
+        import_kineto(_files(tmp_path, _docs()), layout=Layout.parse("dp=4,pp=1"))
+    # where the groups tell the same layout, --layout is accepted
+    assert import_kineto(_files(tmp_path, _docs()), layout=Layout.parse("dp=2,pp=2")).meta \
+        .pp_size == 2
+
+
+def test_process_groups_of_different_jobs_are_refused(tmp_path):
+    docs = _docs()
+    dp_group = next(g for g in docs[0]["distributedInfo"]["pg_config"]
+                    if g["pg_desc"] == "DATA_PARALLEL_GROUP")
+    dp_group["ranks"] = [0, 2]  # rank 0 says its DP peer is 2; rank 1 says it is 0's peer
+    with pytest.raises(InputError, match="not one job's"):
+        import_kineto(_files(tmp_path, docs))
