@@ -80,4 +80,29 @@ def read_evidence(run: Run) -> Evidence:
                          f"what-if result; run `stragglerlab whatif --run {run.path}` first",
                          run.path or None)
     # RunFolder reads and checks the file; WhatIfRecord checks the layout this reader needs.
-    return Evidence.from_record(WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path)))
+    record = WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path))
+    stale = _describes_another_trace(record, run)
+    if stale:
+        raise InputError(f"{WHATIF_JSON} was written from another trace than this folder's "
+                         f"({stale}): trace.parquet or meta.yaml changed since `stragglerlab "
+                         f"whatif` ran; run `stragglerlab whatif --run {run.path}` again",
+                         run.path or None)
+    return Evidence.from_record(record)
+
+
+def _describes_another_trace(record: WhatIfRecord, run: Run) -> str:
+    """How the what-if record and the run's trace differ ('' when they agree): its layout,
+    its steps, its op count. A findings file drawn from a stale record would name workers
+    and steps of a job that is no longer there."""
+    mine, theirs = run.meta, record.job_meta
+    for key in ("dp_size", "pp_size", "world_size"):
+        if getattr(mine, key) != getattr(theirs, key):
+            return f"its {key} {getattr(theirs, key)}, the trace's {getattr(mine, key)}"
+    steps = np.unique(run.trace["step"].to_numpy())
+    if len(steps) != len(record.steps) or (steps != np.asarray(record.steps)).any():
+        return (f"its steps {record.steps[0]}..{record.steps[-1]} ({len(record.steps)}), "
+                f"the trace's {int(steps[0])}..{int(steps[-1])} ({len(steps)})")
+    n_ops = record.doc.get("n_ops")
+    if isinstance(n_ops, int) and n_ops != len(run.trace):
+        return f"its {n_ops:,} ops, the trace's {len(run.trace):,}"
+    return ""
