@@ -41,12 +41,11 @@ import pandas as pd
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultRecord, read_faults, write_faults
-from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json, load_yaml
+from stragglerlab.filecheck import finite_or_none, load_json, load_yaml
 from stragglerlab.findings import Finding, FindingsDocument, read_findings, write_findings
 from stragglerlab.meta import JobMeta
-from stragglerlab.results import SCHEMA as WHATIF_SCHEMA
 from stragglerlab.run_record import RunRecord, read_run_record, write_run_record
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.whatif_record import WhatIfRecord, read_document
 
 TRACE_PARQUET = "trace.parquet"
 META_YAML = "meta.yaml"
@@ -67,11 +66,6 @@ COMPUTE_DIR = "compute"
 
 WHATIF_FIX = "rerun `stragglerlab whatif --run <run folder>` to rewrite it"
 META_FIX = "fix the sizes (dp_size, pp_size, ...) or rerun `stragglerlab train`"
-_WHATIF_NUMBERS = ("slowdown", "waste", "simulation_discrepancy", "t_actual_s", "t_nodelay_s",
-                   "t_ideal_s", "fwd_bwd_correlation")
-_WHATIF_TABLES = ("step_time_actual_s", "step_time_nodelay_s", "step_slowdown",
-                  "slowdown_by_optype", "slowdown_by_dp_rank", "slowdown_by_stage", "m_w", "m_s",
-                  "job_meta")
 
 
 def read_meta(path: str | Path) -> JobMeta:
@@ -84,43 +78,24 @@ def write_meta(path: str | Path, meta: JobMeta) -> None:
     meta.dump(path)
 
 
-def read_whatif(path: str | Path) -> dict:
-    """whatif.json as a validated dict (WhatIfResult.to_json layout).
+def read_whatif(path: str | Path, meta: JobMeta | None = None) -> dict:
+    """whatif.json as a checked dict (WhatIfResult.to_json layout), by the one reader's
+    checks (`whatif_record.read_document`: the same as `plot`'s); `meta`, the folder's
+    meta.yaml, when known: the file must be of the same job.
 
-    A document whose `slowdown` is null is a marker for a run the analysis
-    could not handle; it is returned as is (callers test `doc["slowdown"]`).
+    A document of the layout before schema versions whose `slowdown` is null is a
+    marker for a run the analysis could not handle; it is returned as is (callers test
+    `doc["slowdown"]`).
     """
-    chk = Checker(path, WHATIF_FIX)
-    doc = chk.mapping(load_json(path, "what-if result (whatif.json)", WHATIF_FIX), "whatif.json")
-    schema = chk.string(doc.get("schema", WHATIF_SCHEMA), "schema")
-    if not schema.startswith("stragglerlab.whatif/"):
-        chk.fail("schema", f"{echo(schema)} is not a what-if schema ({WHATIF_SCHEMA})")
-    if "slowdown" not in doc:
-        chk.fail("slowdown", "missing: every what-if result has it (null marks a run the "
-                 "analysis could not handle)")
-    for key in _WHATIF_NUMBERS:
-        chk.number(doc.get(key), key, optional=True)
-    if doc.get("slowdown") is not None and doc["slowdown"] <= 0:
-        chk.fail("slowdown", f"{doc['slowdown']} must be > 0")
-    if doc.get("slowdown") is not None and doc.get("step_time_actual_s") is None \
-            and doc.get("t_actual_s") is None:
-        # Figures weigh each run by its step times; without them they would print NaN.
-        chk.fail("step_time_actual_s", "missing: a what-if result with a slowdown has its "
-                 "step times (re-run `stragglerlab whatif`)")
-    for key in _WHATIF_TABLES:
-        if doc.get(key) is not None:
-            chk.mapping(doc[key], key)
-    if doc.get("steps") is not None:
-        for i, s in enumerate(chk.listing(doc["steps"], "steps")):
-            chk.integer(s, f"steps[{i}]", minimum=0)
-    chk.finite_tree(doc, "whatif")
-    return doc
+    raw = load_json(path, "what-if result (whatif.json)", WHATIF_FIX)
+    return read_document(raw, str(path), meta)
 
 
 def write_whatif(path: str | Path, doc: dict) -> None:
-    """Write whatif.json atomically (adds `schema` when missing; strict JSON)."""
-    doc = {"schema": WHATIF_SCHEMA, **finite_or_none(doc)}
-    atomic_write_json(path, doc)
+    """Write whatif.json atomically (strict JSON). The document's `schema` is its own
+    (WhatIfResult.to_json writes it): stamping the current one on a document of the older
+    layout would make the reader check it as what it is not."""
+    atomic_write_json(path, finite_or_none(doc))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -288,7 +263,8 @@ class RunFolder:
     @property
     def whatif(self) -> dict:
         """whatif/whatif.json, validated (see read_whatif)."""
-        return self._cached("whatif", lambda: read_whatif(self.whatif_path))
+        return self._cached("whatif", lambda: read_whatif(self.whatif_path,
+                                                          self._meta_if_known()))
 
     def whatif_record(self) -> WhatIfRecord:
         """whatif/whatif.json as the typed record of stragglerlab.results."""

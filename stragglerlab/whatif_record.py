@@ -6,6 +6,11 @@ a bad file is one InputError naming the file and the field, with how to fix it.
     record = WhatIfRecord.read("results/slow-worker-1/0/whatif/whatif.json")
     mean = record.ideal("mean")                  # IdealView: slowdown, worker_score, ...
     scores = mean.step_worker_score()            # [pp, dp, steps]
+
+Readers of the document's fields as a dict (`RunFolder.whatif`: figures, report, the
+noise floor) go through `read_document`, the same checks: a file with a `schema` is read
+whole by WhatIfRecord, one without is the layout written before schema versions
+(tests/data/run_folder_v0), each field it has checked by the same rules (`_check_fields`).
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class WhatIfRecord:
         if schema != SCHEMA:
             chk.fail("schema", f"is {schema!r}, this stragglerlab reads {SCHEMA!r} (an older "
                                "or newer whatif.json)")
+        _check_fields(chk, doc)
         meta = JobMeta.from_dict(chk.mapping(doc.get("job_meta"), "job_meta"), path)
         steps = [chk.integer(s, f"steps[{i}]")
                  for i, s in enumerate(chk.listing(doc.get("steps"), "steps"))]
@@ -97,32 +103,129 @@ class WhatIfRecord:
                    launch["dp_rank"], launch["stage"])
 
 
+def read_document(raw: object, path: str, meta: JobMeta | None = None) -> dict:
+    """A parsed whatif.json as a checked dict, for readers of its fields.
+
+    With a `schema` it must be this stragglerlab's and is checked whole (WhatIfRecord,
+    as `plot` reads it). Without one it is the layout written before schema versions:
+    every field it has is checked by the same rules, and `slowdown` must be there (null
+    marks a run the analysis could not handle). `meta` (the run folder's meta.yaml):
+    the file's job_meta must describe the same layout, else it is another job's result."""
+    from stragglerlab.filecheck import Checker
+
+    chk = Checker(path, _FIX)
+    doc = chk.mapping(raw, "whatif.json")
+    if meta is not None and doc.get("job_meta") is not None:
+        # First: another job's result fails every shape check, this names the cause.
+        _same_layout(chk, JobMeta.from_dict(chk.mapping(doc["job_meta"], "job_meta"), path),
+                     meta)
+    if "schema" in doc:
+        WhatIfRecord.from_json(doc, path)
+    elif "compute_ideals" in doc:  # came with schema 2: not the older layout, damaged
+        chk.fail("schema", f"missing from a whatif.json with compute_ideals ({SCHEMA})")
+    else:
+        _check_fields(chk, doc, versioned=False)
+        if "slowdown" not in doc:
+            chk.fail("slowdown", "missing: every what-if result has it (null marks a run the "
+                     "analysis could not handle)")
+        if doc["slowdown"] is not None and doc.get("step_time_actual_s") is None \
+                and doc.get("t_actual_s") is None:
+            # Figures weigh each run by its step times; without them they would print NaN.
+            chk.fail("step_time_actual_s", "missing: a what-if result with a slowdown has "
+                     "its step times")
+    chk.finite_tree(doc, "whatif")
+    return doc
+
+
+def _same_layout(chk, theirs: JobMeta, ours: JobMeta) -> None:
+    for key in ("dp_size", "pp_size", "tp_size", "dsp_size", "vpp_size", "world_size"):
+        if getattr(theirs, key) != getattr(ours, key):
+            chk.fail(f"job_meta.{key}", f"is {getattr(theirs, key)}, the run folder's "
+                     f"meta.yaml says {getattr(ours, key)}: the result is of another job")
+
+
+_POSITIVE = ("slowdown", "t_actual_s", "t_nodelay_s")
+"""A ratio of two times, or a step's time: 0 is no job (and 1/S divides by it)."""
+_AT_LEAST_0 = ("simulation_discrepancy", "t_ideal_s")
+"""A ratio of times, a time: never negative."""
+_LAUNCH = ("launch_slowdown_by_optype", "launch_slowdown_by_stage", "launch_slowdown_by_dp_rank",
+           "step_launch_slowdown_by_optype", "step_launch_slowdown_by_stage",
+           "step_launch_slowdown_by_dp_rank")
+_TABLES = ("step_slowdown", "slowdown_by_optype", "slowdown_by_dp_rank", "slowdown_by_stage",
+           "step_slowdown_by_dp_rank", "step_slowdown_by_stage", "step_slowdown_by_optype",
+           *_LAUNCH)
+"""Slowdowns ({key: S} or {step: {key: S}}), each >= 0."""
+_NULLABLE = ("fwd_bwd_correlation", *_LAUNCH)
+"""Null in a file `whatif` writes: no correlation measured, no launch attribution."""
+
+
+def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> None:
+    """Each field `doc` has, by the rules of its kind; `where` prefixes the field names of
+    a compute_ideals block. Null is a field's absence in `_NULLABLE`, and in a file of the
+    layout before versions (`versioned` False: its reader always took it so). Presence is
+    the caller's to require."""
+    def has(key: str) -> bool:
+        return key in doc and (doc[key] is not None or (versioned and key not in _NULLABLE))
+
+    def number(key: str, **bounds) -> float | None:
+        return chk.number(doc[key], where + key, **bounds) if has(key) else None
+
+    for key in _POSITIVE:
+        if number(key, minimum=0.0) == 0.0:
+            chk.fail(where + key, "is 0: must be > 0")
+    for key in _AT_LEAST_0:
+        number(key, minimum=0.0)
+    number("waste")
+    number("fwd_bwd_correlation", minimum=-1.0, maximum=1.0)  # np.corrcoef clips to it
+    for key in ("step_time_actual_s", "step_time_nodelay_s"):
+        for step, value in chk.mapping(doc[key], where + key).items() if has(key) else ():
+            if chk.number(value, f"{where}{key}.{step}", minimum=0.0) == 0.0:
+                chk.fail(f"{where}{key}.{step}", "is 0: a step takes time")
+    for key in (k for k in _TABLES if has(k)):
+        _number_table(chk, doc[key], where + key)
+    for key in ("m_w", "m_s"):
+        for name, value in chk.mapping(doc[key], where + key).items() if has(key) else ():
+            chk.number(value, f"{where}{key}.{name}", optional=not versioned)
+    for key in ("straggling", "sequence_imbalance"):
+        if has(key):
+            chk.boolean(doc[key], where + key)
+    if has("n_ops"):
+        chk.integer(doc["n_ops"], where + "n_ops", 0)
+    for i, s in enumerate(chk.listing(doc["steps"], where + "steps") if has("steps") else ()):
+        chk.integer(s, f"{where}steps[{i}]", minimum=0)
+    for i, note in enumerate(chk.listing(doc["notes"], where + "notes") if has("notes") else ()):
+        chk.string(note, f"{where}notes[{i}]")
+    for key, lowest in (("worker_score", 0.0), ("comm_excess_by_worker_s", None)):
+        for p, row in enumerate(chk.listing(doc[key], where + key) if has(key) else ()):
+            for d, v in enumerate(chk.listing(row, f"{where}{key}[{p}]")):
+                chk.number(v, f"{where}{key}[{p}][{d}]", minimum=lowest)
+    for i, w in enumerate(chk.listing(doc["top_workers"], where + "top_workers")
+                          if has("top_workers") else ()):
+        for k in ("dp_rank", "stage"):
+            chk.integer(chk.mapping(w, f"{where}top_workers[{i}]").get(k),
+                        f"{where}top_workers[{i}].{k}", 0)
+    if has("job_meta"):
+        JobMeta.from_dict(chk.mapping(doc["job_meta"], where + "job_meta"), chk.path)
+    if isinstance(doc.get("compute_ideals"), dict):
+        for name, block in doc["compute_ideals"].items():
+            _check_fields(chk, chk.mapping(block, f"compute_ideals.{name}"),
+                          f"compute_ideals.{name}.", versioned)
+
+
 def _check_top_level(chk, doc: dict, block: dict, name: str) -> None:
     """The top-level copies of the chosen ideal's metrics equal its block, and the job-wide
-    numbers are of their type: readers take either, so an edited or corrupted copy is bad
-    input, not a picture that silently disagrees with the numbers printed beside it."""
+    numbers are there (`_check_fields` checked their values): readers take either, so an
+    edited or corrupted copy is bad input, not a picture that silently disagrees with the
+    numbers printed beside it."""
     for key, value in block.items():
         if key in doc and doc[key] != value:
             chk.fail(key, f"differs from compute_ideals.{name}.{key} (whatif.json writes one "
                           "as a copy of the other: the file was edited or damaged)")
     chk.integer(doc.get("n_ops"), "n_ops", 0)
-    chk.number(doc.get("simulation_discrepancy"), "simulation_discrepancy", minimum=0.0)
-    for key in ("t_actual_s", "t_nodelay_s"):
+    for key in ("simulation_discrepancy", "t_actual_s", "t_nodelay_s"):
         chk.number(doc.get(key), key, minimum=0.0)
     for key in ("step_time_actual_s", "step_time_nodelay_s"):
-        for step, value in chk.mapping(doc.get(key), key).items():
-            chk.number(value, f"{key}.{step}", minimum=0.0)
-    for i, note in enumerate(chk.listing(doc.get("notes", []), "notes")):
-        chk.string(note, f"notes[{i}]")
-    if "sequence_imbalance" in doc:
-        chk.boolean(doc["sequence_imbalance"], "sequence_imbalance")
-    # Tables of numbers ({key: x} or {step: {key: x}}); the launch tables may be null.
-    for key in ("step_slowdown_by_optype", "launch_slowdown_by_optype",
-                "launch_slowdown_by_stage", "launch_slowdown_by_dp_rank",
-                "step_launch_slowdown_by_optype", "step_launch_slowdown_by_stage",
-                "step_launch_slowdown_by_dp_rank"):
-        if doc.get(key) is not None:
-            _number_table(chk, doc[key], key)
+        chk.mapping(doc.get(key), key)
 
 
 def _number_table(chk, raw: object, field_name: str) -> None:

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.config_ranges import SD_MAX, SD_MIN, in_range
 from stragglerlab.analysis.detectors.rank_metrics import rank_step_metrics
 
 
@@ -53,6 +54,17 @@ class BocdConfig:
     """Relative rise of a segment over the baseline that counts (Falcon: 10% fail-slow)."""
     warmup_steps: int = 3
     """Steps whose median is each series' baseline."""
+
+    def __post_init__(self) -> None:
+        in_range(self, "hazard_lambda", 1, lo_open=True,
+                 why="it is an expected segment length in steps and 1/lambda a change "
+                     "probability under 1 (at 1, log(1 - 1/lambda) is log 0)")
+        for name in ("noise_sd", "prior_sd"):
+            in_range(self, name, SD_MIN, SD_MAX,
+                     why="it is a spread in relative units whose square and reciprocal "
+                         "the recursion takes (0 divides by zero, 1e300 overflows)")
+        in_range(self, "warmup_steps", 1,
+                 why="each series' baseline is the median of its warm-up steps")
 
 
 def bocd_map_segments(y: np.ndarray, cfg: BocdConfig) -> tuple[np.ndarray, np.ndarray]:

@@ -38,12 +38,13 @@ import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import step_times
+from stragglerlab.analysis.detectors.config_ranges import FRACTION_MIN, in_range
 from stragglerlab.schema import DP_COLLECTIVE_OPS
 
 _DP_OPS = tuple(o.value for o in DP_COLLECTIVE_OPS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LastArrivalConfig:
     """Thresholds of the last-arrival detector."""
 
@@ -51,6 +52,12 @@ class LastArrivalConfig:
     """Significance of "last far more often than its fair share" (one-sided binomial test)."""
     min_wait_fraction: float = 0.05
     """The wait a rank causes, per step, must be at least this fraction of the median step."""
+
+    def __post_init__(self) -> None:
+        in_range(self, "alpha", 0, 1, hi_open=True,
+                 why="it is a significance level: at 1 every p-value passes, every rank is named")
+        in_range(self, "min_wait_fraction", FRACTION_MIN,
+                 why="a finding's confidence divides the wait by it (0 divides by 0)")
 
 
 def binomial_sf(k: int, n: int, p: float) -> float:

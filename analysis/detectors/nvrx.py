@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.config_ranges import in_range
 from stragglerlab.analysis.detectors.rank_metrics import rank_step_metrics
 
 
@@ -46,6 +47,11 @@ class NvrxConfig:
     """gpu_indiv_threshold: flag below this individual score."""
     window_steps: int = 5
     """Reporting interval, steps."""
+
+    def __post_init__(self) -> None:
+        for name in ("relative_threshold", "individual_threshold"):
+            in_range(self, name, 0, 1, why="a score is the reference's time over the rank's, "
+                     "at most 1: over 1 the reference itself is flagged, every rank named")
 
 
 def interval_medians(compute: np.ndarray, window_steps: int) -> np.ndarray:

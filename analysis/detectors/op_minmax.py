@@ -43,6 +43,7 @@ import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import step_times, window_ids
+from stragglerlab.analysis.detectors.config_ranges import FRACTION_MIN, in_range
 from stragglerlab.schema import DP_COLLECTIVE_OPS, OpType
 
 _WORKER_OPS = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value,
@@ -52,7 +53,7 @@ _MIN_RANK_OPS = frozenset({o.value for o in DP_COLLECTIVE_OPS}
                           | {OpType.OPTIMIZER_CLIP_MAIN_GRAD.value})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class OpMinMaxConfig:
     """Thresholds of the op-minmax detector."""
 
@@ -72,6 +73,13 @@ class OpMinMaxConfig:
     """A (root cause, rank) must be flagged in at least this many reporting intervals: on a
     shared host one interval of interference is common (our noisy clean seed-1 run), a
     straggler persists. Costs one interval of detection latency."""
+
+    def __post_init__(self) -> None:
+        for name in ("ratio_threshold", "comm_ratio_threshold"):
+            in_range(self, name, 1, why="max/min across ranks is >= 1: under 1 every op "
+                     "of every interval is an outlier (and 0 divides the confidence by 0)")
+        in_range(self, "gc_min_fraction", FRACTION_MIN,
+                 why="a GC pause's strength is its share over this floor (0 divides by 0)")
 
 
 def _confidence(ratio: float, threshold: float) -> float:

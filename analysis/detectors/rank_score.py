@@ -28,9 +28,10 @@ import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
+from stragglerlab.analysis.detectors.config_ranges import in_range
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RankScoreConfig:
     """Thresholds of the rank-score detector."""
 
@@ -47,6 +48,11 @@ class RankScoreConfig:
     resets its statistics; steps are our unit of time)."""
     ops: tuple[str, ...] = COMPUTE_VALUES
     """Optypes scored (nvrx: every non-NCCL kernel; here forward and backward compute)."""
+
+    def __post_init__(self) -> None:
+        for name in ("threshold", "stage_threshold"):
+            in_range(self, name, 0, 1, why="a score is the reference's time over the rank's, "
+                     "at most 1: over 1 the reference itself is flagged, every rank named")
 
 
 def _confidence(score: float, threshold: float) -> float:

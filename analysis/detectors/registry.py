@@ -18,6 +18,7 @@ import dataclasses
 import math
 
 from stragglerlab.analysis.detectors.base import Detector
+from stragglerlab.analysis.detectors.config_ranges import SettingRangeError
 from stragglerlab.errors import InputError
 from stragglerlab.plugins import Registry
 
@@ -67,7 +68,9 @@ MAX_SETTING_COUNT = 1_000_000
 def _out_of_range(key: str, value: object) -> str | None:
     """What is wrong with a parsed setting, None when it is in range. Every detector setting
     is a threshold, share or ratio (>= 0) or a count of steps or intervals (>= 1; a
-    warm-up may be 0), so one rule covers every detector's config."""
+    warm-up may be 0), so one rule covers every detector's config, plug-ins included; a
+    field whose math needs a narrower range checks it in its config's __post_init__
+    (config_ranges.py)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -109,5 +112,7 @@ def configured(name: str, config, settings: dict[str, str]):
         values[key] = value
     try:
         return dataclasses.replace(config, **values)
+    except SettingRangeError as e:  # a field's own range (config_ranges.py) names itself
+        raise InputError(f"{name} setting {e}") from None
     except (TypeError, ValueError) as e:  # a config's own __post_init__ checks
         raise InputError(f"{name} settings {settings}: {e}") from None

@@ -32,10 +32,11 @@ import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import step_times
+from stragglerlab.analysis.detectors.config_ranges import in_range
 from stragglerlab.meta import JobMeta
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StepChangepointConfig:
     """Parameters of the upward CUSUM on relative step time."""
 
@@ -48,6 +49,11 @@ class StepChangepointConfig:
     """Alarm level h of the CUSUM statistic, in relative-excess units (2 x min_shift: a
     sustained min_shift jump alarms after 4 steps, a 2x jump after 2). Assumes step-time
     noise of at most ~10% (our clean runs: 5-7%)."""
+
+    def __post_init__(self) -> None:
+        in_range(self, "warmup_steps", 1,
+                 why="the baseline is the median of the warm-up steps (with none it is never "
+                     "set and no change is ever seen)")
 
 
 @dataclass

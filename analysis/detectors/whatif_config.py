@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stragglerlab.analysis.detectors.config_ranges import in_range
+
+RATIOS = ("straggling_slowdown", "seq_min_slowdown", "step_threshold", "worker_threshold",
+          "stage_ratio", "compute_ratio", "link_over_median", "device_compute_ratio",
+          "shift_ratio", "late_arrival_ratio", "stage_compute_ratio")
+"""Fields that are a measure over its reference (a slowdown S, a score over the best's, a
+compute over the peers'): 1 takes the threshold away (the noise floor's relaxed
+config), under 1 names ranks faster than their reference."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class WhatIfDetectorConfig:
@@ -192,3 +201,8 @@ class WhatIfDetectorConfig:
     midpoint of the two mechanisms' shares. Dev (2026-11-23): stage-imbalance runs 0.03, 0.28,
     0.60 (with a throttle), seq-imbalance runs 0.79-1.0; their seq_len correlation (None
     for fixed lengths, 0.70-0.90 for seq runs) decided every case, so 0.5 was not moved."""
+
+    def __post_init__(self) -> None:
+        for name in RATIOS:
+            in_range(self, name, 1, why="it is a ratio over a reference, which the reference "
+                     "itself (1) meets: under 1 ranks faster than their reference are named")

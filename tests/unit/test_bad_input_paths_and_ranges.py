@@ -97,10 +97,14 @@ def test_a_detector_setting_out_of_range_is_one_error(tmp_path, capsys, detector
     assert not (run / "detect").exists()
 
 
-def test_a_warmup_setting_may_be_zero(tmp_path, capsys):
+def test_a_warmup_of_zero_steps_is_refused_where_it_sets_the_baseline(tmp_path, capsys):
+    # The registry lets a warm-up be 0; step-changepoint's baseline is the warm-up's
+    # median, so with none it never had one and silently saw nothing (config_ranges.py).
     run = synth(tmp_path / "run", "--steps", "6")
+    capsys.readouterr()
     assert main(["detect", "--run", str(run), "--detector", "step-changepoint", "--set",
-                 "warmup_steps=0", "--quiet"]) == 0
+                 "warmup_steps=0", "--quiet"]) == 2
+    assert "warmup_steps=0: expected a number >= 1" in _one_error(capsys, "detect")
 
 
 @pytest.mark.parametrize("poll", [float("inf"), 1e300, float("nan"), 0.0])

@@ -31,7 +31,6 @@ from stragglerlab.run_folder import (
     META_YAML,
     RUN_JSON,
     WHATIF_JSON,
-    WHATIF_SCHEMA,
     RunFolder,
 )
 from stragglerlab.run_record import RUN_SCHEMA, RunRecord
@@ -136,7 +135,7 @@ def test_meta_and_whatif_round_trip(folder: RunFolder, tmp_path: Path):
     out.write_meta(folder.meta)
     out.write_whatif(folder.whatif)
     assert out.meta == folder.meta
-    assert out.whatif == {"schema": WHATIF_SCHEMA, **folder.whatif}
+    assert out.whatif == folder.whatif  # the old layout stays unversioned, as it was read
 
 
 def test_trace_goes_through_the_one_parquet_reader(tmp_path: Path, tiny_parquet: Path,
@@ -254,7 +253,7 @@ SPECIFIC = [  # (file, case, change, field the message must name)
     (WHATIF_JSON, "table", _set("m_w", [0.8]), "m_w"),
     (WHATIF_JSON, "steps", _set("steps", [-1]), "steps[0]"),
     (WHATIF_JSON, "nested-nan", _set("step_slowdown", "1", float("inf")),
-     "whatif.step_slowdown.1"),
+     "step_slowdown.1"),
     (FINDINGS, "detector", _set("detector", "other"), "detector"),
     (FINDINGS, "cause", _set("findings", 0, "root_cause", "bogus"), "findings[0].root_cause"),
     (FINDINGS, "rank-out-of-job", _set("findings", 0, "ranks", 0, "rank", 9),
