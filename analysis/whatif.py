@@ -107,6 +107,21 @@ simulation replays the trace's own durations on its dependencies, so a factor of
 no noise (the artifact's samples, ../shared/differential and testbed runs: <= 1.06)."""
 
 
+def _one_run(t_base: np.ndarray, t_nodelay: np.ndarray, where: str) -> None:
+    """InputError when the traced step time is MAX_DISCREPANCY x off the simulated one."""
+    with np.errstate(all="ignore"):
+        discrepancy = float(t_base.mean() / t_nodelay.mean())
+    if not math.isfinite(discrepancy) or t_nodelay.mean() <= 0:
+        return  # no measurable step: _evaluate says so
+    if not 1 / MAX_DISCREPANCY <= discrepancy <= MAX_DISCREPANCY:
+        raise InputError(
+            f"the traced step time is {discrepancy:.3g}x the one simulated from the same "
+            "trace's durations and dependencies (sim. discrepancy "
+            f"{100 * (discrepancy - 1):+.0f}%; real traces stay within a few percent, the "
+            "paper drops jobs above 5%): the trace's times do not describe one run (a "
+            "rank's clock offset, corrupted start_ts or durations); fix the trace", where)
+
+
 def run_whatif(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
@@ -130,6 +145,7 @@ def run_whatif(
     t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
     t_nodelay = simulate(graph, value).step_time
     say("simulated base and no-delay frames")
+    _one_run(t_base, t_nodelay, where)
     correlation = _fwd_bwd_correlation(graph, frame)
     excess = comm_excess_by_worker(graph, frame, slice(None))
     ideal, result = _evaluate(graph, frame, meta, value, t_base, t_nodelay, compute_ideal, say)
@@ -170,14 +186,6 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
             f"{float(t_nodelay.min()):.3g} s at its shortest: the op durations do not add up "
             "to a measurable step, so no slowdown can be formed; durations are seconds "
             "(a trace in µs or ns must be converted)")
-    discrepancy = float(t_base.mean() / t_nodelay.mean())
-    if not 1 / MAX_DISCREPANCY <= discrepancy <= MAX_DISCREPANCY:
-        raise InputError(
-            f"the traced step time is {discrepancy:.3g}x the one simulated from the same "
-            "trace's durations and dependencies (sim. discrepancy "
-            f"{100 * (discrepancy - 1):+.0f}%; real traces stay within a few percent, the "
-            "paper drops jobs above 5%): the trace's times do not describe one run (a "
-            "rank's clock offset, corrupted start_ts or durations); fix the trace")
     t_ideal = np.full(n_steps, t_ideal_scalar)
     say(f"simulated the ideal ({compute_ideal.value} compute)")
 

@@ -85,11 +85,32 @@ def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
                          str(p)) from None
 
 
+class DuplicateKey(ValueError):
+    """A key given twice in one JSON object or YAML mapping."""
+
+    def __init__(self, key: object) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json object_pairs_hook: the object, or DuplicateKey (a hand edit that added a key
+    again would otherwise lose the first value without a word)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
+
+
 def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
     """Parse a JSON file (NaN/Infinity literals are kept; typed fields reject them later)."""
     text = read_text(path, what, fix, MAX_JSON_BYTES if max_bytes is None else max_bytes)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except DuplicateKey as e:
+        raise InputError(f"{what} holds the key {echo(e.key)} twice in one object (JSON "
+                         f"keeps only the last); {fix}", str(path)) from None
     except json.JSONDecodeError as e:
         raise InputError(f"{what} is not valid JSON ({e.msg}, line {e.lineno} column {e.colno});"
                          f" {fix}", str(path)) from None
@@ -129,6 +150,21 @@ class BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node, deep=False):  # noqa: D102 - yaml.constructor hook
+        keys = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in keys
+            except TypeError:  # an unhashable key: the base class says so itself
+                break
+            if duplicate:
+                mark = key_node.start_mark
+                raise yaml.YAMLError(f"the key {echo(key)} is given twice in one mapping, "
+                                     f"line {mark.line + 1} (YAML keeps only the last)")
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_yaml(text: str, where: str, what: str, fix: str) -> object:

@@ -74,3 +74,18 @@ def test_list_scenarios_checks_a_users_faults_as_train_does(tmp_path, capsys):
     assert main(["list", "scenarios", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "scenario 'neg'" in err and "params.factor=-2 outside" in err
+
+
+def test_a_key_given_twice_is_refused_in_yaml_and_json(tmp_path):
+    from stragglerlab.filecheck import load_json
+
+    path = tmp_path / "s.yaml"
+    path.write_text("scenarios:\n  a:\n    parallel: {dp: 2}\n    parallel: {dp: 4}\n")
+    with pytest.raises(InputError, match="'parallel' is given twice in one mapping, line 4"):
+        load_scenario("a", config=str(path))
+    doc = tmp_path / "faults.json"
+    doc.write_text('[{"kind": "slow-worker", "kind": "crash", "targets": []}]')
+    with pytest.raises(InputError, match="holds the key 'kind' twice"):
+        load_json(doc, "faults.json", "fix it")
+    doc.write_text('[{"kind": "slow-worker"}, {"kind": "crash"}]')  # one each: fine
+    assert len(load_json(doc, "faults.json", "fix it")) == 2
