@@ -71,12 +71,19 @@ def run(args) -> int:
     from stragglerlab.general_record import is_general_import
     from stragglerlab.trace_io import read_trace
 
-    if args.run:
+    if args.run is not None:
+        if not args.run.strip():
+            raise InputError("--run is empty; name a run folder (trace.parquet and meta.yaml)")
         run_dir = Path(args.run)
         if is_general_import(run_dir):
             return _general(args, run_dir)
+        if not run_dir.is_dir():
+            raise InputError("no such folder; --run names a run folder (trace.parquet and "
+                             "meta.yaml, e.g. a run, import kineto or synth output)",
+                             str(run_dir) or "''")
         args.trace = str(run_dir / "trace.parquet")
-        args.meta = args.meta or str(run_dir / "meta.yaml")
+        if args.meta is None and (run_dir / "meta.yaml").exists():
+            args.meta = str(run_dir / "meta.yaml")  # else the meta written into the parquet
         args.out = run_out(args.out, args.run, "whatif")
     elif not args.out:
         raise InputError("whatif --trace needs --out DIR (the output folder)")

@@ -27,3 +27,14 @@ def test_detect_refuses_a_whatif_of_other_steps(tmp_path, capsys):
     assert "written from another trace" in err and "its steps" in err
     assert main(["whatif", "--run", str(run), "--quiet"]) == 0  # the fix the message names
     assert main(["detect", "--run", str(run), "--detector", "whatif", "--quiet"]) == 0
+
+
+def test_whatif_run_with_the_meta_in_the_parquet_and_bad_run_flags(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(EXAMPLE / "trace.parquet", run / "trace.parquet")  # no meta.yaml beside it
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0  # the parquet's own meta
+    assert main(["whatif", "--run", "", "--quiet"]) == 2
+    assert "--run is empty" in capsys.readouterr().err
+    assert main(["whatif", "--run", str(tmp_path / "nope"), "--quiet"]) == 2
+    assert "no such folder" in capsys.readouterr().err
