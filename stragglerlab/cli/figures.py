@@ -89,7 +89,7 @@ def run(args) -> int:
     names = figure_names()
     if args.only:
         # Resolve early so a typo is one clear error before any work is done.
-        names = [find_module(n).NAME for n in args.only]
+        names = list(dict.fromkeys(find_module(n).NAME for n in args.only))  # each once
     out = out_folder(args.out)
     distinct_runs(args.runs)  # one error here, as score and report give for the same list
     inputs_not_overwritten(

@@ -131,6 +131,8 @@ def run(args) -> int:
         if not (math.isfinite(w.factor) and 0 < w.factor <= MAX_FACTOR):
             raise InputError(f"--slow factor must be a number above 0 and at most "
                              f"{MAX_FACTOR:g}, got {w.factor}")
+    if not 0 <= args.seed < 2**63:  # numpy refuses a negative seed in its own words
+        raise InputError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     _one_slow_per_worker(args.slow, args.steps)
     out = not_another_run(out_folder(args.out), WRITES, _synth_wrote, "synth")
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,

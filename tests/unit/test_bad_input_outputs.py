@@ -250,3 +250,11 @@ def test_synth_slows_one_worker_in_separate_step_ranges(tmp_path):
     measured = [f["measured"]["factor"] for f in faults]
     assert [f["requested"]["factor"] for f in faults] == [2.0, 3.0]
     assert measured[0] == pytest.approx(2.0, rel=0.1) and measured[1] == pytest.approx(3.0, rel=0.1)
+
+
+def test_synth_refuses_a_negative_seed(tmp_path, capsys):
+    from stragglerlab.cli import main
+
+    assert main(["synth", "--out", str(tmp_path / "s"), "--seed", "-1", "--quiet"]) == 2
+    assert "--seed must be an integer from 0" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
