@@ -15,7 +15,7 @@ import sys
 from stragglerlab.faults import FaultKind
 from stragglerlab.meta import LayoutFamily
 from stragglerlab.workflow.population import FAILING_KINDS
-from stragglerlab.workflow.splits import FAILING_TIMEOUT_S, Case, all_cases
+from stragglerlab.workflow.splits import Case, all_cases, failing_timeout_s
 
 STARTUP_S = (1.6, 2.55)
 """Run start-up, s = a + b * ranks (Ray, actors, isolation, warm-up step): fitted on two
@@ -59,7 +59,7 @@ def estimate_seconds(case: Case) -> float:
         elif kind is FaultKind.SEQ_IMBALANCE:
             factor *= 1.3
         elif kind in FAILING_KINDS:
-            total += FAILING_TIMEOUT_S + 5.0
+            total += failing_timeout_s(case.dp * case.pp) + 5.0
             steps = min(steps, int(f.get("first_step", steps)))
     return total + steps * step * factor
 

@@ -112,7 +112,17 @@ COMBOS: tuple[tuple[FaultKind, ...], ...] = (
 """Fault mixes of the multi-fault cases (each split has each at least once)."""
 
 FAILING_TIMEOUT_S = 10.0
-"""collective_timeout_s of cases with a hang or crash (the run fails within it)."""
+"""collective_timeout_s of cases with a hang or crash (the run fails within it), per 4
+ranks (`failing_timeout_s`)."""
+
+
+def failing_timeout_s(world_size: int) -> float:
+    """collective_timeout_s of a hang or crash case: FAILING_TIMEOUT_S per 4 ranks, at
+    least FAILING_TIMEOUT_S. A recv waits out up to a whole step, and the cold first step
+    grows with the ranks sharing the host's cores: DP 4 x PP 4 (16 ranks on 2 cores) took
+    11-16 s here, so 10 s failed its stage 0 in the first step, before the fault (seed-17
+    draw, stop 46); 40 s covers it with a margin."""
+    return FAILING_TIMEOUT_S * max(1.0, world_size / 4)
 
 SEED_OFFSET = {Split.DEV: 0, Split.TEST: 1000}
 """First run seed of each split's cases."""
@@ -260,7 +270,7 @@ def generate_split(split: Split, seed: int, steps: int, count: int,
         base = "seq-imbalance" if seq else "clean-dp2-pp2"
         run: dict = {"steps": steps, "pace_compute": pace_compute}
         if any(FaultKind(f["kind"]) in FAILING_KINDS for f in faults):
-            run["collective_timeout_s"] = FAILING_TIMEOUT_S
+            run["collective_timeout_s"] = failing_timeout_s(dp * pp)
         over = {"run": run, "faults": []}
         base_entry = _resolve(base, {"run": {"steps": steps}, "faults": []}, name)
         over.update(_layout_overrides(base_entry, dp, pp))

@@ -163,3 +163,22 @@ def test_nvrx_individual_score_sees_a_rank_slowing_without_faster_peers():
     med = np.array([[1.0, 1.0, 2.0]])  # one rank, its own past is the reference
     relative, individual = nvrx_scores(med, np.array([0]))
     assert relative[0, -1] == 1.0 and individual[0, -1] == pytest.approx(0.5)
+
+
+def test_a_failing_case_waits_out_its_cold_first_step():
+    # A hang or crash case's collective timeout grows with its ranks: 10 s failed a
+    # DP 4 x PP 4 case's stage 0 in its cold first step, before the fault (stop 46).
+    from stragglerlab.workflow.splits import FAILING_TIMEOUT_S, failing_timeout_s
+
+    assert failing_timeout_s(2) == failing_timeout_s(4) == FAILING_TIMEOUT_S
+    assert failing_timeout_s(16) == 4 * FAILING_TIMEOUT_S
+    seen = 0
+    for seed in (16, 17):  # 17 drew the DP 4 x PP 4 hang
+        for cases in all_cases({**CFG, "seed": seed}).values():
+            for c in cases:
+                kinds = {f["kind"] for f in c.entry.get("faults") or []}
+                if kinds & {"hang", "crash"}:
+                    seen += 1
+                    assert c.entry["run"]["collective_timeout_s"] == \
+                        failing_timeout_s(c.dp * c.pp)
+    assert seen
