@@ -19,18 +19,11 @@ from stragglerlab.cli import main
 from stragglerlab.cli.common import inputs_not_overwritten
 from stragglerlab.errors import InputError
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+from tests.unit.cli_errors import one_error as _one_error
 from tests.unit.monitor_helpers import synth
 
 KINETO = Path(__file__).resolve().parents[1] / "data" / "kineto" / "dp2-pp2"
 SCORES = Path(__file__).resolve().parents[1] / "data" / "scores_small.json"
-
-
-def _one_error(capsys, verb: str) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"stragglerlab {verb}: error: "), err
-    return lines[0]
 
 
 @pytest.fixture
