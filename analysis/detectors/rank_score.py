@@ -29,6 +29,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
 from stragglerlab.analysis.detectors.config_ranges import in_range
+from stragglerlab.schema import OPTYPE_VALUES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +54,10 @@ class RankScoreConfig:
         for name in ("threshold", "stage_threshold"):
             in_range(self, name, 0, 1, why="a score is the reference's time over the rank's, "
                      "at most 1: over 1 the reference itself is flagged, every rank named")
+        unknown = [op for op in self.ops if op not in OPTYPE_VALUES]
+        if not self.ops or unknown:  # an unknown name would match no op, silently
+            raise ValueError(f"ops must name op types of the trace schema, got "
+                             f"{unknown or 'none'} (e.g. {', '.join(COMPUTE_VALUES)})")
 
 
 def _confidence(score: float, threshold: float) -> float:

@@ -100,6 +100,11 @@ def configured(name: str, config, settings: dict[str, str]):
                 if text.lower() not in ("true", "false"):
                     raise ValueError(text)
                 value = text.lower() == "true"
+            elif kind in (tuple, list):  # a list of names: comma-separated, not characters
+                items = [x.strip() for x in text.split(",")]
+                if not all(items):
+                    raise ValueError(text)
+                value = kind(items)
             else:
                 value = kind(text)
         except (TypeError, ValueError):

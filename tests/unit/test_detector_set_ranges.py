@@ -143,3 +143,18 @@ def test_a_config_built_in_code_checks_its_range_too():
     with pytest.raises(SettingRangeError, match=r"noise_sd=0: expected a number in \[1e-09"):
         BocdConfig(noise_sd=0)
     assert BocdConfig(hazard_lambda=2.0).hazard_lambda == 2.0
+
+
+def test_a_list_setting_is_comma_separated_op_names(run, tmp_path, capsys):
+    # `--set ops=forward-compute` was a tuple of its characters, which matched no op.
+    from stragglerlab.analysis.detectors.registry import configured
+    from stragglerlab.analysis.detectors.rank_score import RankScoreConfig
+
+    cfg = configured("rank-score", RankScoreConfig(), {"ops": "forward-compute"})
+    assert cfg.ops == ("forward-compute",)
+    assert configured("rank-score", RankScoreConfig(),
+                      {"ops": "forward-compute, backward-compute"}).ops == (
+        "forward-compute", "backward-compute")
+    assert _detect(run, tmp_path / "a", "rank-score", "ops=forward-compute,bogus", False) == 2
+    assert "ops must name op types" in capsys.readouterr().err
+    assert _detect(run, tmp_path / "b", "rank-score", "ops=,", False) == 2
