@@ -147,8 +147,8 @@ def test_a_config_built_in_code_checks_its_range_too():
 
 def test_a_list_setting_is_comma_separated_op_names(run, tmp_path, capsys):
     # `--set ops=forward-compute` was a tuple of its characters, which matched no op.
-    from stragglerlab.analysis.detectors.registry import configured
     from stragglerlab.analysis.detectors.rank_score import RankScoreConfig
+    from stragglerlab.analysis.detectors.registry import configured
 
     cfg = configured("rank-score", RankScoreConfig(), {"ops": "forward-compute"})
     assert cfg.ops == ("forward-compute",)
