@@ -45,7 +45,7 @@ from stragglerlab.filecheck import finite_or_none, load_json, load_yaml
 from stragglerlab.findings import Finding, FindingsDocument, read_findings, write_findings
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_record import RunRecord, read_run_record, write_run_record
-from stragglerlab.whatif_record import WhatIfRecord, read_document
+from stragglerlab.whatif_record import WhatIfRecord, check_document
 
 TRACE_PARQUET = "trace.parquet"
 META_YAML = "meta.yaml"
@@ -78,9 +78,11 @@ def write_meta(path: str | Path, meta: JobMeta) -> None:
     meta.dump(path)
 
 
-def read_whatif(path: str | Path, meta: JobMeta | None = None) -> dict:
-    """whatif.json as a checked dict (WhatIfResult.to_json layout), by the one reader's
-    checks (`whatif_record.read_document`: the same as `plot`'s); `meta`, the folder's
+def read_whatif(path: str | Path,
+                meta: JobMeta | None = None) -> tuple[dict, WhatIfRecord | None]:
+    """whatif.json as a checked dict (WhatIfResult.to_json layout) and the record that
+    checked it (None for the layout before schema versions), by the one reader's checks
+    (`whatif_record.check_document`: the same as `plot`'s); `meta`, the folder's
     meta.yaml, when known: the file must be of the same job.
 
     A document of the layout before schema versions whose `slowdown` is null is a
@@ -88,7 +90,7 @@ def read_whatif(path: str | Path, meta: JobMeta | None = None) -> dict:
     `doc["slowdown"]`).
     """
     raw = load_json(path, "what-if result (whatif.json)", WHATIF_FIX)
-    return read_document(raw, str(path), meta)
+    return check_document(raw, str(path), meta)
 
 
 def write_whatif(path: str | Path, doc: dict) -> None:
@@ -260,16 +262,19 @@ class RunFolder:
         return self._cached("faults", lambda: read_faults(self.faults_path,
                                                           self._meta_if_known()))
 
+    def _whatif_checked(self) -> tuple[dict, WhatIfRecord | None]:
+        return self._cached("whatif", lambda: read_whatif(self.whatif_path, self._meta_if_known()))
+
     @property
     def whatif(self) -> dict:
         """whatif/whatif.json, validated (see read_whatif)."""
-        return self._cached("whatif", lambda: read_whatif(self.whatif_path,
-                                                          self._meta_if_known()))
+        return self._whatif_checked()[0]
 
     def whatif_record(self) -> WhatIfRecord:
-        """whatif/whatif.json as the typed record of stragglerlab.results."""
-        return self._cached("whatif_record", lambda: WhatIfRecord.from_json(
-            self.whatif, str(self.whatif_path)))
+        """whatif/whatif.json as the typed record of stragglerlab.results (the one its
+        check built; a file of the layout before schema versions has none: refused)."""
+        doc, record = self._whatif_checked()
+        return record or WhatIfRecord.from_json(doc, str(self.whatif_path))
 
     def findings_document(self, detector: str, online: bool = False) -> FindingsDocument:
         """The detector's findings file, validated (it must be that detector's)."""

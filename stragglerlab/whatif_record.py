@@ -8,7 +8,7 @@ a bad file is one InputError naming the file and the field, with how to fix it.
     scores = mean.step_worker_score()            # [pp, dp, steps]
 
 Readers of the document's fields as a dict (`RunFolder.whatif`: figures, report, the
-noise floor) go through `read_document`, the same checks: a file with a `schema` is read
+noise floor) go through `check_document`, the same checks: a file with a `schema` is read
 whole by WhatIfRecord, one without is the layout written before schema versions
 (tests/data/run_folder_v0), each field it has checked by the same rules (`_check_fields`).
 """
@@ -103,8 +103,10 @@ class WhatIfRecord:
                    launch["dp_rank"], launch["stage"])
 
 
-def read_document(raw: object, path: str, meta: JobMeta | None = None) -> dict:
-    """A parsed whatif.json as a checked dict, for readers of its fields.
+def check_document(raw: object, path: str,
+                   meta: JobMeta | None = None) -> tuple[dict, WhatIfRecord | None]:
+    """A parsed whatif.json as a checked dict, and the WhatIfRecord that checked it (None
+    for the layout before schema versions), so a reader of both parses it once.
 
     With a `schema` it must be this stragglerlab's and is checked whole (WhatIfRecord,
     as `plot` reads it). Without one it is the layout written before schema versions:
@@ -119,8 +121,9 @@ def read_document(raw: object, path: str, meta: JobMeta | None = None) -> dict:
         # First: another job's result fails every shape check, this names the cause.
         _same_layout(chk, JobMeta.from_dict(chk.mapping(doc["job_meta"], "job_meta"), path),
                      meta)
+    record = None
     if "schema" in doc:
-        WhatIfRecord.from_json(doc, path)
+        record = WhatIfRecord.from_json(doc, path)
     elif "compute_ideals" in doc:  # came with schema 2: not the older layout, damaged
         chk.fail("schema", f"missing from a whatif.json with compute_ideals ({SCHEMA})")
     else:
@@ -134,7 +137,7 @@ def read_document(raw: object, path: str, meta: JobMeta | None = None) -> dict:
             chk.fail("step_time_actual_s", "missing: a what-if result with a slowdown has "
                      "its step times")
     chk.finite_tree(doc, "whatif")
-    return doc
+    return doc, record
 
 
 def _same_layout(chk, theirs: JobMeta, ours: JobMeta) -> None:

@@ -79,8 +79,9 @@ def read_evidence(run: Run) -> Evidence:
         raise InputError(f"no {WHATIF_JSON} in this run folder: the whatif detector reads the "
                          f"what-if result; run `stragglerlab whatif --run {run.path}` first",
                          run.path or None)
-    # RunFolder reads and checks the file; WhatIfRecord checks the layout this reader needs.
-    record = WhatIfRecord.from_json(folder.whatif, str(folder.whatif_path))
+    # RunFolder reads and checks the file (its layout against meta.yaml, by the record
+    # this reader needs); here its steps and ops against the trace.
+    record = folder.whatif_record()
     stale = _describes_another_trace(record, run)
     if stale:
         raise InputError(f"{WHATIF_JSON} was written from another trace than this folder's "
@@ -91,7 +92,8 @@ def read_evidence(run: Run) -> Evidence:
 
 
 def _describes_another_trace(record: WhatIfRecord, run: Run) -> str:
-    """How the what-if record and the run's trace differ ('' when they agree): its layout,
+    """How the what-if record and the run's trace differ ('' when they agree): its layout
+    (the reader checks it against meta.yaml; a folder without one has the parquet's meta),
     its steps, its op count. A findings file drawn from a stale record would name workers
     and steps of a job that is no longer there."""
     mine, theirs = run.meta, record.job_meta
