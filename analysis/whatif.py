@@ -107,12 +107,8 @@ simulation replays the trace's own durations on its dependencies, so a factor of
 no noise (the artifact's samples, ../shared/differential and testbed runs: <= 1.06)."""
 
 
-def _one_run(t_base: np.ndarray, t_nodelay: np.ndarray, where: str) -> None:
+def _one_run(discrepancy: float, where: str) -> None:
     """InputError when the traced step time is MAX_DISCREPANCY x off the simulated one."""
-    with np.errstate(all="ignore"):
-        discrepancy = float(t_base.mean() / t_nodelay.mean())
-    if not math.isfinite(discrepancy):
-        return
     if not 1 / MAX_DISCREPANCY <= discrepancy <= MAX_DISCREPANCY:
         raise InputError(
             f"the traced step time is {discrepancy:.3g}x the one simulated from the same "
@@ -148,13 +144,14 @@ def run_whatif(
     correlation = _fwd_bwd_correlation(graph, frame)
     excess = comm_excess_by_worker(graph, frame, slice(None))
     ideal, result = _evaluate(graph, frame, meta, value, t_base, t_nodelay, compute_ideal, say)
-    _one_run(t_base, t_nodelay, where)  # after _evaluate: its no-measurable-step is clearer
+    # After _evaluate: its no-measurable-step error is clearer, and t_nodelay is > 0.
+    _one_run(result.simulation_discrepancy, where)
     for other in dict.fromkeys(ComputeIdeal(o) for o in other_ideals):
         if other is not compute_ideal:
             result.variants[other.value] = _evaluate(graph, frame, meta, value, t_base,
                                                      t_nodelay, other, say)[1]
     launch = launch_decomposition(graph, frame, value, meta.pp_size, attribution_type,
-                                  float(t_base.mean() / t_nodelay.mean()))
+                                  result.simulation_discrepancy)
     if launch is not None:
         say("attributed launch delays")
     steps = [int(s) for s in frame.steps]

@@ -75,7 +75,11 @@ def run(args) -> int:
         ray_address = check_ray_address(ray_address, "--ray-address" if args.ray_address
                                         else "RAY_ADDRESS")
     scenario = load_scenario(args.scenario, args.config, overrides if overrides["run"] else None)
-    check_faults(scenario, args.config)
+    # Every fault checked, the config file named, before anything starts (the launcher
+    # checks them again, as the faults shape the scenario).
+    from stragglerlab.injectors.registry import check_scenario_faults
+
+    check_scenario_faults(scenario, args.config)
     from stragglerlab.host.residue import clean_residue
     from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
 
@@ -109,14 +113,6 @@ def run(args) -> int:
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
           f"{traced} complete steps kept in {args.out}")
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
-
-
-def check_faults(scenario, config: str | None) -> None:
-    """Every fault's kind, targets, steps and parameters, the config file named, before
-    anything starts (the launcher checks them again, as the faults shape the scenario)."""
-    from stragglerlab.injectors.registry import check_scenario_faults
-
-    check_scenario_faults(scenario, config)
 
 
 def failed_cleanly(out: str) -> bool:

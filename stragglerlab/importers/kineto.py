@@ -312,9 +312,11 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
     steps = _common_steps(traces, allow_partial)
     align, offsets = clock_offsets(traces, steps, align)
     check_clock_gaps(traces, steps, offsets)
-    df = _frame(traces, layout, dp_keep, steps, offsets)
+    # Ranks numbered in the kept world (the identity when every rank is kept): with
+    # --allow-partial the meta's world_size counts the kept ranks only.
+    kept = sorted(t.rank for t in traces)  # new rank i is job rank kept[i]
+    df = _frame(traces, layout, dp_keep, steps, offsets, {r: i for i, r in enumerate(kept)})
     have = set(df["rank"].unique().tolist())
-    kept = sorted(t.rank for t in traces)  # the df's rank is the index in this
     empty = [t for t in traces if kept.index(t.rank) not in have]
     if empty:
         raise InputError(f"no op range lies inside the kept ProfilerStep#N ranges (steps "
@@ -332,18 +334,15 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
         "align": align, "clock_offsets_s": {str(t.rank): offsets[t.rank] / 1e6 for t in traces},
         "steps": steps, "dp_ranks_kept": dp_keep, "ops": int(len(df)),
         "unfinished_ranges_dropped": int(sum(t.unfinished for t in traces)),
-        "kept_ranks": {str(i): r for i, r in enumerate(sorted(t.rank for t in traces))},
+        "kept_ranks": {str(i): r for i, r in enumerate(kept)},
     }
     return ImportResult(df, meta, report)
 
 
 def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],
-           offsets: dict[int, float]) -> pd.DataFrame:
+           offsets: dict[int, float], rank_new: dict[int, int]) -> pd.DataFrame:
     rows = []
     dp_new = {d: i for i, d in enumerate(dp_keep)}
-    # Ranks numbered in the kept world (the identity when every rank is kept): with
-    # --allow-partial the meta's world_size counts the kept ranks only.
-    rank_new = {r: i for i, r in enumerate(sorted(t.rank for t in traces))}
     for t in traces:
         dp_rank, stage, _ = layout.coords(t.rank)
         bounds = sorted((t.steps[k][0], t.steps[k][1], k) for k in steps)

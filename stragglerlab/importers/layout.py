@@ -98,9 +98,9 @@ def from_pg_config(pg_configs: dict[int, list], world: int, where: str) -> Layou
             f"torch.distributed.new_group(..., group_desc='{DP_DESC}') as Megatron-core does")
     if world == 1:
         return Layout(1, 1, 1, source="pg_config")
-    coords, sizes = [], set()
+    coords, sizes, groups = [], set(), {}
     for rank, pgs in sorted(pg_configs.items()):
-        dp_group = _group(pgs, DP_DESC, rank)
+        dp_group = groups[rank] = _group(pgs, DP_DESC, rank)
         if dp_group is None:
             raise InputError(f"rank {rank}'s distributedInfo.pg_config has no process group "
                              f"'{DP_DESC}' holding it, so its DP rank and stage are unknown; "
@@ -118,7 +118,6 @@ def from_pg_config(pg_configs: dict[int, list], world: int, where: str) -> Layou
     if len(sizes) != 1:
         raise InputError(f"the ranks' process groups disagree on the layout ({sorted(sizes)}); "
                          + hint, where)
-    groups = {rank: _group(pgs, DP_DESC, rank) for rank, pgs in pg_configs.items()}
     for rank, group in sorted(groups.items()):  # one job: a DP group is the same to its members
         odd = [m for m in group if m in groups and groups[m] != group]
         if odd:
