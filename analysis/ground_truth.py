@@ -110,6 +110,8 @@ class RunTruth:
     """PP degree (0: unknown)."""
     n_steps: int = 0
     """Traced steps (for false findings per clean worker-step)."""
+    traced_steps: tuple[int, int] | None = None
+    """First and last traced step numbers (inclusive); None for a run with no trace."""
 
     @property
     def family(self) -> str:
@@ -228,7 +230,9 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
     for folder, recorded, record, times in raw:
         meta = folder.meta
         world = meta.dp_size * meta.pp_size  # one traced worker per DP x PP cell
-        layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size, "n_steps": len(times)}
+        layout = {"dp_size": meta.dp_size, "pp_size": meta.pp_size, "n_steps": len(times),
+                  "traced_steps": ((int(times.index.min()), int(times.index.max()))
+                                   if len(times) else None)}
         faults = [f for f in recorded if f.took_effect]
         idle = sorted({f.kind for f in recorded if not f.took_effect})
         idle_note = f"left out, measured without effect: {', '.join(idle)}" if idle else ""

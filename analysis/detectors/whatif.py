@@ -107,6 +107,7 @@ from stragglerlab.analysis.detectors.whatif_noise import (
     floored_config,
 )
 from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.errors import InputError
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
 from stragglerlab.results import WhatIfResult
 
@@ -143,6 +144,13 @@ class WhatIfDetector(Detector):
 
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
+        if self.online_window_steps < self.config.min_steps:
+            # Every window would hold fewer steps than a finding needs: silently nothing.
+            raise InputError(
+                f"online_window_steps={self.online_window_steps} is under min_steps="
+                f"{self.config.min_steps}: each online window must hold the steps a "
+                "finding needs, or online mode never names one; raise online_window_steps "
+                "or lower min_steps (--set NAME=VALUE)")
         self.noise_report = self._floored(run, self.online_window_steps)[1]
         return super().detect_online(run) + failure_findings(run)
 

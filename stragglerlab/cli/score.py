@@ -62,21 +62,17 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     return p
 
 
-def _load_findings(path: Path, detector: str):
-    """The findings of a findings file (validated: one InputError naming file and field)."""
-    from stragglerlab.findings import read_findings
-
-    return read_findings(path, detector).findings
-
-
-def _findings(run_dir: str, name: str, online: bool, required: bool):
+def _findings(truth, name: str, online: bool, required: bool):
     """A run's findings of one detector as `detect` wrote them; None when absent and not
     required. Scoring never runs a detector: a required file that is missing is an error."""
     from stragglerlab.run_folder import RunFolder  # pandas: only when scoring
 
+    run_dir = truth.run
     folder = RunFolder(path=Path(run_dir))
     if folder.has_findings(name, online):
-        return folder.findings(name, online)  # validated against the run's layout
+        doc = folder.findings_document(name, online)  # validated against the run's layout
+        _of_this_run(doc, truth, folder.findings_path(name, online))
+        return doc.findings
     if not required:
         return None
     flag = " --online" if online else ""
@@ -86,6 +82,29 @@ def _findings(run_dir: str, name: str, online: bool, required: bool):
         f"score reads what `stragglerlab detect` wrote and never runs detectors: run "
         f"`stragglerlab detect --run {run_dir} --detector {name}{flag} "
         f"--out {folder.detect_dir}` first{skip}", str(folder.detect_dir))
+
+
+def _of_this_run(doc, truth, path: Path) -> None:
+    """Refuse a findings file that is about another run: its `run` names another existing
+    run folder, or a finding's steps lie outside this run's traced steps. (A moved run
+    folder keeps a stale `run` that no longer exists: that is not refused.)"""
+    fix = (f"was it copied from another run? rerun `stragglerlab detect --run {truth.run} "
+           f"--detector {doc.detector}` to rewrite it")
+    named = Path(doc.run) if doc.run else None
+    if (named is not None and (named / "meta.yaml").is_file()
+            and named.resolve() != Path(truth.run).resolve()):
+        raise InputError(f"the findings file says it is of run {doc.run}, not of this run "
+                         f"{truth.run}; {fix}", str(path))
+    if truth.traced_steps is None:
+        return
+    lo, hi = truth.traced_steps
+    hi += 1  # the step under way when a crashed or hung run's trace ended
+    for i, f in enumerate(doc.findings):
+        if f.last_step < lo or f.last_step > hi:
+            raise InputError(f"findings[{i}] covers steps {f.first_step}-{f.last_step}, "
+                             f"outside the run's steps {lo}-{hi} (traced, and the one after "
+                             f"them a failure may name); a finding lies within the steps it "
+                             f"was found in ({fix})", str(path))
 
 
 def _fmt(value) -> str:
@@ -203,8 +222,8 @@ def run(args) -> int:
         for name in names:
             offline, online = {}, {}
             for t in scored:
-                offline[t.run] = _findings(t.run, name, False, required=True)
-                found = _findings(t.run, name, True, required=not args.offline_only)
+                offline[t.run] = _findings(t, name, False, required=True)
+                found = _findings(t, name, True, required=not args.offline_only)
                 if found is not None:
                     online[t.run] = found
                 task.advance(note=f"{name}: {t.run}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -17,6 +18,7 @@ from stragglerlab.workloads.synthetic import (
     ground_truth,
     synthesize_trace,
 )
+from tests.unit.cli_errors import one_error
 
 
 def make_run(path, faults=None, **kwargs):
@@ -126,6 +128,51 @@ def test_score_uses_findings_the_workflow_wrote(tmp_path, capsys):
     assert json.loads(scores.read_text())["whatif"]["fp"] == 1
 
 
+def _one_finding(first, last, cause="gc"):
+    return {"ranks": [{"rank": 0, "dp_rank": 0, "stage": 0}], "first_step": first,
+            "last_step": last, "root_cause": cause, "confidence": 1.0}
+
+
+@pytest.mark.parametrize("first,last", [(30, 31), (13, 13), (0, 10**9)])
+def test_score_refuses_a_finding_outside_the_runs_steps(tmp_path, capsys, first, last):
+    run = make_run(tmp_path / "clean")  # traced steps 0-11
+    (run / "detect").mkdir()
+    (run / "detect" / "whatif.json").write_text(json.dumps(
+        {"detector": "whatif", "findings": [_one_finding(first, last)]}))
+    assert main(["score", "--runs", str(run), "--detector", "whatif", "--offline-only",
+                 "--out", str(tmp_path), "--quiet"]) == 2
+    line = one_error(capsys, "score")
+    assert f"steps {first}-{last}, outside the run's steps 0-12" in line
+    assert "rerun `stragglerlab detect" in line
+    assert not (tmp_path / "scores.json").exists()
+
+
+def test_score_takes_a_failure_named_at_the_step_after_the_trace(tmp_path):
+    run = make_run(tmp_path / "hung")  # a hang names the step that never finished
+    (run / "detect").mkdir()
+    (run / "detect" / "whatif.json").write_text(json.dumps(
+        {"detector": "whatif", "findings": [_one_finding(12, 12, "hang")]}))
+    assert main(["score", "--runs", str(run), "--detector", "whatif", "--offline-only",
+                 "--out", str(tmp_path), "--quiet"]) == 0
+
+
+def test_score_refuses_findings_copied_from_another_run(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", seed=3)
+    for run in (a, b):
+        (run / "detect").mkdir()
+    (a / "detect" / "whatif.json").write_text(json.dumps(
+        {"detector": "whatif", "run": str(a), "findings": [_one_finding(2, 3)]}))
+    shutil.copy(a / "detect" / "whatif.json", b / "detect" / "whatif.json")
+    assert main(["score", "--runs", str(b), "--detector", "whatif", "--offline-only",
+                 "--out", str(tmp_path), "--quiet"]) == 2
+    assert f"says it is of run {a}, not of this run {b}" in one_error(capsys, "score")
+    # A moved run folder keeps a `run` that no longer exists: still scored.
+    moved = tmp_path / "moved"
+    a.rename(moved)
+    assert main(["score", "--runs", str(moved), "--detector", "whatif", "--offline-only",
+                 "--out", str(tmp_path), "--quiet"]) == 0
+
+
 @pytest.mark.parametrize("argv,message", [
     (["detect", "--run", "{tmp}/nope", "--out", "{tmp}/det"], "no trace.parquet"),
     (["detect", "--run", "{run}", "--detector", "nosuch", "--out", "{tmp}/det"],
@@ -160,3 +207,14 @@ def test_set_changes_a_detector_setting_and_refuses_unknown_ones(tmp_path, capsy
         assert main(["detect", "--run", str(run), "--set", bad, "--out",
                      str(tmp_path / "e")]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_online_window_shorter_than_min_steps_is_refused(tmp_path, capsys):
+    run = make_run(tmp_path / "slow", slow_workers=(SlowWorker(0, 1, 1.8, first_step=4),))
+    assert main(["detect", "--run", str(run), "--online", "--set", "online_window_steps=2",
+                 "--out", str(tmp_path / "det"), "--quiet"]) == 2
+    assert "online_window_steps=2 is under min_steps=3" in one_error(capsys, "detect")
+    assert not (tmp_path / "det" / "whatif-online.json").exists()
+    # Offline never uses the window: a long min_steps alone is a valid setting there.
+    assert main(["detect", "--run", str(run), "--set", "min_steps=20",
+                 "--out", str(tmp_path / "det"), "--quiet"]) == 0
