@@ -89,10 +89,12 @@ def _loopback_node(ray):
 
 
 def _prepare_dir(run_dir: Path) -> None:
-    """Start from a clean run folder (outputs of an earlier run there are replaced)."""
+    """Start from a clean run folder (outputs of an earlier run there are replaced, and so
+    are the what-if, findings and monitor history made from its trace)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # kineto/ and compute/ too: a torch workload's import reads every rank file there.
-    for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, rf.KINETO_DIR, rf.COMPUTE_DIR):
+    for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, rf.KINETO_DIR, rf.COMPUTE_DIR,
+                rf.CPU_DIR, rf.WHATIF_DIR, rf.DETECT_DIR, rf.MONITOR_DIR, rf.PLOT_DIR):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
     for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
         (run_dir / name).unlink(missing_ok=True)

@@ -33,6 +33,7 @@ from stragglerlab.cli.common import (
     run_out,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.run_folder import PLOT_DIR
 
 OUTPUTS = tuple(f"{name}.{ext}" for name in ("heatmap", "step-slowdown")
                 for ext in ("png", "pdf", "json"))
@@ -79,7 +80,7 @@ def run(args) -> int:
     if not (args.run or args.trace or args.whatif):
         raise InputError("plot needs the job to draw: --run DIR (an analysed folder), "
                          "--trace FILE [--meta FILE] or --whatif FILE")
-    out_arg = run_out(args.out, args.run, "plot")
+    out_arg = run_out(args.out, args.run, PLOT_DIR)
     if not out_arg:
         raise InputError("plot --trace / --whatif needs --out DIR (the output folder)")
     out = out_folder(out_arg)

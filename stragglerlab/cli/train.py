@@ -60,7 +60,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Load the scenario, launch, summarise."""
-    out_folder(args.out)
+    _not_another_job(out_folder(args.out))
     overrides: dict = {"run": {}}
     if args.steps is not None:
         overrides["run"]["steps"] = args.steps
@@ -113,6 +113,23 @@ def run(args) -> int:
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
           f"{traced} complete steps kept in {args.out}")
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
+
+
+def _train_wrote(out: Path) -> bool:
+    """An earlier `train` into `out` (finished, failed or killed) left its records; a folder
+    holding only the workflow's scenario.yaml is new."""
+    return (any((out / n).exists() for n in ("run.json", "trace-parts", "status"))
+            or not any((out / n).exists() for n in ("trace.parquet", "meta.yaml")))
+
+
+def _not_another_job(out: Path) -> Path:
+    """A rerun replaces its own earlier run there (and the what-if and findings made from
+    it); an import's or synth's trace, or the artifact's, is another job's and refused."""
+    from stragglerlab.cli.common import RUN_RECORDS, not_another_run
+
+    foreign = ("ops.parquet", "import.json", "whatif.json", "result-artifact.json")
+    return not_another_run(out, tuple(n for n in RUN_RECORDS if n not in foreign),
+                           _train_wrote, "train")
 
 
 def failed_cleanly(out: str) -> bool:

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stragglerlab.errors import InputError
+from stragglerlab.run_folder import MONITOR_DIR
 
-MONITOR_DIR = "monitor"
-"""The one folder of a run folder the monitor writes (everything else it only reads)."""
 WINDOWS_JSONL = "windows.jsonl"
 """monitor/windows.jsonl: one analysed window per line (schema WINDOW_SCHEMA)."""
 ALERTS_JSONL = "alerts.jsonl"

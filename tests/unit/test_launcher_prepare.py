@@ -10,7 +10,10 @@ from stragglerlab.workloads.launcher import _prepare_dir
 def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
     run = tmp_path / "run"
     for rel in ("trace-parts/rank0.bin", "status/rank0.json", "gc/rank0.jsonl",
-                "kineto/rank3.json.gz", "compute/rank0.jsonl",
+                "kineto/rank3.json.gz", "compute/rank0.jsonl", "cpu/rank0.jsonl",
+                # made from the old trace: stale beside a new one
+                "whatif/whatif.json", "detect/whatif.json", "monitor/windows.jsonl",
+                "plot/timeline.png",
                 "trace.parquet", "run.json", "faults.json", "meta.yaml"):
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text("old")
@@ -48,3 +51,36 @@ def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
     from stragglerlab.host.cgroups import MIN_QUOTA_US
 
     assert round(made["cores"] * made["period"]) >= MIN_QUOTA_US
+
+
+def test_train_refuses_an_out_folder_holding_another_jobs_trace(tmp_path, capsys):
+    from stragglerlab.cli import main
+    from tests.unit.cli_errors import one_error
+
+    synth = tmp_path / "synth"
+    assert main(["synth", "--out", str(synth), "--quiet"]) == 0
+    capsys.readouterr()
+    before = (synth / "trace.parquet").read_bytes()
+    assert main(["train", "--scenario", "clean-dp2-pp2", "--out", str(synth), "--quiet"]) == 2
+    assert "that `stragglerlab train` did not write" in one_error(capsys, "train")
+    assert (synth / "trace.parquet").read_bytes() == before
+    imported = tmp_path / "imported"
+    imported.mkdir()
+    (imported / "import.json").write_text("{}")
+    assert main(["train", "--scenario", "clean-dp2-pp2", "--out", str(imported),
+                 "--quiet"]) == 2
+    assert "already holds another run's import.json" in one_error(capsys, "train")
+
+
+def test_train_may_rerun_into_its_own_or_the_workflows_folder(tmp_path):
+    from stragglerlab.cli.train import _not_another_job
+
+    workflow = tmp_path / "wf"  # the workflow writes scenario.yaml before train runs
+    workflow.mkdir()
+    (workflow / "scenario.yaml").write_text("name: x\n")
+    assert _not_another_job(workflow) == workflow
+    killed = tmp_path / "killed"  # a killed train left its parts and a merged trace
+    for rel in ("trace-parts/rank0.bin", "trace.parquet", "meta.yaml"):
+        (killed / rel).parent.mkdir(parents=True, exist_ok=True)
+        (killed / rel).write_text("old")
+    assert _not_another_job(killed) == killed
