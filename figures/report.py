@@ -329,6 +329,11 @@ def write_report(fig_dir: str | Path, scores_path: str | Path | None,
     fig_dir, out = Path(fig_dir), Path(out_dir)
     entries = load_figure_entries(fig_dir)
     scores, why = load_scores(Path(scores_path) if scores_path else None)
+    if not entries and scores is None:  # a report of nothing: the wrong folder?
+        raise InputError("no figure results here (the <figure>.json files `stragglerlab "
+                         "figures` writes beside its images) and no scores to report; pass "
+                         "the folder of `stragglerlab figures --out DIR` (or run that first), "
+                         "or --scores", str(fig_dir))
     prov = provenance([Path(d) for d in run_dirs]) if run_dirs else None
     blocks = build_blocks(entries, fig_dir, scores, why, prov)
     md_path, html_path = out / "report.md", out / "report.html"

@@ -207,7 +207,9 @@ def test_a_run_folder_listed_twice_is_one_error(tmp_path, capsys, monkeypatch, c
     (tmp_path / "alias").symlink_to(run)
     runs = ["run", "./run/", str(run), "alias"]
     figures = tmp_path / "figs"
-    figures.mkdir()
+    if verb == "report":  # a report needs figure results to report
+        assert main(["figures", "--runs", "run", "--only", "fig03_waste_cdf", "--out",
+                     str(figures), "--quiet"]) == 0
     extra = {"score": ["--detector", "whatif", "--offline-only"],
              "figures": ["--only", "fig03_waste_cdf"],
              "report": ["--figures", str(figures)], "noise-floor": []}[verb]
@@ -251,3 +253,13 @@ def test_synth_refuses_a_negative_seed(tmp_path, capsys):
     assert main(["synth", "--out", str(tmp_path / "s"), "--seed", "-1", "--quiet"]) == 2
     assert "--seed must be an integer from 0" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_report_of_a_folder_with_no_figure_results_is_one_error(tmp_path, capsys):
+    empty = tmp_path / "figs"
+    empty.mkdir()
+    (empty / "notes.json").write_text("{}")  # JSON, but no figure result
+    assert main(["report", "--figures", str(empty), "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 2
+    assert "no figure results here" in _one_error(capsys, "report")
+    assert not (tmp_path / "r" / "report.md").exists()

@@ -146,8 +146,10 @@ def test_missing_image_and_empty_folder(inputs, tmp_path):
     assert 'class="missing"' in html_path.read_text()
     empty = tmp_path / "empty"
     empty.mkdir()
-    md_path, _ = write_report(empty, None, [], tmp_path / "r3")
+    md_path, _ = write_report(empty, scores, [], tmp_path / "r3")  # scores only: a report
     assert "No figure results found" in md_path.read_text()
+    with pytest.raises(InputError, match="no figure results here"):  # nothing at all
+        write_report(empty, None, [], tmp_path / "r4")
 
 
 def test_load_scores_refuses_bad_files(tmp_path):
