@@ -223,6 +223,10 @@ def load_figure_data(run_dirs: list[str | Path],
         if not ref.is_dir():
             raise InputError("reference traces folder not found (expected the artifact's "
                              "trace-*.parquet, meta-*.yaml, result-*.json)", str(ref))
+        if not any(ref.glob("trace-*.parquet")):
+            raise InputError("--reference: no reference trace here (expected the artifact's "
+                             "trace-<job>.parquet with meta-<job>.yaml and result-<job>.json, "
+                             "as in ../shared/reference-traces)", str(ref))
     return FigureData(runs=runs, reference_dir=ref,
                       reference_whatif_dir=(None if reference_whatif_dir is None
                                             else Path(reference_whatif_dir)),

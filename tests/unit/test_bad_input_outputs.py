@@ -263,3 +263,11 @@ def test_report_of_a_folder_with_no_figure_results_is_one_error(tmp_path, capsys
                  "--quiet"]) == 2
     assert "no figure results here" in _one_error(capsys, "report")
     assert not (tmp_path / "r" / "report.md").exists()
+
+
+def test_figures_names_a_reference_folder_without_reference_traces(tmp_path, capsys):
+    empty = tmp_path / "ref"
+    empty.mkdir()
+    assert main(["figures", "--reference", str(empty), "--out", str(tmp_path / "f"),
+                 "--quiet"]) == 2
+    assert "--reference: no reference trace here" in _one_error(capsys, "figures")
