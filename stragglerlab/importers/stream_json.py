@@ -244,7 +244,12 @@ class TraceReader:
             else:
                 if len(buf) > MAX_EVENT_BYTES:
                     break
-                if buf.lstrip()[:1] not in (b"", b"{"):
+                head = buf.lstrip()[:1]
+                if head == b"[":  # JSON, or a start of it, of another shape
+                    raise self._bad("a JSON list, not a Chrome trace object ({\"traceEvents\": "
+                                    "[...]}, what torch.profiler's export_chrome_trace writes); "
+                                    "pass the profiler's own files")
+                if head not in (b"", b"{"):
                     raise self._bad(f"not valid JSON (starts with {buf.lstrip()[:20]!r}); "
                                     f"{FIX}")
                 continue

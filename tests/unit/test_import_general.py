@@ -187,6 +187,8 @@ def test_missing_steps_keep_the_common_ones_and_no_step_is_an_error(tmp_path, ca
     ("garbage", "not valid JSON"),
     ('{"traceEvents": 3}', "not a list"),
     ('{"other": []}', "no 'traceEvents' list"),
+    ("[null, null]", "a JSON list, not a Chrome trace object"),
+    ('[{"ph": "X", "ts": 1, "dur": 2}]', "a JSON list, not a Chrome trace object"),
 ])
 def test_error_truncated_or_garbage_json(tmp_path, capsys, text, needle):
     folder = write_docs(tmp_path / "t", {1: ddp_doc(1, world=2)})
