@@ -39,6 +39,7 @@ import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
 from stragglerlab.faults import FaultKind, FaultRecord
+from stragglerlab.filecheck import distinct_runs
 from stragglerlab.findings import RootCause
 from stragglerlab.meta import LayoutFamily
 from stragglerlab.noise_floor import noise_floor_option
@@ -210,7 +211,9 @@ def _layout_key(record: RunRecord) -> str:
 
 
 def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
-    """Ground truth of every run; job slowdowns use the suite's clean runs as baselines."""
+    """Ground truth of every run; job slowdowns use the suite's clean runs as baselines.
+    A folder listed twice is an InputError (it would count twice)."""
+    distinct_runs(run_dirs, "run_dirs")
     raw = []
     for run_dir in map(Path, run_dirs):
         folder = RunFolder(path=run_dir)

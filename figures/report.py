@@ -29,7 +29,7 @@ from stragglerlab.figures.registry import FIGURE_SCHEMA
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
 from stragglerlab.figures.report_leaderboard import SCORE_FIGURES, BoardFigure, score_blocks
 from stragglerlab.figures.scores import ScoreFile, read_scores
-from stragglerlab.filecheck import Checker, echo, load_json
+from stragglerlab.filecheck import Checker, distinct_runs, echo, load_json
 
 TABLE_FIGURES = ("table_s6", "table_mitigation")
 """Figure outputs shown in the 'mitigation gains and §6 table' section, not as figures."""
@@ -179,9 +179,11 @@ def _now_utc() -> str:
 
 
 def provenance(run_dirs: list[Path]) -> Provenance:
-    """Runs, seeds, outcomes and versions from the run folders' run.json."""
+    """Runs, seeds, outcomes and versions from the run folders' run.json (a folder listed
+    twice is an InputError: it would count twice)."""
     from stragglerlab.figures.data import load_run
 
+    distinct_runs(run_dirs, "run_dirs")
     prov = Provenance(generated_utc=_now_utc(), n_runs=len(run_dirs))
     versions: dict[str, set[str]] = {}
     for d in run_dirs:

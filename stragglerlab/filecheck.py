@@ -286,3 +286,26 @@ def finite_or_none(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [finite_or_none(v) for v in value]
     return value
+
+
+def distinct_runs(runs: list[str], flag: str = "--runs") -> list[str]:
+    """`runs` when no folder is listed twice (compared by device and inode, else by the
+    resolved path: `base`, `./base/` and a symbolic link to it are one folder).
+
+    An error, not a silent de-duplication: the CLI gets the list after the shell expanded
+    any glob, so a folder twice is a typo or two overlapping globs, and score, report and
+    noise-floor would count it twice (bootstrap over copies); telling beats guessing.
+    """
+    first: dict[object, str] = {}
+    for run in runs:
+        try:
+            st = os.stat(run)
+            key: object = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            key = os.path.abspath(run)  # a missing folder: the verb names it itself
+        if key in first:
+            where = Path(run).resolve() if Path(run).exists() else Path(os.path.abspath(run))
+            raise InputError(f"{flag}: run folder {where} is given twice (as {first[key]!r} "
+                             f"and {run!r}); list each once")
+        first[key] = run
+    return runs

@@ -218,3 +218,9 @@ def test_online_window_shorter_than_min_steps_is_refused(tmp_path, capsys):
     # Offline never uses the window: a long min_steps alone is a valid setting there.
     assert main(["detect", "--run", str(run), "--set", "min_steps=20",
                  "--out", str(tmp_path / "det"), "--quiet"]) == 0
+
+
+def test_load_truths_refuses_a_run_listed_twice(tmp_path):
+    run = make_run(tmp_path / "clean")
+    with pytest.raises(InputError, match="given twice"):
+        load_truths([run, tmp_path / "." / "clean"])
