@@ -5,7 +5,7 @@ Per step, in the order of the trace vocabulary (design.md §3):
 1. params-all-gather: every DP rank owns a shard of its stage's flat
    parameters (distributed-optimizer style) and all-gathers the full set;
 2. the 1F1B schedule of `workloads.schedule`: forward/backward computes and
-   the pipeline P2P ops (isend/irecv posted together, traced from post to
+   the pipeline P2P ops of `workloads.stage_links` (traced from post to
    completion, so a send's duration includes its peer's lateness);
 3. the tail: gc (planned collection when enabled) → layernorm-grads-all-reduce
    (a no-op without tensor parallelism, traced like Megatron's) →
@@ -49,6 +49,7 @@ from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_afte
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
+from stragglerlab.workloads.stage_links import StageLinks
 from stragglerlab.workloads.tracer import Tracer, now
 
 # torch 2.13 renamed the flat collectives (*_into_tensor/*_tensor -> *_single) and
@@ -184,43 +185,6 @@ class RankTrainer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _peer(self, stage: int) -> int:
-        return stage * self.dp + self.dp_rank
-
-    # P2P: sends go out right after the compute that produced them and recvs are
-    # posted right after the previous compute of their direction, both through
-    # AsyncP2P's threads; the stage blocks only when it needs a tensor. Program
-    # order then matches the dependency model, so launch delays stay small.
-    def _send(self, direction: Direction, tensor: torch.Tensor) -> None:
-        fwd = direction is Direction.FORWARD
-        peer = self._peer(self.stage + 1 if fwd else self.stage - 1)
-        self._sync()
-        row = self.tracer.record(OpType.FORWARD_SEND if fwd else OpType.BACKWARD_SEND, now(),
-                                 float("nan"))
-        self.p2p.send(tensor, peer, lambda t: self.tracer.set_end(row, t))
-
-    def _post_recv(self, direction: Direction, mb: int) -> None:
-        key = (direction, mb)
-        if key in self.posted or mb >= self.sc.parallel.microbatches:
-            return
-        fwd = direction is Direction.FORWARD
-        peer = self._peer(self.stage - 1 if fwd else self.stage + 1)
-        buf = torch.empty(self.act_shape, device=self.device)
-        row = self.tracer.record(OpType.FORWARD_RECV if fwd else OpType.BACKWARD_RECV, now(),
-                                 float("nan"))
-        done = self.p2p.recv(buf, peer, lambda t: self.tracer.set_end(row, t))
-        self.posted[key] = (buf, done)
-
-    def _take_recv(self, direction: Direction, mb: int) -> torch.Tensor:
-        self._post_recv(direction, mb)
-        buf, done = self.posted.pop((direction, mb))
-        deadline = now() + self.timeout.total_seconds()
-        while not done.wait(0.05):
-            if self.p2p.error is not None or now() > deadline:
-                raise RuntimeError(f"rank {self.rank}: {direction.value} recv of microbatch "
-                                   f"{mb} failed: {self.p2p.error or 'timed out'}")
-        return buf
-
     def _make_data(self, step: int) -> list:
         """The step's microbatches as tensors (all steps are made in setup, so data
         preparation never sits between traced ops as untraced launch delay)."""
@@ -240,9 +204,9 @@ class RankTrainer:
         inputs, outputs = {}, {}
         loss_sum = 0.0
         if not self.first:
-            self._post_recv(F, 0)
+            self.links.post_recv(F, 0)
         if not self.last and first_bwd < 2:
-            self._post_recv(B, 0)
+            self.links.post_recv(B, 0)
         for i, action in enumerate(computes):
             mb = action.microbatch
             if action.kind is ActionKind.FORWARD:
@@ -250,7 +214,7 @@ class RankTrainer:
                 if self.first:
                     x = tokens
                 else:
-                    x = inputs[mb] = self._take_recv(F, mb).requires_grad_()
+                    x = inputs[mb] = self.links.take_recv(F, mb).requires_grad_()
                 self._sync()
                 with self.tracer.op(OpType.FORWARD_COMPUTE, mb, 0, self.stage,
                                     data.seq_len_sq_sum):
@@ -264,12 +228,12 @@ class RankTrainer:
                 if self.last:
                     loss_sum += float(out.detach())
                 else:
-                    self._send(F, out.detach())
+                    self.links.send(F, out.detach())
                 if not self.first:
-                    self._post_recv(F, mb + 1)
+                    self.links.post_recv(F, mb + 1)
             else:
                 out = outputs.pop(mb)
-                grad = None if self.last else self._take_recv(B, mb)
+                grad = None if self.last else self.links.take_recv(B, mb)
                 self._sync()
                 with self.tracer.op(OpType.BACKWARD_COMPUTE, mb, 0, self.stage):
                     with self._paced(batches[mb][0], backward=True), \
@@ -277,11 +241,11 @@ class RankTrainer:
                         out.backward(grad)
                     self._sync()
                 if not self.first:
-                    self._send(B, inputs.pop(mb).grad)
+                    self.links.send(B, inputs.pop(mb).grad)
                 if not self.last:
-                    self._post_recv(B, mb + 1)
+                    self.links.post_recv(B, mb + 1)
             if i == first_bwd - 2 and not self.last:
-                self._post_recv(B, 0)  # the model's rule for a stage's first backward recv
+                self.links.post_recv(B, 0)  # the model's rule for a stage's first backward recv
         return loss_sum
 
     def _tail(self, step: int) -> None:
@@ -333,12 +297,16 @@ class RankTrainer:
         namespaces ({run_id, world, port}); both from the launcher, None when unused."""
         self.cgroup, self.net = cgroup, net
         self.faults = FaultHooks([], RankContext(self.rank, self.dp_rank, self.stage))
-        self.posted: dict = {}
         self.profiler: KinetoProfiler | None = None
         try:
             self.setup()
             # Created after setup: its threads must start inside this rank's namespace.
             self.p2p = AsyncP2P(self.timeout, before_send=self.faults.before_send)
+            self.links = StageLinks(p2p=self.p2p, tracer=self.tracer, rank=self.rank,
+                                    stage=self.stage, dp=self.dp, dp_rank=self.dp_rank,
+                                    microbatches=self.sc.parallel.microbatches,
+                                    act_shape=self.act_shape, device=self.device,
+                                    timeout=self.timeout)
             return self._train()
         finally:
             self.faults.undo()

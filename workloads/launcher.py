@@ -88,7 +88,7 @@ def _loopback_node(ray):
             services.resolve_ip_for_localhost = original
 
 
-def _prepare_dir(run_dir: Path) -> None:
+def prepare_run_dir(run_dir: Path) -> None:
     """Start from a clean run folder (outputs of an earlier run there are replaced, and so
     are the what-if, findings and monitor history made from its trace)."""
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
     say = progress or (lambda _msg: None)
     scenario, specs, injectors = prepare_faults(scenario)
     run_dir = Path(out).resolve()
-    _prepare_dir(run_dir)
+    prepare_run_dir(run_dir)
     world = scenario.world_size
     record: dict = {"scenario": scenario_to_dict(scenario), "name": scenario.name,
                     "seed": scenario.run.seed, "versions": _versions(), "outcome": "failed",

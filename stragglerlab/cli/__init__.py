@@ -83,6 +83,33 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+class _StoreOnce(argparse.Action):
+    """argparse's `store`, refusing a flag given twice: `--out a ... --out b` would keep
+    `b` silently, and a second value is a typo or a pasted command more often than intent.
+    Repeatable flags say so with `action="append"`."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._given_in: set[int] = set()
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if option_string is not None:
+            if id(namespace) in self._given_in:
+                parser.error(f"{'/'.join(self.option_strings)} is given twice (the second is "
+                             f"{values!r}); give it once")
+            self._given_in.add(id(namespace))
+        setattr(namespace, self.dest, values)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Every verb's parser (and its own sub-verbs'): `store` flags given once."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
+
 def docstring_examples(doc: str | None) -> str:
     """An `examples:` epilog from the indented `stragglerlab ...` lines of a verb module's
     docstring (the fallback for a verb whose add_parser gives no epilog)."""
@@ -105,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
     )
     parser.add_argument("--version", action="version", version=f"stragglerlab {version()}")
-    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                parser_class=ArgumentParser)
     for name in VERBS:
         module = _verb(name)
         p = module.add_parser(sub, name)

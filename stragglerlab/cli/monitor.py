@@ -155,6 +155,25 @@ MONITOR_EXIT_WAIT_S = 120.0
 """`train --monitor`: how long the monitor may take to analyse the last steps after the run."""
 
 
+def monitor_argv(run: Path, scenario, monitor_args: str | None) -> list[str]:
+    """`monitor --run RUN` with the job's layout and warm-up, then `--monitor-args`; a
+    layout flag given there replaces the job's (each flag is given once)."""
+    import shlex
+
+    try:
+        extra = shlex.split(monitor_args or "")
+    except ValueError as e:
+        raise InputError(f"--monitor-args {monitor_args!r}: {e}") from None
+    named = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    if "--run" in named:
+        raise InputError("--monitor-args: the monitor beside the job watches its --out; "
+                         "leave --run out")
+    layout = [(flag, str(value)) for flag, value in (
+        ("--dp", scenario.parallel.dp), ("--pp", scenario.parallel.pp),
+        ("--warmup-steps", scenario.run.warmup_steps)) if flag not in named]
+    return ["monitor", "--run", str(run), *(x for pair in layout for x in pair), *extra]
+
+
 @contextlib.contextmanager
 def beside(args, scenario, progress):
     """`train --monitor`: a `stragglerlab monitor` process on the run folder for the run's
@@ -166,25 +185,14 @@ def beside(args, scenario, progress):
         yield None
         return
     import shlex
-    import shutil
     import subprocess
     import sys
 
-    from stragglerlab import run_folder as rf
-    from stragglerlab.monitor.config import MONITOR_DIR
+    from stragglerlab.workloads.launcher import prepare_run_dir
 
     run = Path(args.out)
-    for sub in (MONITOR_DIR, rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR):
-        shutil.rmtree(run / sub, ignore_errors=True)
-    for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
-        (run / name).unlink(missing_ok=True)
-    try:
-        extra = shlex.split(args.monitor_args or "")
-    except ValueError as e:
-        raise InputError(f"--monitor-args {args.monitor_args!r}: {e}") from None
-    cmd = [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(run),
-           "--dp", str(scenario.parallel.dp), "--pp", str(scenario.parallel.pp),
-           "--warmup-steps", str(scenario.run.warmup_steps), *extra]
+    cmd = [sys.executable, "-m", "stragglerlab", *monitor_argv(run, scenario, args.monitor_args)]
+    prepare_run_dir(run)
     # Not a rank process: without the driver's mark, no run's residue cleanup reaps it.
     env = {k: v for k, v in os.environ.items() if k != "STRAGGLERLAB_DRIVER"}
     proc = subprocess.Popen(cmd, stdout=sys.stderr, stdin=subprocess.DEVNULL, env=env,

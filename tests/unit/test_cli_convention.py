@@ -183,3 +183,38 @@ def test_live_display_on_a_terminal(monkeypatch):
 @pytest.mark.parametrize("seconds, text", [(4.4, "4s"), (65, "1m05s"), (7260, "2h01m")])
 def test_duration(seconds, text):
     assert duration(seconds) == text
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["synth", "--out", "{tmp}/a", "--steps", "4", "--out", "{tmp}/b"], "--out"),
+    (["score", "--runs", "{tmp}/a", "--runs", "{tmp}/b", "--out", "{tmp}"], "--runs"),
+    (["import", "kineto", "--traces", "x", "--traces", "y", "--out", "{tmp}/k"], "--traces"),
+])
+def test_a_flag_given_twice_is_refused_not_last_wins(tmp_path, capsys, argv, flag):
+    with pytest.raises(SystemExit) as e:
+        main([a.format(tmp=tmp_path) for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag} is given twice" in err and "Traceback" not in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_repeatable_flags_still_repeat(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["synth", "--out", str(out), "--steps", "6", "--slow", "0,0,1.5",
+                 "--slow", "1,1,2.0", "--quiet"]) == 0
+
+
+def test_monitor_args_override_the_jobs_layout_flags_and_may_not_name_run(tmp_path):
+    from stragglerlab.cli.monitor import monitor_argv
+    from stragglerlab.errors import InputError
+    from stragglerlab.scenario import load_scenario
+
+    scenario = load_scenario("clean-dp2-pp2")
+    run = tmp_path / "run"
+    argv = monitor_argv(run, scenario, "--warmup-steps=5 --port 0")
+    assert argv[:3] == ["monitor", "--run", str(run)]
+    assert argv.count("--dp") == 1 and "--warmup-steps" not in argv
+    assert argv[-2:] == ["--port", "0"] and "--warmup-steps=5" in argv
+    with pytest.raises(InputError, match="leave --run out"):
+        monitor_argv(run, scenario, f"--run {tmp_path}")

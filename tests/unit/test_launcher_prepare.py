@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stragglerlab.workloads.launcher import _prepare_dir
+from stragglerlab.workloads.launcher import prepare_run_dir
 
 
-def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
+def test_prepare_run_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
     run = tmp_path / "run"
     for rel in ("trace-parts/rank0.bin", "status/rank0.json", "gc/rank0.jsonl",
                 "kineto/rank3.json.gz", "compute/rank0.jsonl", "cpu/rank0.jsonl",
@@ -18,7 +18,7 @@ def test_prepare_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
         (run / rel).write_text("old")
     (run / "notes.txt").write_text("the user's own file")
-    _prepare_dir(run)
+    prepare_run_dir(run)
     left = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
     assert left == ["notes.txt"]
 
