@@ -79,6 +79,9 @@ class FaultTruth:
     """Its measured slowdown's excess over the highest clean S of its layout family
     ((S - 1) / (S_clean_max - 1), the shipped noise floor): under 1, clean noise alone
     slows a job that much. None when either is unknown."""
+    alike: frozenset[int] = frozenset()
+    """Ranks op-level traces cannot tell from its own (`alike_ranks`; its own included):
+    naming any of them places it. Empty: its own ranks only."""
 
 
 @dataclass
@@ -152,6 +155,22 @@ def observability(fault: FaultRecord, pp_size: int) -> tuple[bool, str]:
     return True, ""
 
 
+TC_BOTH_WAYS = "tc-tbf"
+"""The net-throttle mechanism that shapes the victim's veth in both directions."""
+
+
+def alike_ranks(fault: FaultRecord, world: int) -> frozenset[int]:
+    """The fault's ranks and those no op-level trace can tell from them. A link throttled
+    both ways in a job of two workers: every byte either sends crosses both workers'
+    links, so throttling either end times every op alike, and naming the other end
+    places the fault as well as naming the victim (its own ranks otherwise)."""
+    own = frozenset(_fault_ranks(fault, world))
+    if (fault.kind == FaultKind.NET_THROTTLE.value and world == 2
+            and fault.measured.get("mechanism") == TC_BOTH_WAYS):
+        return frozenset(range(world))
+    return own
+
+
 def _fault_ranks(fault: FaultRecord, world: int) -> set[int]:
     return {int(t["rank"]) for t in fault.targets} if fault.targets else set(range(world))
 
@@ -195,7 +214,8 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                               ranks=frozenset(_fault_ranks(f, world)), first_step=starts[i],
                               last_step=f.last_step, measured_slowdown=slowdown,
                               observable=observability(f, pp_size)[0],
-                              over_floor=over_floor(slowdown, dp_size, pp_size)))
+                              over_floor=over_floor(slowdown, dp_size, pp_size),
+                              alike=alike_ranks(f, world)))
     return out
 
 

@@ -22,6 +22,10 @@ Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
   delay slept inside the victim's collective in pure DP) is not counted for or against
   a detector: its ranks are neither a miss nor a false positive, and it is reported
   apart (`unobservable_faults`, `unobservable_recalled`).
+* Alike: where no op-level trace can tell the victim from another rank
+  (`FaultTruth.alike`: a link throttled both ways in a job of two workers), a finding
+  naming either end places the fault: it counts as naming the victim, and the other
+  end is not a false positive (unless another fault acts on it).
 * Sensitivity: fault recall by the fault's own measured slowdown (`sensitivity`, bins
   `SENSITIVITY_BINS`); false findings: findings on clean runs per 1,000 clean
   worker-steps (`false_findings_per_1k_clean_worker_steps`).
@@ -137,13 +141,20 @@ def _named_ranks(findings: list[Finding], world_size: int) -> set[int]:
     return ranks
 
 
+def _reach(fault: FaultTruth) -> frozenset[int]:
+    """The ranks whose naming places the fault: its own, and those traces cannot tell
+    from them (FaultTruth.alike)."""
+    return fault.ranks | fault.alike
+
+
 def _names_truth(f: Finding, truth: RunTruth) -> bool:
-    return not f.ranks or any(r.rank in truth.ranks for r in f.ranks)
+    reach = truth.ranks.union(*(_reach(x) for x in truth.faults))
+    return not f.ranks or any(r.rank in reach for r in f.ranks)
 
 
 def _names_fault(f: Finding, fault: FaultTruth) -> bool:
-    """Names one of the fault's ranks and overlaps its window."""
-    ranks = not f.ranks or any(r.rank in fault.ranks for r in f.ranks)
+    """Names one of the fault's ranks (or one alike) and overlaps its window."""
+    ranks = not f.ranks or any(r.rank in _reach(fault) for r in f.ranks)
     last = np.inf if fault.last_step is None else fault.last_step
     return ranks and f.last_step >= fault.first_step and f.first_step <= last
 
@@ -165,7 +176,7 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
     if online is not None:
         at = [f.detected_at_step for f in online
               if f.detected_at_step is not None and f.detected_at_step >= fault.first_step
-              and (not f.ranks or any(r.rank in fault.ranks for r in f.ranks))]
+              and (not f.ranks or any(r.rank in _reach(fault) for r in f.ranks))]
         latency = int(min(at) - fault.first_step) if at else None
     error = None
     estimates = [f for f in hits if f.estimated_slowdown]
@@ -187,6 +198,10 @@ def score_run(truth: RunTruth, findings: list[Finding],
     seen = frozenset().union(*[f.ranks for f in faults if f.observable])
     apart = frozenset().union(*[f.ranks for f in faults if not f.observable]) - seen
     named = _named_ranks(findings, truth.world_size) - apart
+    for f in faults:  # an end alike to the victim's places it (module docstring)
+        other_end = f.alike - f.ranks - truth.ranks
+        if f.observable and other_end and named & f.alike:
+            named = (named - other_end) | f.ranks
     wanted = truth.ranks - apart
     top = max(findings, key=lambda f: f.confidence, default=None)
     predicted = top.root_cause if top is not None else RootCause.NONE

@@ -79,3 +79,34 @@ def test_old_in_process_delays_in_pure_dp_are_unobservable():
     assert observability(rec, pp_size=2)[0] is True      # P2P shows it
     rec.measured["observable"] = True                     # a record that says so wins
     assert observability(rec, pp_size=1)[0] is True
+
+
+def _two_rank_throttle(victim: int, mechanism: str = "tc-tbf") -> FaultRecord:
+    return FaultRecord("net-throttle", [{"rank": victim, "dp_rank": victim, "stage": 0}], 0,
+                       None, {"rate_mbit": 50}, {"mechanism": mechanism})
+
+
+def test_a_link_throttled_both_ways_in_a_two_worker_job_is_placed_by_either_end():
+    from stragglerlab.analysis.ground_truth import alike_ranks
+
+    assert alike_ranks(_two_rank_throttle(0), 2) == {0, 1}
+    assert alike_ranks(_two_rank_throttle(0), 4) == {0}  # other links tell them apart
+    assert alike_ranks(_two_rank_throttle(0, "in-process pacing (no network namespaces)"),
+                       2) == {0}  # the fallback delays the victim's own sends only
+    fault = FaultTruth(kind="net-throttle", cause=RootCause.NET_THROTTLE, ranks=frozenset({0}),
+                       first_step=0, last_step=None, alike=frozenset({0, 1}))
+    truth = RunTruth("t", "net-throttle", RootCause.NET_THROTTLE, frozenset({0}), 2, 0, None,
+                     faults=[fault], dp_size=2, pp_size=1, n_steps=10)
+    throttle = RootCause.NET_THROTTLE
+    for named in ((0, 1), (1,), (0,)):
+        s = score_run(truth, [_names(*named, cause=throttle)])
+        assert (s.true_positives, s.false_positives, s.false_negatives) == (1, 0, 0), named
+        assert s.faults[0].recalled
+    s = score_run(truth, [])
+    assert (s.true_positives, s.false_negatives) == (0, 1)
+    # The other end slowed by a fault of its own is that fault's, not the throttle's.
+    slow = _fault("slow-worker", {1})
+    both = RunTruth("b", "net-throttle", RootCause.NET_THROTTLE, frozenset({0, 1}), 2, 0, None,
+                    faults=[fault, slow], dp_size=2, pp_size=1, n_steps=10)
+    s = score_run(both, [_names(1, cause=throttle)])
+    assert (s.true_positives, s.false_negatives) == (1, 1)
