@@ -84,10 +84,15 @@ TRACE_COLUMNS: tuple[Column, ...] = (
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in TRACE_COLUMNS)
 
-# Optional extra columns our own workloads write.
+# Optional extra columns our own workloads write; the analysis reads them where present,
+# so the reader checks them as it checks the schema's (a number per row, finite, >= 0).
 EXTRA_COLUMNS: tuple[Column, ...] = (
     Column("tp_rank", "int", "", "tensor-parallel rank of the traced worker"),
     Column(
-        "seq_len_sq_sum", "float", "tokens^2", "sum of squared sequence lengths in the microbatch"
+        "seq_len_sq_sum", "float", "tokens^2",
+        "sum of squared sequence lengths in the microbatch (NaN on ops without one)"
     ),
+    Column("gc_pause_s", "float", "s", "GC pause time inside the op's span"),
 )
+OPTIONAL_NAN: frozenset[str] = frozenset({"seq_len_sq_sum"})
+"""Extra columns whose missing values mean "none for this op" (not a damaged row)."""

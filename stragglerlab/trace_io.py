@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from stragglerlab.atomic import atomic_write
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
+from stragglerlab.schema import EXTRA_COLUMNS, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
 from stragglerlab.validate import validate_trace
 
 META_KEY = b"stragglerlab.meta"
@@ -189,7 +189,13 @@ def read_trace(
     return normalize_trace(df), meta
 
 
-_KINDS = {c.name: c.kind for c in TRACE_COLUMNS}
+_KINDS = {c.name: c.kind for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
+
+
+def _as_written(name: str) -> str:
+    col = next(c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS) if c.name == name)
+    return "integers" if col.kind == "int" else (
+        "seconds (float)" if col.unit == "s" else f"numbers ({col.unit})")
 
 
 def _arrow_types(table: pa.Table, path: str) -> pa.Table:
@@ -205,19 +211,18 @@ def _arrow_types(table: pa.Table, path: str) -> pa.Table:
     for i, field in enumerate(table.schema):
         kind, t = _KINDS.get(field.name), field.type
         if kind is None:
-            continue  # extra columns: judged by whoever reads them
+            continue  # columns of nobody's: judged by whoever reads them
         if kind in ("int", "float") and pa.types.is_decimal(t):
             table = table.set_column(i, field.name, table.column(i).cast(pa.float64()))
         elif kind in ("int", "float") and (pa.types.is_string(t) or pa.types.is_large_string(t)
                                            or pa.types.is_dictionary(t)):
             raise InputError(f"column {field.name!r} holds text ({t}), not numbers; write it "
-                             f"as {'integers' if kind == 'int' else 'seconds (float)'}", path)
+                             f"as {_as_written(field.name)}", path)
         elif kind in ("int", "float") and (pa.types.is_nested(t) or pa.types.is_binary(t)
                                            or pa.types.is_large_binary(t)):
             raise InputError(f"column {field.name!r} holds {t} values, not one number per "
-                             f"row; write it as {'integers' if kind == 'int' else 'floats'}",
-                             path)
-        elif kind == "int" and pa.types.is_integer(t):
+                             f"row; write it as {_as_written(field.name)}", path)
+        elif field.name in _INT_COLUMNS and pa.types.is_integer(t):  # extras keep theirs
             try:
                 table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
             except pa.ArrowInvalid:

@@ -21,7 +21,13 @@ from pandas.api import types as ptypes
 
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
-from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, TRACE_COLUMNS
+from stragglerlab.schema import (
+    COLUMN_NAMES,
+    EXTRA_COLUMNS,
+    OPTIONAL_NAN,
+    OPTYPE_VALUES,
+    TRACE_COLUMNS,
+)
 from stragglerlab.trace_checks import check_plausible
 
 _SHOW = 3  # how many offending rows / steps a message lists
@@ -285,11 +291,32 @@ def _check_complete(
     )
 
 
+def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
+    """The optional columns the analysis reads (schema.EXTRA_COLUMNS), where present: one
+    number per row, finite and >= 0 (missing only where the column allows it)."""
+    for col in EXTRA_COLUMNS:
+        if col.name not in df.columns:
+            continue
+        if col.name not in OPTIONAL_NAN:
+            _check_column(df, col.name, col.kind, path)
+        values = _numeric(df, col.name, col.kind, path)
+        if values is None:
+            values = df[col.name].to_numpy()
+        bad = np.isinf(values) | (values < 0)
+        if bad.any():
+            raise InputError(
+                f"column '{col.name}' has infinite or negative values in "
+                f"{_rows(df, bad, col.name)}; write finite values >= 0 or drop the column",
+                path,
+            )
+
+
 def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     """Raise InputError(message, path) for the first problem found; None when the trace is fine.
 
     `df` may come straight from parquet or CSV (any int/float widths, optype as
-    text or categorical). Extra columns are ignored.
+    text or categorical). The optional columns the analysis reads (schema.EXTRA_COLUMNS)
+    are checked where present; other extra columns are ignored.
     """
     meta.check(path)
     missing = [c for c in COLUMN_NAMES if c not in df.columns]
@@ -308,6 +335,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
         )
     # Checked values of each column, converted once (text columns parsed, NA as NaN).
     values = {c.name: _check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
+    _check_extra_columns(df, path)
 
     def ints(name: str) -> np.ndarray:
         v = values[name]

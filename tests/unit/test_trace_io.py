@@ -115,3 +115,32 @@ def test_reference_trace_without_meta_asks_for_meta():
     with pytest.raises(InputError, match="--meta") as exc:
         read_trace(trace)
     assert str(trace) in str(exc.value)
+
+
+@pytest.mark.parametrize("name,values,needle", [
+    ("gc_pause_s", "text", "holds text"),
+    ("seq_len_sq_sum", "list", "not one number per row"),
+    ("gc_pause_s", -0.5, "infinite or negative"),
+    ("seq_len_sq_sum", np.inf, "infinite or negative"),
+    ("gc_pause_s", np.nan, "missing values"),
+    ("tp_rank", 0.5, "non-integral"),
+])
+def test_optional_columns_the_analysis_reads_are_checked(tmp_path, tiny_df, tiny_meta, name,
+                                                         values, needle):
+    src = tiny_df.copy()
+    src[name] = ([[1, 2]] * len(src)) if values == "list" else values
+    path = tmp_path / "x.parquet"
+    write_trace(src, tiny_meta, path)
+    with pytest.raises(InputError, match=needle) as e:
+        read_trace(path)
+    assert name in str(e.value)
+
+
+def test_an_optional_column_may_be_missing_where_it_says_so(tmp_path, tiny_df, tiny_meta):
+    src = tiny_df.copy()
+    src["seq_len_sq_sum"] = np.where(src["optype"] == "forward-compute", 4.0e6, np.nan)
+    src["gc_pause_s"] = 0.0
+    path = tmp_path / "ok.parquet"
+    write_trace(src, tiny_meta, path)
+    df, _ = read_trace(path)
+    assert df["seq_len_sq_sum"].isna().any() and (df["gc_pause_s"] == 0).all()
