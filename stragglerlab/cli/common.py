@@ -161,6 +161,32 @@ def out_file(path: str | None, name: str, flag: str = "--out") -> Path:
     return target
 
 
+MAX_SNIFF_BYTES = 256 * 2**20
+"""Largest existing output file whose `schema` a verb reads before replacing it."""
+
+
+def not_another_record(target: Path, schemas: tuple[str, ...], what: str,
+                       flag: str = "--out") -> Path:
+    """`target`, unless a file there holds another kind of record (its JSON `schema` does
+    not start with one of `schemas`). One name serves two records (whatif.json is both
+    the what-if's result and the whatif detector's findings), so a wrong --out would
+    replace the other silently. A file that is not such JSON is replaced as before."""
+    import json
+
+    try:
+        if not target.is_file() or target.stat().st_size > MAX_SNIFF_BYTES:
+            return target
+        doc = json.loads(target.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return target
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if isinstance(schema, str) and not schema.startswith(schemas):
+        raise InputError(f"{flag} {target.parent}: {target.name} there holds a {schema} "
+                         f"record, not {what}; writing would replace it, so pass another "
+                         f"{flag} folder (the default is the run folder's own)")
+    return target
+
+
 def run_out(out: str | None, run: str | None, verb: str) -> str | None:
     """`--out` as given (an empty one is refused later, by out_folder), else `RUN/<verb>`
     when `--run RUN` is (the CLI's convention)."""

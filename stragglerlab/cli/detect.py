@@ -15,7 +15,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from stragglerlab.cli.common import examples, inputs_not_overwritten, out_file, run_inputs, run_out
+from stragglerlab.cli.common import (
+    examples,
+    inputs_not_overwritten,
+    not_another_record,
+    out_file,
+    run_inputs,
+    run_out,
+)
 from stragglerlab.errors import InputError
 
 
@@ -71,6 +78,7 @@ def run(args) -> int:
     floor = None if args.noise_floor in ("default", "none") else args.noise_floor
     inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],
                            out.parent, [out.name])
+    not_another_record(out, ("stragglerlab.findings/",), "a detector's findings")
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
     from stragglerlab.noise_floor import noise_floor_option

@@ -28,6 +28,7 @@ replace.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from stragglerlab.cli.common import (
     examples,
@@ -35,6 +36,7 @@ from stragglerlab.cli.common import (
     not_another_run,
     out_folder,
 )
+from stragglerlab.errors import InputError
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
@@ -105,6 +107,12 @@ def run(args) -> int:
     # with a rank's trace saved as DIR/import.json) would be replaced by what it became.
     inputs_not_overwritten([("--traces", f) for f in files], out,
                            VOCABULARY_WRITES + GENERAL_WRITES)
+    if any(Path(f).resolve().parent == out.resolve() for f in files):
+        # Its import.json / whatif.json would sit among the rank traces, and the next
+        # import of that folder would read them as rank traces.
+        raise InputError(f"--out {out} is the folder of the rank traces; the import's "
+                         "outputs would be read as rank traces by the next import of it: "
+                         "pass another --out folder (e.g. a sibling)")
     with Reporter(quiet=args.quiet) as progress:
         parsed = progress.task("rank trace", total=len(files))
         try:

@@ -80,6 +80,12 @@ def run(args) -> int:
     if not (args.run or args.trace or args.whatif):
         raise InputError("plot needs the job to draw: --run DIR (an analysed folder), "
                          "--trace FILE [--meta FILE] or --whatif FILE")
+    if (args.run and args.whatif and args.out is None
+            and not Path(args.whatif).resolve().is_relative_to(Path(args.run).resolve())):
+        # RUN/plot would show another job under RUN's name, replacing RUN's own pictures.
+        raise InputError(f"--whatif {args.whatif} is not of --run {args.run}, whose plot/ "
+                         "folder the pictures would go to; pass --out DIR for it, or leave "
+                         "--whatif out to draw the run's own what-if")
     out_arg = run_out(args.out, args.run, PLOT_DIR)
     if not out_arg:
         raise InputError("plot --trace / --whatif needs --out DIR (the output folder)")

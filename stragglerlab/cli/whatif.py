@@ -21,7 +21,13 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
-from stragglerlab.cli.common import examples, inputs_not_overwritten, out_folder, run_out
+from stragglerlab.cli.common import (
+    examples,
+    inputs_not_overwritten,
+    not_another_record,
+    out_folder,
+    run_out,
+)
 from stragglerlab.errors import InputError
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
@@ -31,6 +37,8 @@ MAX_TIMELINE_EVENTS = 100_000
 OUTPUTS = ("whatif.json", "artifact-format/result.json", "artifact-format/mw.json",
            "artifact-format/ms.json", "timeline.json.gz", "ideal-timeline.json.gz")
 """Every file the verb may write into --out: a rerun removes those it did not write again."""
+WHATIF_SCHEMAS = ("stragglerlab.whatif/", "stragglerlab.whatif-general/")
+"""Records a whatif.json of ours may hold and a rerun may replace."""
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -90,6 +98,7 @@ def run(args) -> int:
     out = out_folder(args.out)
     # Before the work: an input named like an output (ow/whatif.json) would be replaced.
     inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
+    not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
     # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
     progress = Reporter(quiet=args.quiet, live=False)
 
@@ -165,6 +174,7 @@ def _general(args, run_dir: Path) -> int:
     out = out_folder(args.out) if args.out else run_dir
     inputs_not_overwritten([("--run", run_dir / OPS_PARQUET),
                             ("--run", run_dir / "import.json")], out, ["whatif.json"])
+    not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
     atomic_write_json(out / "whatif.json", whatif_doc(wi.to_dict(), notes))
     print_general_whatif(wi, notes)  # the result: stdout, --quiet or not
     print(f"wrote {out}/whatif.json")
