@@ -36,7 +36,7 @@ import numpy as np
 
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
-from stragglerlab.schema import COMPUTE_OPS, OPTYPE_VALUES
+from stragglerlab.schema import COMPUTE_OPS, OPTYPE_VALUES, P2P_OPS
 
 MAX_SPAN_S = 86_400.0
 """Longest op and longest step, seconds (one day): anything longer is a clock error."""
@@ -98,6 +98,7 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     _range(path, rows, "start_ts", start, -MAX_SPAN_S, MAX_START_S,
            "seconds on one clock for the whole job")
     _range(path, rows, "duration", dur, 0, MAX_SPAN_S, "seconds; one day at most")
+    _check_ops_present(opt, compute, cell, dur, meta, path)
     if compute.any() and not (dur[compute] > 0).any():
         raise InputError("every forward/backward-compute duration is 0: the trace records no "
                          "compute time, so there is nothing to analyse; re-trace with the "
@@ -162,6 +163,33 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
     _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
+
+
+def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
+                       dur: np.ndarray, meta: JobMeta, path: str) -> None:
+    """The ops the method needs: compute on every worker (it idealizes compute: with none,
+    every other op would be read as the cost), timed on every worker, and with PP > 1 the
+    P2P between stages (without them each stage runs on its own)."""
+    if not compute.any():
+        raise InputError("the trace holds no forward/backward-compute op: the what-if "
+                         "idealizes compute, so there is nothing to analyse; trace the "
+                         "training step's compute ops", path)
+    ncell = meta.dp_size * meta.pp_size
+    timed = np.bincount(cell[compute], weights=dur[compute], minlength=ncell)
+    has = np.bincount(cell[compute], minlength=ncell) > 0
+    untimed = np.flatnonzero(has & (timed <= 0))
+    if untimed.size and untimed.size < has.sum():  # all of them: the message below says so
+        who = ", ".join(f"(dp_rank {c // meta.pp_size}, stage {c % meta.pp_size})"
+                        for c in untimed[:4])
+        raise InputError(f"every compute duration of worker(s) {who} is 0 while the others' "
+                         "take time: those workers' compute was not timed; re-trace them",
+                         path)
+    if meta.pp_size > 1 and not np.isin(opt, [OPTYPE_VALUES.index(o.value)
+                                              for o in P2P_OPS]).any():
+        raise InputError(f"the job meta says pp_size={meta.pp_size} but the trace holds no "
+                         "P2P send/recv between stages: without them each stage would be "
+                         "simulated alone; trace the pipeline's send/recv ops, or set pp_size "
+                         "to what the trace holds", path)
 
 
 def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,

@@ -380,6 +380,14 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "dp_rank": ops["dp_rank"].astype(np.int64), "stage": ops["stage"].astype(np.int64),
     })
     comm = out[out["kind"] != STEP_END]
+    if lay is not None and lay.pp > 1 and not comm["kind"].isin(P2P_KINDS).any():
+        # Stages pass activations point to point; without P2P each "stage" is idealized
+        # apart, so a straggler among ranks that did the same work may vanish. A note,
+        # not an error: a P2P kernel this importer does not name would look the same.
+        said = "--layout" if layout is not None else f"the layout ({lay.source})"
+        notes.append(f"{said} says pp={lay.pp}, but no P2P send/recv was found between "
+                     "stages: ranks are idealized only against their own stage; if the job "
+                     "has no pipeline, drop --layout or give pp=1")
     matched = int(comm["group"].ge(0).sum())
     if matched == 0:
         notes.append("no communication op matched across the traced ranks: each rank is "

@@ -260,6 +260,8 @@ def test_layout_flag_gives_dp_stage_attribution_and_m_s(tmp_path):
     assert wi.by_dp == pytest.approx({0: 1.0, 1: 27 / 22}, rel=1e-6)
     assert wi.top_workers == [3] and wi.M_S == pytest.approx(1.0)
     assert res.report["layout"]["source"] == "--layout"
+    # A DDP job has no P2P: pp=2 is said aloud, the user may mean it (or be wrong).
+    assert any("says pp=2, but no P2P send/recv was found" in n for n in res.notes)
 
 
 def test_one_stray_vocabulary_name_stays_general(tmp_path):

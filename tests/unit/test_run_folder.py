@@ -22,6 +22,7 @@ CLOCK0 = 5000.0  # a monotonic-clock origin far from 0: start_ts must be made re
 OPS = [  # per rank and step: (optype, mb_id, mc)
     (OpType.FORWARD_COMPUTE, 0, 0), (OpType.FORWARD_COMPUTE, 1, 0),
     (OpType.BACKWARD_COMPUTE, 0, 0), (OpType.BACKWARD_COMPUTE, 1, 0),
+    ("p2p", -1, -1),  # a pipeline's stages pass activations: sent on stage 0, received on 1
     (OpType.OPTIMIZER, -1, -1),
 ]
 
@@ -51,6 +52,8 @@ def fake_run(run_dir: Path, killed: bool = True, missing_rank: int | None = None
             for i, (optype, mb_id, mc) in enumerate(OPS):
                 if killed and rank == 3 and step == STEPS - 1 and optype is OpType.OPTIMIZER:
                     break
+                if optype == "p2p":
+                    optype = OpType.FORWARD_SEND if rank < DP else OpType.FORWARD_RECV
                 t = start_of(rank, step, i)
                 tr.record(optype, t, t + 0.5 + 0.01 * rank, mb_id=mb_id, mc=mc, gmc=mc,
                           seq_len_sq_sum=64.0 * (mb_id + 1) if mb_id >= 0 else float("nan"))
@@ -85,7 +88,7 @@ def test_assemble_derives_layout_and_relative_times(tmp_path: Path, scenario):
     assert df["start_ts"].min() == 0.0
     row = df[(df["rank"] == 3) & (df["step"] == 2) & (df["optype"] == "optimizer")]
     assert len(row) == 1
-    assert row["start_ts"].iloc[0] == pytest.approx(start_of(3, 2, 4) - t0)
+    assert row["start_ts"].iloc[0] == pytest.approx(start_of(3, 2, len(OPS) - 1) - t0)
     assert row["duration"].iloc[0] == pytest.approx(0.53)
     assert (df["duration"] >= 0).all()
     # seq_ids count per optype within each (step, rank); mb/mc carried through.

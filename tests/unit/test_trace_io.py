@@ -144,3 +144,33 @@ def test_an_optional_column_may_be_missing_where_it_says_so(tmp_path, tiny_df, t
     write_trace(src, tiny_meta, path)
     df, _ = read_trace(path)
     assert df["seq_len_sq_sum"].isna().any() and (df["gc_pause_s"] == 0).all()
+
+
+def test_a_gc_pause_longer_than_its_op_is_refused(tmp_path, tiny_df, tiny_meta):
+    src = tiny_df.copy()
+    src["gc_pause_s"] = 0.0
+    src.loc[3, "gc_pause_s"] = float(src.loc[3, "duration"]) * 50 + 1.0
+    path = tmp_path / "gc.parquet"
+    write_trace(src, tiny_meta, path)
+    with pytest.raises(InputError, match="exceeds the op's own duration"):
+        read_trace(path)
+
+
+@pytest.mark.parametrize("damage,needle", [
+    ("no-compute", "no forward/backward-compute op"),
+    ("no-p2p", "holds no P2P send/recv between stages"),
+    ("one-worker-untimed", "while the others' take time"),
+])
+def test_a_trace_missing_the_ops_the_method_needs_is_refused(tiny_df, tiny_meta, damage,
+                                                             needle):
+    df = tiny_df.copy()
+    kind = df["optype"].astype(str)
+    if damage == "no-compute":
+        df = df[~kind.str.endswith("-compute")]
+    elif damage == "no-p2p":
+        df = df[~kind.str.endswith(("-send", "-recv"))]
+    else:
+        worker = (df["dp_rank"] == 0) & (df["stage"] == 0) & kind.str.endswith("-compute")
+        df.loc[worker, "duration"] = 0.0
+    with pytest.raises(InputError, match=needle):
+        validate_trace(df.reset_index(drop=True), tiny_meta, "t")
