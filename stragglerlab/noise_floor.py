@@ -49,6 +49,12 @@ DEFAULT_NOISE_FLOOR = Path(str(importlib.resources.files("stragglerlab") / "conf
 """The testbed's measured floor, shipped as package data."""
 
 
+def _given(raw: dict, key: str, empty: dict | list) -> object:
+    """raw[key], or `empty` when the key is left out or null (a wrong type stays wrong)."""
+    value = raw.get(key)
+    return empty if value is None else value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Spread:
     """How one run-level number spread over clean runs."""
@@ -127,14 +133,15 @@ class FamilyFloor:
     def from_json(cls, raw: object, chk: Checker, where: str) -> FamilyFloor:
         """Validated."""
         raw = chk.mapping(raw, where)
-        stats = chk.mapping(raw.get("statistics", {}) or {}, f"{where}.statistics")
-        online = chk.mapping(raw.get("online", {}) or {}, f"{where}.online")
+        # Left out (or null): none. `x or {}` would take [] or "" for an empty mapping too.
+        stats = chk.mapping(_given(raw, "statistics", {}), f"{where}.statistics")
+        online = chk.mapping(_given(raw, "online", {}), f"{where}.online")
         spreads = {name: Spread.from_json(raw[name], chk, f"{where}.{name}")
                    for name in ("job_slowdown", "discrepancy")
                    if raw.get(name) is not None}
         return cls(n_runs=chk.integer(raw.get("n_runs"), f"{where}.n_runs", minimum=1),
                    layouts=tuple(chk.string(x, f"{where}.layouts[{i}]") for i, x in
-                                 enumerate(chk.listing(raw.get("layouts", []) or [],
+                                 enumerate(chk.listing(_given(raw, "layouts", []),
                                                        f"{where}.layouts"))),
                    statistics={chk.string(k, f"{where}.statistics key"):
                                chk.number(v, f"{where}.statistics.{k}", minimum=0.0)
@@ -173,7 +180,13 @@ class NoiseFloor:
         schema = chk.string(raw.get("schema"), "schema")
         if schema != NOISE_FLOOR_SCHEMA:
             chk.fail("schema", f"{echo(schema)} is not {NOISE_FLOOR_SCHEMA}")
-        fams = chk.mapping(raw.get("families", {}) or {}, "families")
+        known = ", ".join(f.value for f in LayoutFamily)
+        if raw.get("families") is None:
+            chk.fail("families", f"missing: a floor names at least one layout family ({known})")
+        fams = chk.mapping(raw["families"], "families")
+        if not fams:  # a floor of no family would silently raise no threshold
+            chk.fail("families", f"names no layout family: a floor measures at least one "
+                     f"({known})")
         out = {}
         for name, value in fams.items():
             try:
@@ -201,6 +214,9 @@ def write_noise_floor(path: str | Path, floor: NoiseFloor, header: str = "") -> 
 def noise_floor_option(value: str | None) -> NoiseFloor | None:
     """A verb's --noise-floor: None or `default` -> the shipped floor (none when it is not
     installed), `none` -> no floor, else a file."""
+    if value is not None and not value.strip():
+        raise InputError("--noise-floor is empty: pass a noise-floor.yaml (`stragglerlab "
+                         "noise-floor` writes one), `default` or `none`")
     if value == "none":
         return None
     path = DEFAULT_NOISE_FLOOR if value in (None, "default") else Path(value)

@@ -194,8 +194,19 @@ class RunFolder:
 
     @property
     def has_meta(self) -> bool:
-        """meta.yaml exists."""
-        return self.meta_path.is_file()
+        """meta.yaml exists; InputError when it is a symbolic link to nothing (dangling or
+        looping): the trace's embedded meta silently taken instead would hide the break."""
+        if self.meta_path.is_file():
+            return True
+        if self.meta_path.is_symlink() and not self.meta_path.exists():
+            try:
+                target = str(self.meta_path.readlink())
+            except OSError:
+                target = "?"
+            raise InputError(f"{META_YAML} is a symbolic link to {target}, which does not "
+                             "resolve (a dangling or looping link); point it at the job's "
+                             f"{META_YAML} or remove it", str(self.meta_path))
+        return False
 
     @property
     def has_faults(self) -> bool:

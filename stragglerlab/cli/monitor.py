@@ -30,6 +30,7 @@ import os
 import sys
 from pathlib import Path
 
+from stragglerlab.cli import ArgumentParser
 from stragglerlab.errors import InputError
 
 
@@ -67,24 +68,18 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, metavar="N",
                    help="PP size while meta.yaml is not written (default: inferred)")
     p.add_argument("--poll", type=float, default=0.5, metavar="S",
-                   help="seconds between two looks at the trace parts")
+                   help="seconds between two looks at the trace parts (above 0; a "
+                        "shorter wait than 0.05 is lengthened to it)")
     return p
 
 
 def run(args) -> int:
     """Watch the run until it ends (or once), serving the page unless told not to."""
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.monitor.config import MonitorConfig
     from stragglerlab.run_folder import RunFolder
 
     folder = RunFolder.open(args.run)
-    cfg = MonitorConfig(run=folder.path, window_steps=args.window_steps,
-                        detectors=list(args.detectors), warmup_steps=args.warmup_steps,
-                        dp=args.dp, pp=args.pp, poll_s=max(args.poll, 0.05),
-                        webhook=args.webhook, alert_command=args.alert_command,
-                        slowdown_alert=args.slowdown_alert, host=args.host, port=args.port,
-                        allow_remote=args.allow_remote)
-    cfg.check()
+    cfg = config(args, folder.path)
     serve = not (args.no_serve or args.once)
     with Reporter(quiet=args.quiet) as progress:
         from stragglerlab.monitor.runner import Monitor
@@ -102,25 +97,45 @@ def run(args) -> int:
         raise InputError(f"{monitor.state.errors} error(s) while reading the run (garbage "
                          "trace parts, failed analyses); each is a line of kind 'error' in "
                          f"{monitor.windows_path}", str(args.run))
-    if args.once and n == 0 and monitor.state.windows_analysed == 0 and not args.quiet:
-        print(f"warning: no window analysed: {args.run} has no complete step past "
-              f"--warmup-steps {args.warmup_steps} in its trace parts (trace-parts/"
-              "rank<r>.bin, written by train as each step ends)", file=sys.stderr)
+    if (args.once or monitor.ended) and n == 0 and monitor.state.windows_analysed == 0:
+        reason, flag_to_blame = monitor.idle_reason()
+        if flag_to_blame:  # the run ended: a later look would find nothing either
+            raise InputError(f"no window analysed: {reason}", str(args.run))
+        if not args.quiet:
+            print(f"warning: no window analysed: {args.run}: {reason}", file=sys.stderr)
     return 0
+
+
+def config(args, run: Path):
+    """The MonitorConfig of the verb's flags, checked (InputError on a bad value)."""
+    from stragglerlab.monitor.config import MonitorConfig
+
+    cfg = MonitorConfig(run=run, window_steps=args.window_steps,
+                        detectors=list(args.detectors), warmup_steps=args.warmup_steps,
+                        dp=args.dp, pp=args.pp, poll_s=args.poll,
+                        webhook=args.webhook, alert_command=args.alert_command,
+                        slowdown_alert=args.slowdown_alert, host=args.host, port=args.port,
+                        allow_remote=args.allow_remote)
+    cfg.check()
+    return cfg
+
+
+def check_server_extra() -> None:
+    """InputError when the page's extra (starlette, uvicorn) is not installed."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(m) is None for m in ("starlette", "uvicorn")):
+        raise InputError("the page needs starlette and uvicorn: pip install "
+                         "'stragglerlab[monitor]', or pass --no-serve")
 
 
 def _server(monitor, cfg, progress):
     """Start the web server (InputError when its extra is missing or the port is taken)."""
     from stragglerlab.monitor.config import check_host
 
-    try:
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
+    check_server_extra()
+    from stragglerlab.monitor.server import MonitorServer
 
-        from stragglerlab.monitor.server import MonitorServer
-    except ImportError:
-        raise InputError("the page needs starlette and uvicorn: pip install "
-                         "'stragglerlab[monitor]', or pass --no-serve") from None
     if check_host(cfg.host, cfg.allow_remote):
         progress.error(f"warning: serving on {cfg.host}, not loopback: anyone who reaches it "
                        "sees the run's page, history and metrics (no authentication)")
@@ -174,6 +189,57 @@ def monitor_argv(run: Path, scenario, monitor_args: str | None) -> list[str]:
     return ["monitor", "--run", str(run), *(x for pair in layout for x in pair), *extra]
 
 
+class _ArgvParser(ArgumentParser):
+    """The monitor verb's parser for `train --monitor-args`: a refusal is an InputError
+    naming --monitor-args (train's own error line), not the monitor's exit."""
+
+    def error(self, message: str):
+        raise InputError(f"--monitor-args: {message} (see `stragglerlab monitor --help`)")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise InputError(f"--monitor-args: {message or 'not flags the monitor takes'} "
+                         "(see `stragglerlab monitor --help`)")
+
+
+def check_monitor_argv(argv: list[str]) -> None:
+    """InputError when the monitor started with `argv` (monitor_argv's) would refuse its
+    flags, checked as the `monitor` verb checks them: with its own parser, its settings'
+    checks and its detectors' names, so a bad --monitor-args stops `train --monitor`
+    before the job starts instead of leaving it unmonitored."""
+    from stragglerlab.monitor.window import make_detectors
+
+    flags = argv[1:]
+    if {"-h", "--help"} & set(flags):
+        raise InputError("--monitor-args: --help is not a flag for the monitor beside the "
+                         "job; see `stragglerlab monitor --help`")
+    if "--once" in flags:  # it would look once at a run not started yet, and stop
+        raise InputError("--monitor-args: --once stops the monitor after one look, before "
+                         "the job has a step; leave it out (the monitor stops when the run "
+                         "ends)")
+    sub = _ArgvParser(prog="stragglerlab").add_subparsers(parser_class=_ArgvParser)
+    p = add_parser(sub, argv[0])
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(flags)
+    try:
+        cfg = config(args, Path(args.run))
+        make_detectors(cfg.detectors)
+        if not args.no_serve:
+            check_server_extra()
+    except InputError as e:
+        raise InputError(f"--monitor-args: {e}") from None
+
+
+def _report_exit(proc, stopping, progress, run: Path) -> None:
+    """Wait for the monitor beside the job; a non-zero exit not caused by train's own stop
+    is said on stderr at once (its error line is above): the run goes on unmonitored."""
+    rc = proc.wait()
+    # 130/143 and signals: Ctrl-C or a kill reached it with train (train says so itself).
+    if rc > 0 and rc not in (130, 143) and not stopping.is_set():
+        progress.error(f"warning: the monitor beside the job exited with status {rc} (its "
+                       "error is above): the job goes on unmonitored; watch it with "
+                       f"`stragglerlab monitor --run {run}`")
+
+
 @contextlib.contextmanager
 def beside(args, scenario, progress):
     """`train --monitor`: a `stragglerlab monitor` process on the run folder for the run's
@@ -187,17 +253,24 @@ def beside(args, scenario, progress):
     import shlex
     import subprocess
     import sys
+    import threading
 
     from stragglerlab.workloads.launcher import prepare_run_dir
 
     run = Path(args.out)
-    cmd = [sys.executable, "-m", "stragglerlab", *monitor_argv(run, scenario, args.monitor_args)]
+    argv = monitor_argv(run, scenario, args.monitor_args)
+    check_monitor_argv(argv)  # train checked it before anything started; cheap to repeat
+    cmd = [sys.executable, "-m", "stragglerlab", *argv]
     prepare_run_dir(run)
     # Not a rank process: without the driver's mark, no run's residue cleanup reaps it.
     env = {k: v for k, v in os.environ.items() if k != "STRAGGLERLAB_DRIVER"}
     proc = subprocess.Popen(cmd, stdout=sys.stderr, stdin=subprocess.DEVNULL, env=env,
                             preexec_fn=lambda: os.nice(MONITOR_NICE))  # noqa: PLW1509
     progress(f"monitor started beside the job (pid {proc.pid}): {shlex.join(cmd[2:])}")
+    stopping = threading.Event()  # set before train stops it: that exit is no failure
+    watcher = threading.Thread(target=_report_exit, args=(proc, stopping, progress, run),
+                               daemon=True, name="monitor-exit")
+    watcher.start()
     try:
         yield proc
         try:  # it stops by itself once run.json is written and the last steps analysed
@@ -207,9 +280,11 @@ def beside(args, scenario, progress):
                      "stopping it")
     finally:
         if proc.poll() is None:
+            stopping.set()
             proc.terminate()
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        watcher.join(10)  # its warning, if any, is printed before train's outcome

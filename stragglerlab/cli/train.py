@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from stragglerlab.cli.common import examples, out_folder
+from stragglerlab.errors import InputError
 from stragglerlab.run_folder import KINETO_DIR
 from stragglerlab.scenario import TORCH_WORKLOADS, load_scenario
 
@@ -60,6 +61,10 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Load the scenario, launch, summarise."""
+    if args.monitor_args is not None and not args.monitor:
+        raise InputError(f"--monitor-args {args.monitor_args!r}: these are flags of the "
+                         "monitor started beside the job by --monitor; add --monitor, or "
+                         "leave --monitor-args out")
     _not_another_job(out_folder(args.out))
     overrides: dict = {"run": {}}
     if args.steps is not None:
@@ -80,6 +85,7 @@ def run(args) -> int:
     from stragglerlab.injectors.registry import check_scenario_faults
 
     check_scenario_faults(scenario, args.config)
+    _check_monitor(args, scenario)
     from stragglerlab.host.residue import clean_residue
     from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
 
@@ -115,6 +121,17 @@ def run(args) -> int:
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
 
 
+def _check_monitor(args, scenario) -> None:
+    """--monitor: the monitor's flags (the job's layout, then --monitor-args) checked as
+    `stragglerlab monitor` checks them, so a flag it would refuse stops train before the
+    job starts rather than leave the run unmonitored."""
+    if not args.monitor:
+        return
+    from stragglerlab.cli.monitor import check_monitor_argv, monitor_argv
+
+    check_monitor_argv(monitor_argv(Path(args.out), scenario, args.monitor_args))
+
+
 def _train_wrote(out: Path) -> bool:
     """An earlier `train` into `out` (finished, failed or killed) left its records; a folder
     holding only the workflow's scenario.yaml is new."""
@@ -134,7 +151,6 @@ def _not_another_job(out: Path) -> Path:
 
 def failed_cleanly(out: str) -> bool:
     """run.json says `failed` and a trace of at least one complete step was kept."""
-    from stragglerlab.errors import InputError
     from stragglerlab.run_folder import RunFolder
 
     folder = RunFolder(path=Path(out))

@@ -77,6 +77,7 @@ def run(args) -> int:
     from stragglerlab.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.general_record import is_general_import
+    from stragglerlab.run_folder import RunFolder
     from stragglerlab.trace_io import read_trace
 
     if args.run is not None:
@@ -90,7 +91,7 @@ def run(args) -> int:
                              "meta.yaml, e.g. a run, import kineto or synth output)",
                              str(run_dir) or "''")
         args.trace = str(run_dir / "trace.parquet")
-        if args.meta is None and (run_dir / "meta.yaml").exists():
+        if args.meta is None and RunFolder(path=run_dir).has_meta:  # a dangling link: refused
             args.meta = str(run_dir / "meta.yaml")  # else the meta written into the parquet
         args.out = run_out(args.out, args.run, "whatif")
     elif not args.out:

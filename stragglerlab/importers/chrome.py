@@ -50,27 +50,81 @@ def find_traces(spec: str) -> list[Path]:
     return files
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+"""The first two bytes of gzip data."""
+OTHER_FORMATS = (
+    (b"PK\x03\x04", "a zip archive"), (b"PK\x05\x06", "an empty zip archive"),
+    (b"BZh", "bzip2 data"), (b"\xfd7zXZ\x00", "xz data"), (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-zip archive"), (b"PAR1", "a parquet file"),
+    (b"\x89HDF", "an HDF5 file"), (b"\x89PNG", "a PNG image"), (b"%PDF", "a PDF"))
+"""(magic, what it is) of formats a trace file turns out to be instead of gzip or JSON."""
+FIX = "copy the file again or re-export it with prof.export_chrome_trace"
+TRACE_OBJECT = ("not a Chrome trace object ({\"traceEvents\": [...]}, what torch.profiler's "
+                "export_chrome_trace writes); pass the profiler's own files")
+
+
+def bytes_problem(head: bytes, name: str) -> str | None:
+    """What a trace file starting with `head` (its first bytes) is, when it can be neither
+    gzip nor JSON: empty, another format named by its magic, or binary under a .gz name
+    (None: gzip, or text that may be JSON: the parser says the rest)."""
+    if not head:
+        return f"the file is empty (0 bytes); {FIX}"
+    if head[:2] == GZIP_MAGIC:
+        return None
+    expected = "gzip" if name.endswith(".gz") else "JSON"
+    for magic, kind in OTHER_FORMATS:
+        if head.startswith(magic):
+            return (f"not {expected}: {kind} (starts with {magic!r}); pass the profiler's "
+                    ".json or .json.gz itself (unpack an archive first)")
+    if expected == "gzip" and head.lstrip()[:1] not in (b"{", b"["):
+        return (f"not gzip (starts with {head[:8]!r}, not gzip's {GZIP_MAGIC!r}) nor JSON; "
+                f"{FIX}")
+    return None
+
+
+def shape_problem(doc: object) -> str | None:
+    """Why a parsed JSON document is not a Chrome trace object (None: it is an object)."""
+    if isinstance(doc, dict):
+        return None
+    if doc is None or isinstance(doc, bool):
+        kind = f"a JSON {json.dumps(doc)}"
+    elif isinstance(doc, (int, float)):
+        kind = f"a JSON number ({str(doc)[:20]})"
+    else:
+        kind = f"a JSON {'list' if isinstance(doc, list) else 'string'}"
+    return f"{kind}, {TRACE_OBJECT}"
+
+
 def load_json(path: Path) -> dict:
     """The JSON document of a (possibly gzipped) Chrome trace; InputError when unreadable."""
     try:
         raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
+        if problem := bytes_problem(raw[:16], path.name):
+            raise InputError(problem, str(path))
+        if raw[:2] == GZIP_MAGIC:
             raw = gzip.decompress(raw)
+            if not raw.strip():
+                raise InputError(f"the gzip data holds no JSON (it inflates to "
+                                 f"{len(raw)} bytes of nothing); {FIX}", str(path))
         doc = json.loads(raw)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # BadGzipFile is an OSError
+        raise InputError(f"gzip data is truncated or corrupt ({e}); {FIX}", str(path)) \
+            from None
     except OSError as e:
         raise InputError(f"cannot read the trace: {e.strerror or e}", str(path)) from None
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise InputError(f"gzip data is truncated or corrupt ({e}); copy the file again or "
-                         "re-export it with prof.export_chrome_trace", str(path)) from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"not valid JSON, probably truncated ({str(e).splitlines()[0]}); copy "
-                         "the file again or re-export it with prof.export_chrome_trace",
+        # Text that starts as a trace and breaks off is truncated; other text never was one.
+        why = "probably truncated" if raw.lstrip()[:1] in (b"{", b"[") else \
+            f"starts with {raw.lstrip()[:20]!r}"
+        raise InputError(f"not valid JSON, {why} ({str(e).splitlines()[0]}); {FIX}",
                          str(path)) from None
     except RecursionError:
         raise InputError("JSON nested deeper than a Chrome trace ever is (a trace is a list of "
                          "flat events); pass the torch.profiler export itself", str(path)) \
             from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+    if problem := shape_problem(doc):
+        raise InputError(problem, str(path))
+    if not isinstance(doc.get("traceEvents"), list):
         raise InputError("not a Chrome trace (no 'traceEvents' list); pass files written by "
                          "torch.profiler's export_chrome_trace or tensorboard_trace_handler",
                          str(path))

@@ -26,6 +26,13 @@ import numpy as np
 import orjson
 
 from stragglerlab.errors import InputError
+from stragglerlab.importers.chrome import (
+    FIX,
+    GZIP_MAGIC,
+    TRACE_OBJECT,
+    bytes_problem,
+    shape_problem,
+)
 from stragglerlab.importers.event_filter import EventSkip, select
 
 BATCH_BYTES = 2 << 20
@@ -42,7 +49,6 @@ RATIO_GRACE_BYTES = 64 << 20
 MAX_EVENT_BYTES = 256 << 20
 """Largest single event, and largest header or footer, accepted."""
 KEY = b'"traceEvents"'
-FIX = "copy the file again or re-export it with prof.export_chrome_trace"
 
 
 @dataclass(kw_only=True)
@@ -64,9 +70,11 @@ class Inflater:
         """The decompressed bytes, READ_BYTES-ish at a time."""
         try:
             with open(self.path, "rb") as f:
-                head = f.read(2)
+                head = f.read(16)
                 f.seek(0)
-                if head == b"\x1f\x8b":
+                if problem := bytes_problem(head, self.path.name):  # empty, a zip, ...
+                    raise InputError(problem, str(self.path))
+                if head[:2] == GZIP_MAGIC:
                     yield from self._gunzip(f)
                     return
                 while block := f.read(READ_BYTES):
@@ -137,6 +145,16 @@ def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ch = a[pos]
     depth = np.cumsum(np.where((ch == 123) | (ch == 91), 1, -1))
     return pos, depth, quotes
+
+
+def _not_an_object(buf: bytes) -> str:
+    """Why a document whose first bytes `buf` start with neither '{' nor '[' is no trace:
+    a JSON scalar (null, 42, "x", true) named as such, else not JSON at all."""
+    try:
+        doc = orjson.loads(buf)  # a scalar is short: the first read holds all of it
+    except orjson.JSONDecodeError:
+        return f"not valid JSON (starts with {buf.lstrip()[:20]!r}); {FIX}"
+    return shape_problem(doc) or f"not valid JSON (starts with {buf.lstrip()[:20]!r}); {FIX}"
 
 
 @dataclass(kw_only=True)
@@ -246,13 +264,14 @@ class TraceReader:
                     break
                 head = buf.lstrip()[:1]
                 if head == b"[":  # JSON, or a start of it, of another shape
-                    raise self._bad("a JSON list, not a Chrome trace object ({\"traceEvents\": "
-                                    "[...]}, what torch.profiler's export_chrome_trace writes); "
-                                    "pass the profiler's own files")
+                    raise self._bad(f"a JSON list, {TRACE_OBJECT}")
                 if head not in (b"", b"{"):
-                    raise self._bad(f"not valid JSON (starts with {buf.lstrip()[:20]!r}); "
-                                    f"{FIX}")
+                    raise self._bad(_not_an_object(buf))
                 continue
+        if not buf.strip():  # gzip of nothing, or only whitespace
+            raise self._bad(f"holds no JSON ({len(buf)} bytes of nothing"
+                            f"{' after inflating' if self.source.bytes_in > len(buf) else ''})"
+                            f"; {FIX}")
         raise self._bad("not a Chrome trace (no 'traceEvents' list); pass files written by "
                         "torch.profiler's export_chrome_trace or tensorboard_trace_handler")
 

@@ -87,11 +87,12 @@ class MonitorConfig:
                 raise InputError(f"{name} {v}: must be >= 1")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise InputError(f"--warmup-steps {self.warmup_steps}: must be >= 0")
-        if self.slowdown_alert is not None and not self.slowdown_alert > 1.0:
+        if self.slowdown_alert is not None and not 1.0 < self.slowdown_alert <= \
+                MAX_SLOWDOWN_ALERT:  # also NaN and inf: an alert that can never fire
             raise InputError(f"--slowdown-alert {self.slowdown_alert}: S is >= 1, so give a "
-                             "threshold above 1, e.g. 1.2")
-        if self.webhook is not None and not self.webhook.startswith(("http://", "https://")):
-            raise InputError(f"--webhook {self.webhook!r}: give an http:// or https:// URL")
+                             f"threshold above 1 and at most {MAX_SLOWDOWN_ALERT:g}, e.g. 1.2")
+        if self.webhook is not None:
+            check_webhook(self.webhook)
         if not 0 < self.poll_s <= MAX_POLL_S:  # also NaN; inf would overflow the wait
             raise InputError(f"--poll {self.poll_s}: give seconds between looks, above 0 and "
                              f"at most {MAX_POLL_S:g} (e.g. 0.5)")
@@ -110,6 +111,28 @@ class MonitorConfig:
 
 MAX_POLL_S = 3600.0
 """Longest wait between two looks at the trace parts (and alert timeouts, backoffs)."""
+MIN_POLL_S = 0.05
+"""Shortest wait between two looks: a shorter --poll waits this long (the ranks append a
+step at a time, so looking more often only burns the job's CPU)."""
+MAX_SLOWDOWN_ALERT = 1000.0
+"""Highest --slowdown-alert: a job 1000x its ideal step time is hung long before a window
+reaches it, so a higher threshold is an alert that never fires."""
+
+
+def check_webhook(url: str) -> None:
+    """InputError unless `url` is an http(s) URL with a host (and a valid port, if any)."""
+    from urllib.parse import urlsplit
+
+    fix = "give an http:// or https:// URL with a host, e.g. http://127.0.0.1:9000/hook"
+    if not url.startswith(("http://", "https://")):
+        raise InputError(f"--webhook {url!r}: {fix}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not 0..65535
+    except ValueError as e:
+        raise InputError(f"--webhook {url!r}: {e}; {fix}") from None
+    if not parts.hostname:
+        raise InputError(f"--webhook {url!r}: no host; {fix}")
 
 
 def is_loopback(host: str) -> bool:

@@ -92,6 +92,31 @@ def resumable(doc: dict) -> bool:
         and isinstance(doc.get("findings", []), list)
 
 
+SETTINGS_FLAGS = {"window_steps": "--window-steps", "warmup_steps": "--warmup-steps",
+                  "dp_size": "--dp", "pp_size": "--pp"}
+"""Window-line field -> the monitor flag that sets it: the analysis settings a history was
+written with (an older history's window lines lack window_steps and warmup_steps)."""
+
+
+def settings_conflict(lines: list[dict], given: dict[str, int | None]) -> str | None:
+    """Why a monitor given `given` (window-line field -> value; None: not given) cannot
+    resume this history: its latest window was analysed with another value (None: it can).
+    A field the history does not record (an older one) is not compared."""
+    last = next((d for d in reversed(lines) if d.get("kind") == "window"), None)
+    if last is None:
+        return None
+    for name, value in given.items():
+        recorded = last.get(name)
+        if value is None or not isinstance(recorded, int) or recorded == value:
+            continue
+        flag = SETTINGS_FLAGS[name]
+        return (f"its monitor history (monitor/windows.jsonl, through step {last.get('step')}) "
+                f"was analysed with {flag} {recorded}, not {value}; a history holds windows of "
+                f"one setting: pass {flag} {recorded} to resume it, or delete the run's "
+                "monitor/ folder to analyse the run afresh")
+    return None
+
+
 def last_step(lines: list[dict]) -> int:
     """The last step analysed in a windows history (-1: none)."""
     steps = [d["step"] for d in lines if d.get("kind") == "window"

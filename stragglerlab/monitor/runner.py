@@ -21,14 +21,26 @@ from pathlib import Path
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
-from stragglerlab.monitor.config import LOCK_FILE, LOG_FILE, WINDOWS_JSONL, MonitorConfig
+from stragglerlab.monitor.config import (
+    LOCK_FILE,
+    LOG_FILE,
+    MIN_POLL_S,
+    WINDOWS_JSONL,
+    MonitorConfig,
+)
 from stragglerlab.monitor.gclog import GcTail
-from stragglerlab.monitor.history import append_line, last_step, read_lines, resumable
+from stragglerlab.monitor.history import (
+    append_line,
+    last_step,
+    read_lines,
+    resumable,
+    settings_conflict,
+)
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
-from stragglerlab.run_folder import STATUS_DIR, RunFolder
+from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
 
 
 class Monitor:
@@ -46,6 +58,12 @@ class Monitor:
         self.buffer = StepBuffer(cfg.window_steps)
         self.windows_path = cfg.monitor_dir / WINDOWS_JSONL
         lines = [x for x in read_lines(self.windows_path) if resumable(x)]
+        # Resumed windows of other settings would be reported as this monitor's: refused.
+        conflict = settings_conflict(lines, {
+            "window_steps": cfg.window_steps, "warmup_steps": cfg.warmup_steps,
+            "dp_size": cfg.dp, "pp_size": cfg.pp})
+        if conflict:
+            raise InputError(conflict, str(cfg.run))
         self.last_step = last_step(lines)
         self.state = state or MonitorState(str(cfg.run))
         self.state.load(lines)
@@ -58,6 +76,8 @@ class Monitor:
         self.from_parquet = False
         self.reported: set[str] = {d["message"] for d in lines if d.get("kind") == "error"}
         self.found_at = time.time()
+        self.status: dict[int, int] = {}
+        """status/rank<r>.json's last finished step by rank, as of the last look."""
         if self.last_step >= 0:
             self.log(f"resuming after step {self.last_step} ({len(lines)} history lines)")
 
@@ -118,6 +138,7 @@ class Monitor:
         self.buffer.add(new)
         for rank, msg in self.tail.errors.items():
             self.error(msg, rank=rank)
+        self.status = status
         meta = self._layout(ended, status)
         if meta is None:
             return []
@@ -153,6 +174,8 @@ class Monitor:
         line["lag_from_step_end_s"] = round(lag, 4) if lag is not None and 0 <= lag < 3600 \
             else None
         line["time"] = round(now_wall, 3)
+        # The settings it was analysed with: a resumed monitor must use the same ones.
+        line["window_steps"], line["warmup_steps"] = self.cfg.window_steps, self._warmup()
         self._record(line)
         for alert in self.tracker.observe(line):
             self.log(f"alert: {alert['event']} at step {step}"
@@ -211,6 +234,51 @@ class Monitor:
         self.state.set_layout(self.meta.dp_size, self.meta.pp_size)
         return self.meta
 
+    # -- why nothing was analysed -----------------------------------------------------
+    def idle_reason(self) -> tuple[str, bool]:
+        """Why the looks so far analysed no window, and whether the user's flag is to blame
+        (the run ended and the --warmup-steps given leaves out every step it completed)."""
+        missing = self._missing_ranks()
+        if missing:
+            return missing, False
+        warmup = self._warmup()
+        done = self._complete_steps()
+        if done and done[-1] < warmup:
+            given = self.cfg.warmup_steps is not None
+            what = f"--warmup-steps {warmup}" if given else \
+                f"the scenario's warm-up ({warmup} steps, run.json)"
+            return (f"{what} leaves out every step the run completed (steps {done[0]}-"
+                    f"{done[-1]}); pass --warmup-steps {done[-1]} or less"), given and self.ended
+        return (f"no complete step past the warm-up ({warmup} step(s)) in its trace parts "
+                "(trace-parts/rank<r>.bin, written by train as each step ends)"), False
+
+    def _complete_steps(self) -> list[int]:
+        """The buffered steps every rank completed, warm-up or not ([]: layout unknown)."""
+        if self.meta is None:
+            return []
+        world = self.meta.dp_size * self.meta.pp_size
+        through = self.buffer.complete_through(world, self.status, self.ended)
+        return self.buffer.steps_through(through, -1, 0)
+
+    def _missing_ranks(self) -> str:
+        """The ranks whose trace part holds no record yet, named ('' when none is: a run
+        read from its trace.parquet, or every rank of the layout has records)."""
+        if self.from_parquet:
+            return ""
+        have = set(self.buffer.last_step)
+        world = self.meta.dp_size * self.meta.pp_size if self.meta is not None else \
+            max(have, default=-1) + 1
+        missing = [r for r in range(world) if r not in have]
+        if not missing:
+            return "" if world else (f"no rank's trace part in {TRACE_PARTS_DIR}/ (rank<r>"
+                                     ".bin, written by train as each step ends) and no "
+                                     "trace.parquet")
+        shown = ", ".join(f"rank{r}.bin" for r in missing[:4])
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        return (f"no records in the trace part of {len(missing)} of {world} ranks "
+                f"({TRACE_PARTS_DIR}/{shown}{more}: missing or empty), and a step is "
+                "complete only once every rank recorded it")
+
     # -- the loop ---------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None, once: bool = False) -> int:
         """Poll until the run ended and everything is analysed, `stop` is set, or once;
@@ -233,7 +301,7 @@ class Monitor:
                 if ended:
                     self.log("the run ended (run.json written); stopping")
                     break
-                stop.wait(self.cfg.poll_s)
+                stop.wait(max(self.cfg.poll_s, MIN_POLL_S))
         finally:
             self.state.finish(self.ended)
             self.sender.close()

@@ -13,7 +13,9 @@ is one JSON-ready dict, a line of `monitor/windows.jsonl`:
                    "estimated_slowdown", "confidence"}],
      "lag_s": 0.12,                # wall clock: records of `step` read -> window written
      "lag_from_step_end_s": 0.6,   # the trace clock (same host): step end -> written, or null
-     "analysis_s": 0.08, "time": 1764100000.0}
+     "analysis_s": 0.08, "time": 1764100000.0,
+     "window_steps": 8, "warmup_steps": 3}   # the settings it was analysed with (the
+                                            # monitor adds them; older lines lack them)
 
 The what-if runs once per window (stragglerlab.analysis.whatif.run_whatif); the
 `whatif` detector diagnoses from that result, as its online mode does
