@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
+from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord
 from stragglerlab.filecheck import distinct_runs
 from stragglerlab.findings import RootCause
@@ -230,6 +231,22 @@ def _layout_key(record: RunRecord) -> str:
                       sort_keys=True)
 
 
+def _faults_inside(faults: list[FaultRecord], times: pd.Series, record: RunRecord,
+                   folder: RunFolder) -> None:
+    """A completed run's faults start within its steps (or at the one after, where a
+    failure is named): a window past the run is a faults.json of another run, or edited,
+    and would be scored as a miss no detector could avoid."""
+    if not len(times) or not record.ok:
+        return  # a failed run may end before a later fault's step: it never acted
+    last = int(times.index.max())
+    for i, f in enumerate(faults):
+        if f.first_step > last + 1:
+            raise InputError(f"faults[{i}] ({f.kind}) starts at step {f.first_step}, after "
+                             f"the run's last traced step {last}; is this faults.json of "
+                             "another run? rerun the training, or fix first_step",
+                             str(folder.faults_path))
+
+
 def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
     """Ground truth of every run; job slowdowns use the suite's clean runs as baselines.
     A folder listed twice is an InputError (it would count twice)."""
@@ -241,6 +258,7 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         # run.json is optional: traces from elsewhere (e.g. workloads.synthetic) have none.
         record = folder.record if folder.has_record else RunRecord(outcome="ok")
         times = run_step_times(folder) if folder.has_trace else pd.Series()
+        _faults_inside(faults, times, record, folder)
         raw.append((folder, faults, record, times))
 
     # Mean step time of clean runs per layout: the baseline of faults active from the start.

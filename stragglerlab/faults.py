@@ -46,6 +46,13 @@ class FaultKind(str, enum.Enum):
     CRASH = "crash"
 
 
+TARGETED_KINDS = frozenset({FaultKind.SLOW_WORKER.value, FaultKind.NET_THROTTLE.value,
+                            FaultKind.NET_DELAY.value, FaultKind.HANG.value,
+                            FaultKind.CRASH.value})
+"""Kinds that act on named workers (their injectors' `needs_targets`): a record of one
+with no target names no victim. The others act job-wide unless targets narrow them."""
+
+
 @dataclass(frozen=True, order=True)
 class Target:
     """One victim worker."""
@@ -151,6 +158,9 @@ class FaultRecord:
         targets = chk.listing([] if targets is None else targets, f"{where}.targets")
         parsed = [Target.from_dict(t, chk, f"{where}.targets[{i}]", meta).to_dict()
                   for i, t in enumerate(targets)]
+        if kind in TARGETED_KINDS and not parsed:
+            chk.fail(f"{where}.targets", f"empty: a {kind} fault acts on named workers, so "
+                     "its record names at least one ({rank, dp_rank, stage})")
         first = chk.integer(raw.get("first_step", 0), f"{where}.first_step", minimum=0,
                             maximum=MAX_STEP)
         last = chk.integer(raw.get("last_step"), f"{where}.last_step", optional=True,

@@ -190,10 +190,17 @@ def one_line(text: str, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
-    """Parse a YAML file with the bounded safe loader (no aliases, capped nodes and depth)."""
+def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None,
+              empty_ok: bool = False) -> object:
+    """Parse a YAML file with the bounded safe loader (no aliases, capped nodes and depth).
+    An empty document is an InputError unless `empty_ok` (then None)."""
     text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes)
-    return parse_yaml(text, str(path), what, fix)
+    doc = parse_yaml(text, str(path), what, fix)
+    if doc is None and not empty_ok:  # "got None" further on would say nothing of why
+        kind = "" if Path(path).is_file() else " (not a regular file: a pipe or a device?)"
+        raise InputError(f"{what} is empty: no YAML document in it (an empty file, only "
+                         f"comments or `null`){kind}; {fix}", str(path))
+    return doc
 
 
 def _is_int(value: object) -> bool:

@@ -261,7 +261,9 @@ class Scenario:
         if self.run.steps < 1 or self.run.collective_timeout_s <= 0:
             problems.append("run.steps must be >= 1 and run.collective_timeout_s > 0")
         if not 0 <= self.run.warmup_steps < self.run.steps:
-            problems.append("run.warmup_steps must be in [0, run.steps)")
+            problems.append(f"run.warmup_steps={self.run.warmup_steps} must be in [0, run.steps="
+                            f"{self.run.steps}): at least one step is traced after the warm-up "
+                            f"(with `train --steps`, give at least {self.run.warmup_steps + 1})")
         if self.run.cores_per_rank is not None and self.run.cores_per_rank <= 0:
             problems.append("run.cores_per_rank must be > 0")
         if self.run.threads_per_rank < 1 or self.run.planned_gc_every < 0:
@@ -329,7 +331,7 @@ def _read_yaml(path: Path) -> dict:
     from stragglerlab.filecheck import load_yaml
 
     fix = "fix the scenario config (see config/scenarios.yaml)"
-    raw = load_yaml(path, "scenario config", fix) or {}
+    raw = load_yaml(path, "scenario config", fix, empty_ok=True) or {}  # empty: no overrides
     if not isinstance(raw, dict) or set(raw) - {"defaults", "scenarios"}:
         raise InputError("a scenario config holds only 'defaults' and 'scenarios' mappings",
                          str(path))
@@ -370,13 +372,25 @@ def load_scenario(
     from stragglerlab.implied_faults import with_implied_faults
 
     # Imbalance phrased outside `faults` is a fault all the same (ground truth says so).
-    scenario = build_dataclass(Scenario, merged, where, f"scenario {name!r}").check(where)
+    try:
+        scenario = build_dataclass(Scenario, merged, where, f"scenario {name!r}").check(where)
+    except InputError:
+        _check_defaults(defaults, where)  # a bad `defaults` is named as such
+        raise
     return with_implied_faults(scenario).check(where)
+
+
+def _check_defaults(defaults: dict, where: str) -> None:
+    """InputError naming `defaults` when the defaults alone are no valid scenario: every
+    scenario inherits them, so blaming the first scenario checked would mislead."""
+    build_dataclass(Scenario, {**defaults, "name": "defaults"}, where,
+                    "the config's 'defaults'").check(f"{where} ('defaults')")
 
 
 def list_scenarios(config: str | Path | None = None) -> list[Scenario]:
     """Every scenario, each checked (so one bad entry is reported even if unused)."""
-    _defaults, scenarios, _where = scenario_table(config)
+    defaults, scenarios, where = scenario_table(config)
+    _check_defaults(defaults, where)
     return [load_scenario(n, config) for n in sorted(scenarios)]
 
 

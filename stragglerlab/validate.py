@@ -311,6 +311,26 @@ def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
             )
 
 
+COARSEST_CLOCK_S = 1e-3
+"""Coarsest start_ts resolution read: a float32 clock past ~16,000 s (epoch seconds: 128 s)
+cannot order ops of a millisecond, and every check downstream would blame the ops."""
+
+
+def _check_clock_resolution(df: pd.DataFrame, path: str) -> None:
+    start = df["start_ts"]
+    if not (isinstance(start.dtype, np.dtype) and start.dtype == np.float32) or not len(df):
+        return
+    top = float(np.nanmax(np.abs(start.to_numpy())))
+    step = float(np.spacing(np.float32(top)))
+    if step > COARSEST_CLOCK_S:
+        raise InputError(
+            f"column 'start_ts' is float32 and reaches {top:.6g} s, where float32 resolves only "
+            f"{step:g} s: ops of a millisecond cannot be told apart; store start_ts as float64, "
+            "or as seconds from the job's start",
+            path,
+        )
+
+
 GC_PAUSE_TOLERANCE_S = 1e-6
 """How far a row's gc_pause_s may exceed its duration (clock rounding): a pause counted
 inside an op cannot be longer than the op (measured on 22 runs: never more than the op)."""
@@ -355,6 +375,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     # Checked values of each column, converted once (text columns parsed, NA as NaN).
     values = {c.name: _check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
     _check_extra_columns(df, path)
+    _check_clock_resolution(df, path)
 
     def ints(name: str) -> np.ndarray:
         v = values[name]

@@ -21,6 +21,7 @@ import argparse
 
 from stragglerlab.cli.common import examples, not_another_run, out_folder
 from stragglerlab.errors import InputError
+from stragglerlab.trace_checks import MAX_OPS_PER_STEP
 
 MAX_WORKERS = 65_536
 """Largest dp * pp accepted: far past any trace the analysis is benchmarked on."""
@@ -104,6 +105,8 @@ def _spec(w) -> str:
 
 MAX_FACTOR = 1000.0
 """Largest slow-worker or last-stage factor: past it op times leave any trace's range."""
+STEP_OPS = 16
+"""Room for the ops of a step that are not per microbatch (collectives, optimizer, ...)."""
 MAX_JITTER = 10.0
 """Largest relative duration noise (lognormal sigma 10 already spans e^±10)."""
 
@@ -120,6 +123,14 @@ def run(args) -> int:
     if args.dp * args.pp > MAX_WORKERS or args.steps * args.microbatches > 100_000:
         raise InputError(f"--dp x --pp is at most {MAX_WORKERS} and --steps x --microbatches at "
                          "most 100000: a larger synthetic job would not fit in memory")
+    # One step of one worker holds at most the readers' limit (trace_checks), so what
+    # synth writes its own whatif reads: compute, plus P2P on each side a stage has.
+    per_mb = 2 + 2 * min(args.pp - 1, 2)
+    most = (MAX_OPS_PER_STEP - STEP_OPS) // per_mb
+    if args.microbatches > most:
+        raise InputError(f"--microbatches is at most {most:,} with --pp {args.pp} (each adds "
+                         f"{per_mb} ops to a worker's step, and a trace holds at most "
+                         f"{MAX_OPS_PER_STEP:,} per worker and step), got {args.microbatches:,}")
     for value, flag, hi in ((args.jitter, "--jitter", MAX_JITTER),
                             (args.last_stage_factor, "--last-stage-factor", MAX_FACTOR)):
         if not math.isfinite(value) or not 0 <= value <= hi:
@@ -128,9 +139,11 @@ def run(args) -> int:
         if not (0 <= w.dp_rank < args.dp and 0 <= w.stage < args.pp):
             raise InputError(f"--slow {w.dp_rank},{w.stage},...: the worker is outside "
                              f"DP {args.dp} x PP {args.pp}")
-        if not (math.isfinite(w.factor) and 0 < w.factor <= MAX_FACTOR):
-            raise InputError(f"--slow factor must be a number above 0 and at most "
-                             f"{MAX_FACTOR:g}, got {w.factor}")
+        if not (math.isfinite(w.factor) and 1 < w.factor <= MAX_FACTOR):
+            # faults.json would record a "slow" worker that is as fast or faster.
+            raise InputError(f"--slow factor must be a number above 1 (a slow worker takes "
+                             f"longer; 1 is no fault) and at most {MAX_FACTOR:g}, got "
+                             f"{w.factor:g}")
     if not 0 <= args.seed < 2**63:  # numpy refuses a negative seed in its own words
         raise InputError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     _one_slow_per_worker(args.slow, args.steps)

@@ -94,8 +94,13 @@ def run(args) -> int:
         if args.meta is None and RunFolder(path=run_dir).has_meta:  # a dangling link: refused
             args.meta = str(run_dir / "meta.yaml")  # else the meta written into the parquet
         args.out = run_out(args.out, args.run, "whatif")
+    elif args.trace is not None and not args.trace.strip():
+        raise InputError("--trace is empty; name the trace's .parquet file")
     elif not args.out:
         raise InputError("whatif --trace needs --out DIR (the output folder)")
+    if args.meta is not None and not args.meta.strip():
+        raise InputError("--meta is empty; name the job meta YAML, or leave --meta out to "
+                         "use the one written into the trace")
     out = out_folder(args.out)
     # Before the work: an input named like an output (ow/whatif.json) would be replaced.
     inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
@@ -214,8 +219,12 @@ def summary(result, out: Path) -> str:
     ) + (f" and {len(j['top_workers']) - 6} more (whatif.json)" if len(j["top_workers"]) > 6
          else "")
     lines.append(f"  top workers         {workers}")
-    lines.append(f"  M_W                 {result.m_w.rem:.3f} (add {result.m_w.add:.3f})")
-    lines.append(f"  M_S (last stage)    {result.m_s.rem:.3f} (add {result.m_s.add:.3f})")
+    if j["straggling"]:
+        lines.append(f"  M_W                 {result.m_w.rem:.3f} (add {result.m_w.add:.3f})")
+        lines.append(f"  M_S (last stage)    {result.m_s.rem:.3f} (add {result.m_s.add:.3f})")
+    else:  # shares of a waste near 0: a ratio of two small differences, noise over noise
+        lines.append("  M_W, M_S            n/a (shares of the waste of a straggling job, "
+                     "S >= 1.1; whatif.json keeps the values)")
     if result.fwd_bwd_correlation is not None:
         lines.append(f"  fwd-bwd correlation {result.fwd_bwd_correlation:.3f} "
                      "(>= 0.9: sequence-length imbalance)")

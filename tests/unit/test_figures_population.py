@@ -214,6 +214,7 @@ def test_table_s6_pairs_matching_seeds(tmp_path):
         make_run(root, "c1", "clean-dp2-pp2", seed=1, slowdown=1.05, step_time=2.0),
         make_run(root, "s0", "slow-worker-1", seed=0, slowdown=1.2, step_time=1.1,
                  faults=[{"kind": "slow-worker", "requested": {"factor": 1.4},
+                          "targets": [{"rank": 1, "dp_rank": 1, "stage": 0}],
                           "measured": {"factor": 1.38}}]),
         make_run(root, "s1", "slow-worker-1", seed=1, slowdown=1.3, step_time=2.4),
         make_run(root, "s9", "slow-worker-1", seed=9, slowdown=5.0, step_time=50.0),  # no clean
