@@ -88,13 +88,16 @@ def _loopback_node(ray):
             services.resolve_ip_for_localhost = original
 
 
-def prepare_run_dir(run_dir: Path) -> None:
+def prepare_run_dir(run_dir: Path, keep_monitor: bool = False) -> None:
     """Start from a clean run folder (outputs of an earlier run there are replaced, and so
-    are the what-if, findings and monitor history made from its trace)."""
+    are the what-if, findings and monitor history made from its trace). keep_monitor: a
+    monitor already started beside this run (`train --monitor`) writes monitor/."""
     run_dir.mkdir(parents=True, exist_ok=True)
     # kineto/ and compute/ too: a torch workload's import reads every rank file there.
+    derived = (rf.WHATIF_DIR, rf.DETECT_DIR, rf.PLOT_DIR) + (() if keep_monitor
+                                                           else (rf.MONITOR_DIR,))
     for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, rf.KINETO_DIR, rf.COMPUTE_DIR,
-                rf.CPU_DIR, rf.WHATIF_DIR, rf.DETECT_DIR, rf.MONITOR_DIR, rf.PLOT_DIR):
+                rf.CPU_DIR, *derived):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
     for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
         (run_dir / name).unlink(missing_ok=True)
@@ -111,17 +114,18 @@ def prepare_faults(scenario: Scenario, where: str = "scenario") -> tuple[Scenari
 
 
 def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None,
-           ray_address: str | None = None) -> dict:
+           ray_address: str | None = None, keep_monitor: bool = False) -> dict:
     """Run the scenario; returns run.json's content (outcome 'ok' or 'failed').
 
     ray_address: attach to that Ray cluster (workloads.cluster) instead of starting
-    a private local instance."""
+    a private local instance. keep_monitor: a monitor beside the run already writes the
+    folder's monitor/ (prepare_run_dir)."""
     import ray
 
     say = progress or (lambda _msg: None)
     scenario, specs, injectors = prepare_faults(scenario)
     run_dir = Path(out).resolve()
-    prepare_run_dir(run_dir)
+    prepare_run_dir(run_dir, keep_monitor=keep_monitor)
     world = scenario.world_size
     record: dict = {"scenario": scenario_to_dict(scenario), "name": scenario.name,
                     "seed": scenario.run.seed, "versions": _versions(), "outcome": "failed",

@@ -102,7 +102,8 @@ def run(args) -> int:
         # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.
         steps = progress.task("step", total=scenario.run.steps)
         with beside(args, scenario, progress):  # --monitor: `stragglerlab monitor` beside it
-            record = launch(scenario, args.out, steps, ray_address=ray_address)
+            record = launch(scenario, args.out, steps, ray_address=ray_address,
+                            keep_monitor=bool(args.monitor))  # started, writing monitor/
     traced = len(record["trace"]["complete_steps"])
     # The outcome is the result, ok or failed: stdout, --quiet or not (the exit code says which).
     if record["outcome"] == "ok" and scenario.workload in TORCH_WORKLOADS:

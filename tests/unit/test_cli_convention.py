@@ -119,7 +119,7 @@ def test_train_progress_on_stderr_outcome_on_stdout(tmp_path, monkeypatch, capsy
     fake = fake_launcher("ok", True, [1, 2, 3])
     inner = fake.launch
 
-    def launch(scenario, out, progress, ray_address=None):
+    def launch(scenario, out, progress, ray_address=None, keep_monitor=False):
         progress("ray started in 0.1s; launching 4 ranks")
         for step in range(1, 4):
             progress(f"step {step}/3  loss 2.000  step time 10 ms")

@@ -53,6 +53,16 @@ def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
     assert round(made["cores"] * made["period"]) >= MIN_QUOTA_US
 
 
+def test_prepare_run_dir_keeps_the_history_of_a_monitor_started_beside_the_run(tmp_path):
+    run = tmp_path / "run"
+    for rel in ("monitor/monitor.lock", "monitor/windows.jsonl", "trace-parts/rank0.bin"):
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_text("x")
+    prepare_run_dir(run, keep_monitor=True)  # launch, after `train --monitor` started it
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == [
+        "monitor", "monitor/monitor.lock", "monitor/windows.jsonl"]
+
+
 def test_train_refuses_an_out_folder_holding_another_jobs_trace(tmp_path, capsys):
     from stragglerlab.cli import main
     from tests.unit.cli_errors import one_error

@@ -15,7 +15,7 @@ from stragglerlab.cli import main
 
 
 def fake_launcher(outcome: str, keep_trace: bool, steps: list[int]):
-    def launch(scenario, out, progress, ray_address=None):
+    def launch(scenario, out, progress, ray_address=None, keep_monitor=False):
         from pathlib import Path
 
         run_dir = Path(out)
