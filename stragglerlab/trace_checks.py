@@ -99,7 +99,7 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
            "seconds on one clock for the whole job")
     _range(path, rows, "duration", dur, 0, MAX_SPAN_S, "seconds; one day at most")
     _check_ops_present(opt, compute, cell, dur, meta, path)
-    if compute.any() and not (dur[compute] > 0).any():
+    if not (dur[compute] > 0).any():  # compute ops exist: _check_ops_present
         raise InputError("every forward/backward-compute duration is 0: the trace records no "
                          "compute time, so there is nothing to analyse; re-trace with the "
                          "op durations", path)

@@ -189,11 +189,12 @@ def read_trace(
     return normalize_trace(df), meta
 
 
-_KINDS = {c.name: c.kind for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
+_COLUMNS = {c.name: c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
+"""The columns the reader checks: the schema's and the optional ones the analysis reads."""
 
 
 def _as_written(name: str) -> str:
-    col = next(c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS) if c.name == name)
+    col = _COLUMNS[name]
     return "integers" if col.kind == "int" else (
         "seconds (float)" if col.unit == "s" else f"numbers ({col.unit})")
 
@@ -209,9 +210,10 @@ def _arrow_types(table: pa.Table, path: str) -> pa.Table:
         raise InputError(f"column(s) {', '.join(map(repr, repeated))} appear more than once; "
                          "write each column once", path)
     for i, field in enumerate(table.schema):
-        kind, t = _KINDS.get(field.name), field.type
-        if kind is None:
+        col, t = _COLUMNS.get(field.name), field.type
+        if col is None:
             continue  # columns of nobody's: judged by whoever reads them
+        kind = col.kind
         if kind in ("int", "float") and pa.types.is_decimal(t):
             table = table.set_column(i, field.name, table.column(i).cast(pa.float64()))
         elif kind in ("int", "float") and (pa.types.is_string(t) or pa.types.is_large_string(t)

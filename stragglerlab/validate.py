@@ -297,10 +297,9 @@ def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
     for col in EXTRA_COLUMNS:
         if col.name not in df.columns:
             continue
-        if col.name not in OPTIONAL_NAN:
-            _check_column(df, col.name, col.kind, path)
-        values = _numeric(df, col.name, col.kind, path)
-        if values is None:
+        values = (_numeric(df, col.name, col.kind, path) if col.name in OPTIONAL_NAN
+                  else _check_column(df, col.name, col.kind, path))  # NaN refused too
+        if values is None:  # plain ints, as stored
             values = df[col.name].to_numpy()
         bad = np.isinf(values) | (values < 0)
         if bad.any():

@@ -49,7 +49,7 @@ from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_afte
 from stragglerlab.workloads.profiling import KinetoProfiler
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
-from stragglerlab.workloads.stage_links import StageLinks
+from stragglerlab.workloads.stage_links import StageLinks, synchronize
 from stragglerlab.workloads.tracer import Tracer, now
 
 # torch 2.13 renamed the flat collectives (*_into_tensor/*_tensor -> *_single) and
@@ -182,8 +182,7 @@ class RankTrainer:
         return microbatch_costs(self.partition, m.hidden, m.vocab, tokens, sq)[self.stage]
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)
 
     def _make_data(self, step: int) -> list:
         """The step's microbatches as tensors (all steps are made in setup, so data

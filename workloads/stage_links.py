@@ -20,6 +20,13 @@ from stragglerlab.workloads.schedule import Direction
 from stragglerlab.workloads.tracer import Tracer, now
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU), so a traced op ends when its
+    work does."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @dataclass(kw_only=True)
 class StageLinks:
     """Sends and posted recvs between this stage and its neighbours of the same DP rank."""
@@ -50,15 +57,11 @@ class StageLinks:
     def _peer(self, stage: int) -> int:
         return stage * self.dp + self.dp_rank
 
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
     def send(self, direction: Direction, tensor: torch.Tensor) -> None:
         """Send an activation to the next stage (forward) or a gradient to the previous."""
         fwd = direction is Direction.FORWARD
         peer = self._peer(self.stage + 1 if fwd else self.stage - 1)
-        self._sync()
+        synchronize(self.device)
         row = self.tracer.record(OpType.FORWARD_SEND if fwd else OpType.BACKWARD_SEND, now(),
                                  float("nan"))
         self.p2p.send(tensor, peer, lambda t: self.tracer.set_end(row, t))

@@ -4,7 +4,6 @@ starts, the default `--out` of a `--run` verb, and the `examples:` epilog of --h
     out = out_folder(args.out)      # InputError now, not a traceback after the work
     out = out_folder(run_out(args.out, args.run, "detect"))      # --out or RUN/detect
     inputs_not_overwritten([("--trace", trace)], out, OUTPUTS)   # never write over an input
-    runs = distinct_runs(args.runs)                              # a run listed twice: refused
     p = sub.add_parser(name, help=..., epilog=examples("stragglerlab detect --run R"))
 """
 
@@ -16,7 +15,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from stragglerlab.errors import InputError
-from stragglerlab.filecheck import distinct_runs  # noqa: F401  (verbs' --runs check)
 
 MAX_PATH_CHARS = 4096
 """Longest --out accepted (Linux PATH_MAX)."""

@@ -31,13 +31,13 @@ import traceback
 
 from stragglerlab.cli.common import (
     RUN_INPUTS,
-    distinct_runs,
     examples,
     inputs_not_overwritten,
     out_folder,
     run_inputs,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.filecheck import distinct_runs
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:

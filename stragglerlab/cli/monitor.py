@@ -258,9 +258,8 @@ def beside(args, scenario, progress):
     from stragglerlab.workloads.launcher import prepare_run_dir
 
     run = Path(args.out)
-    argv = monitor_argv(run, scenario, args.monitor_args)
-    check_monitor_argv(argv)  # train checked it before anything started; cheap to repeat
-    cmd = [sys.executable, "-m", "stragglerlab", *argv]
+    # Its flags were checked by train (check_monitor_argv) before anything started.
+    cmd = [sys.executable, "-m", "stragglerlab", *monitor_argv(run, scenario, args.monitor_args)]
     prepare_run_dir(run)
     # Not a rank process: without the driver's mark, no run's residue cleanup reaps it.
     env = {k: v for k, v in os.environ.items() if k != "STRAGGLERLAB_DRIVER"}

@@ -21,13 +21,13 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.cli.common import (
-    distinct_runs,
     examples,
     inputs_not_overwritten,
     out_file,
     run_inputs,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.filecheck import distinct_runs
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
 

@@ -16,12 +16,12 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.cli.common import (
-    distinct_runs,
     examples,
     inputs_not_overwritten,
     out_folder,
     run_inputs,
 )
+from stragglerlab.filecheck import distinct_runs
 
 OUTPUTS = ("report.md", "report.html")
 """The files the verb writes into --out."""

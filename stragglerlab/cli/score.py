@@ -28,13 +28,13 @@ from pathlib import Path
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     RUN_INPUTS,
-    distinct_runs,
     examples,
     inputs_not_overwritten,
     out_file,
     run_inputs,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.filecheck import distinct_runs
 
 SCORES_NAME = "scores.json"
 """The file `score` writes inside its --out folder."""
