@@ -26,7 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from stragglerlab.scenario import DataConfig, LengthDistribution
+from stragglerlab.scenario import DataConfig
+from stragglerlab.scenario_vocab import LengthDistribution
 from stragglerlab.workloads.model import Block
 from stragglerlab.workloads.varlen import VarlenLayout
 

@@ -24,7 +24,8 @@ from stragglerlab.figures.fig09_mb_time_vs_seqsq import variable_length_runs
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import trace_of
-from stragglerlab.scenario import DataConfig, LengthDistribution
+from stragglerlab.scenario import DataConfig
+from stragglerlab.scenario_vocab import LengthDistribution
 
 NAME = "fig10_seq_len_hist"
 TITLE = "Fig. 10: sequence-length histogram and CDF"

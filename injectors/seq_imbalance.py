@@ -26,7 +26,7 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector
-from stragglerlab.scenario import LengthDistribution
+from stragglerlab.scenario_vocab import LengthDistribution
 
 VARYING = {d.value for d in LengthDistribution if d is not LengthDistribution.FIXED}
 """Length distributions the fault can run: every one whose lengths vary."""

@@ -36,7 +36,8 @@ from stragglerlab.partition import (  # re-exported: the partition is part of th
     stage_costs,
     stage_imbalance,
 )
-from stragglerlab.scenario import DataConfig, LengthDistribution, Scenario, list_scenarios
+from stragglerlab.scenario import DataConfig, Scenario, list_scenarios
+from stragglerlab.scenario_vocab import LengthDistribution
 
 __all__ = ["COMPUTE_SHARE", "FIXED_S_PER_TOKEN", "PAPER_S6_MEASURED", "SQ_S_PER_TOKEN2",
            "MicrobatchCost", "Partition", "balanced_partition", "even_partition", "main",

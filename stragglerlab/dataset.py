@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stragglerlab.scenario import DataConfig, LengthDistribution
+from stragglerlab.scenario import DataConfig
+from stragglerlab.scenario_vocab import LengthDistribution
 
 IGNORE_INDEX = -100
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from pandas.api import types as ptypes
 
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
@@ -29,111 +28,7 @@ from stragglerlab.schema import (
     TRACE_COLUMNS,
 )
 from stragglerlab.trace_checks import check_plausible
-
-_SHOW = 3  # how many offending rows / steps a message lists
-_CONTEXT = ("step", "dp_rank", "stage")
-
-
-def _fmt(value: object) -> str:
-    """A value as a user would write it: numbers plain, text quoted."""
-    value = value.item() if isinstance(value, np.generic) else value
-    return repr(value) if isinstance(value, (str, bytes)) else str(value)
-
-
-def _rows(df: pd.DataFrame, mask: np.ndarray, show: str | None = None) -> str:
-    """'N rows, e.g. row 4 (step=1, dp_rank=0, stage=1, duration=-0.5), ...'."""
-    positions = np.flatnonzero(mask)
-    parts = []
-    for i in positions[:_SHOW]:
-        cols = [c for c in _CONTEXT if c in df.columns]
-        if show is not None and show not in cols:
-            cols.append(show)
-        ctx = ", ".join(f"{c}={_fmt(df[c].iat[i])}" for c in cols)
-        parts.append(f"row {i} ({ctx})")
-    more = f" and {len(positions) - _SHOW} more" if len(positions) > _SHOW else ""
-    noun = "row" if len(positions) == 1 else "rows"
-    return f"{len(positions)} {noun}, e.g. " + ", ".join(parts) + more
-
-
-def _numeric(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarray | None:
-    """The column as a float array (NaN for missing), None when it is a plain int column.
-
-    Raises InputError when the column is not numeric.
-    """
-    s = df[name]
-    want = "integers" if kind == "int" else "numbers (seconds)"
-    if ptypes.is_datetime64_any_dtype(s.dtype) or ptypes.is_timedelta64_dtype(s.dtype):
-        raise InputError(
-            f"column '{name}' holds {s.dtype} values, not {want}; write "
-            f"{'seconds as floats (e.g. Unix time)' if kind == 'float' else want} in this "
-            "column",
-            path,
-        )
-    if ptypes.is_bool_dtype(s.dtype):
-        raise InputError(
-            f"column '{name}' must hold {want} but has dtype bool; write {want} in this column",
-            path,
-        )
-    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "iu":
-        return None  # numpy ints: no NaN, nothing fractional, nothing to check
-    if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f":
-        return s.to_numpy()  # keep float32 as is: no copy, exact values
-    if ptypes.is_integer_dtype(s.dtype) or ptypes.is_float_dtype(s.dtype):
-        # Nullable extension dtypes (Int64, Float32, ...): NA becomes NaN.
-        return s.to_numpy(dtype=np.float64, na_value=np.nan)
-    # Text or mixed objects (e.g. a CSV column with a stray word): find what does not parse.
-    coerced = pd.to_numeric(s, errors="coerce")
-    bad = (coerced.isna() & s.notna()).to_numpy()
-    if bad.any() or not ptypes.is_numeric_dtype(coerced.dtype):
-        examples = ", ".join(_fmt(v) for v in pd.unique(s[bad])[:_SHOW])
-        raise InputError(
-            f"column '{name}' must hold {want} but has dtype {s.dtype} with non-numeric "
-            f"values ({examples}) in {_rows(df, bad, name)}; write {want} in this column",
-            path,
-        )
-    return coerced.to_numpy(dtype=np.float64, na_value=np.nan)
-
-
-def _check_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarray | None:
-    """dtype and NaN check of one schema column; returns its numeric values (None: as stored)."""
-    if kind == "category":
-        missing = df[name].isna().to_numpy()
-        if missing.any():
-            raise InputError(
-                f"column '{name}' has missing values (NaN/None) in {_rows(df, missing)}; "
-                "every row needs an optype: fill it in or drop these rows",
-                path,
-            )
-        return None
-    values = _numeric(df, name, kind, path)
-    if values is None:
-        return None
-    for bad, what in (
-        (np.isnan(values), "missing values (NaN)"),
-        (np.isinf(values), "infinite values"),
-    ):
-        if bad.any():
-            raise InputError(
-                f"column '{name}' has {what} in {_rows(df, bad, name)}; every row needs a "
-                "finite value in each schema column: fill them in or drop these rows",
-                path,
-            )
-    if kind == "int":
-        frac = values != np.floor(values)
-        if frac.any():
-            raise InputError(
-                f"column '{name}' must hold integers but has non-integral values in "
-                f"{_rows(df, frac, name)}; write whole numbers in this column",
-                path,
-            )
-        huge = np.abs(values) > 2.0**62
-        if huge.any():
-            raise InputError(
-                f"column '{name}' has values beyond +-2**62 in {_rows(df, huge, name)}; "
-                "these cannot be ids or step numbers: fix the tracer or drop these rows",
-                path,
-            )
-    return values
+from stragglerlab.trace_columns import SHOW, check_column, fmt_value, numeric_column, rows_text
 
 
 def optype_codes(s: pd.Series) -> np.ndarray:
@@ -150,9 +45,9 @@ def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
     codes = optype_codes(df["optype"])
     unknown = codes < 0
     if unknown.any():
-        names = ", ".join(_fmt(v) for v in pd.unique(df["optype"][unknown].astype(object)))
+        names = ", ".join(fmt_value(v) for v in pd.unique(df["optype"][unknown].astype(object)))
         raise InputError(
-            f"unknown optype value(s) {names} in {_rows(df, unknown, 'optype')}; "
+            f"unknown optype value(s) {names} in {rows_text(df, unknown, 'optype')}; "
             f"allowed: {', '.join(OPTYPE_VALUES)}; rename these ops or drop the rows",
             path,
         )
@@ -171,7 +66,7 @@ def _check_meta_ranges(
         if bad.any():
             raise InputError(
                 f"{name} outside [0, {size_name}={size}) of the job meta in "
-                f"{_rows(df, bad)}; fix {size_name} in the job meta or the {name} values",
+                f"{rows_text(df, bad)}; fix {size_name} in the job meta or the {name} values",
                 path,
             )
     cell = dp * meta.pp_size + stage
@@ -236,13 +131,13 @@ def _check_complete(
     short = np.flatnonzero(cells_per_step < ncell)
     if len(short):
         parts = []
-        for s in short[:_SHOW]:
+        for s in short[:SHOW]:
             have = sc[sc // ncell == s] % ncell
             lacking = np.setdiff1d(np.arange(ncell), have)
             names = ", ".join(cell_name(int(c)) for c in lacking[:4])
             extra = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
-            parts.append(f"step {_fmt(steps[s])} has no rows for {names}{extra}")
-        more = f" ({len(short) - _SHOW} more steps like this)" if len(short) > _SHOW else ""
+            parts.append(f"step {fmt_value(steps[s])} has no rows for {names}{extra}")
+        more = f" ({len(short) - SHOW} more steps like this)" if len(short) > SHOW else ""
         raise InputError(
             f"steps with missing workers: {'; '.join(parts)}{more}; every step must contain "
             "all dp_size*pp_size workers: drop incomplete steps (e.g. cut by the tracing "
@@ -272,17 +167,17 @@ def _check_complete(
     total = len(bad_present) + int(absent[bad_absent_pairs].sum())
     if total == 0:
         return step_idx, steps
-    found = [(int(k_step[i]), int(k_pair[i]), int(counts[i])) for i in bad_present[:_SHOW]]
-    for p in bad_absent_pairs[:_SHOW]:
+    found = [(int(k_step[i]), int(k_pair[i]), int(counts[i])) for i in bad_present[:SHOW]]
+    for p in bad_absent_pairs[:SHOW]:
         lacking = np.setdiff1d(np.arange(nsteps), k_step[k_pair == p])
-        found += [(int(s), int(p), 0) for s in lacking[:_SHOW]]
+        found += [(int(s), int(p), 0) for s in lacking[:SHOW]]
     found.sort()
     parts = [
-        f"step {_fmt(steps[s])} {cell_name(p // nopt)} has {n} '{OPTYPE_VALUES[p % nopt]}' "
+        f"step {fmt_value(steps[s])} {cell_name(p // nopt)} has {n} '{OPTYPE_VALUES[p % nopt]}' "
         f"rows, expected {expected[p]}"
-        for s, p, n in found[:_SHOW]
+        for s, p, n in found[:SHOW]
     ]
-    more = f" ({total - _SHOW} more mismatches)" if total > _SHOW else ""
+    more = f" ({total - SHOW} more mismatches)" if total > SHOW else ""
     raise InputError(
         f"steps with missing or extra ops: {'; '.join(parts)}{more}; each worker must trace "
         "the same ops in every step (expected = the count in most steps): drop incomplete "
@@ -297,15 +192,15 @@ def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
     for col in EXTRA_COLUMNS:
         if col.name not in df.columns:
             continue
-        values = (_numeric(df, col.name, col.kind, path) if col.name in OPTIONAL_NAN
-                  else _check_column(df, col.name, col.kind, path))  # NaN refused too
+        values = (numeric_column(df, col.name, col.kind, path) if col.name in OPTIONAL_NAN
+                  else check_column(df, col.name, col.kind, path))  # NaN refused too
         if values is None:  # plain ints, as stored
             values = df[col.name].to_numpy()
         bad = np.isinf(values) | (values < 0)
         if bad.any():
             raise InputError(
                 f"column '{col.name}' has infinite or negative values in "
-                f"{_rows(df, bad, col.name)}; write finite values >= 0 or drop the column",
+                f"{rows_text(df, bad, col.name)}; write finite values >= 0 or drop the column",
                 path,
             )
 
@@ -343,7 +238,7 @@ def _check_gc_inside(df: pd.DataFrame, path: str) -> None:
     if over.any():
         raise InputError(
             f"column 'gc_pause_s' exceeds the op's own duration in "
-            f"{_rows(df, over, 'gc_pause_s')}; it is the GC pause time inside the op's "
+            f"{rows_text(df, over, 'gc_pause_s')}; it is the GC pause time inside the op's "
             "span, so at most the op's duration: fix the tracer or drop the column",
             path,
         )
@@ -372,7 +267,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
             path,
         )
     # Checked values of each column, converted once (text columns parsed, NA as NaN).
-    values = {c.name: _check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
+    values = {c.name: check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
     _check_extra_columns(df, path)
     _check_clock_resolution(df, path)
 
@@ -383,7 +278,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     negative = (df["duration"].to_numpy() if values["duration"] is None else values["duration"]) < 0
     if negative.any():
         raise InputError(
-            f"negative duration in {_rows(df, negative, 'duration')}; durations are "
+            f"negative duration in {rows_text(df, negative, 'duration')}; durations are "
             "end - start in seconds and must be >= 0: fix the tracer's timestamps or drop "
             "these rows",
             path,
@@ -398,4 +293,4 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
         return df[name].to_numpy(dtype=np.float64) if v is None else v.astype(np.float64)
 
     check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
-                    lambda mask, show: _rows(df, mask, show))
+                    lambda mask, show: rows_text(df, mask, show))

@@ -38,7 +38,8 @@ from stragglerlab.dataset import rank_microbatches
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.partition import microbatch_costs
-from stragglerlab.scenario import Backend, Scenario
+from stragglerlab.scenario import Scenario
+from stragglerlab.scenario_vocab import Backend
 from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks

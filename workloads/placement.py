@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from stragglerlab.errors import InputError
-from stragglerlab.scenario import Backend, Placement
+from stragglerlab.scenario_vocab import Backend, Placement
 
 
 def check_ray_address(address: str, where: str = "--ray-address") -> str:

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from stragglerlab.run_folder import KINETO_DIR
-from stragglerlab.scenario import Profiler, Scenario
+from stragglerlab.scenario import Scenario
+from stragglerlab.scenario_vocab import Profiler
 
 
 class KinetoProfiler:

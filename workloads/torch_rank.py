@@ -22,7 +22,7 @@ Faults act through the same hooks as in our engine (workloads/fault_hooks.py):
 at each step start (the slow worker's CPU-quota cut) and around the step's
 forward and backward (its in-process fallbacks). The wrappers issue their own
 collectives, so faults that hook our communication ops are refused by the
-scenario check (stragglerlab.scenario.TORCH_WORKLOAD_FAULTS).
+scenario check (stragglerlab.scenario_vocab.TORCH_WORKLOAD_FAULTS).
 
     trainer = trainer_class(scenario.workload)(scenario, rank, run_dir, init_method)
     summary = trainer.run(cgroup, None)
@@ -42,7 +42,8 @@ from stragglerlab.atomic import atomic_write_text
 from stragglerlab.compute_log import ComputeLog
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.scenario import Scenario, Workload
+from stragglerlab.scenario import Scenario
+from stragglerlab.scenario_vocab import Workload
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.pacing import pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler

@@ -23,7 +23,8 @@ from pathlib import Path
 from stragglerlab.cli.common import examples, out_folder
 from stragglerlab.errors import InputError
 from stragglerlab.run_folder import KINETO_DIR
-from stragglerlab.scenario import TORCH_WORKLOADS, load_scenario
+from stragglerlab.scenario import load_scenario
+from stragglerlab.scenario_vocab import TORCH_WORKLOADS
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:

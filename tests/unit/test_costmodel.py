@@ -18,7 +18,8 @@ from stragglerlab.costmodel import (
     stage_costs,
     stage_imbalance,
 )
-from stragglerlab.scenario import DataConfig, LengthDistribution, load_scenario
+from stragglerlab.scenario import DataConfig, load_scenario
+from stragglerlab.scenario_vocab import LengthDistribution
 
 
 def test_even_partition():

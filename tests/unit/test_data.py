@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from stragglerlab.dataset import IGNORE_INDEX, draw_lengths, make_microbatch
-from stragglerlab.scenario import DataConfig, LengthDistribution
+from stragglerlab.scenario import DataConfig
+from stragglerlab.scenario_vocab import LengthDistribution
 
 VOCAB, MAX_LEN = 512, 256
 

@@ -18,7 +18,8 @@ from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, parse_faults
 from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.injectors.stage_imbalance import balanced_partition, stage_costs
-from stragglerlab.scenario import DataConfig, LengthDistribution, load_scenario
+from stragglerlab.scenario import DataConfig, load_scenario
+from stragglerlab.scenario_vocab import LengthDistribution
 from tests.unit.injector_helpers import (
     build,
     compute_trace,

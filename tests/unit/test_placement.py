@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stragglerlab.scenario import Backend, Placement, load_scenario
+from stragglerlab.scenario import load_scenario
+from stragglerlab.scenario_vocab import Backend, Placement
 from stragglerlab.workloads import placement as pl
 
 ROUTE_REMOTE = "10.0.0.7 via 10.0.0.1 dev ens5 src 10.0.0.9 uid 0 \\    cache "

@@ -13,13 +13,12 @@ from stragglerlab.cli import main
 from stragglerlab.errors import InputError
 from stragglerlab.scenario import (
     DEFAULT_CONFIG,
-    Backend,
-    LengthDistribution,
     list_scenarios,
     load_scenario,
     scenario_table,
     scenario_to_dict,
 )
+from stragglerlab.scenario_vocab import Backend, LengthDistribution
 
 
 def write_config(tmp_path: Path, obj: object, name: str = "user.yaml") -> Path:
@@ -321,7 +320,8 @@ def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, c
 def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
     # Since stop 46 a varlen microbatch is paced to its own modelled work (its attention's
     # sum(s^2)), so variable lengths no longer fall back to the CPU rule.
-    from stragglerlab.scenario import PaceRate, load_scenario
+    from stragglerlab.scenario import load_scenario
+    from stragglerlab.scenario_vocab import PaceRate
 
     for rate in ("warmup", "auto"):
         over = {"run": {"pace_rate": rate}}

@@ -12,7 +12,8 @@ from stragglerlab.errors import InputError
 from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.injectors.slow_worker import SlowWorker, _peer_compute_ratio
-from stragglerlab.scenario import TORCH_WORKLOADS, Workload, load_scenario
+from stragglerlab.scenario import load_scenario
+from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Workload
 
 
 def _user(tmp_path, **scenarios) -> str:
