@@ -40,9 +40,9 @@ from stragglerlab.meta import JobMeta, LayoutFamily
 from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, Spread
 from stragglerlab.run_folder import RunFolder
 
-WINDOW_STEPS = (8, 12)
-"""Window lengths the online floor is read over: the monitor's default `--window-steps`
-and the detector's `online_window_steps`."""
+WINDOW_STEPS = (4, 6, 8, 12)
+"""Window lengths the online floor is read over: short monitor windows (4, 6), the
+monitor's default `--window-steps` (8) and the detector's `online_window_steps` (12)."""
 
 ABOVE = 1e-6
 """A raised threshold sits this far (relative) above the floor: a finding must exceed it."""
@@ -134,13 +134,18 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
                   clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
     statistics = floor.statistics
     report["window"] = "run"
-    if window_steps is not None and window_steps in floor.online:
+    read = _floor_window(window_steps, sorted(floor.online))
+    if read is not None:
         # A statistic no window reached keeps the whole run's reading (the higher rules).
-        statistics = {k: max(v, floor.online[window_steps].get(k, v))
+        statistics = {k: max(v, floor.online[read].get(k, v))
                       for k, v in floor.statistics.items()}
-        statistics.update({k: v for k, v in floor.online[window_steps].items()
+        statistics.update({k: v for k, v in floor.online[read].items()
                            if k not in statistics})
-        report["window"] = f"online ({window_steps} steps)"
+        report["window"] = f"online ({read} steps)"
+        if read != window_steps:
+            report["window"] += (f" for a {window_steps}-step window"
+                                 + (": none that short was measured" if read > window_steps
+                                    else ""))
     raised = report["raised"]
     for name, value in statistics.items():
         if name not in RELAXED:
@@ -150,6 +155,19 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
             raised[name] = {"configured": configured, "floor": value,
                             "used": value * (1 + ABOVE)}
     return replace(config, **{k: v["used"] for k, v in raised.items()}), report
+
+
+def _floor_window(window_steps: int | None, measured: list[int]) -> int | None:
+    """The measured window length whose online floor holds a `window_steps` diagnosis.
+
+    Noise grows as a window shortens, so a window is held to the floor of the longest
+    measured window no longer than itself (its own when measured; a floor read over
+    shorter windows is the higher one). A window shorter than any measured gets the
+    shortest measured floor, the nearest there is (the report says so); None offline."""
+    if window_steps is None or not measured:
+        return None
+    shorter = [w for w in measured if w <= window_steps]
+    return max(shorter) if shorter else min(measured)
 
 
 @dataclass

@@ -48,7 +48,7 @@ def run(args) -> int:
     """Read every run, measure, write."""
     from stragglerlab.analysis.detectors import load_run
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
-    from stragglerlab.analysis.detectors.whatif_noise import measure_floor
+    from stragglerlab.analysis.detectors.whatif_noise import WINDOW_STEPS, measure_floor
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.meta import LayoutFamily
     from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
@@ -78,7 +78,8 @@ def run(args) -> int:
         f"{len(args.runs)} clean runs.\nPer layout family: the highest value each threshold's "
         "statistic reached with that threshold taken away\n(analysis/detectors/"
         "whatif_noise.py), over the whole run and (`online`) over every sliding window of "
-        "8 and 12 steps\nthat an online replay or the monitor diagnoses, and the spread "
+        f"{', '.join(map(str, WINDOW_STEPS[:-1]))} and {WINDOW_STEPS[-1]} steps\nthat an "
+        "online replay or the monitor diagnoses, and the spread "
         "of the runs' S and simulation discrepancy."))
     for family, ff in floor.families.items():
         stats = ", ".join(f"{k} {v:.4g}" for k, v in sorted(ff.statistics.items())) or "none"

@@ -185,9 +185,16 @@ def test_a_window_diagnosis_is_held_to_its_window_lengths_floor():
     assert eight.link_share > 0.15 and eight.worker_threshold > 1.3
     assert eight.device_compute_ratio == cfg.device_compute_ratio  # the run's 1.05 < 1.1
     assert report["window"] == "online (8 steps)"
-    # a window length the floor was not read over: the whole run's floor
+    # A window length the floor was not read over: the floor of the longest measured
+    # window no longer than it (noise grows as windows shorten, so that one is higher) ...
     twelve, report = floored_config(cfg, floor, meta, window_steps=12)
-    assert twelve == whole and report["window"] == "run"
+    assert twelve == eight and report["window"] == "online (8 steps) for a 12-step window"
+    # ... and under the shortest measured, that one, named as the nearest there is.
+    six, report = floored_config(cfg, floor, meta, window_steps=6)
+    assert six == eight and "none that short was measured" in report["window"]
+    # Offline, or with no online floor at all: the whole run's floor.
+    bare = _online_floor({"link_share": 0.05}, {})
+    assert floored_config(cfg, bare, meta, window_steps=8)[1]["window"] == "run"
 
 
 def test_measure_floor_reads_online_windows_every_run_was_read_over():
@@ -210,5 +217,5 @@ def test_clean_reading_reads_every_online_window(whatif_run):
         [steps[-9:-1], steps[-8:]]
     assert len(windows[0].trace["step"].unique()) == det.config.min_steps
     got = det.clean_reading(run)
-    assert set(got.online) == {8, 12}
+    assert set(got.online) == {4, 6, 8, 12}
     assert set(got.online[8]) == set(got.statistics)  # every threshold read per window too
