@@ -32,7 +32,7 @@ def cli(*args: str) -> None:
 ])
 def test_a_fresh_clean_run_gets_no_finding_over_the_floor(tmp_path, scenario, family):
     run = tmp_path / scenario
-    # A seed the shipped floor was not measured on (it used seeds 1-3).
+    # A seed the shipped floor was not measured on (it used seeds 131-133).
     cli("train", "--scenario", scenario, "--seed", "101", "--steps", "12", "--out", str(run))
     cli("whatif", "--run", str(run))
     cli("detect", "--run", str(run), "--detector", "whatif", "--out", str(run / "detect"))
