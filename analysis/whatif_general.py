@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.general_sim import schedule, simulate_masks
+from stragglerlab.analysis.settling import settling_note
 from stragglerlab.op_model import COMPUTE, STEP_END
 
 TOP_WORKERS = 0.03
@@ -194,6 +195,9 @@ def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
     if sched.split_steps:
         notes.append(f"{sched.split_steps} group(s) fell in different steps on different "
                      "ranks and were treated as local ops")
+    settling = settling_note(list(actual_by_step.index), actual_by_step.to_numpy())
+    if settling:  # as on our own traces (analysis/whatif.py): reported, still averaged in
+        notes.append(settling)
     return GeneralWhatIf(
         T=T, T_ideal=T_ideal, S=S, waste=1.0 - 1.0 / S if S > 0 else 0.0,
         straggling=S >= STRAGGLING_S, actual_step_s=actual,

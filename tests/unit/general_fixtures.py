@@ -27,16 +27,18 @@ def _x(name, ts, dur, cat="cpu_op", tid=1, pid=1, **args) -> dict:
 def ddp_doc(rank: int, world: int = 4, steps=(5, 6), slow: dict | None = None,
             fwd_ms: float = 10.0, ar_ms: float = 2.0, tail_ms: float = 5.0, gpu: bool = True,
             seq: bool = True, comm: bool = True, info: bool = True,
-            old_torch: bool = False) -> dict:
+            old_torch: bool = False, first_tail_ms: float = 0.0) -> dict:
     """One rank's document (see the module doc). old_torch: no comm args anywhere; the
-    collective is named only by an `nccl:all_reduce` range around the kernel's launch."""
+    collective is named only by an `nccl:all_reduce` range around the kernel's launch.
+    first_tail_ms: extra tail compute in the first step on every rank (a settling step)."""
     slow = slow or {}
     ev: list[dict] = []
     corr = 1000 * (rank + 1)
     step_ms = max(fwd_ms * slow.get(r, 1.0) for r in range(world)) + ar_ms + tail_ms
     for i, k in enumerate(steps):
-        t0 = 1e6 + i * (step_ms + 1.0) * MS
-        ev.append(_x(f"ProfilerStep#{k}", t0, step_ms * MS, cat="user_annotation"))
+        extra = first_tail_ms if i == 0 else 0.0
+        t0 = 1e6 + (i * (step_ms + 1.0) + (first_tail_ms if i else 0.0)) * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, (step_ms + extra) * MS, cat="user_annotation"))
         mine = fwd_ms * slow.get(rank, 1.0) * MS
         last = max(fwd_ms * slow.get(r, 1.0) for r in range(world)) * MS
         ev.append(_x("aten::mm", t0, mine))
@@ -62,10 +64,11 @@ def ddp_doc(rank: int, world: int = 4, steps=(5, 6), slow: dict | None = None,
                              last - mine + ar_ms * MS, cat="kernel", tid=20, pid=0, stream=20,
                              correlation=corr, **args))
         t1 = t0 + last + ar_ms * MS
-        ev.append(_x("aten::add", t1, tail_ms * MS - 10))
+        ev.append(_x("aten::add", t1, (tail_ms + extra) * MS - 10))
         if gpu:
             corr += 1
-            ev.append(_x("add_kernel", t1 + 5, tail_ms * MS - 20, cat="kernel", tid=7, pid=0,
+            ev.append(_x("add_kernel", t1 + 5, (tail_ms + extra) * MS - 20, cat="kernel", tid=7,
+                         pid=0,
                          stream=7, correlation=corr))
         corr += 1
     doc = {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",

@@ -77,6 +77,19 @@ def test_clean_job_has_no_slowdown(tmp_path):
     assert wi.S == pytest.approx(1.0) and not wi.straggling
 
 
+def test_a_settling_first_step_is_reported_as_on_our_own_traces(tmp_path):
+    # The first of 8 steps runs 20 ms long on every rank (a job still warming up): the
+    # general what-if names it in its notes, as the what-if of our own traces does.
+    steps = range(1, 9)
+    wi = whatif_general(_import(ddp_job(tmp_path / "warm", world=2, steps=steps, gpu=False,
+                                        first_tail_ms=20.0)).ops)
+    assert any("first traced step(s) 1 still settling" in n for n in wi.notes), wi.notes
+    assert wi.step_time_actual_s[1] > 1.5 * wi.step_time_actual_s[2]
+    settled = whatif_general(_import(ddp_job(tmp_path / "flat", world=2, steps=steps,
+                                             gpu=False)).ops)
+    assert not any("settling" in n for n in settled.notes), settled.notes
+
+
 def test_matching_by_seq_survives_a_different_issue_order(tmp_path):
     docs = {r: ddp_doc(r, world=2, steps=(1,)) for r in range(2)}
     # rank 1 also runs a second all-reduce (Seq 7) on another group before the first one
