@@ -7,8 +7,9 @@
 * Ideal: each compute segment (gap) replaced by the mean over the ranks that
   do the same work in the same step (same role, same position k in a chain
   of the same length); each communication op's transfer duration by the
-  median of its kind. T_ideal: that simulated; S = T / T_ideal; waste =
-  1 - 1/S; per-step S_s = T_s / T_ideal_s.
+  median over the ops doing the same work (same kind and message size, or,
+  unsized, the same role and position), over every step. T_ideal: that
+  simulated; S = T / T_ideal; waste = 1 - 1/S; per-step S_s = T_s / T_ideal_s.
 * Attribution: S_t = T_ideal(kind t original) / T_ideal for `compute` (the
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
   layout is known, leaving that rank / DP rank / stage original. `share` =
@@ -105,7 +106,18 @@ def _ideal_gaps(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _ideal_transfers(ops: pd.DataFrame) -> np.ndarray:
-    med = ops.groupby("kind")["transfer_s"].transform("median").to_numpy()
+    # The method's optype is one kind of work: Megatron's params-all-gather has
+    # one message size. A general kind (all_gather) spans several (FSDP's root
+    # gathers more than a block), so pooling them would "idealize" a large
+    # message to a small one's time on a clean job. Same work = same kind and
+    # message size where the trace gives sizes, else the same chain position
+    # of the same role (as for the gaps), over every step.
+    sized = (ops["in_nelems"] >= 0) | (ops["out_nelems"] >= 0)
+    length = ops.groupby(["rank", "step"])["k"].transform("size")
+    where = np.where(sized, -1, ops["k"]), np.where(sized, -1, length)
+    role = np.where(sized, -1, ops["role"])
+    med = ops.groupby([ops["kind"], ops["in_nelems"], ops["out_nelems"], role, *where])[
+        "transfer_s"].transform("median").to_numpy()
     return np.where(ops["kind"].to_numpy() == STEP_END, 0.0, med)
 
 

@@ -11,13 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.analysis.whatif_general import whatif_general
+from stragglerlab.analysis.whatif_general import _ideal_transfers, whatif_general
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
 from stragglerlab.importers import stream_json
 from stragglerlab.importers.kineto_events import VocabularyFound, read_rank
 from stragglerlab.importers.kineto_general import build_general, load_ranks
 from stragglerlab.importers.stream_json import TraceReader
+from stragglerlab.op_model import STEP_END
 from tests.unit.general_fixtures import ddp_doc, ddp_job, write_docs
 
 HTA = Path("/work/shared/external-traces/hta-sampled-2rank")
@@ -328,3 +329,26 @@ def test_stream_reader_key_split_across_blocks(tmp_path, monkeypatch, split):
     r = TraceReader(path=f)
     assert [e for b in r.batches() for e in b] == [{"ph": "X"}]
     assert r.header == {"x": 1, "y": 2}
+
+
+def _transfer_rows(sized: bool) -> pd.DataFrame:
+    # FSDP-like: per step and rank a large gather (the root's, 8 ms) then a small one (2 ms)
+    rows = [dict(rank=r, step=s, k=k, kind="all_gather", role=0, transfer_s=t,
+                 in_nelems=(n if sized else -1), out_nelems=(2 * n if sized else -1))
+            for r in (0, 1) for s in (5, 6, 7) for k, (t, n) in enumerate([(0.008, 4096),
+                                                                          (0.002, 256)])]
+    rows += [dict(rank=r, step=s, k=2, kind=STEP_END, role=0, transfer_s=0.0, in_nelems=-1,
+                  out_nelems=-1) for r in (0, 1) for s in (5, 6, 7)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_transfers_idealize_within_the_same_work_not_the_whole_kind(sized):
+    # Pooling every all_gather would idealize the large one to the small one's time and
+    # read a clean job as straggling; the same message size (or, unsized, the same chain
+    # position) is the same work, as one Megatron optype is.
+    ops = _transfer_rows(sized)
+    assert _ideal_transfers(ops) == pytest.approx(ops["transfer_s"].to_numpy())
+    ops.loc[(ops["rank"] == 1) & (ops["step"] == 6) & (ops["k"] == 0), "transfer_s"] = 0.020
+    ideal = _ideal_transfers(ops)
+    assert ideal[(ops["k"] == 0).to_numpy()] == pytest.approx(0.008)  # the median of its work
