@@ -29,6 +29,7 @@ it, and a run left with no fault is scored as clean.
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from dataclasses import dataclass, field
@@ -53,6 +54,47 @@ CLEAN = "clean"
 MIN_BASELINE_STEPS = 3
 """Clean traced steps needed before a fault to measure its slowdown within the run."""
 
+
+class Unmeasured(str, enum.Enum):
+    """Why a fault's own slowdown was not measured (`FaultTruth.unmeasured`)."""
+
+    FEW_CLEAN_STEPS = "few-clean-steps"
+    """Fewer than MIN_BASELINE_STEPS clean traced steps before the run's first fault."""
+    BESIDE_ANOTHER = "beside-another-fault"
+    """Another fault is active in its window: the two slowdowns are not separable."""
+    NOT_TRACED = "not-traced"
+    """No traced step of its window runs it alone."""
+
+    @property
+    def advice(self) -> str:
+        """What a scenario author can change so the next run measures it."""
+        return {
+            Unmeasured.FEW_CLEAN_STEPS: (
+                f"start faults at least {MIN_BASELINE_STEPS} traced steps after the warm-up "
+                "(first_step >= run.warmup_steps + 1 + "
+                f"{MIN_BASELINE_STEPS})"),
+            Unmeasured.BESIDE_ANOTHER: ("give each fault some steps of its own (first_step / "
+                                        "last_step) to measure it apart"),
+            Unmeasured.NOT_TRACED: "trace the fault's steps (run.steps, last_step)",
+        }[self]
+
+
+def early_start_note(first_steps: list[int], warmup_steps: int) -> str | None:
+    """A note for `train` when the first fault placed mid-run starts too soon after the
+    warm-up for the ground truth to measure its slowdown within the run; None otherwise
+    (faults from step 0 are measured against a suite's clean runs, as the built-ins are)."""
+    first_traced = warmup_steps + 1
+    placed = [s for s in first_steps if s > first_traced]
+    if not placed or min(first_steps) < min(placed) or \
+            min(placed) - first_traced >= MIN_BASELINE_STEPS:
+        return None
+    return (f"note: the first fault starts at step {min(placed)}, "
+            f"{min(placed) - first_traced} traced step(s) after the warm-up (traced steps "
+            f"start at {first_traced}); the ground truth measures a fault's slowdown within "
+            f"the run after {MIN_BASELINE_STEPS}, so `score` will list it as unmeasured: "
+            f"{Unmeasured.FEW_CLEAN_STEPS.advice}")
+
+
 CAUSE_OF_KIND: dict[str, RootCause] = {k.value: RootCause.of_kind(k) for k in FaultKind}
 """The root-cause label a detector should give for each fault kind: the same spelling."""
 
@@ -74,6 +116,8 @@ class FaultTruth:
     measured_slowdown: float | None = None
     """Job slowdown over its own window vs the clean steps before the first fault, when
     separable (no other fault active in its window), else None."""
+    unmeasured: Unmeasured | None = None
+    """Why `measured_slowdown` is None (None when it was measured)."""
     observable: bool = True
     """False when no op-level trace can place it (`observability`): scored apart."""
     over_floor: float | None = None
@@ -208,12 +252,19 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
             if j != i:
                 others |= (steps >= starts[j]) & (steps <= ends[j])
         alone = window & ~others
-        slowdown = None
-        if clean.sum() >= MIN_BASELINE_STEPS and alone.any() and not (window & others).any():
+        slowdown, why = None, None
+        if (window & others).any():
+            why = Unmeasured.BESIDE_ANOTHER
+        elif clean.sum() < MIN_BASELINE_STEPS:
+            why = Unmeasured.FEW_CLEAN_STEPS
+        elif not alone.any():
+            why = Unmeasured.NOT_TRACED
+        else:
             slowdown = float(values[alone].mean() / values[clean].mean())
         out.append(FaultTruth(kind=f.kind, cause=RootCause.of_kind(f.kind),
                               ranks=frozenset(_fault_ranks(f, world)), first_step=starts[i],
                               last_step=f.last_step, measured_slowdown=slowdown,
+                              unmeasured=why,
                               observable=observability(f, pp_size)[0],
                               over_floor=over_floor(slowdown, dp_size, pp_size),
                               alike=alike_ranks(f, world)))

@@ -71,13 +71,15 @@ class FaultScore:
     """False: no op-level trace can place it; scored apart."""
     over_floor: float | None = None
     """Its measured slowdown over its family's clean noise (FaultTruth.over_floor)."""
+    unmeasured: str | None = None
+    """Why `measured_slowdown` is None (an `Unmeasured` value; None when measured)."""
 
     def to_json(self) -> dict:
         """JSON form."""
         return {"kind": self.kind, "recalled": self.recalled, "cause_right": self.cause_right,
                 "latency_steps": self.latency_steps, "slowdown_error": self.slowdown_error,
                 "measured_slowdown": self.measured_slowdown, "observable": self.observable,
-                "over_floor": self.over_floor}
+                "over_floor": self.over_floor, "unmeasured": self.unmeasured}
 
 
 @dataclass
@@ -187,7 +189,8 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
                       cause_right=any(same_cause(fault.cause, f.root_cause) for f in hits),
                       latency_steps=latency, slowdown_error=error,
                       measured_slowdown=fault.measured_slowdown,
-                      observable=fault.observable, over_floor=fault.over_floor)
+                      observable=fault.observable, over_floor=fault.over_floor,
+                      unmeasured=fault.unmeasured.value if fault.unmeasured else None)
 
 
 def score_run(truth: RunTruth, findings: list[Finding],
@@ -235,7 +238,8 @@ SENSITIVITY_BINS = (1.0, 1.05, 1.1, 1.2, 1.5, np.inf)
 
 def sensitivity(faults: list[FaultScore]) -> list[dict]:
     """Recall per bin of the faults' own measured slowdown (observable faults); faults
-    whose slowdown could not be separated form the last row (`lo` null)."""
+    whose slowdown could not be separated form the last row (`lo` null; `why`: how many
+    for each `Unmeasured` reason)."""
     edges = SENSITIVITY_BINS
     measured = [f for f in faults if f.measured_slowdown is not None]
     # a fault measured under 1.0 (host drift) counts in the lowest bin
@@ -247,8 +251,11 @@ def sensitivity(faults: list[FaultScore]) -> list[dict]:
         rows.append({"lo": lo, "hi": None if np.isinf(hi) else hi, "n": len(inside),
                      "recalled": sum(f.recalled for f in inside)})
     unknown = [f for f in faults if f.measured_slowdown is None]
+    why: dict[str, int] = {}
+    for f in unknown:
+        why[f.unmeasured or "unknown"] = why.get(f.unmeasured or "unknown", 0) + 1
     rows.append({"lo": None, "hi": None, "n": len(unknown),
-                 "recalled": sum(f.recalled for f in unknown)})
+                 "recalled": sum(f.recalled for f in unknown), "why": why})
     for r in rows:
         r["recall"] = r["recalled"] / r["n"] if r["n"] else None
     return rows

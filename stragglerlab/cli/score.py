@@ -188,6 +188,21 @@ def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
         lines.append(f"{name:18s} {_fmt(s['false_findings_per_1k_clean_worker_steps']):>9s} "
                      f"{s['clean_runs_with_findings']}/{s['clean_runs']:<5d} "
                      f"{s['unobservable_faults']:>6d} " + " ".join(f"{c:>12s}" for c in cells))
+    return lines + unmeasured_lines(ranked[0][1]["sensitivity"][-1].get("why") or {})
+
+
+def unmeasured_lines(why: dict[str, int]) -> list[str]:
+    """Why faults sit in the `unmeasured` column, and what would measure them."""
+    from stragglerlab.analysis.ground_truth import Unmeasured
+
+    lines = []
+    for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
+        try:
+            known = Unmeasured(reason)
+        except ValueError:
+            lines.append(f"  unmeasured: {n} fault(s), {reason}")
+            continue
+        lines.append(f"  unmeasured: {n} fault(s), {known.value}: {known.advice}")
     return lines
 
 

@@ -100,6 +100,12 @@ def run(args) -> int:
                  f"pp={scenario.parallel.pp}, {scenario.run.steps} steps -> {args.out}")
         if ray_address:
             progress(f"attaching to the Ray cluster at {ray_address}")
+        from stragglerlab.analysis.ground_truth import early_start_note
+
+        note = early_start_note([int(f.get("first_step", 0)) for f in scenario.faults],
+                                scenario.run.warmup_steps)
+        if note:
+            progress(note)
         # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.
         steps = progress.task("step", total=scenario.run.steps)
         with beside(args, scenario, progress):  # --monitor: `stragglerlab monitor` beside it

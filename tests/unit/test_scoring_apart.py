@@ -110,3 +110,52 @@ def test_a_link_throttled_both_ways_in_a_two_worker_job_is_placed_by_either_end(
                     faults=[fault, slow], dp_size=2, pp_size=1, n_steps=10)
     s = score_run(both, [_names(1, cause=throttle)])
     assert (s.true_positives, s.false_negatives) == (1, 1)
+
+
+def _truths_of(first_steps: list[int], last_steps: list[int | None], traced=range(3, 16)):
+    import pandas as pd
+
+    from stragglerlab.analysis.ground_truth import _fault_truths
+
+    recs = [FaultRecord("slow-worker", [{"rank": i, "dp_rank": i, "stage": 0}], f, last,
+                        {"factor": 2.0}, {}) for i, (f, last) in
+            enumerate(zip(first_steps, last_steps))]
+    times = pd.Series([1.0 if s < min(first_steps) else 1.5 for s in traced], index=list(traced))
+    return _fault_truths(recs, 4, times, first_traced=min(traced), dp_size=4, pp_size=1)
+
+
+def test_each_unmeasured_fault_says_why():
+    from stragglerlab.analysis.ground_truth import Unmeasured
+
+    (late,) = _truths_of([6], [None])        # steps 3, 4, 5 clean: measured in the run
+    assert late.measured_slowdown == 1.5 and late.unmeasured is None
+    (early,) = _truths_of([5], [None])       # two clean steps: too few
+    assert early.measured_slowdown is None and early.unmeasured is Unmeasured.FEW_CLEAN_STEPS
+    a, b = _truths_of([6, 9], [None, None])  # b's window is a's too
+    assert (a.unmeasured, b.unmeasured) == (Unmeasured.BESIDE_ANOTHER,) * 2
+    a, b = _truths_of([6, 9], [8, None])     # apart in time: both measured
+    assert a.measured_slowdown == b.measured_slowdown == 1.5
+
+
+def test_score_prints_why_faults_are_unmeasured_and_what_to_change():
+    from stragglerlab.analysis.ground_truth import Unmeasured
+    from stragglerlab.cli.score import noise_table
+
+    few = FaultTruth(kind="slow-worker", cause=RootCause.SLOW_WORKER, ranks=frozenset({1}),
+                     first_step=5, last_step=None, unmeasured=Unmeasured.FEW_CLEAN_STEPS)
+    out = score_suite([_run("a", few), _run("b", _fault("slow-worker", {1}, 1.3))], {}).to_json()
+    assert out["sensitivity"][-1]["why"] == {"few-clean-steps": 1}
+    text = "\n".join(noise_table([("whatif", out)]))
+    assert "unmeasured: 1 fault(s), few-clean-steps: start faults at least 3 traced steps" in text
+
+
+def test_train_notes_a_fault_placed_too_early_to_measure():
+    from stragglerlab.analysis.ground_truth import early_start_note
+
+    note = early_start_note([5], warmup_steps=2)
+    assert note and "starts at step 5, 2 traced step(s) after the warm-up" in note
+    assert "first_step >= run.warmup_steps + 1 + 3" in note
+    assert early_start_note([6], warmup_steps=2) is None     # 3 clean traced steps
+    assert early_start_note([0], warmup_steps=2) is None     # from the start: vs clean runs
+    assert early_start_note([0, 5], warmup_steps=2) is None
+    assert early_start_note([7, 5], warmup_steps=2) is not None
