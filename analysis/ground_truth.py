@@ -71,8 +71,7 @@ class Unmeasured(str, enum.Enum):
         return {
             Unmeasured.FEW_CLEAN_STEPS: (
                 f"start faults at least {MIN_BASELINE_STEPS} traced steps after the warm-up "
-                "(first_step >= run.warmup_steps + 1 + "
-                f"{MIN_BASELINE_STEPS})"),
+                f"(steps count from 0: first_step >= run.warmup_steps + {MIN_BASELINE_STEPS})"),
             Unmeasured.BESIDE_ANOTHER: ("give each fault some steps of its own (first_step / "
                                         "last_step) to measure it apart"),
             Unmeasured.NOT_TRACED: "trace the fault's steps (run.steps, last_step)",
@@ -83,7 +82,7 @@ def early_start_note(first_steps: list[int], warmup_steps: int) -> str | None:
     """A note for `train` when the first fault placed mid-run starts too soon after the
     warm-up for the ground truth to measure its slowdown within the run; None otherwise
     (faults from step 0 are measured against a suite's clean runs, as the built-ins are)."""
-    first_traced = warmup_steps + 1
+    first_traced = warmup_steps  # steps count from 0; 0 .. warmup_steps - 1 are untraced
     placed = [s for s in first_steps if s > first_traced]
     if not placed or min(first_steps) < min(placed) or \
             min(placed) - first_traced >= MIN_BASELINE_STEPS:

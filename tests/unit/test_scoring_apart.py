@@ -147,15 +147,18 @@ def test_score_prints_why_faults_are_unmeasured_and_what_to_change():
     assert out["sensitivity"][-1]["why"] == {"few-clean-steps": 1}
     text = "\n".join(noise_table([("whatif", out)]))
     assert "unmeasured: 1 fault(s), few-clean-steps: start faults at least 3 traced steps" in text
+    assert "first_step >= run.warmup_steps + 3" in text
 
 
 def test_train_notes_a_fault_placed_too_early_to_measure():
     from stragglerlab.analysis.ground_truth import early_start_note
 
-    note = early_start_note([5], warmup_steps=2)
+    # steps count from 0: with 3 warm-up steps, steps 3, 4 and 5 are the first traced
+    note = early_start_note([5], warmup_steps=3)
     assert note and "starts at step 5, 2 traced step(s) after the warm-up" in note
-    assert "first_step >= run.warmup_steps + 1 + 3" in note
-    assert early_start_note([6], warmup_steps=2) is None     # 3 clean traced steps
-    assert early_start_note([0], warmup_steps=2) is None     # from the start: vs clean runs
-    assert early_start_note([0, 5], warmup_steps=2) is None
-    assert early_start_note([7, 5], warmup_steps=2) is not None
+    assert "traced steps start at 3" in note and "first_step >= run.warmup_steps + 3" in note
+    assert early_start_note([6], warmup_steps=3) is None     # 3 clean traced steps
+    assert early_start_note([5], warmup_steps=2) is None     # 2, 3 and 4 are
+    assert early_start_note([0], warmup_steps=3) is None     # from the start: vs clean runs
+    assert early_start_note([0, 5], warmup_steps=3) is None
+    assert early_start_note([7, 5], warmup_steps=3) is not None

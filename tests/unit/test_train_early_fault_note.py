@@ -11,7 +11,7 @@ CONFIG = """
 scenarios:
   early-fault:
     parallel: {{dp: 2, pp: 1}}
-    run: {{steps: 12, warmup_steps: 2}}
+    run: {{steps: 12, warmup_steps: 3}}
     faults:
       - {{kind: slow-worker, targets: [{{dp_rank: 1, stage: 0}}], first_step: {first},
           params: {{factor: 2.0}}}}
@@ -24,7 +24,7 @@ def fake_launch(monkeypatch):
     import stragglerlab.workloads.launcher as launcher
 
     def launch(*_a, **_k):
-        return {"outcome": "ok", "trace": {"complete_steps": list(range(3, 13))},
+        return {"outcome": "ok", "trace": {"complete_steps": list(range(3, 12))},
                 "wall_s": {"total": 1.0}, "backend": "gloo", "error": None}
 
     monkeypatch.setattr(launcher, "launch", launch)
