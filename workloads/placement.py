@@ -38,6 +38,30 @@ def check_ray_address(address: str, where: str = "--ray-address") -> str:
                      "`ray start --head` prints it) or `auto`", where)
 
 
+def check_ray_reachable(address: str, where: str = "--ray-address",
+                        timeout_s: float = 5.0) -> None:
+    """One TCP connect to HOST:PORT's GCS before Ray is asked: Ray itself retries an
+    unreachable or unresolvable head for minutes before it gives up. `auto` is Ray's
+    to find (it fails at once when no cluster runs on this machine)."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return
+    except socket.gaierror:
+        why = f"the host name {host!r} does not resolve"
+    except TimeoutError:
+        why = f"no answer within {timeout_s:g} s"
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+    raise InputError(f"cannot reach the Ray cluster at {address} ({why}): start its head "
+                     f"there with `ray start --head --port={port}` and open the port, or "
+                     "leave the address out for a private local Ray", where)
+
+
 def ray_strategy(strategy: Placement, private: bool) -> str:
     """The Ray placement-group strategy: a private local Ray has one node (STRICT_PACK)."""
     if private:

@@ -87,6 +87,10 @@ def run(args) -> int:
 
     check_scenario_faults(scenario, args.config)
     _check_monitor(args, scenario)
+    if ray_address:  # last of the checks: it waits on the network
+        from stragglerlab.workloads.placement import check_ray_reachable
+
+        check_ray_reachable(ray_address, "--ray-address" if args.ray_address else "RAY_ADDRESS")
     from stragglerlab.host.residue import clean_residue
     from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
 

@@ -170,6 +170,28 @@ def test_train_with_a_bad_ray_address_is_one_input_error(tmp_path, capsys):
     assert "--ray-address" in err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
+def test_an_unreachable_ray_head_is_one_input_error_at_once(tmp_path, capsys):
+    # Ray itself retries an unreachable head for minutes (seen: > 200 s); the probe asks
+    # the port once, after every config check, before Ray or the run folder.
+    import socket
+
+    from stragglerlab.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"
+    assert main(["train", "--scenario", "clean-dp2-pp2", "--ray-address", closed,
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the Ray cluster at {closed}" in err and len(err.splitlines()) == 1
+    assert "ray start --head" in err and not (tmp_path / "x").exists()
+    with socket.socket() as head:  # a head that answers passes
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        pl.check_ray_reachable(f"127.0.0.1:{head.getsockname()[1]}")
+    pl.check_ray_reachable("auto")  # Ray's to find
+
+
 def test_assemble_trace_puts_every_node_on_rank_0s_clock(tmp_path):
     """A rank on a node whose clock runs 100 s ahead lands where it ran once corrected."""
     from stragglerlab.schema import OpType
