@@ -101,7 +101,8 @@ def run(args) -> int:
     from stragglerlab.importers.layout import Layout
 
     out = out_folder(args.out)
-    layout = Layout.parse(args.layout) if args.layout else None
+    # `--layout ""` is a mistake to report, not the flag left out
+    layout = Layout.parse(args.layout) if args.layout is not None else None
     files = find_traces(args.traces)
     # Checked before parsing: a rank trace named like an output (e.g. --traces DIR --out DIR
     # with a rank's trace saved as DIR/import.json) would be replaced by what it became.

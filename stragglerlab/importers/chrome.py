@@ -10,6 +10,7 @@ import glob
 import gzip
 import json
 import re
+import stat
 import zlib
 from pathlib import Path
 
@@ -32,21 +33,59 @@ def find_traces(spec: str) -> list[Path]:
                          "per rank (*.json or *.json.gz) or a glob")
     p = Path(spec)
     if p.is_dir():
-        files = sorted({f for pat in PATTERNS for f in p.glob(pat) if f.is_file()})
+        files = _regular({f for pat in PATTERNS for f in p.glob(pat)})
         # One subfolder per rank or per run (tensorboard_trace_handler's logs), a few levels
         # down at most: `--traces /` must not walk the whole filesystem.
         for depth in range(1, MAX_SUBFOLDER_DEPTH + 1):
             if files:
                 break
-            files = sorted({f for pat in PATTERNS for f in p.glob("*/" * depth + pat)
-                            if f.is_file()})
+            files = _regular({f for pat in PATTERNS for f in p.glob("*/" * depth + pat)})
         where = f"folder {spec} (or its subfolders, {MAX_SUBFOLDER_DEPTH} levels down)"
     else:
-        files = sorted(Path(f) for f in glob.glob(spec) if Path(f).is_file())
+        # A pattern may match other things too (`run/rank*` a log folder): only entries
+        # named like a trace must be trace files.
+        found = {Path(f) for f in glob.glob(spec)}
+        _regular({f for f in found if f.name.endswith(TRACE_SUFFIXES)})
+        files = sorted(f for f in found if f.is_file())
         where = f"pattern {spec!r}"
     if not files:
         raise InputError(f"--traces: no trace files in {where}; pass the folder holding one "
                          "torch.profiler trace per rank (*.json or *.json.gz) or a glob")
+    return files
+
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+"""Names PATTERNS match: an entry named so must be a regular file (entry_problem)."""
+
+
+def entry_problem(path: Path) -> str | None:
+    """Why a trace entry cannot be read as a file (None: a regular file, or a link to one).
+    Checked before any open(): opening a FIFO would block until a writer comes."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # a link to nothing or a loop (ELOOP); else open() says why
+        return ("is a symlink that does not resolve (its target is missing, or it loops)"
+                if path.is_symlink() else None)
+    if stat.S_ISDIR(mode):
+        return "is a folder"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a pipe or a device?)"
+    return None
+
+
+def check_entry(path: Path) -> None:
+    """InputError naming `path` when entry_problem finds one."""
+    if problem := entry_problem(path):
+        raise InputError(f"{problem}, named like a trace file: remove it or point --traces "
+                         "at the trace files", str(path))
+
+
+def _regular(entries: set[Path]) -> list[Path]:
+    """The entries, sorted, after checking each is a regular file (one InputError for the
+    first that is not: dropping it would leave only a vague 'missing ranks')."""
+    files = sorted(entries)
+    for f in files:
+        check_entry(f)
     return files
 
 
@@ -97,6 +136,7 @@ def shape_problem(doc: object) -> str | None:
 
 def load_json(path: Path) -> dict:
     """The JSON document of a (possibly gzipped) Chrome trace; InputError when unreadable."""
+    check_entry(path)  # never open() a FIFO: it blocks
     try:
         raw = path.read_bytes()
         if problem := bytes_problem(raw[:16], path.name):
@@ -184,3 +224,32 @@ def one_trace_per_rank(ranked: list[tuple[int, str]]) -> dict[int, str]:
                              "trace per rank", path)
         seen[rank] = path
     return seen
+
+
+EMPTY_PROFILE = ("the file holds no trace events (traceEvents is empty): an empty profile; "
+                 "profile at least one full step with torch.profiler's schedule (e.g. "
+                 "schedule(wait=1, warmup=1, active=2)) and call prof.step() once per step")
+"""The message for a trace whose traceEvents list is empty."""
+
+
+def dinfo_problem(info: object) -> str | None:
+    """What is wrong with distributedInfo's rank or world_size where the trace has the key
+    but not an integer (None: fine, or absent: the caller says what absence means)."""
+    if not isinstance(info, dict):
+        return None
+    for key in ("rank", "world_size"):
+        v = info.get(key)
+        if key in info and type(v) is not int:  # bool too: True is no rank
+            return (f"distributedInfo.{key} must be an integer, but it is "
+                    f"{json.dumps(v)[:40]} ({type(v).__name__}); pass the trace "
+                    f"torch.profiler wrote (torch writes {key} as a number), or fix the value")
+    return None
+
+
+def check_rank_doc(doc: dict, where: str) -> None:
+    """InputError for a rank's trace with no events or a distributedInfo rank/world_size
+    that is not an integer (said before 'no distributedInfo' or 'no ranges' would mislead)."""
+    if not doc["traceEvents"]:
+        raise InputError(EMPTY_PROFILE, where)
+    if problem := dinfo_problem(doc.get("distributedInfo")):
+        raise InputError(problem, where)

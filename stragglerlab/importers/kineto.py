@@ -51,6 +51,7 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
     STEP_RE,
+    check_rank_doc,
     check_step_order,
     event_problem,
     find_traces,
@@ -171,6 +172,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
     """One rank's file -> RankTrace (timing 'cpu', 'gpu' or 'auto')."""
     where = str(path)
     doc = load_json(path)
+    check_rank_doc(doc, where)
     info = doc.get("distributedInfo")
     if not isinstance(info, dict) or not isinstance(info.get("rank"), int) \
             or not isinstance(info.get("world_size"), int):

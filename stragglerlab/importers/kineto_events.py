@@ -15,6 +15,10 @@ Kept per event kind (everything else is dropped as it streams past):
   CPU call that launched it, hence to its step and its label;
 * other kernels, memcpys and memsets: start and end (compute busy time).
 
+An exact copy of an event read before (same cat, name, pid, tid, ts, dur: a
+trace concatenated with itself) is counted in RankEvents.duplicates and adds
+no second communication record.
+
 Vocabulary ranges (stragglerlab.schema's optypes) are counted, so the caller
 can hand a testbed trace to the vocabulary importer; with stop_at_vocab the
 read stops (VocabularyFound) at the first forward-/backward-compute range or
@@ -34,7 +38,14 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.errors import InputError
-from stragglerlab.importers.chrome import MAX_TIME_US, STEP_RE, check_step_order
+from stragglerlab.importers.chrome import (
+    EMPTY_PROFILE,
+    MAX_TIME_US,
+    STEP_RE,
+    check_entry,
+    check_step_order,
+    dinfo_problem,
+)
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
@@ -127,6 +138,8 @@ class RankEvents:
     """Peak resident memory of the reading process when it finished (MiB)."""
     notes: list[str] = field(default_factory=list)
     """What was inferred (e.g. the rank from the file name)."""
+    duplicates: int = 0
+    """Exact copies of an earlier event (same ph, cat, name, pid, tid, ts, dur) dropped."""
 
 
 def _num(v) -> bool:
@@ -144,12 +157,14 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     progress (optional) gets `<file>: <n> MiB read` every PROGRESS_EVERY_BYTES."""
     path = Path(path)
     where = str(path)
+    check_entry(path)  # never open() a FIFO: it blocks
     kw = {k: v for k, v in (("max_bytes", max_bytes), ("max_ratio", max_ratio)) if v}
     reader = TraceReader(path=path, skip=SKIP, **kw)
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
     launches, kernels = array("d"), array("d")
     vocab = bad = 0
+    keys, comm_keys = array("q"), set()  # event hashes (copies counted), comm ones seen
     names: set[str] = set()
     first_bad = ""
     next_note = PROGRESS_EVERY_BYTES
@@ -173,6 +188,14 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                                          f"{str(dur)[:40]})"
                 continue
             end = ts + dur
+            # Exact copies (a trace concatenated with itself) are counted; a copy of a
+            # communication record would be a second op, so it is skipped. Copies of the
+            # rest change nothing: busy time is a union, launches and steps are keyed.
+            key = hash((cat, name, _label(e.get("pid")), _label(e.get("tid")), ts, dur))
+            keys.append(key)
+            if (cat == "kernel" and "nccl" in name.lower() or name == "record_param_comms"
+                    or name.startswith(LABEL_PREFIXES)) and _copy(key, comm_keys):
+                continue
             if cat in COMPUTE_CATS and not (cat == "kernel" and "nccl" in name.lower()):
                 kernels.append(ts)
                 kernels.append(end)
@@ -213,8 +236,12 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
         raise InputError(f"{bad:,} complete event(s) are malformed, e.g. {first_bad}: ts and "
                          "dur must be finite numbers of microseconds, dur >= 0; pass the "
                          "profiler's export unedited", where)
+    if not reader.events:
+        raise InputError(EMPTY_PROFILE, where)
     head = reader.header
     info = head.get("distributedInfo")
+    if problem := dinfo_problem(info):  # else a string rank would fall back to the name
+        raise InputError(problem, where)
     notes: list[str] = []
     if isinstance(info, dict) and isinstance(info.get("rank"), int) \
             and isinstance(info.get("world_size"), int):
@@ -242,10 +269,29 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       launches=launch,
                       kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
-                      bytes_read=reader.source.bytes_out,
+                      bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def _tid(e: dict) -> int:
     t = e.get("tid", 0)
     return t if isinstance(t, int) else hash(str(t)) & 0x7FFFFFFF
+
+
+def _label(v):
+    """A pid or tid as a hashable key part (a JSON list or object would not hash)."""
+    return v if isinstance(v, (int, float, str)) else repr(v)
+
+
+def _copy(key: int, seen: set[int]) -> bool:
+    """Whether key was seen before (and remember it)."""
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
+
+
+def _copies(keys: array) -> int:
+    """How many event hashes repeat an earlier one."""
+    h = np.frombuffer(keys, dtype=np.int64)
+    return int(h.size - np.unique(h).size)

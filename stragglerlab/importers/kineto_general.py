@@ -127,6 +127,17 @@ def _layout(events: list[RankEvents], layout: Layout | None, world: int,
         return None
 
 
+def _duplicates(events: list[RankEvents], notes: list[str]) -> dict[str, int]:
+    """rank -> exact duplicate events read_rank dropped (a note names them)."""
+    copies = {str(e.rank): e.duplicates for e in events if e.duplicates}
+    if copies:
+        notes.append("dropped exact duplicate events (same ph, cat, name, pid, tid, ts and "
+                     "dur; a trace concatenated with itself, or merged twice): "
+                     + ", ".join(f"{n:,} on rank {r}" for r, n in copies.items())
+                     + "; each op is counted once")
+    return copies
+
+
 def _group_keys(c: pd.DataFrame) -> pd.Series:
     """A string key per op; equal keys on different ranks are one group."""
     p2p = c["kind"].isin(P2P_KINDS) & (c["peer"] >= 0)
@@ -207,6 +218,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     number_unranked(events, notes)
     events = sorted(events, key=lambda e: e.rank)
     world = check_ranks(events, notes)
+    copies = _duplicates(events, notes)
     steps = common_steps(events, notes)
     lay = _layout(events, layout, world, notes)
     has_gpu = any(len(e.nccl) for e in events)
@@ -337,7 +349,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "kinds": {str(k): int(v) for k, v in comm["kind"].value_counts().items()},
         "label_sources": {str(k): int(v) for k, v in
                           c["source"].value_counts().items()},
-        "outside_steps_dropped": dropped,
+        "outside_steps_dropped": dropped, "duplicate_events_dropped": copies,
         "events": int(sum(e.events for e in events)),
         "json_bytes": int(sum(e.bytes_read for e in events)),
         "reader_peak_rss_mb": float(max(e.peak_rss_mb for e in events)),

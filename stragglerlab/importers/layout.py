@@ -45,6 +45,10 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> Layout:
         """'dp=2,pp=4[,tp=1]' -> Layout; InputError on anything else."""
+        if not text.strip():
+            raise InputError("--layout is empty: want dp=N,pp=M[,tp=K] with positive "
+                             "integers, e.g. --layout dp=2,pp=4, or leave --layout out to "
+                             "take the layout from the traces' process groups")
         sizes: dict[str, int] = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             key, _, value = part.partition("=")
