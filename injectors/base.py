@@ -73,6 +73,9 @@ class Injector:
 
     free_params: ClassVar[frozenset[str]] = frozenset()
     """Parameters check_params validates itself (the numeric ones go through `param`)."""
+    known_params: ClassVar[frozenset[str] | None] = None
+    """Every params key the injector takes, checked before check_params (so a misspelt key
+    is named, not reported as a missing one); None (plug-ins): the keys check_params read."""
 
     def __init__(self, spec: FaultSpec, where: str = "scenario") -> None:
         self.spec = spec
@@ -81,13 +84,15 @@ class Injector:
         if self.needs_targets and not spec.targets:
             raise InputError(f"a {spec.kind.value} fault needs targets "
                              "([{dp_rank: D, stage: S}])", where)
+        self._refuse_unknown(self.known_params)
         self.check_params()
-        unknown = sorted(map(str, set(spec.params) - self._checked - self.free_params))
-        if unknown:
-            known = sorted(self._checked | self.free_params)
-            raise InputError(f"{spec.kind.value}: unknown params {', '.join(unknown)[:80]} "
-                             f"(known: {', '.join(known) or 'none'}); fix the fault's params",
-                             where)
+        self._refuse_unknown(self._checked | self.free_params)
+
+    def _refuse_unknown(self, known: frozenset[str] | set[str] | None) -> None:
+        problem = unknown_params(self.spec.params, known)
+        if problem:
+            raise InputError(f"{self.spec.kind.value}: {problem}; fix the fault's params",
+                             self.where)
 
     # -- pure decision logic -----------------------------------------------------------
     def check_params(self) -> None:
@@ -173,6 +178,16 @@ class Injector:
         return FaultRecord(self.spec.kind.value, [t.to_dict() for t in self.spec.targets],
                            self.spec.first_step, self.spec.last_step, self.requested(),
                            measured)
+
+
+def unknown_params(params: dict, known: frozenset[str] | set[str] | None) -> str | None:
+    """'unknown key(s) in params: ...; known: ...' when params holds a key outside `known`
+    (None: nothing known yet, no problem), else None."""
+    unknown = [] if known is None else sorted(map(str, set(params) - set(known)))
+    if not unknown:
+        return None
+    return (f"unknown key(s) in params: {', '.join(unknown)[:80]}; known: "
+            f"{', '.join(sorted(known)) or 'none'}")
 
 
 def failure_outcome(run: dict) -> dict:

@@ -20,6 +20,7 @@ class Crash(Injector):
     """os._exit in the victim at first_step."""
 
     kind = FaultKind.CRASH
+    known_params: frozenset[str] = frozenset()
     measures_trace = False
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:

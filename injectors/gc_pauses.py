@@ -56,6 +56,7 @@ class GcPauses(Injector):
     """Grow and churn a tracked-object pool so automatic full collections pause the rank."""
 
     kind = FaultKind.GC_PAUSES
+    known_params = frozenset({"pause_ms", "every_steps"})
     needs_targets = False
 
     def check_params(self) -> None:

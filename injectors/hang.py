@@ -23,6 +23,7 @@ class Hang(Injector):
     """Sleep 'forever' in the victim at first_step (the launcher kills it)."""
 
     kind = FaultKind.HANG
+    known_params: frozenset[str] = frozenset()
     measures_trace = False
 
     def on_step_start(self, ctx: RankContext, step: int) -> None:

@@ -45,6 +45,7 @@ class NetDelay(Injector):
     """Sleep delay_ms before each of the victim's P2P sends and collectives."""
 
     kind = FaultKind.NET_DELAY
+    known_params = frozenset({"delay_ms"})
 
     def check_params(self) -> None:
         self.delay_s = self.param("delay_ms", lo=0.0, hi=10_000.0) / 1000.0

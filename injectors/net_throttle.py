@@ -32,6 +32,7 @@ class NetThrottle(Injector):
     """tc tbf on the victim's veth during the window (in-process pacing as fallback)."""
 
     kind = FaultKind.NET_THROTTLE
+    known_params = frozenset({"rate_mbit", "burst_kb"})
     needs_netns = True
 
     def check_params(self) -> None:

@@ -10,8 +10,9 @@ entry-point group `stragglerlab.injectors` (its class subclasses
 
 from __future__ import annotations
 
+from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultSpec
-from stragglerlab.injectors.base import Injector
+from stragglerlab.injectors.base import Injector, unknown_params
 from stragglerlab.plugins import Registry
 
 _PKG = "stragglerlab.injectors"
@@ -63,4 +64,9 @@ def check_scenario_faults(scenario, config: str | None = None) -> list[Injector]
     where = f"{config or DEFAULT_CONFIG} (scenario {scenario.name!r})"
     specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,
                          scenario.run.steps, where)
+    for i, spec in enumerate(specs):  # a misspelt key named with its fault's index
+        problem = unknown_params(spec.params, injector_class(spec.kind).known_params)
+        if problem:
+            raise InputError(f"faults[{i}] ({spec.kind.value}): {problem}; fix the fault's "
+                             "params", where)
     return build_injectors(specs, where)

@@ -39,12 +39,9 @@ class SeqImbalance(Injector):
     needs_targets = False
 
     free_params = frozenset({"rebalance", "implied_by", "length_distribution"})
+    known_params = free_params | {"mean_seq_len", "longtail_sigma"}
 
     def check_params(self) -> None:
-        unknown = set(self.spec.params) - {"mean_seq_len", "longtail_sigma", "rebalance",
-                                           "implied_by", "length_distribution"}
-        if unknown:
-            raise InputError(f"seq-imbalance: unknown params {sorted(unknown)}", self.where)
         if "mean_seq_len" in self.spec.params:
             self.param("mean_seq_len", lo=1, hi=100_000)
         if "longtail_sigma" in self.spec.params:

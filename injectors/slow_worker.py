@@ -122,6 +122,7 @@ class SlowWorker(Injector):
     """Divide the victim's CPU share by `factor` during the window."""
 
     kind = FaultKind.SLOW_WORKER
+    known_params = frozenset({"factor"})
 
     def check_params(self) -> None:
         self.factor = self.param("factor", lo=1.0, hi=20.0)

@@ -32,12 +32,10 @@ class StageImbalance(Injector):
     needs_targets = False
 
     free_params = frozenset({"layers_per_stage", "rebalance", "implied_by"})
+    known_params = free_params | {"vocab"}
 
     def check_params(self) -> None:
         p = self.spec.params
-        unknown = set(p) - {"vocab", "layers_per_stage", "rebalance", "implied_by"}
-        if unknown:
-            raise InputError(f"stage-imbalance: unknown params {sorted(unknown)}", self.where)
         if "vocab" in p:
             self.param("vocab", lo=2, hi=1_000_000)
         layers = p.get("layers_per_stage")

@@ -21,6 +21,7 @@ measured magnitudes with units in the keys. A clean run writes [].
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,8 @@ from stragglerlab.errors import InputError
 from stragglerlab.filecheck import Checker, echo, finite_or_none, load_json
 from stragglerlab.meta import JobMeta
 
-FAULTS_FIX = "rewrite it as a JSON list of fault records (design.md §3) or rerun the training"
+FAULTS_FIX = ("rewrite it as a JSON list of fault records (see docs/faults.md#ground-truth) "
+              "or rerun the training")
 """The fix a bad faults.json message suggests."""
 
 
@@ -176,6 +178,9 @@ class FaultRecord:
             for name, v in value.items():
                 if _is_magnitude(str(name)) and v is not None:
                     chk.number(v, f"{where}.{key}.{name}")
+                    problem = _sign_problem(str(name), v, key == "measured")
+                    if problem:
+                        chk.fail(f"{where}.{key}.{name}", problem)
             magnitudes[key] = value
         return cls(kind, parsed, first, last, magnitudes["requested"], magnitudes["measured"])
 
@@ -187,19 +192,47 @@ MAX_FAULTS = 1_000
 _UNITS = ("_ms", "_s", "_us", "_mbit", "_kb", "_mb", "_bytes")
 
 
+_POSITIVE = frozenset({"factor", "slowdown", "rate_mbit", "pause_ms", "burst_kb"})
+"""Magnitudes that mean nothing at 0 or below: a ratio (a worker 0 times as fast), a link
+rate (0 passes nothing: a hang, not a throttle), a pause or a bucket size."""
+_SIGNED_MEASURED = frozenset({"delay_ms", "arrival_ms"})
+"""Measured magnitudes that are differences (net-delay: the victims' median latency or
+arrival over the others'), so a small delay can measure slightly below 0 in noise. The
+requested delay_ms is never negative."""
+
+
 def _is_magnitude(key: str) -> bool:
     """A requested/measured key that must hold a number: factor, slowdown or a unit suffix."""
     return key in ("factor", "slowdown") or key.endswith(_UNITS)
 
 
+def _sign_problem(key: str, value: float, measured: bool) -> str | None:
+    """Why a magnitude's sign is impossible, else None: every magnitude is >= 0 (a duration,
+    a size, a rate), those in _POSITIVE > 0; measured differences may be negative."""
+    if key in _POSITIVE and value <= 0:
+        return f"{value} must be > 0 (a {key} of 0 or below means nothing)"
+    if value < 0 and not (measured and key in _SIGNED_MEASURED):
+        return f"{value} must be >= 0 (a negative {key} means nothing)"
+    return None
+
+
 def read_faults(path: str | Path, meta: JobMeta | None = None) -> list[FaultRecord]:
     """faults.json: the validated ground truth ([] for a clean run); ranks checked against meta."""
     chk = Checker(path, FAULTS_FIX)
-    raw = chk.listing(load_json(path, "ground truth (faults.json)", FAULTS_FIX), "faults.json")
+    raw = chk.listing(load_json(path, "ground truth (faults.json)", FAULTS_FIX,
+                                regular_only=True), "faults.json")
     if len(raw) > MAX_FAULTS:
         chk.fail("faults.json", f"{len(raw):,} fault records, over the {MAX_FAULTS:,} one run "
                  "can carry (every record is scored against every finding)")
-    return [FaultRecord.from_json(r, chk, f"faults[{i}]", meta) for i, r in enumerate(raw)]
+    records = [FaultRecord.from_json(r, chk, f"faults[{i}]", meta) for i, r in enumerate(raw)]
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(records):
+        same = seen.setdefault(json.dumps(rec.to_json(), sort_keys=True), i)
+        if same != i:
+            chk.fail(f"faults[{i}]", f"the same record as faults[{same}] (kind, targets, steps, "
+                     "requested and measured all equal): one fault is one record, and a copy "
+                     "would be scored twice (remove the copy)")
+    return records
 
 
 def write_faults(path: str | Path, records: list[FaultRecord | dict]) -> None:
@@ -265,4 +298,32 @@ def parse_faults(raw: list, dp: int, pp: int, steps: int, where: str) -> list[Fa
         if not isinstance(params, dict):
             raise InputError(f"{ctx}: params must be a mapping", where)
         specs.append(FaultSpec(kind, tuple(targets), first, last, dict(params)))
+    _one_fault_per_worker_and_step(specs, steps, where)
     return specs
+
+
+def _one_fault_per_worker_and_step(specs: list[FaultSpec], steps: int, where: str) -> None:
+    """Refuse two faults of one kind on one worker whose step windows overlap (a fault with
+    no targets acts on every worker): their effects would compound there, and faults.json
+    would give each the one measurement of both, true for neither."""
+    ends = [steps - 1 if s.last_step is None else min(s.last_step, steps - 1) for s in specs]
+    for j, b in enumerate(specs):
+        for i, a in enumerate(specs[:j]):
+            lo, hi = max(a.first_step, b.first_step), min(ends[i], ends[j])
+            if a.kind is not b.kind or lo > hi:
+                continue
+            if a.targets and b.targets:
+                shared = sorted(set(a.targets) & set(b.targets))
+                if not shared:
+                    continue
+                worker = f"DP {shared[0].dp_rank}, stage {shared[0].stage}"
+            elif a.targets or b.targets:
+                t = (a.targets or b.targets)[0]
+                worker = f"DP {t.dp_rank}, stage {t.stage} (the other has no targets: every worker)"
+            else:
+                worker = "every worker (neither names targets)"
+            span = f"step {lo}" if lo == hi else f"steps {lo}-{hi}"
+            raise InputError(f"faults[{i}] and faults[{j}] are both {a.kind.value} on worker "
+                             f"{worker} in {span}: their effects would compound and the ground "
+                             "truth would give each the one measurement of both; merge them into "
+                             "one fault or give them step windows that do not overlap", where)

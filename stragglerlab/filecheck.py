@@ -50,15 +50,24 @@ def number_hint(value: object) -> str:
             "exponent, e.g. 1.0e-3 or 1.0e+3, or as a plain decimal)")
 
 
-def read_text(path: str | Path, what: str, fix: str, max_bytes: int) -> str:
+NOT_REGULAR = "is not a regular file (a pipe or a device?)"
+"""What a message says of a path that is a FIFO, socket or device (trace_io says the same)."""
+
+
+def read_text(path: str | Path, what: str, fix: str, max_bytes: int,
+              regular_only: bool = False) -> str:
     """The file's text; InputError when missing, unreadable, too large or not UTF-8.
 
     At most max_bytes + 1 bytes are ever read, so `/dev/zero`, a FIFO or a file
     that grows while read cannot make this read forever or fill the memory.
+    With `regular_only` (a run folder's own files, which our writers make regular
+    files), a pipe or a device is refused from its stat alone, never opened.
     """
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} is a folder, not a file; {fix}", str(p))
+    if regular_only and p.exists() and not p.is_file():
+        raise InputError(f"{what} {NOT_REGULAR}; {fix}", str(p))
     try:
         size = p.stat().st_size
         if size > max_bytes:
@@ -103,9 +112,15 @@ def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
     return out
 
 
-def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = None) -> object:
-    """Parse a JSON file (NaN/Infinity literals are kept; typed fields reject them later)."""
-    text = read_text(path, what, fix, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+def load_json(path: str | Path, what: str, fix: str, max_bytes: int | None = None,
+              regular_only: bool = False) -> object:
+    """Parse a JSON file (NaN/Infinity literals are kept; typed fields reject them later).
+    `regular_only`: refuse a pipe or a device unopened (see read_text)."""
+    text = read_text(path, what, fix, MAX_JSON_BYTES if max_bytes is None else max_bytes,
+                     regular_only)
+    if not text and Path(path).exists() and not Path(path).is_file():
+        # "not valid JSON" would blame the content of what is no file at all
+        raise InputError(f"{what} {NOT_REGULAR} and nothing came from it; {fix}", str(path))
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except DuplicateKey as e:
@@ -191,10 +206,12 @@ def one_line(text: str, limit: int = 120) -> str:
 
 
 def load_yaml(path: str | Path, what: str, fix: str, max_bytes: int | None = None,
-              empty_ok: bool = False) -> object:
+              empty_ok: bool = False, regular_only: bool = False) -> object:
     """Parse a YAML file with the bounded safe loader (no aliases, capped nodes and depth).
-    An empty document is an InputError unless `empty_ok` (then None)."""
-    text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes)
+    An empty document is an InputError unless `empty_ok` (then None); `regular_only`:
+    refuse a pipe or a device unopened (see read_text)."""
+    text = read_text(path, what, fix, MAX_YAML_BYTES if max_bytes is None else max_bytes,
+                     regular_only)
     doc = parse_yaml(text, str(path), what, fix)
     if doc is None and not empty_ok:  # "got None" further on would say nothing of why
         kind = "" if Path(path).is_file() else " (not a regular file: a pipe or a device?)"

@@ -188,6 +188,9 @@ class Scenario:
         if min(m.hidden, m.n_heads, m.vocab, m.max_seq_len) < 1:
             problems.append("model.hidden, model.n_heads, model.vocab and model.max_seq_len "
                             "must be >= 1")
+        elif m.vocab < 2:
+            problems.append(f"model.vocab={m.vocab} must be >= 2: with one token there is "
+                            "nothing to predict (the loss is 0 at every step)")
         layers = p.stage_layers(m.n_layers) if p.pp >= 1 else None  # pp < 1: reported above
         if layers is not None and len(layers) != p.pp:
             problems.append(f"parallel.layers_per_stage has {len(layers)} entries for pp={p.pp}")

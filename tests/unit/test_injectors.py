@@ -103,7 +103,8 @@ def test_applies_to_only_the_victims():
     (FaultKind.NET_THROTTLE, {"rate_mbit": 10, "burst_kb": 1}, "params.burst_kb=1 outside"),
     (FaultKind.GC_PAUSES, {"pause_ms": 0}, "params.pause_ms=0 outside"),
     (FaultKind.GC_PAUSES, {"every_steps": 0}, "params.every_steps=0 outside"),
-    (FaultKind.STAGE_IMBALANCE, {"vocab": 4096, "heavy": 1}, "unknown params ['heavy']"),
+    (FaultKind.STAGE_IMBALANCE, {"vocab": 4096, "heavy": 1},
+     "unknown key(s) in params: heavy; known: implied_by, layers_per_stage, rebalance, vocab"),
     (FaultKind.STAGE_IMBALANCE, {"vocab": 1}, "params.vocab=1 outside"),
     (FaultKind.STAGE_IMBALANCE, {"layers_per_stage": 4}, "params.layers_per_stage must be"),
     (FaultKind.STAGE_IMBALANCE, {"layers_per_stage": ["2", "2"]},
@@ -111,7 +112,7 @@ def test_applies_to_only_the_victims():
     (FaultKind.STAGE_IMBALANCE, {"rebalance": "no"}, "params.rebalance must be true or false"),
     (FaultKind.SEQ_IMBALANCE, {"longtail_sigma": 9}, "params.longtail_sigma=9 outside"),
     (FaultKind.SEQ_IMBALANCE, {"mean_seq_len": 0}, "params.mean_seq_len=0 outside"),
-    (FaultKind.SEQ_IMBALANCE, {"sigma": 1.0}, "unknown params ['sigma']"),
+    (FaultKind.SEQ_IMBALANCE, {"sigma": 1.0}, "unknown key(s) in params: sigma"),
     (FaultKind.SEQ_IMBALANCE, {"rebalance": 1}, "params.rebalance must be true or false"),
 ])
 def test_bad_params_are_input_errors(kind, params, problem):
