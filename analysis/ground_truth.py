@@ -60,6 +60,9 @@ class Unmeasured(str, enum.Enum):
 
     FEW_CLEAN_STEPS = "few-clean-steps"
     """Fewer than MIN_BASELINE_STEPS clean traced steps before the run's first fault."""
+    FROM_THE_START = "from-the-start"
+    """Active from the first traced step (an imbalance the job is built with): no clean
+    step in the run to measure it against."""
     BESIDE_ANOTHER = "beside-another-fault"
     """Another fault is active in its window: the two slowdowns are not separable."""
     NOT_TRACED = "not-traced"
@@ -72,6 +75,11 @@ class Unmeasured(str, enum.Enum):
             Unmeasured.FEW_CLEAN_STEPS: (
                 f"start faults at least {MIN_BASELINE_STEPS} traced steps after the warm-up "
                 f"(steps count from 0: first_step >= run.warmup_steps + {MIN_BASELINE_STEPS})"),
+            Unmeasured.FROM_THE_START: ("nothing to change for an imbalance the job is "
+                                        "built with (the run-level slowdown uses a clean "
+                                        "run of the same layout and data in the same "
+                                        "`score`, where there is one); a timed fault: start "
+                                        "it after the warm-up"),
             Unmeasured.BESIDE_ANOTHER: ("give each fault some steps of its own (first_step / "
                                         "last_step) to measure it apart"),
             Unmeasured.NOT_TRACED: "trace the fault's steps (run.steps, last_step)",
@@ -254,6 +262,8 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
         slowdown, why = None, None
         if (window & others).any():
             why = Unmeasured.BESIDE_ANOTHER
+        elif not clean.any():
+            why = Unmeasured.FROM_THE_START
         elif clean.sum() < MIN_BASELINE_STEPS:
             why = Unmeasured.FEW_CLEAN_STEPS
         elif not alone.any():

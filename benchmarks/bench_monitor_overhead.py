@@ -63,7 +63,8 @@ def _start(scenario: str, steps: int, seed: int, out: Path, monitor: bool
     --monitor` starts one (same flags, same nice), once the folder exists."""
     train = subprocess.Popen(
         [sys.executable, "-m", "stragglerlab", "train", "--scenario", scenario,
-         "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--quiet"],
+         "--steps", str(steps), "--seed", str(seed), "--out", str(out), "--quiet",
+         "--overwrite"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not monitor:
         return train, None

@@ -40,7 +40,8 @@ def train(scenario: str, seed: int, out: Path, reuse: bool = False,
         return json.loads((out / "run.json").read_text())
     extra = ["--config", str(config)] if config else []
     subprocess.run(["nice", "-n", "5", PY, "-m", "stragglerlab", "train", "--scenario",
-                    scenario, "--seed", str(seed), "--out", str(out), "--quiet", *extra],
+                    scenario, "--seed", str(seed), "--out", str(out), "--quiet", "--overwrite",
+                    *extra],
                    check=True)
     return json.loads((out / "run.json").read_text())
 

@@ -33,6 +33,7 @@ RunFolder object.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,15 @@ PLOT_DIR = "plot"
 
 WHATIF_FIX = "rerun `stragglerlab whatif --run <run folder>` to rewrite it"
 META_FIX = "fix the sizes (dp_size, pp_size, ...) or rerun `stragglerlab train`"
+
+
+def _not_something_else(path: Path, what: str) -> None:
+    """InputError when `path` exists but is no regular file (a folder, a pipe, a device):
+    skipping it would silently take another source of the same data."""
+    if not os.path.lexists(path) or path.is_symlink() and not path.exists():
+        return
+    kind = "a folder" if path.is_dir() else "not a regular file (a pipe or a device?)"
+    raise InputError(f"is {kind}; replace it with {what}, or remove it", str(path))
 
 
 def read_meta(path: str | Path) -> JobMeta:
@@ -206,6 +216,7 @@ class RunFolder:
             raise InputError(f"{META_YAML} is a symbolic link to {target}, which does not "
                              "resolve (a dangling or looping link); point it at the job's "
                              f"{META_YAML} or remove it", str(self.meta_path))
+        _not_something_else(self.meta_path, f"the job's {META_YAML}")
         return False
 
     @property
@@ -220,8 +231,12 @@ class RunFolder:
 
     @property
     def has_whatif(self) -> bool:
-        """whatif/whatif.json exists."""
-        return self.whatif_path.is_file()
+        """whatif/whatif.json exists (InputError when something else has its name)."""
+        if self.whatif_path.is_file():
+            return True
+        _not_something_else(self.whatif_path, "the what-if result (`stragglerlab whatif "
+                            f"--run {self.path}` writes it)")
+        return False
 
     def has_findings(self, detector: str, online: bool = False) -> bool:
         """The detector's findings file exists."""

@@ -85,6 +85,33 @@ def _check_meta_ranges(
     return cell
 
 
+def _check_one_rank_per_worker(df: pd.DataFrame, cell: np.ndarray, rank: np.ndarray,
+                               meta: JobMeta, path: str) -> None:
+    """Every row of a (dp_rank, stage) worker carries one rank, and no two workers share
+    one: findings name workers by rank, so a rank column out of step with the cells would
+    name the wrong rank (its numbering is the job's own: not checked against a formula)."""
+    first = np.full(meta.dp_size * meta.pp_size, -1, dtype=np.int64)
+    first[cell[::-1]] = rank[::-1]  # each cell's rank on its first row (last write wins)
+    odd = rank != first[cell]
+    if odd.any():
+        raise InputError(
+            f"rank differs within one (dp_rank, stage) worker in "
+            f"{rows_text(df, odd, 'rank')}; each worker's rows carry its one global rank: "
+            "fix the tracer's rank column",
+            path,
+        )
+    ranks, counts = np.unique(first, return_counts=True)
+    if (counts > 1).any():
+        shared = int(ranks[counts > 1][0])
+        cells = np.flatnonzero(first == shared)
+        named = ", ".join(f"({c // meta.pp_size}, {c % meta.pp_size})" for c in cells[:4])
+        raise InputError(
+            f"rank {shared} is the rank of {len(cells)} (dp_rank, stage) workers ({named}); "
+            "each worker has its own global rank: fix the tracer's rank column",
+            path,
+        )
+
+
 def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(index of each value in the sorted distinct values, the sorted distinct values)."""
     lo = int(values.min())
@@ -286,6 +313,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     _check_gc_inside(df, path)
     opt = _check_optypes(df, path)
     cell = _check_meta_ranges(df, ints("dp_rank"), ints("stage"), meta, path)
+    _check_one_rank_per_worker(df, cell, ints("rank"), meta, path)
     step_idx, steps = _check_complete(cell, ints("step"), opt, meta, path)
 
     def floats(name: str) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from stragglerlab.cli.common import examples
+from stragglerlab.errors import InputError
 
 WHAT = ("scenarios", "detectors", "figures", "faults")
 
@@ -60,6 +61,10 @@ def rows(what: str, config: str | None = None) -> list[tuple[str, str]]:
 
 def run(args) -> int:
     """Print one line per item: name, then what it is."""
+    if args.config is not None and args.what != "scenarios":
+        raise InputError(f"--config is a scenario file, read by `list scenarios` only; "
+                         f"`list {args.what}` lists what is installed (plug-ins included)",
+                         "--config")
     items = rows(args.what, args.config)
     width = max((len(n) for n, _ in items), default=0)
     for name, text in items:

@@ -80,6 +80,8 @@ def run(args) -> int:
 
     folder = RunFolder.open(args.run)
     cfg = config(args, folder.path)
+    if args.once:
+        _a_run_to_read(folder.path)
     serve = not (args.no_serve or args.once)
     with Reporter(quiet=args.quiet) as progress:
         from stragglerlab.monitor.runner import Monitor
@@ -104,6 +106,20 @@ def run(args) -> int:
         if not args.quiet:
             print(f"warning: no window analysed: {args.run}: {reason}", file=sys.stderr)
     return 0
+
+
+def _a_run_to_read(run: Path) -> None:
+    """--once reads what is there now: a folder with no trace of ours is refused before
+    monitor/ is made in it (a live monitor may wait for a run still starting)."""
+    from stragglerlab.run_folder import TRACE_PARQUET, TRACE_PARTS_DIR
+
+    if any(os.path.lexists(run / n) for n in (TRACE_PARTS_DIR, TRACE_PARQUET)):
+        return  # there, if not as it should be: the monitor's own readers name what is wrong
+    other = next((n for n in ("ops.parquet", "import.json") if (run / n).exists()), None)
+    what = (f"holds {other} (an imported profiler trace: `stragglerlab whatif --run` reads "
+            "it, the monitor does not)" if other else
+            "holds no trace of a `stragglerlab train` run (trace-parts/ or trace.parquet)")
+    raise InputError(f"{what}; point --run at a training run's folder", str(run))
 
 
 def config(args, run: Path):

@@ -124,11 +124,14 @@ def _what_if(args, progress):
             path = whatif or run_dir / "whatif.json"
             progress(f"read the general op model's what-if result {path}")
             return GeneralRecord.read(path), run_dir.name, f"what-if (general op model) {path}"
-        if whatif is None and (run_dir / "whatif" / "whatif.json").is_file():
-            whatif = run_dir / "whatif" / "whatif.json"
-        trace = run_dir / "trace.parquet"
-        if meta is None and (run_dir / "meta.yaml").is_file():
-            meta = str(run_dir / "meta.yaml")
+        from stragglerlab.run_folder import RunFolder
+
+        folder = RunFolder(path=run_dir)  # has_*: a folder or a pipe in a file's place is named
+        if whatif is None and folder.has_whatif:
+            whatif = folder.whatif_path
+        trace = folder.trace_path
+        if meta is None and folder.has_meta:
+            meta = str(folder.meta_path)
         if whatif is None and not trace.is_file():
             raise InputError("the folder has neither whatif/whatif.json nor trace.parquet; "
                              "pass an analysed folder (a run, import kineto or synth output) "

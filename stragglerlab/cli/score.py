@@ -188,7 +188,8 @@ def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
         lines.append(f"{name:18s} {_fmt(s['false_findings_per_1k_clean_worker_steps']):>9s} "
                      f"{s['clean_runs_with_findings']}/{s['clean_runs']:<5d} "
                      f"{s['unobservable_faults']:>6d} " + " ".join(f"{c:>12s}" for c in cells))
-    return lines + unmeasured_lines(ranked[0][1]["sensitivity"][-1].get("why") or {})
+    rows = ranked[0][1]["sensitivity"]
+    return lines + unmeasured_lines((rows[-1].get("why") if rows else None) or {})
 
 
 def unmeasured_lines(why: dict[str, int]) -> list[str]:

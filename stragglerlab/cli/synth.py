@@ -131,14 +131,24 @@ def run(args) -> int:
         raise InputError(f"--microbatches is at most {most:,} with --pp {args.pp} (each adds "
                          f"{per_mb} ops to a worker's step, and a trace holds at most "
                          f"{MAX_OPS_PER_STEP:,} per worker and step), got {args.microbatches:,}")
-    for value, flag, hi in ((args.jitter, "--jitter", MAX_JITTER),
-                            (args.last_stage_factor, "--last-stage-factor", MAX_FACTOR)):
-        if not math.isfinite(value) or not 0 <= value <= hi:
-            raise InputError(f"{flag} must be a number from 0 to {hi:g}, got {value}")
+    if not math.isfinite(args.jitter) or not 0 <= args.jitter <= MAX_JITTER:
+        raise InputError(f"--jitter must be a number from 0 to {MAX_JITTER:g}, got "
+                         f"{args.jitter}")
+    if not math.isfinite(args.last_stage_factor) or \
+            not 0 < args.last_stage_factor <= MAX_FACTOR:
+        # 0 would write a stage that computes nothing, a trace whatif refuses
+        raise InputError(f"--last-stage-factor must be a number above 0 (1: as the other "
+                         f"stages) and at most {MAX_FACTOR:g}, got {args.last_stage_factor}")
     for w in args.slow:
         if not (0 <= w.dp_rank < args.dp and 0 <= w.stage < args.pp):
             raise InputError(f"--slow {w.dp_rank},{w.stage},...: the worker is outside "
                              f"DP {args.dp} x PP {args.pp}")
+        last = args.steps - 1 if w.last_step is None else w.last_step
+        if not 0 <= w.first_step <= last < args.steps:
+            raise InputError(f"--slow {w.dp_rank},{w.stage},{w.factor:g},{w.first_step}"
+                             f"{'' if w.last_step is None else f',{w.last_step}'}: steps run "
+                             f"0..{args.steps - 1}; give 0 <= FIRST <= LAST <= "
+                             f"{args.steps - 1}")
         if not (math.isfinite(w.factor) and 1 < w.factor <= MAX_FACTOR):
             # faults.json would record a "slow" worker that is as fast or faster.
             raise InputError(f"--slow factor must be a number above 1 (a slow worker takes "

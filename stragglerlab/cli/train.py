@@ -4,7 +4,8 @@
     stragglerlab train --scenario clean-dp2-pp2 --ray-address HOST:6379 --placement spread --out DIR
 
 Writes the run folder DIR (trace.parquet, meta.yaml, faults.json, run.json;
-an earlier run's outputs there are replaced), shows progress per step with
+a failed or killed earlier run's outputs there are replaced, a finished one's
+only with --overwrite), shows progress per step with
 ETA on stderr and prints the outcome (`run ok: ...` or `run FAILED: ...`) to
 stdout, with --quiet too. Exit 0 when the run succeeded, 1 when it failed
 (run.json says which rank and why), 2 for bad input. With --allow-failed-run a
@@ -49,6 +50,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--placement", choices=["pack", "spread"],
                    help="override run.placement: pack ranks on few nodes (default) or spread "
                         "them over the cluster's nodes")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a finished run already in --out (its trace, and the what-if "
+                        "and findings made from it); without it such a folder is refused")
     p.add_argument("--allow-failed-run", action="store_true",
                    help="exit 0 when the run failed cleanly and kept a trace (run.json says "
                         "failed); for workflows that analyse failed runs too")
@@ -60,13 +64,32 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     return p
 
 
+def _load(args, flags: dict):
+    """The scenario with the flags' overrides; a bad flag is blamed on the flag, not on
+    the scenario file (which is fine without it)."""
+    from stragglerlab.scenario import scenario_table
+
+    if args.config is None and args.scenario not in scenario_table(None)[1]:
+        known = ", ".join(sorted(scenario_table(None)[1]))
+        raise InputError(f"unknown scenario {args.scenario!r}: give a built-in one ({known}), "
+                         "or your scenario file with --config FILE", "--scenario")
+    try:
+        return load_scenario(args.scenario, args.config, {"run": flags} if flags else None)
+    except InputError as e:
+        if not flags:
+            raise
+        load_scenario(args.scenario, args.config)  # the file's own error, if it has one
+        given = " ".join(f"--{k} {v}" for k, v in flags.items())
+        raise InputError(f"{str(e).split(': ', 1)[-1]}", given) from None
+
+
 def run(args) -> int:
     """Load the scenario, launch, summarise."""
     if args.monitor_args is not None and not args.monitor:
         raise InputError(f"--monitor-args {args.monitor_args!r}: these are flags of the "
                          "monitor started beside the job by --monitor; add --monitor, or "
                          "leave --monitor-args out")
-    _not_another_job(out_folder(args.out))
+    _not_a_finished_run(_not_another_job(out_folder(args.out)), args.overwrite)
     overrides: dict = {"run": {}}
     if args.steps is not None:
         overrides["run"]["steps"] = args.steps
@@ -80,7 +103,7 @@ def run(args) -> int:
 
         ray_address = check_ray_address(ray_address, "--ray-address" if args.ray_address
                                         else "RAY_ADDRESS")
-    scenario = load_scenario(args.scenario, args.config, overrides if overrides["run"] else None)
+    scenario = _load(args, overrides["run"])
     # Every fault checked, the config file named, before anything starts (the launcher
     # checks them again, as the faults shape the scenario).
     from stragglerlab.injectors.registry import check_scenario_faults
@@ -159,6 +182,24 @@ def _not_another_job(out: Path) -> Path:
     foreign = ("ops.parquet", "import.json", "whatif.json", "result-artifact.json")
     return not_another_run(out, tuple(n for n in RUN_RECORDS if n not in foreign),
                            _train_wrote, "train")
+
+
+def _not_a_finished_run(out: Path, overwrite: bool) -> None:
+    """A rerun into a finished run's folder would replace its trace and delete the what-if
+    and findings made from it: only on request. A failed or killed run is replaced freely
+    (a retry), and so is a folder whose run.json the workflow removed before rerunning."""
+    import json
+
+    try:
+        record = json.loads((out / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if overwrite or not isinstance(record, dict) or record.get("outcome") != "ok":
+        return
+    made = [n for n in ("whatif", "detect", "plot", "monitor") if (out / n).exists()]
+    also = f" and its {', '.join(made)}/" if made else ""
+    raise InputError(f"already holds a finished run (run.json: outcome ok){also}; pass "
+                     "--overwrite to replace it, or write to another --out folder", str(out))
 
 
 def failed_cleanly(out: str) -> bool:

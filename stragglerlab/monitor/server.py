@@ -141,6 +141,12 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind(addr)
     except OSError as e:
         sock.close()
+        import errno
+
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise InputError(f"cannot listen on {host}:{port} ({e.strerror}): {host} is no "
+                             "address of this host; pass one of its own (`ip addr` lists "
+                             "them), or leave --host out for 127.0.0.1", "--host") from None
         raise InputError(f"cannot listen on {host}:{port} ({e.strerror}); another monitor "
                          "or program holds the port: pass --port N (0: any free port) or "
                          "--no-serve") from None

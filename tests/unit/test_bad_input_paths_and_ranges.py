@@ -160,10 +160,16 @@ def test_a_new_trace_is_not_written_into_another_runs_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag", [["--jitter", "1e300"], ["--last-stage-factor", "1e300"],
-                                  ["--slow", "1,1,1e300"]])
+                                  ["--last-stage-factor", "0"], ["--slow", "1,1,1e300"]])
 def test_a_synthetic_factor_past_any_trace_is_refused(tmp_path, capsys, flag):
     assert main(["synth", "--out", str(tmp_path / "s"), "--quiet", *flag]) == 2
     assert "must be a number" in _one_error(capsys, "synth")
+
+
+@pytest.mark.parametrize("slow", ["0,0,2.0,5,2", "0,0,2.0,9", "0,0,2.0,0,8"])
+def test_a_slow_window_outside_the_steps_says_so(tmp_path, capsys, slow):
+    assert main(["synth", "--out", str(tmp_path / "s"), "--quiet", "--slow", slow]) == 2
+    assert "steps run 0..7; give 0 <= FIRST <= LAST <= 7" in _one_error(capsys, "synth")
 
 
 def test_an_empty_traces_flag_is_one_error(tmp_path, capsys):

@@ -131,6 +131,8 @@ def test_each_unmeasured_fault_says_why():
     assert late.measured_slowdown == 1.5 and late.unmeasured is None
     (early,) = _truths_of([5], [None])       # two clean steps: too few
     assert early.measured_slowdown is None and early.unmeasured is Unmeasured.FEW_CLEAN_STEPS
+    (built_in,) = _truths_of([0], [None])    # an imbalance: no clean step at all
+    assert built_in.unmeasured is Unmeasured.FROM_THE_START
     a, b = _truths_of([6, 9], [None, None])  # b's window is a's too
     assert (a.unmeasured, b.unmeasured) == (Unmeasured.BESIDE_ANOTHER,) * 2
     a, b = _truths_of([6, 9], [8, None])     # apart in time: both measured
