@@ -320,6 +320,9 @@ class RunFolder:
         out: dict[int, dict] = {}
         folder = self.path / STATUS_DIR
         for p in sorted(folder.glob("rank*.json")) if folder.is_dir() else []:
+            if not p.is_file():  # a pipe would block the read (the trainer writes files)
+                _not_something_else(p, "the trainer's rank<N>.json")
+                continue
             try:
                 raw = json.loads(p.read_text())
             except (OSError, ValueError, RecursionError):

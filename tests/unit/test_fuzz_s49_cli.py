@@ -80,3 +80,18 @@ def test_list_config_is_for_scenarios_only(tmp_path, capsys):
     cfg.write_text("scenarios: {}\n")
     assert main(["list", "detectors", "--config", str(cfg)]) == 2
     assert "read by `list scenarios` only" in _one_error(capsys, "list")
+
+
+def test_a_pipe_in_place_of_a_rank_status_file_is_named_not_read(tmp_path):
+    import os
+
+    from stragglerlab.errors import InputError
+    from stragglerlab.run_folder import RunFolder
+
+    (tmp_path / "status").mkdir()
+    (tmp_path / "status" / "rank0.json").write_text('{"step": 3}')
+    os.mkfifo(tmp_path / "status" / "rank1.json")  # read, it would block forever
+    with pytest.raises(InputError, match="rank1.json: is not a regular file"):
+        RunFolder(path=tmp_path).status()
+    (tmp_path / "status" / "rank1.json").unlink()
+    assert RunFolder(path=tmp_path).status() == {0: {"step": 3}}
