@@ -147,6 +147,10 @@ def _same_layout(chk, theirs: JobMeta, ours: JobMeta) -> None:
                      f"meta.yaml says {getattr(ours, key)}: the result is of another job")
 
 
+MAX_SLOWDOWN = 1e6
+"""The largest slowdown (a ratio of times) a what-if result may hold: a job a million
+times slower than its ideal is a damaged file, not a measurement (plotted, such values
+overflow the colour scale)."""
 _POSITIVE = ("slowdown", "t_actual_s", "t_nodelay_s")
 """A ratio of two times, or a step's time: 0 is no job (and 1/S divides by it)."""
 _AT_LEAST_0 = ("simulation_discrepancy", "t_ideal_s")
@@ -173,6 +177,7 @@ def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> No
     def number(key: str, **bounds) -> float | None:
         return chk.number(doc[key], where + key, **bounds) if has(key) else None
 
+    number("slowdown", minimum=0.0, maximum=MAX_SLOWDOWN)
     for key in _POSITIVE:
         if number(key, minimum=0.0) == 0.0:
             chk.fail(where + key, "is 0: must be > 0")
@@ -237,13 +242,14 @@ def _number_table(chk, raw: object, field_name: str) -> None:
     for k, v in chk.mapping(raw, field_name).items():
         if isinstance(v, dict):
             for k2, x in v.items():
-                chk.number(x, f"{field_name}.{k}.{k2}", minimum=0.0)
+                chk.number(x, f"{field_name}.{k}.{k2}", minimum=0.0, maximum=MAX_SLOWDOWN)
         else:
-            chk.number(v, f"{field_name}.{k}", minimum=0.0)
+            chk.number(v, f"{field_name}.{k}", minimum=0.0, maximum=MAX_SLOWDOWN)
 
 
-def _grid(chk, raw: object, field_name: str, pp: int, dp: int) -> np.ndarray:
-    """A [pp][dp] list of finite numbers."""
+def _grid(chk, raw: object, field_name: str, pp: int, dp: int,
+          maximum: float | None = None) -> np.ndarray:
+    """A [pp][dp] list of finite numbers (in [0, maximum] when `maximum` is given)."""
     rows = chk.listing(raw, field_name)
     if len(rows) != pp:
         chk.fail(field_name, f"has {len(rows)} rows, the job has {pp} stages")
@@ -252,7 +258,9 @@ def _grid(chk, raw: object, field_name: str, pp: int, dp: int) -> np.ndarray:
         cells = chk.listing(row, f"{field_name}[{p}]")
         if len(cells) != dp:
             chk.fail(f"{field_name}[{p}]", f"has {len(cells)} cells, the job has {dp} DP ranks")
-        out[p] = [chk.number(v, f"{field_name}[{p}][{d}]") for d, v in enumerate(cells)]
+        out[p] = [chk.number(v, f"{field_name}[{p}][{d}]", maximum=maximum,
+                             minimum=None if maximum is None else 0.0)
+                  for d, v in enumerate(cells)]
     return out
 
 
@@ -289,7 +297,8 @@ def _ideal_view(chk, name: str, raw: object, steps: list[int], pp: int, dp: int)
     top = chk.listing(b.get("top_workers"), f"{where}.top_workers")
     return IdealView(
         name=name,
-        slowdown=chk.number(b.get("slowdown"), f"{where}.slowdown", minimum=0.0),
+        slowdown=chk.number(b.get("slowdown"), f"{where}.slowdown", minimum=0.0,
+                            maximum=MAX_SLOWDOWN),
         t_ideal_s=chk.number(b.get("t_ideal_s"), f"{where}.t_ideal_s", minimum=0.0),
         slowdown_by_optype={str(k): chk.number(v, f"{where}.slowdown_by_optype.{k}")
                             for k, v in optype.items()},
@@ -299,7 +308,8 @@ def _ideal_view(chk, name: str, raw: object, steps: list[int], pp: int, dp: int)
                             f"{where}.step_slowdown_by_dp_rank", steps, dp),
         step_s_stage=_per_step(chk, b.get("step_slowdown_by_stage"),
                                f"{where}.step_slowdown_by_stage", steps, pp),
-        worker_score=_grid(chk, b.get("worker_score"), f"{where}.worker_score", pp, dp),
+        worker_score=_grid(chk, b.get("worker_score"), f"{where}.worker_score", pp, dp,
+                           MAX_SLOWDOWN),
         top_workers=[(chk.integer(chk.mapping(w, f"{where}.top_workers[{i}]").get("dp_rank"),
                                   f"{where}.top_workers[{i}].dp_rank", 0, dp - 1),
                       chk.integer(w.get("stage"), f"{where}.top_workers[{i}].stage", 0, pp - 1))

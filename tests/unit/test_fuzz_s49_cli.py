@@ -95,3 +95,21 @@ def test_a_pipe_in_place_of_a_rank_status_file_is_named_not_read(tmp_path):
         RunFolder(path=tmp_path).status()
     (tmp_path / "status" / "rank1.json").unlink()
     assert RunFolder(path=tmp_path).status() == {0: {"step": 3}}
+
+
+@pytest.mark.parametrize("field", ["slowdown", "worker_score"])
+def test_a_slowdown_past_any_job_is_refused_not_drawn(synth_run, tmp_path, capsys, field):
+    import json
+
+    run = _copy(synth_run, tmp_path)
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    path = run / "whatif" / "whatif.json"
+    doc = json.loads(path.read_text())
+    if field == "slowdown":
+        doc["slowdown"] = 1e300
+    else:
+        doc["compute_ideals"]["mean"]["worker_score"][0][0] = 1e308
+    path.write_text(json.dumps(doc))
+    assert main(["plot", "--whatif", str(path), "--out", str(tmp_path / "p"), "--quiet"]) == 2
+    assert "out of range [0.0, 1000000.0]" in _one_error(capsys, "plot")
