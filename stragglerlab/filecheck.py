@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from pathlib import Path
 from typing import NoReturn
 
@@ -52,6 +53,20 @@ def number_hint(value: object) -> str:
 
 NOT_REGULAR = "is not a regular file (a pipe or a device?)"
 """What a message says of a path that is a FIFO, socket or device (trace_io says the same)."""
+
+
+def entry_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a file, from its stat alone (opening a FIFO would block
+    until a writer comes): 'is a folder', NOT_REGULAR, or a symlink that does not resolve.
+    None for a regular file (or a link to one) and for a path that does not exist."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:  # a link to nothing or a loop (ELOOP); else open() says why
+        return ("is a symlink that does not resolve (its target is missing, or it loops)"
+                if path.is_symlink() else None)
+    if stat.S_ISDIR(mode):
+        return "is a folder"
+    return None if stat.S_ISREG(mode) else NOT_REGULAR
 
 
 def read_text(path: str | Path, what: str, fix: str, max_bytes: int,

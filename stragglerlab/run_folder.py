@@ -33,7 +33,6 @@ RunFolder object.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +41,7 @@ import pandas as pd
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultRecord, read_faults, write_faults
-from stragglerlab.filecheck import finite_or_none, load_json, load_yaml
+from stragglerlab.filecheck import entry_problem, finite_or_none, load_json, load_yaml
 from stragglerlab.findings import Finding, FindingsDocument, read_findings, write_findings
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_record import RunRecord, read_run_record, write_run_record
@@ -76,10 +75,10 @@ META_FIX = "fix the sizes (dp_size, pp_size, ...) or rerun `stragglerlab train`"
 def _not_something_else(path: Path, what: str) -> None:
     """InputError when `path` exists but is no regular file (a folder, a pipe, a device):
     skipping it would silently take another source of the same data."""
-    if not os.path.lexists(path) or path.is_symlink() and not path.exists():
-        return
-    kind = "a folder" if path.is_dir() else "not a regular file (a pipe or a device?)"
-    raise InputError(f"is {kind}; replace it with {what}, or remove it", str(path))
+    if path.is_symlink() and not path.exists():
+        return  # a dangling link reads as absent here (has_meta names its own)
+    if problem := entry_problem(path):
+        raise InputError(f"{problem}; replace it with {what}, or remove it", str(path))
 
 
 def read_meta(path: str | Path) -> JobMeta:

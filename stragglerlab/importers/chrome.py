@@ -10,11 +10,11 @@ import glob
 import gzip
 import json
 import re
-import stat
 import zlib
 from pathlib import Path
 
 from stragglerlab.errors import InputError
+from stragglerlab.filecheck import entry_problem
 
 PATTERNS = ("*.json", "*.json.gz")
 STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
@@ -56,21 +56,6 @@ def find_traces(spec: str) -> list[Path]:
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 """Names PATTERNS match: an entry named so must be a regular file (entry_problem)."""
-
-
-def entry_problem(path: Path) -> str | None:
-    """Why a trace entry cannot be read as a file (None: a regular file, or a link to one).
-    Checked before any open(): opening a FIFO would block until a writer comes."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:  # a link to nothing or a loop (ELOOP); else open() says why
-        return ("is a symlink that does not resolve (its target is missing, or it loops)"
-                if path.is_symlink() else None)
-    if stat.S_ISDIR(mode):
-        return "is a folder"
-    if not stat.S_ISREG(mode):
-        return "is not a regular file (a pipe or a device?)"
-    return None
 
 
 def check_entry(path: Path) -> None:
