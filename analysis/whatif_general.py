@@ -99,13 +99,17 @@ class GeneralWhatIf:
         return d
 
 
-def _ideal_gaps(ops: pd.DataFrame) -> np.ndarray:
-    length = ops.groupby(["rank", "step"])["k"].transform("size")
+def _chain_length(ops: pd.DataFrame) -> pd.Series:
+    """Per row, how many rows its rank has in its step (part of "the same work")."""
+    return ops.groupby(["rank", "step"])["k"].transform("size")
+
+
+def _ideal_gaps(ops: pd.DataFrame, length: pd.Series) -> np.ndarray:
     return ops.groupby([ops["role"], ops["step"], ops["k"], length])["gap_s"] \
         .transform("mean").to_numpy()
 
 
-def _ideal_transfers(ops: pd.DataFrame) -> np.ndarray:
+def _ideal_transfers(ops: pd.DataFrame, length: pd.Series | None = None) -> np.ndarray:
     # The method's optype is one kind of work: Megatron's params-all-gather has
     # one message size. A general kind (all_gather) spans several (FSDP's root
     # gathers more than a block), so pooling them would "idealize" a large
@@ -113,7 +117,7 @@ def _ideal_transfers(ops: pd.DataFrame) -> np.ndarray:
     # message size where the trace gives sizes, else the same chain position
     # of the same role (as for the gaps), over every step.
     sized = (ops["in_nelems"] >= 0) | (ops["out_nelems"] >= 0)
-    length = ops.groupby(["rank", "step"])["k"].transform("size")
+    length = _chain_length(ops) if length is None else length
     where = np.where(sized, -1, ops["k"]), np.where(sized, -1, length)
     role = np.where(sized, -1, ops["role"])
     med = ops.groupby([ops["kind"], ops["in_nelems"], ops["out_nelems"], role, *where])[
@@ -131,8 +135,9 @@ def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
     """The what-if of an op table (see the module doc)."""
     ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
     sched = schedule(ops)
-    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops))
-    transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops))
+    length = _chain_length(ops)
+    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length))
+    transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops, length))
     n = len(ops)
     kind = ops["kind"].to_numpy()
     rank = ops["rank"].to_numpy()
