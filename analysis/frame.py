@@ -62,9 +62,7 @@ def comm_mask(graph: DepGraph) -> np.ndarray:
 def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) -> OpFrame:
     """Scatter trace rows into [node, step, dp] arrays and derive transfers and delays."""
     n_nodes, dp = graph.n_nodes, meta.dp_size
-    steps, step_idx = _step_ids(df["step"].to_numpy(np.int64))
-    node_idx = _node_of_rows(df, graph, where)
-    flat = (node_idx * len(steps) + step_idx) * dp + df["dp_rank"].to_numpy(np.int64)
+    steps, flat = row_slots(df, graph, meta, where)
     size = n_nodes * len(steps) * dp
     counts = np.bincount(flat, minlength=size)
     if (counts != 1).any():
@@ -84,6 +82,16 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     transfer = _transfer_durations(graph, start, duration)
     delay = _launch_delays(graph, start, duration)
     return OpFrame(steps, start, duration, transfer, delay, worker_rank)
+
+
+def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
+              where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct steps, each row's flat index into the [node, step, dp] arrays):
+    how rows scatter into an OpFrame, and how arrays of that shape map back onto rows."""
+    steps, step_idx = _step_ids(df["step"].to_numpy(np.int64))
+    node_idx = _node_of_rows(df, graph, where)
+    flat = (node_idx * len(steps) + step_idx) * meta.dp_size + df["dp_rank"].to_numpy(np.int64)
+    return steps, flat
 
 
 def _step_ids(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -73,6 +73,11 @@ finding names a stage or sequence imbalance, a stage whose forward and backward 
 named: a link, a slow worker or GC can carry the job's S, but none lengthens the
 partition's compute ops (`whatif_stage.stage_by_compute`).
 
+Then the residual pass (`whatif_residual.py`): the faults found are removed from the job,
+the job is simulated without them (every other op as traced) and the same rules
+diagnose that residual job; what it names on a cell nothing explained yet is a fault of
+its own (a fault beside a larger one hides behind it in the first pass).
+
 Every threshold above stands over the noise measured on clean runs of the run's layout
 family: where the noise floor (config/noise-floor.yaml, `whatif_noise.py`) reaches a
 threshold, it is raised just above it, and what the configured thresholds alone would
@@ -106,6 +111,7 @@ from stragglerlab.analysis.detectors.whatif_noise import (
     clean_reading,
     floored_config,
 )
+from stragglerlab.analysis.detectors.whatif_residual import residual_findings
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.errors import InputError
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
@@ -224,5 +230,12 @@ class WhatIfDetector(Detector):
         return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
 
     def _diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
-        """The rules under this detector's own thresholds, settled by the precedence table."""
-        return arbitrate(Signals(run=run, evidence=evidence, config=self.config))
+        """The rules under this detector's own thresholds, settled by the precedence table,
+        then the residual pass: what they name is removed, the job simulated without it and
+        diagnosed again (`whatif_residual.py`)."""
+        found = arbitrate(Signals(run=run, evidence=evidence, config=self.config))
+        return found + residual_findings(run, found, self._rules_on_fresh_analysis)
+
+    def _rules_on_fresh_analysis(self, run: Run) -> list[Finding]:
+        """The rules alone on a fresh what-if of `run` (a residual job has no whatif.json)."""
+        return arbitrate(Signals(run=run, evidence=Evidence.analyse(run), config=self.config))

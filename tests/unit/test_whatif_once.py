@@ -29,6 +29,7 @@ from snakemake.utils import update_config  # noqa: E402
 import stragglerlab.analysis.detectors.whatif_evidence as detector_module  # noqa: E402
 import stragglerlab.analysis.whatif as whatif_module  # noqa: E402
 from stragglerlab.analysis.detectors.registry import detector_names  # noqa: E402
+from stragglerlab.analysis.detectors.whatif_residual import RESIDUAL  # noqa: E402
 from stragglerlab.cli import main  # noqa: E402
 from stragglerlab.workflow.config import load_workflow_config  # noqa: E402
 from stragglerlab.workloads.synthetic import (  # noqa: E402
@@ -51,12 +52,15 @@ def analyses(monkeypatch):
     analyze = whatif_module.analyze
 
     def counting_build_graph(template, meta, where):  # every analysis builds one graph
-        calls[Path(where).parent.name] += 1
+        calls["residual" if str(where).endswith(RESIDUAL) else Path(where).parent.name] += 1
         return build_graph(template, meta, where)
 
     def counting(name, fn):
         def wrapper(*args, **kwargs):
-            calls[name] += 1
+            where = kwargs.get("where", args[2] if len(args) > 2 else "")
+            # The detector's residual pass analyses another job, simulated without the
+            # faults it found (whatif_residual.py): counted apart from the trace's analyses.
+            calls["residual" if str(where).endswith(RESIDUAL) else name] += 1
             return fn(*args, **kwargs)
         return wrapper
 
@@ -97,7 +101,8 @@ def test_one_run_is_analysed_once_by_the_whatif_verb(tmp_path, analyses, capsys)
     figures = tmp_path / "figures"
     assert main(["figures", "--runs", str(clean), str(slow), "--only", "table_s6",
                  "fig14_heatmaps", "--out", str(figures), "--quiet"]) == 0
-    assert analyses == Counter()  # nothing downstream of the verb analysed a trace again
+    # Nothing downstream of the verb analysed a trace again (the residual job is no trace).
+    assert set(analyses) <= {"residual"}
 
     table = json.loads((figures / "table_s6.json").read_text())["ours"]
     assert table["level1_estimated"] == pytest.approx(round(doc["slowdown"], 3))
