@@ -76,7 +76,8 @@ partition's compute ops (`whatif_stage.stage_by_compute`).
 Then the residual pass (`whatif_residual.py`): the faults found are removed from the job,
 the job is simulated without them (every other op as traced) and the same rules
 diagnose that residual job; what it names on a cell nothing explained yet is a fault of
-its own (a fault beside a larger one hides behind it in the first pass).
+its own (a fault beside a larger one hides behind it in the first pass). Offline only:
+online windows keep one analysis per step.
 
 Every threshold above stands over the noise measured on clean runs of the run's layout
 family: where the noise floor (config/noise-floor.yaml, `whatif_noise.py`) reaches a
@@ -191,8 +192,10 @@ class WhatIfDetector(Detector):
                   window_steps: int | None = None) -> list[Finding]:
         """Straggler findings from the what-if evidence and the run's trace (not failures),
         under thresholds raised to the run's layout family's noise floor (the online
-        floor of `window_steps`-step windows when the run is such a window)."""
-        return self._floored(run, window_steps)[0]._diagnose(run, evidence)
+        floor of `window_steps`-step windows when the run is such a window). A window
+        (online, the monitor) gets no residual pass: its cost per step stays one analysis."""
+        return self._floored(run, window_steps)[0]._diagnose(
+            run, evidence, residual=window_steps is None)
 
     def clean_reading(self, run: Run) -> CleanReading:
         """A clean run's reading for the noise floor (`whatif_noise.py`): over the whole
@@ -229,11 +232,13 @@ class WhatIfDetector(Detector):
         cfg, report = floored_config(self.config, floor, run.meta, window_steps)
         return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
 
-    def _diagnose(self, run: Run, evidence: Evidence) -> list[Finding]:
+    def _diagnose(self, run: Run, evidence: Evidence, residual: bool = True) -> list[Finding]:
         """The rules under this detector's own thresholds, settled by the precedence table,
         then the residual pass: what they name is removed, the job simulated without it and
         diagnosed again (`whatif_residual.py`)."""
         found = arbitrate(Signals(run=run, evidence=evidence, config=self.config))
+        if not residual:
+            return found
         return found + residual_findings(run, found, self._rules_on_fresh_analysis)
 
     def _rules_on_fresh_analysis(self, run: Run) -> list[Finding]:
