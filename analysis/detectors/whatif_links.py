@@ -48,6 +48,9 @@ from stragglerlab.p2p_pairs import (
     worker_window_signals,
 )
 
+SHAPE_CAUSES = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
+"""Causes that lengthen compute by the job's shape (a heavy partition, long sequences)."""
+
 
 def slowed_workers(found: list[Finding]) -> set[tuple[int, int]]:
     """(dp_rank, stage) of the workers a finding names a slow device or GC victim: their
@@ -98,7 +101,9 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
     ends -= p2p_cells | ring_cells
     links = [*links, *ring]
     kept = [f for f in found if not _throttle_on(f, ends)]
-    named = named_cells(kept)
+    # A heavy stage or long sequences lengthen compute, never a transfer (end minus the
+    # pair's latest start): a slow link on a rank they name is a fault of its own.
+    named = named_cells([f for f in kept if f.root_cause not in SHAPE_CAUSES])
     # A link named with both ends (no trace tells them apart) gives way to a rule that
     # chose one of them as a slow link.
     chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])

@@ -328,4 +328,8 @@ def test_a_link_replaces_a_comm_excess_throttle_on_its_other_end_only():
     # A link on a rank another rule already named is not named twice.
     gc = at(RootCause.GC_PAUSES, (0, 0))
     assert merge_links([gc], [link]) == [gc]
+    # A heavy stage lengthens compute, not transfers: a link on one of its ranks is a
+    # fault of its own (dev seed 19: a throttle on the heavy last stage was dropped).
+    heavy = at(RootCause.STAGE_IMBALANCE, (0, 0), (1, 0))
+    assert merge_links([heavy], [link]) == [heavy, link]
     assert merge_links([], []) == []
