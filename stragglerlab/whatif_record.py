@@ -177,9 +177,9 @@ def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> No
     def number(key: str, **bounds) -> float | None:
         return chk.number(doc[key], where + key, **bounds) if has(key) else None
 
-    number("slowdown", minimum=0.0, maximum=MAX_SLOWDOWN)
     for key in _POSITIVE:
-        if number(key, minimum=0.0) == 0.0:
+        cap = MAX_SLOWDOWN if key == "slowdown" else None
+        if number(key, minimum=0.0, maximum=cap) == 0.0:
             chk.fail(where + key, "is 0: must be > 0")
     for key in _AT_LEAST_0:
         number(key, minimum=0.0)

@@ -32,11 +32,9 @@ from dataclasses import dataclass
 
 from stragglerlab.analysis.detectors.base import named_cells
 from stragglerlab.analysis.detectors.whatif_links import merge_links, prefer_ring_ends
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.findings import Finding, RootCause
-
-STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 
 
 class Settle(str, enum.Enum):

@@ -40,6 +40,7 @@ from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
+from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
 from stragglerlab.p2p_pairs import (
     LinkSignals,
     PairArrays,
@@ -47,9 +48,6 @@ from stragglerlab.p2p_pairs import (
     sender_window_signals,
     worker_window_signals,
 )
-
-SHAPE_CAUSES = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
-"""Causes that lengthen compute by the job's shape (a heavy partition, long sequences)."""
 
 
 def slowed_workers(found: list[Finding]) -> set[tuple[int, int]]:
@@ -60,9 +58,14 @@ def slowed_workers(found: list[Finding]) -> set[tuple[int, int]]:
                         if f.root_cause in (RootCause.SLOW_WORKER, RootCause.GC_PAUSES)])
 
 
-def _pipeline_ends(cells: set[tuple[int, int]]) -> set[tuple[int, int]]:
+def pipeline_ends(cells: set[tuple[int, int]]) -> set[tuple[int, int]]:
     """Same DP rank, next or previous stage."""
     return {(d, p + o) for d, p in cells for o in (-1, 1)}
+
+
+def ring_ends(cells: set[tuple[int, int]], dp: int) -> set[tuple[int, int]]:
+    """Same stage, the DP ranks either side (mod `dp`)."""
+    return {((d + o) % dp, p) for d, p in cells for o in (-1, 1)}
 
 
 def _throttle_on(f: Finding, ends: set[tuple[int, int]]) -> bool:
@@ -79,7 +82,7 @@ def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list
     if dp < MIN_RING or not ring:
         return links
     ring_cells = named_cells(ring)
-    ends = _pipeline_ends(ring_cells) - ring_cells
+    ends = pipeline_ends(ring_cells) - ring_cells
     return [f for f in links if not _throttle_on(f, ends)]
 
 
@@ -95,15 +98,15 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
     ranks either side (mod `dp`).
     """
     p2p_cells, ring_cells = named_cells(links), named_cells(ring)
-    ends = _pipeline_ends(p2p_cells)
+    ends = pipeline_ends(p2p_cells)
     if dp:
-        ends |= {((d + o) % dp, p) for d, p in ring_cells for o in (-1, 1)}
+        ends |= ring_ends(ring_cells, dp)
     ends -= p2p_cells | ring_cells
     links = [*links, *ring]
     kept = [f for f in found if not _throttle_on(f, ends)]
     # A heavy stage or long sequences lengthen compute, never a transfer (end minus the
     # pair's latest start): a slow link on a rank they name is a fault of its own.
-    named = named_cells([f for f in kept if f.root_cause not in SHAPE_CAUSES])
+    named = named_cells([f for f in kept if f.root_cause not in STAGE_LIKE])
     # A link named with both ends (no trace tells them apart) gives way to a rule that
     # chose one of them as a slow link.
     chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])

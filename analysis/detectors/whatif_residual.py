@@ -57,8 +57,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Run
-from stragglerlab.analysis.frame import OpFrame, build_frame, row_slots
+from stragglerlab.analysis.detectors.base import Run, named_cells
+from stragglerlab.analysis.detectors.whatif_links import pipeline_ends, ring_ends
+from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
+from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask, row_slots
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.errors import InputError
@@ -75,13 +77,11 @@ ESTIMATED = frozenset({RootCause.SLOW_WORKER}) | LINK_CAUSES
 """Causes whose removal is an estimate (their cells' leftovers are not new faults)."""
 REMOVED = ESTIMATED | {RootCause.GC_PAUSES}
 """Causes the residual job has removed."""
-STAGE_LIKE = frozenset({RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE})
-"""Causes read off the balance of stages and microbatches, which an estimated removal moves."""
 _DEVICE_OPS = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
 
 def _cells(f: Finding) -> set[tuple[int, int]]:
-    return {(r.dp_rank, r.stage) for r in f.ranks}
+    return named_cells([f])
 
 
 @dataclass(kw_only=True)
@@ -153,18 +153,19 @@ class ResidualJob:
             nodes = np.flatnonzero(self.graph.stage == s)
             pause[np.ix_(nodes, w, [d])] = gc[np.ix_(nodes, w, [d])]
         gc -= pause
+        compute = ~comm_mask(self.graph)
+        value[compute] = np.maximum(value[compute] - pause[compute], 0.0)
         # A pause inside a comm op holds the whole group: a blocking send waits for its
         # receiver, a collective for its slowest member. So every member of the group
         # gives back the group's longest pause (over the DP ranks too where they sync).
         for g in self.graph.groups:
+            if not g.is_comm:
+                continue
             members = list(g.members)
             held = pause[members].max(axis=0)  # [steps, dp]
-            if g.is_comm and g.dp_sync:
+            if g.dp_sync:
                 held = held.max(axis=-1, keepdims=True)
-            if g.is_comm:
-                value[members] = np.maximum(value[members] - held, 0.0)
-            else:
-                value[members] = np.maximum(value[members] - pause[members], 0.0)
+            value[members] = np.maximum(value[members] - held, 0.0)
 
     def _remove_slow(self, d: int, s: int, w: np.ndarray, slow: list[Finding],
                      value: np.ndarray) -> None:
@@ -223,17 +224,13 @@ class ResidualJob:
                 arr[np.ix_(members, w, lanes)] = np.minimum(cut, ref[:, None, None])
 
 
-def _link_ends(cells: set[tuple[int, int]], dp: int, pp: int) -> set[tuple[int, int]]:
+def _link_ends(cells: set[tuple[int, int]], dp: int) -> set[tuple[int, int]]:
     """The cells and every rank they talk to: DP ring neighbours and pipeline neighbours."""
-    out = set(cells)
-    for d, s in cells:
-        out |= {((d - 1) % dp, s), ((d + 1) % dp, s)}
-        out |= {(d, t) for t in (s - 1, s + 1) if 0 <= t < pp}
-    return out
+    return cells | ring_ends(cells, dp) | pipeline_ends(cells)
 
 
-def _new_part(f: Finding, board: list[Finding], removed: list[Finding], dp: int,
-              pp: int) -> Finding | None:
+def _new_part(f: Finding, board: list[Finding], removed: list[Finding],
+              dp: int) -> Finding | None:
     """The part of a residual finding that names what the board does not (module docstring)."""
     if f.root_cause in STAGE_LIKE and any(r.root_cause in ESTIMATED for r in removed):
         return None  # the stages' balance is then the removal's estimate, not the trace's
@@ -241,7 +238,7 @@ def _new_part(f: Finding, board: list[Finding], removed: list[Finding], dp: int,
         return None if any(b.root_cause is f.root_cause for b in board) else f
     covered = {c for b in board if b.root_cause is RootCause.SLOW_WORKER for c in _cells(b)}
     covered |= {c for b in board if b.root_cause in LINK_CAUSES
-                for c in _link_ends(_cells(b), dp, pp)}
+                for c in _link_ends(_cells(b), dp)}
     covered |= {c for b in board if b.root_cause is f.root_cause for c in _cells(b)}
     fresh = [r for r in f.ranks if (r.dp_rank, r.stage) not in covered]
     if not fresh:
@@ -272,7 +269,7 @@ def residual_findings(run: Run, found: list[Finding],
             break
         new = []
         for f in candidates:
-            part = _new_part(f, board + new, removed, run.meta.dp_size, run.meta.pp_size)
+            part = _new_part(f, board + new, removed, run.meta.dp_size)
             if part is not None:
                 part.detail = {**part.detail, "residual_of": [
                     {"root_cause": r.root_cause.value,

@@ -102,12 +102,12 @@ def test_a_leftover_on_a_removed_cell_or_a_link_end_is_not_a_new_fault(whatif_ru
     slow = _finding(run, RootCause.SLOW_WORKER, [(3, 0)], 0, 9)
     board = [link, slow]
     ring_neighbour = _finding(run, RootCause.NET_THROTTLE, [(2, 1)], 0, 9)
-    assert _new_part(ring_neighbour, board, board, 4, 2) is None
+    assert _new_part(ring_neighbour, board, board, 4) is None
     on_slow_cell = _finding(run, RootCause.NET_THROTTLE, [(3, 0)], 0, 9)
-    assert _new_part(on_slow_cell, board, board, 4, 2) is None
+    assert _new_part(on_slow_cell, board, board, 4) is None
     elsewhere = _finding(run, RootCause.SLOW_WORKER, [(3, 0), (3, 1)], 0, 9)
-    assert cells(_new_part(elsewhere, board, board, 4, 2)) == [(3, 1)]
+    assert cells(_new_part(elsewhere, board, board, 4)) == [(3, 1)]
     stage = _finding(run, RootCause.STAGE_IMBALANCE, [(d, 1) for d in range(4)], 0, 9)
-    assert _new_part(stage, board, board, 4, 2) is None  # the removal moved the balance
+    assert _new_part(stage, board, board, 4) is None  # the removal moved the balance
     gc = _finding(run, RootCause.GC_PAUSES, [], 0, 9)
-    assert _new_part(stage, [gc], [gc], 4, 2) is stage  # an exact removal did not
+    assert _new_part(stage, [gc], [gc], 4) is stage  # an exact removal did not

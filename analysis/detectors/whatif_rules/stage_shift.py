@@ -7,12 +7,10 @@ precedence table drops a heavy stage on a stage that rose)."""
 
 from __future__ import annotations
 
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board
 from stragglerlab.analysis.detectors.whatif_shift import slowed_stages
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding, RootCause
-
-STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
+from stragglerlab.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
