@@ -6,6 +6,8 @@ clock, warm-up steps excluded; measured the same way whether tracing is on
 or not). Goal: overhead <= 2% of step time.
 
     python benchmarks/bench_tracing.py [--scenario clean-dp2-pp2] [--repeats 3] [--steps 31]
+    python benchmarks/bench_tracing.py --launcher local --config config/gpu-scenarios.yaml \
+        --scenario gpu-dp1-pp1      # CUDA: the tracer's synchronize + record per op
 
 Prints one line per run and a Markdown summary (pasted into benchmarks/README.md).
 """
@@ -20,7 +22,6 @@ import time
 from pathlib import Path
 
 from stragglerlab.scenario import load_scenario
-from stragglerlab.workloads.launcher import launch
 
 
 def mean_step_time(record: dict, warmup: int) -> float:
@@ -51,12 +52,19 @@ def main() -> None:
     ap.add_argument("--scenario", default="clean-dp2-pp2")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=31)
+    ap.add_argument("--config", help="scenario YAML merged over the built-in ones")
+    ap.add_argument("--launcher", choices=["ray", "local"], default="ray",
+                    help="local: plain processes (workloads/local_launcher.py), no Ray")
     args = ap.parse_args()
+    if args.launcher == "local":
+        from stragglerlab.workloads.local_launcher import launch_local as launch
+    else:
+        from stragglerlab.workloads.launcher import launch
     results: dict[bool, list[float]] = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for traced in (True, False):  # alternate so drift hits both alike
-                sc = load_scenario(args.scenario, overrides={
+                sc = load_scenario(args.scenario, args.config, overrides={
                     "run": {"trace": traced, "steps": args.steps}})
                 record = launch(sc, Path(tmp) / f"{i}-{traced}")
                 if record["outcome"] != "ok":
@@ -74,7 +82,7 @@ def main() -> None:
           f"{100 * (on / off - 1):+.2f}% | {100 * spread:.2f}% |")
     # The end-to-end difference is within run-to-run noise, so also time the tracer alone
     # at this scenario's op count per rank and step (the busiest rank's).
-    sc = load_scenario(args.scenario)
+    sc = load_scenario(args.scenario, args.config)
     ops = 4 * sc.parallel.microbatches + 8  # computes + P2P per microbatch, plus the tail
     cost = tracer_cost_per_step(ops)
     print(f"\ntracer alone: {1e6 * cost:.1f} µs per step of {ops} ops "

@@ -213,10 +213,19 @@ class SlowWorker(Injector):
 
     def measure(self, trace, run: dict) -> dict:
         ratio = compute_ratio(trace, self.spec)
-        if run.get("backend") == "nccl":
+        if run.get("backend") == "nccl" or _on_gpu(run, self.spec):
             mech = "gpu-sleep"
         elif _paced_to_rate(run):
             mech = "paced-rate"
         else:
             mech = "cpu-quota" if (run.get("isolation") or {}).get("enabled") else "stretch"
         return {"factor": None if ratio is None else round(ratio, 4), "mechanism": mech}
+
+
+def _on_gpu(run: dict, spec) -> bool:
+    """Whether a victim ran on a GPU (run.json `placement`): ranks sharing one GPU use gloo,
+    so the backend alone does not say it (workloads/local_launcher.py)."""
+    dp = int(((run.get("scenario") or {}).get("parallel") or {}).get("dp", 1))
+    device = {p.get("rank"): str(p.get("device") or "") for p in run.get("placement") or []}
+    return any(device.get(t.stage * dp + t.dp_rank, "").startswith("cuda")
+               for t in spec.targets)

@@ -44,6 +44,7 @@ from stragglerlab.schema import OpType
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor
+from stragglerlab.workloads.host_staging import HostStaged
 from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
 from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_after
@@ -52,12 +53,6 @@ from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.stage_links import StageLinks, synchronize
 from stragglerlab.workloads.tracer import Tracer, now
-
-# torch 2.13 renamed the flat collectives (*_into_tensor/*_tensor -> *_single) and
-# deprecated the old names; `train` extra admits torch >= 2.4, so take whichever exists.
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
-                          or dist.reduce_scatter_tensor)
 
 
 class RankTrainer:
@@ -99,9 +94,12 @@ class RankTrainer:
         torch.set_num_threads(self.sc.run.threads_per_rank)
         backend = self._backend()
         own = self.assigned_device if (self.assigned_device or "").startswith("cuda") else None
-        self.device = torch.device((own or f"cuda:{self.rank}") if backend == "nccl" else "cpu")
-        if backend == "nccl":
+        # gloo with a GPU of its own (several ranks sharing one GPU, workloads.local_launcher):
+        # compute there, communicate through host memory (workloads.host_staging).
+        self.device = torch.device(own or (f"cuda:{self.rank}" if backend == "nccl" else "cpu"))
+        if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
+        self.comm = HostStaged(staged=backend == "gloo" and self.device.type == "cuda")
         init_method = self.init_method
         if self.net:  # gloo over this rank's own veth (network namespaces, for real shaping)
             from stragglerlab.host.netns import NetTopology
@@ -260,13 +258,14 @@ class RankTrainer:
         if self.emb_group is not None:
             self.faults.before_comm()  # outside the traced op: the rank arrives late
             with self.tracer.op(OpType.EMBEDDING_GRADS_ALL_REDUCE):
-                dist.all_reduce(self.shared_emb.grad, group=self.emb_group)
+                self.comm.all_reduce(self.shared_emb.grad, group=self.emb_group)
                 self._sync()
         if self.dp > 1:
             self.faults.before_comm()  # outside the traced op: the rank arrives late
             with self.tracer.op(OpType.GRADS_REDUCE_SCATTER, mc=0):
                 shard_grad = torch.empty_like(self.opt.master)
-                _reduce_scatter_single(shard_grad, self.opt.flat_grad(), group=self.dp_group)
+                self.comm.reduce_scatter_single(shard_grad, self.opt.flat_grad(),
+                                                group=self.dp_group)
                 shard_grad /= self.dp
                 self._sync()
         else:
@@ -274,7 +273,7 @@ class RankTrainer:
         self.faults.before_comm()  # outside the traced op: the rank arrives late
         with self.tracer.op(OpType.OPTIMIZER_CLIP_MAIN_GRAD):
             sq = self.opt.local_sq_norm(shard_grad)
-            dist.all_reduce(sq)
+            self.comm.all_reduce(sq)
             norm = float(sq.sqrt())
             shard_grad *= min(1.0, self.sc.run.clip_norm / (norm + 1e-6))
             self._sync()
@@ -286,7 +285,7 @@ class RankTrainer:
 
     def _gather_params(self) -> None:
         if self.dp > 1:
-            _all_gather_single(self.opt.flat, self.opt.master, group=self.dp_group)
+            self.comm.all_gather_single(self.opt.flat, self.opt.master, group=self.dp_group)
         else:
             self.opt.flat.copy_(self.opt.master)
 
@@ -306,7 +305,7 @@ class RankTrainer:
                                     stage=self.stage, dp=self.dp, dp_rank=self.dp_rank,
                                     microbatches=self.sc.parallel.microbatches,
                                     act_shape=self.act_shape, device=self.device,
-                                    timeout=self.timeout)
+                                    timeout=self.timeout, staged=self.comm.staged)
             return self._train()
         finally:
             self.faults.undo()

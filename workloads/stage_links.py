@@ -51,6 +51,9 @@ class StageLinks:
     """Where received tensors live."""
     timeout: datetime.timedelta
     """How long a recv may wait before the rank fails."""
+    staged: bool = False
+    """gloo on a GPU rank: tensors go out and come in through host memory
+    (workloads.host_staging)."""
     posted: dict = field(default_factory=dict)
     """(direction, microbatch) -> (buffer, done event) of recvs posted, not yet taken."""
 
@@ -64,7 +67,8 @@ class StageLinks:
         synchronize(self.device)
         row = self.tracer.record(OpType.FORWARD_SEND if fwd else OpType.BACKWARD_SEND, now(),
                                  float("nan"))
-        self.p2p.send(tensor, peer, lambda t: self.tracer.set_end(row, t))
+        self.p2p.send(tensor.cpu() if self.staged else tensor, peer,
+                      lambda t: self.tracer.set_end(row, t))
 
     def post_recv(self, direction: Direction, mb: int) -> None:
         """Post the recv of microbatch `mb` (once; none past the step's last microbatch)."""
@@ -73,7 +77,7 @@ class StageLinks:
             return
         fwd = direction is Direction.FORWARD
         peer = self._peer(self.stage - 1 if fwd else self.stage + 1)
-        buf = torch.empty(self.act_shape, device=self.device)
+        buf = torch.empty(self.act_shape, device="cpu" if self.staged else self.device)
         row = self.tracer.record(OpType.FORWARD_RECV if fwd else OpType.BACKWARD_RECV, now(),
                                  float("nan"))
         done = self.p2p.recv(buf, peer, lambda t: self.tracer.set_end(row, t))
@@ -88,4 +92,4 @@ class StageLinks:
             if self.p2p.error is not None or now() > deadline:
                 raise RuntimeError(f"rank {self.rank}: {direction.value} recv of microbatch "
                                    f"{mb} failed: {self.p2p.error or 'timed out'}")
-        return buf
+        return buf.to(self.device) if self.staged else buf

@@ -47,6 +47,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--ray-address", metavar="ADDR",
                    help="attach to this Ray cluster (default: $RAY_ADDRESS; unset: a private "
                         "local Ray); the cluster is never stopped")
+    p.add_argument("--launcher", choices=["ray", "local"], default="ray",
+                   help="ray (default): one Ray actor per rank; local: one plain process per "
+                        "rank (torch.multiprocessing), the fallback where Ray is not "
+                        "installed, e.g. a GPU machine with only its own torch; ranks share "
+                        "the GPUs when there are fewer than ranks")
     p.add_argument("--placement", choices=["pack", "spread"],
                    help="override run.placement: pack ranks on few nodes (default) or spread "
                         "them over the cluster's nodes")
@@ -98,6 +103,11 @@ def run(args) -> int:
     if args.placement is not None:
         overrides["run"]["placement"] = args.placement
     ray_address = args.ray_address or os.environ.get("RAY_ADDRESS") or None
+    if args.launcher == "local" and args.ray_address:
+        raise InputError("--ray-address attaches to a Ray cluster and --launcher local runs "
+                         "without Ray: give one of them", "--launcher local")
+    if args.launcher == "local":
+        ray_address = None  # $RAY_ADDRESS is for the Ray launcher
     if ray_address:
         from stragglerlab.workloads.placement import check_ray_address
 
@@ -115,7 +125,10 @@ def run(args) -> int:
 
         check_ray_reachable(ray_address, "--ray-address" if args.ray_address else "RAY_ADDRESS")
     from stragglerlab.host.residue import clean_residue
-    from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
+    if args.launcher == "local":  # torch only: no Ray
+        from stragglerlab.workloads.local_launcher import launch_local as launch
+    else:
+        from stragglerlab.workloads.launcher import launch  # torch and ray only for this verb
 
     clean_residue()  # what a killed run left (`stragglerlab clean`); launch repeats it
 
@@ -136,8 +149,9 @@ def run(args) -> int:
         # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.
         steps = progress.task("step", total=scenario.run.steps)
         with beside(args, scenario, progress):  # --monitor: `stragglerlab monitor` beside it
-            record = launch(scenario, args.out, steps, ray_address=ray_address,
-                            keep_monitor=bool(args.monitor))  # started, writing monitor/
+            more = {"ray_address": ray_address} if args.launcher == "ray" else {}
+            record = launch(scenario, args.out, steps, keep_monitor=bool(args.monitor),
+                            **more)  # started, writing monitor/
     traced = len(record["trace"]["complete_steps"])
     # The outcome is the result, ok or failed: stdout, --quiet or not (the exit code says which).
     if record["outcome"] == "ok" and scenario.workload in TORCH_WORKLOADS:
