@@ -94,6 +94,7 @@ def run(args) -> int:
         raise InputError(f"--monitor-args {args.monitor_args!r}: these are flags of the "
                          "monitor started beside the job by --monitor; add --monitor, or "
                          "leave --monitor-args out")
+    check_train_extra(args.launcher)
     _not_a_finished_run(_not_another_job(out_folder(args.out)), args.overwrite)
     overrides: dict = {"run": {}}
     if args.steps is not None:
@@ -168,6 +169,21 @@ def run(args) -> int:
     print(f"run FAILED: rank {err.get('rank')} {err.get('kind')}: {err.get('message')}; "
           f"{traced} complete steps kept in {args.out}")
     return 0 if args.allow_failed_run and failed_cleanly(args.out) else 1
+
+
+def check_train_extra(launcher: str) -> None:
+    """InputError when what the launcher needs is not installed (the core install has
+    neither torch nor Ray): torch always, Ray for the Ray launcher."""
+    import importlib.util
+
+    needed = ("torch",) if launcher == "local" else ("torch", "ray")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        hint = (" (where torch is installed without Ray, e.g. a GPU machine's own CUDA "
+                "torch: --launcher local)" if missing == ["ray"] else "")
+        raise InputError(f"train needs {' and '.join(needed)}; not installed: "
+                         f"{', '.join(missing)}. Install the extra: pip install "
+                         f"'stragglerlab[train]'{hint}", f"--launcher {launcher}")
 
 
 def _check_monitor(args, scenario) -> None:

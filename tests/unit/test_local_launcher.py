@@ -78,3 +78,34 @@ def test_slow_worker_on_a_shared_gpu_is_measured_as_gpu_sleep():
     run["placement"][3]["device"] = "cpu"
     assert not _on_gpu(run, spec)
     assert not _on_gpu({"backend": "gloo"}, spec)
+
+
+@pytest.mark.parametrize("launcher,absent,says", [
+    ("ray", {"ray"}, "not installed: ray. Install the extra: pip install 'stragglerlab[train]' "
+                     "(where torch is installed without Ray"),
+    ("ray", {"torch", "ray"}, "not installed: torch, ray"),
+    ("local", {"torch"}, "train needs torch; not installed: torch"),
+])
+def test_train_without_its_extra_is_one_clear_error(monkeypatch, launcher, absent, says):
+    """A core install has neither torch nor Ray: `train` says what to install."""
+    import importlib.util
+
+    from stragglerlab.cli.train import check_train_extra
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in absent else real(name, *a))
+    with pytest.raises(InputError, match=f"^--launcher {launcher}: train needs") as e:
+        check_train_extra(launcher)
+    assert says in str(e.value)
+
+
+def test_local_launcher_needs_no_ray(monkeypatch):
+    import importlib.util
+
+    from stragglerlab.cli.train import check_train_extra
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    check_train_extra("local")  # torch is here: nothing to say
