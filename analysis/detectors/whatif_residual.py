@@ -21,7 +21,9 @@ Removal of a finding, on its ranks and in its steps (`ResidualJob.without`):
   pipeline neighbours go with it.
 * `gc-pauses`: the measured pauses (`gc_pause_s`) come out of the ops they fell in, and
   out of every member of a comm group one fell in (a blocking send waits for its paused
-  receiver).
+  receiver). A pause between two ops is in none: it is the next op's launch delay (the
+  rank arrives late at its collective), so each op's launch delay on a paused cell in
+  the window is cut to its median over the lane's steps (pauses fall on few steps).
 * `net-throttle` / `net-delay`: every comm op of a group on the rank's stage, on its
   DP lane (every lane for a DP-synchronized group), keeps at most that op's median
   transfer and launch delay over the steps outside the finding (over the other lanes in
@@ -123,7 +125,7 @@ class ResidualJob:
         gc = self.gc.copy()
         for f in findings:
             if f.root_cause is RootCause.GC_PAUSES:
-                self._remove_gc(f, value, gc)
+                self._remove_gc(f, value, gc, delay)
         slow = [f for f in findings if f.root_cause is RootCause.SLOW_WORKER]
         for f in slow:
             for d, s in _cells(f):
@@ -144,7 +146,8 @@ class ResidualJob:
             out["gc_pause_s"] = gc.flat[self.slots]
         return out
 
-    def _remove_gc(self, f: Finding, value: np.ndarray, gc: np.ndarray) -> None:
+    def _remove_gc(self, f: Finding, value: np.ndarray, gc: np.ndarray,
+                   delay: np.ndarray) -> None:
         w = self.window(f)
         cells = _cells(f) or {(d, s) for d in range(self.run.meta.dp_size)
                               for s in range(self.run.meta.pp_size)}
@@ -152,6 +155,9 @@ class ResidualJob:
         for d, s in cells:
             nodes = np.flatnonzero(self.graph.stage == s)
             pause[np.ix_(nodes, w, [d])] = gc[np.ix_(nodes, w, [d])]
+            typical = np.median(delay[nodes, :, d], axis=1)  # [nodes]
+            delay[np.ix_(nodes, w, [d])] = np.minimum(delay[np.ix_(nodes, w, [d])],
+                                                      typical[:, None, None])
         gc -= pause
         compute = ~comm_mask(self.graph)
         value[compute] = np.maximum(value[compute] - pause[compute], 0.0)

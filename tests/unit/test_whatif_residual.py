@@ -94,6 +94,26 @@ def test_a_pause_inside_a_receive_is_given_back_by_its_sender_too(whatif_run):
     assert out.loc[send, "duration"] < df.loc[send, "duration"] - 0.15
 
 
+def test_a_pause_between_ops_goes_with_the_gc_too(whatif_run):
+    # A pause that falls between two ops is the next op's launch delay: the paused rank
+    # arrives late at its collective. Left in, the residual would call it a slow link.
+    run = whatif_run(dp_size=4, pp_size=1, n_steps=6)
+    job = ResidualJob.of(run)
+    node = int(np.flatnonzero(job.graph.optype == "grads-reduce-scatter")[0])
+    step = 3
+    job.frame.launch_delay[node, step, 2] += 0.2  # rank 2 paused just before it
+    kept = job.without([])
+    gone = job.without([_finding(run, RootCause.GC_PAUSES, [(2, 0)], 0, 5)])
+    ends = {name: (out["start_ts"] + out["duration"])[out["step"] == step].max()
+            for name, out in (("kept", kept), ("gone", gone))}
+    assert ends["kept"] - ends["gone"] > 0.19  # the step no longer waits for the pause
+    other = job.without([_finding(run, RootCause.GC_PAUSES, [(1, 0)], 0, 5)])
+    # Another rank's GC does not take this rank's pause (its own delays go to their
+    # median: microseconds).
+    assert abs((other["start_ts"] + other["duration"])[other["step"] == step].max()
+               - ends["kept"]) < 1e-3
+
+
 def test_a_leftover_on_a_removed_cell_or_a_link_end_is_not_a_new_fault(whatif_run):
     from stragglerlab.analysis.detectors.whatif_residual import _new_part
 
