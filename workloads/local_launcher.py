@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from stragglerlab.errors import InputError
+from stragglerlab.run_folder import STATUS_DIR
 from stragglerlab.scenario import Scenario, scenario_to_dict
 from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Backend
 from stragglerlab.workloads.ports import rendezvous_port
@@ -70,7 +71,15 @@ def local_devices(world: int, gpus: int, backend: Backend) -> tuple[list[str | N
 
 def _rank_main(scenario: Scenario, rank: int, run_dir: str, init_method: str, specs: list,
                device: str | None, results) -> None:
-    """One rank's process: train, then put (rank, summary, None) or (rank, None, error)."""
+    """One rank's process: train, then put (rank, summary, None) or (rank, None, error).
+    Its output (torch's warnings, the profiler's lines) goes to status/rank<N>.log, not
+    the terminal, as Ray keeps its actors' output from the driver."""
+    log = Path(run_dir) / STATUS_DIR / f"rank{rank}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
     from stragglerlab.workloads.torch_rank import trainer_class
 
     try:
@@ -133,7 +142,8 @@ def launch_local(scenario: Scenario, out: str | Path, progress: Progress | None 
     procs, summaries = [], {}
     try:
         say(f"local launcher: {world} ranks, backend {backend.value}, devices "
-            f"{sorted(set(d or 'cpu' for d in devices))}")
+            f"{sorted(set(d or 'cpu' for d in devices))}; rank output in "
+            f"{run_dir / STATUS_DIR}/rank<N>.log")
         with _env(RANK_ENV):
             for rank in range(world):
                 p = ctx.Process(target=_rank_main, name=f"stragglerlab-rank{rank}",

@@ -35,6 +35,8 @@ def test_clean_run_traces_without_ray(tmp_path):
     assert run["outcome"] == "ok" and run["launcher"] == "local"
     assert run["versions"]["ray"] is None and run["isolation"]["enabled"] is False
     assert run["trace"]["complete_steps"] == [3, 4, 5, 6, 7]
+    assert sorted(p.name for p in (out / "status").glob("rank*.log")) == [
+        f"rank{r}.log" for r in range(4)]  # the ranks' own output, off the terminal
     df, meta = read_trace(out / "trace.parquet", out / "meta.yaml")
     result = analyze(df, meta, where=str(out))
     assert result.simulation_discrepancy <= 1.05 and result.slowdown < 1.1
