@@ -225,7 +225,5 @@ class SlowWorker(Injector):
 def _on_gpu(run: dict, spec) -> bool:
     """Whether a victim ran on a GPU (run.json `placement`): ranks sharing one GPU use gloo,
     so the backend alone does not say it (workloads/local_launcher.py)."""
-    dp = int(((run.get("scenario") or {}).get("parallel") or {}).get("dp", 1))
     device = {p.get("rank"): str(p.get("device") or "") for p in run.get("placement") or []}
-    return any(device.get(t.stage * dp + t.dp_rank, "").startswith("cuda")
-               for t in spec.targets)
+    return any(device.get(t.rank, "").startswith("cuda") for t in spec.targets)

@@ -42,13 +42,14 @@ class HostStaged:
             t.copy_(h)
 
     def all_gather_single(self, out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
-        h = self.host(out)
-        _all_gather_single(h, self.host(inp), group=group)
-        if h is not out:
-            out.copy_(h)
+        self._into(_all_gather_single, out, inp, group)
 
     def reduce_scatter_single(self, out: torch.Tensor, inp: torch.Tensor, group=None) -> None:
+        self._into(_reduce_scatter_single, out, inp, group)
+
+    def _into(self, collective, out: torch.Tensor, inp: torch.Tensor, group) -> None:
+        """`collective(out, inp)` on host copies, the result copied back into `out`."""
         h = self.host(out)
-        _reduce_scatter_single(h, self.host(inp), group=group)
+        collective(h, self.host(inp), group=group)
         if h is not out:
             out.copy_(h)

@@ -35,9 +35,10 @@ from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,
     POLL_S,
     Progress,
+    StepWatch,
     collect_summaries,
-    hang_after_s,
     interrupted_error,
+    laggard,
     launch_error,
     rank_status,
 )
@@ -183,8 +184,8 @@ def launch_local(scenario: Scenario, out: str | Path, progress: Progress | None 
 def _wait(procs: list, results, summaries: dict, run_dir: Path, scenario: Scenario,
           say: Progress) -> dict | None:
     """Collect every rank's summary; the first error, death or hang is the run's error."""
-    world, steps = scenario.world_size, scenario.run.steps
-    last_step, last_change, longest = -1, time.time(), 0.0
+    world = scenario.world_size
+    watch = StepWatch(scenario=scenario, say=say)
     while len(summaries) < world:
         try:
             rank, summary, error = results.get(timeout=POLL_S)
@@ -201,21 +202,9 @@ def _wait(procs: list, results, summaries: dict, run_dir: Path, scenario: Scenar
         if dead:
             say(f"rank {dead[0]} failed (worker-died); stopping the run")
             return _died(procs, dead[0])
-        status = rank_status(run_dir, world)
-        step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
-            else -1
-        if step != last_step:
-            last_step, last_change = step, time.time()
-            times = [s["step_time_s"] or 0.0 for s in status.values()]
-            loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
-            longest = max([longest, *times])
-            say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
-                f"step time {1000 * max(times):.0f} ms")
-        elif time.time() - last_change > hang_after_s(scenario, longest):
-            behind = sorted(r for r in range(world) if status.get(r, {}).get("step", -1) <= step)
-            return {"rank": behind[0] if behind else None, "kind": "hang",
-                    "message": f"no step finished for {time.time() - last_change:.0f}s; "
-                               f"behind: {behind}"}
+        hang = watch.check(rank_status(run_dir, world))
+        if hang is not None:
+            return hang
     return None
 
 
@@ -241,9 +230,7 @@ def _blame(procs: list, summaries: dict, rank: int, error: str, run_dir: Path,
             return dict(_died(procs, dead[0]), reported_by=rank)
         time.sleep(POLL_S)
     found = {"rank": rank, "kind": "worker-error", "message": error, "reported_by": rank}
-    status = rank_status(run_dir, world)
-    started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
-    laggard = min(started, key=lambda r: (started[r], r))
-    if started[laggard] < max(started.values()):
-        found.update(rank=laggard, kind="hang")
+    behind = laggard(rank_status(run_dir, world), world)
+    if behind is not None:
+        found.update(rank=behind, kind="hang")
     return found

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stragglerlab.interrupts import interrupt_message
@@ -101,15 +102,60 @@ def rank_status(run_dir: Path, world: int) -> dict[int, dict]:
     return {r: s for r, s in RunFolder(path=run_dir).status().items() if r < world}
 
 
+@dataclass(kw_only=True)
+class StepWatch:
+    """The ranks' progress, read once per poll: a `step k/N` line per step every rank
+    finished, and the run's hang error when none finished for `hang_after_s`. Shared by
+    the Ray launchers' wait and the local launcher's (workloads/local_launcher.py)."""
+
+    scenario: Scenario
+    """The run's scenario (world size, steps, the hang timeout's inputs)."""
+    say: Progress
+    """Where progress lines go."""
+    last_step: int = -1
+    """The last step every rank finished."""
+    last_change: float = field(default_factory=time.time)
+    """When it last moved (time.time())."""
+    longest: float = 0.0
+    """The longest step time seen, s (the hang timeout grows with it)."""
+
+    def check(self, status: dict[int, dict]) -> dict | None:
+        """Take the ranks' `status`; the run's hang error, else None."""
+        world = self.scenario.world_size
+        step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
+            else -1
+        hang_after = hang_after_s(self.scenario, self.longest)
+        if step != self.last_step:
+            self.last_step, self.last_change = step, time.time()
+            loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
+            times = [s["step_time_s"] or 0.0 for s in status.values()]
+            self.longest = max([self.longest, *times])
+            self.say(f"step {step + 1}/{self.scenario.run.steps}  loss "
+                     f"{sum(loss) / max(len(loss), 1):.3f}  step time {1000 * max(times):.0f} ms")
+        elif time.time() - self.last_change > hang_after:
+            behind = sorted(r for r in range(world) if status.get(r, {}).get("step", -1) <= step)
+            self.say(f"no progress for {hang_after:.0f}s; ranks {behind} are behind")
+            return {"rank": behind[0] if behind else None, "kind": "hang",
+                    "message": f"no step finished for {hang_after:.0f}s; behind: {behind}"}
+        return None
+
+
+def laggard(status: dict[int, dict], world: int) -> int | None:
+    """The rank that started the fewest steps, when it is behind the others: a peer's
+    timeout usually means that rank stopped. None when all are level."""
+    started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
+    behind = min(started, key=lambda r: (started[r], r))
+    return behind if started[behind] < max(started.values()) else None
+
+
 def wait_for_ranks(ray, futures: dict, summaries: dict, run_dir: Path, scenario: Scenario,
                    say: Progress, read_status: Callable[[], dict] | None = None) -> dict | None:
     """Wait for every rank; the first failure (or a hang) is returned as the run's error.
     read_status: the ranks' progress (default: the status files in run_dir)."""
-    world, steps = scenario.world_size, scenario.run.steps
+    world = scenario.world_size
     read_status = read_status or (lambda: rank_status(run_dir, world))
     pending = list(futures)
-    last_step, last_change = -1, time.time()
-    hang_after, longest = hang_after_s(scenario, 0.0), 0.0
+    watch = StepWatch(scenario=scenario, say=say)
     while pending:
         done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
         # Deaths first: when a rank dies, its peers' errors may arrive in the same batch.
@@ -122,7 +168,7 @@ def wait_for_ranks(ray, futures: dict, summaries: dict, run_dir: Path, scenario:
                 dead = isinstance(e, ray.exceptions.RayActorError)
                 error = {"rank": rank, "kind": "worker-died" if dead else "worker-error",
                          "message": _first_line(e), "reported_by": rank,
-                         "detected_after_s": round(time.time() - last_change, 3)}
+                         "detected_after_s": round(time.time() - watch.last_change, 3)}
                 if not dead:
                     # A peer's error often comes first when another rank died: give Ray a
                     # moment to report a death, which is then the root cause.
@@ -137,30 +183,14 @@ def wait_for_ranks(ray, futures: dict, summaries: dict, run_dir: Path, scenario:
                             return error
                         except Exception:  # noqa: BLE001, S110 - another peer's error
                             pass
-                    # A peer's timeout usually means another rank stopped: blame the laggard.
-                    status = read_status()
-                    started = {r: status.get(r, {}).get("started", -1) for r in range(world)}
-                    laggard = min(started, key=lambda r: (started[r], r))
-                    if started[laggard] < max(started.values()):
-                        error.update(rank=laggard, kind="hang")
+                    behind = laggard(read_status(), world)
+                    if behind is not None:
+                        error.update(rank=behind, kind="hang")
                 say(f"rank {error['rank']} failed ({error['kind']}); stopping the run")
                 return error
-        status = read_status()
-        step = min((s["step"] for s in status.values()), default=-1) if len(status) == world \
-            else -1
-        if step != last_step:
-            last_step, last_change = step, time.time()
-            loss = [s["loss"] for s in status.values() if s.get("loss") is not None]
-            times = [s["step_time_s"] or 0.0 for s in status.values()]
-            longest = max([longest, *times])
-            hang_after = hang_after_s(scenario, longest)
-            say(f"step {step + 1}/{steps}  loss {sum(loss) / max(len(loss), 1):.3f}  "
-                f"step time {1000 * max(times):.0f} ms")
-        elif time.time() - last_change > hang_after:
-            behind = sorted(r for r in range(world) if status.get(r, {}).get("step", -1) <= step)
-            say(f"no progress for {hang_after:.0f}s; ranks {behind} are behind")
-            return {"rank": behind[0] if behind else None, "kind": "hang",
-                    "message": f"no step finished for {hang_after:.0f}s; behind: {behind}"}
+        hang = watch.check(read_status())
+        if hang is not None:
+            return hang
     return None
 
 
