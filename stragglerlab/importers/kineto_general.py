@@ -31,7 +31,9 @@ What it infers (stragglerlab.op_model describes the table):
   the median difference of the ends of the groups it shares with the lowest
   rank (members of a collective leave it together), `step` aligns the first
   common ProfilerStep; `auto` = none when every trace names the same host,
-  else collective.
+  collective when they name different hosts, and where a trace names none
+  (torch 2.11's CPU traces): whichever of the two leaves fewer matched groups
+  implausible (members of a group are inside it together), none on a tie.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
-from stragglerlab.importers.collective_groups import assign_pg
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
+from stragglerlab.importers.general_groups import match_groups
 from stragglerlab.importers.general_ranks import check_ranks, common_steps, number_unranked
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
@@ -138,56 +140,6 @@ def _duplicates(events: list[RankEvents], notes: list[str]) -> dict[str, int]:
     return copies
 
 
-def _group_keys(c: pd.DataFrame) -> pd.Series:
-    """A string key per op; equal keys on different ranks are one group."""
-    p2p = c["kind"].isin(P2P_KINDS) & (c["peer"] >= 0)
-    send = c["kind"] == "send"
-    src = np.where(send, c["rank"], c["peer"])
-    dst = np.where(send, c["peer"], c["rank"])
-    pair = pd.Series(src.astype(str), index=c.index) + ">" + pd.Series(dst.astype(str),
-                                                                         index=c.index)
-    step = c["step"].astype(str)
-    ordinal_p2p = c.groupby(["rank", "step", "kind", "peer"]).cumcount().astype(str)
-    has_pg = c["pg"] != ""
-    ordinal_pg = c.groupby(["rank", "step", "pg"]).cumcount().astype(str)
-    ordinal_kind = c.groupby(["rank", "step", "kind"]).cumcount().astype(str)
-    key = np.where(
-        p2p, "p2p|" + step + "|" + pair + "|" + ordinal_p2p,
-        np.where(has_pg & (c["seq"] >= 0), "seq|" + c["pg"] + "|" + c["seq"].astype(str),
-                 np.where(has_pg, "pg|" + c["pg"] + "|" + step + "|" + ordinal_pg,
-                          "kind|" + c["kind"] + "|" + step + "|" + ordinal_kind)))
-    local = c["kind"].isin(P2P_KINDS | {"sendrecv"}) & (c["peer"] < 0)
-    key = np.where(local, "local|" + c.index.astype(str), key)
-    return pd.Series(key, index=c.index)
-
-
-def _resolved_align(events: list[RankEvents], align: str) -> str:
-    """`auto`: none when every trace names the same host (one clock), else collective."""
-    if align != "auto":
-        return align
-    hosts = {e.host for e in events}
-    return "none" if len(hosts) == 1 and "" not in hosts else "collective"
-
-
-def _offsets(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
-             base: dict[int, float]) -> tuple[str, dict[int, float]]:
-    ranks = sorted(e.rank for e in events)
-    ref = ranks[0]
-    if align == "none":
-        return align, {r: 0.0 for r in ranks}
-    if align == "collective":
-        g = c[c["group"] >= 0]
-        ends = g.pivot_table(index="group", columns="rank", values="end", aggfunc="first")
-        if ref in ends and all(r in ends and (ends[r].notna() & ends[ref].notna()).any()
-                               for r in ranks):
-            return align, {r: float(np.nanmedian(ends[ref] - ends[r])) for r in ranks}
-        align = "step"
-    first = steps[0]
-    by = {e.rank: e for e in events}
-    return align, {r: (by[ref].steps[first][0] + base[ref]) - (by[r].steps[first][0] + base[r])
-                   for r in ranks}
-
-
 def _busy(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Union busy time of [start, end) kernel intervals inside each window [a, b]."""
     if not len(kernels):
@@ -255,22 +207,10 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     c["peer"] = resolve_group_peers(c, pg_configs, notes)
     durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
     tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
-    align = _resolved_align(events, align)
-    if align == "none":
-        c["pg"] = assign_pg(c, pg_configs, tol)  # one clock: overlap in time is meaningful
-    keys = _group_keys(c)
-    gid, _ = pd.factorize(keys)
-    size = np.bincount(gid)[gid]
-    c["group"] = np.where(size >= 2, gid, -1)
-    align, off = _offsets(c, events, steps, align, base)
-    for col in ("start", "end"):
-        c[col] = c[col] + c["rank"].map(off)
+    m = match_groups(c, events, steps, align, base, pg_configs, tol, notes)
+    c, align, off, bad_groups = m.c, m.align, m.offsets, m.implausible
     latest = c.groupby("group")["start"].transform("max")
-    first_end = c.groupby("group")["end"].transform("min")
-    implausible = (c["group"] >= 0) & (latest > first_end + tol)
-    bad_groups = c.loc[implausible, "group"].unique()
     if bad_groups.size:
-        c.loc[c["group"].isin(bad_groups), "group"] = -1
         notes.append(f"{bad_groups.size} matched group(s) were implausible (a member ended "
                      "before another started, beyond the clock tolerance "
                      f"{tol / 1e3:.3f} ms): their ops are treated as local (events missing "
