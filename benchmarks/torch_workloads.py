@@ -19,7 +19,8 @@ Step times are rank 0's (run.json `step_time_s`; the ranks leave every step
 together). Runs go under --out (default /tmp/torch-workloads).
 
     .venv/bin/python benchmarks/torch_workloads.py [--workloads ddp fsdp pipelining]
-        [--repeats 2 | --seeds 2 3] [--config FILE] [--reuse] [--out DIR]
+        [--repeats 2 | --seeds 2 3] [--config FILE] [--launcher ray|local] [--reuse]
+        [--out DIR]
         [--json results.json]
 """
 
@@ -35,13 +36,13 @@ PY = sys.executable
 
 
 def train(scenario: str, seed: int, out: Path, reuse: bool = False,
-          config: Path | None = None) -> dict:
+          config: Path | None = None, launcher: str = "ray") -> dict:
     if reuse and (out / "run.json").exists():  # --reuse: score the runs already there
         return json.loads((out / "run.json").read_text())
     extra = ["--config", str(config)] if config else []
     subprocess.run(["nice", "-n", "5", PY, "-m", "stragglerlab", "train", "--scenario",
                     scenario, "--seed", str(seed), "--out", str(out), "--quiet", "--overwrite",
-                    *extra],
+                    "--launcher", launcher, *extra],
                    check=True)
     return json.loads((out / "run.json").read_text())
 
@@ -96,6 +97,8 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", help="these seeds instead of 0..repeats-1")
     ap.add_argument("--config", type=Path,
                     help="YAML merged over the built-in scenarios (stragglerlab train --config)")
+    ap.add_argument("--launcher", choices=["ray", "local"], default="ray",
+                    help="stragglerlab train --launcher (local: no Ray, e.g. a lent machine)")
     ap.add_argument("--reuse", action="store_true",
                     help="re-import and score run folders already under --out")
     args = ap.parse_args()
@@ -103,8 +106,9 @@ def main() -> int:
     for w in args.workloads:
         for seed in args.seeds or range(args.repeats):
             clean, slow = args.out / f"{w}-clean-{seed}", args.out / f"{w}-slow-{seed}"
-            clean_run = train(f"torch-{w}", seed, clean, args.reuse, args.config)
-            slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse, args.config)
+            clean_run = train(f"torch-{w}", seed, clean, args.reuse, args.config, args.launcher)
+            slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse, args.config,
+                             args.launcher)
             row = {"workload": w, "seed": seed, **score(
                 clean_run, import_kineto(clean), slow_run, import_kineto(slow),
                 json.loads((slow / "faults.json").read_text()))}

@@ -15,9 +15,11 @@ to exactly `factor` times its nominal time (RankContext.device_factor) and its C
 quota is left as it is, as a slow GPU's host CPU is (the mechanism `paced-rate`).
 Without CPU isolation (no root / no cgroup v1) the named fallback
 `stretch` sleeps (factor - 1) x the compute's own duration inside each compute
-op, an exact in-process stretch. On CUDA ranks the victim's GPU itself is slowed instead
-(`gpu-sleep`, injectors/gpu_sleep.py): after each compute op a GPU-side spin
-of (factor - 1) x the op's GPU time on the victim's stream. Measured: victim
+op, an exact in-process stretch; the torch-wrapper workloads, paced per Linear
+(workloads/torch_pacing.py), are slowed by their pacer instead (`paced-rate`).
+On CUDA ranks the victim's GPU itself is slowed instead (`gpu-sleep`,
+injectors/gpu_sleep.py): after each compute op a GPU-side spin of (factor - 1)
+x the op's GPU time on the victim's stream. Measured: victim
 compute time over the same stages' other workers.
 
     - kind: slow-worker
@@ -37,6 +39,7 @@ import numpy as np
 from stragglerlab.faults import FaultKind
 from stragglerlab.host.cgroups import quota_for
 from stragglerlab.injectors.base import Injector, RankContext, compute_ratio
+from stragglerlab.scenario_vocab import TORCH_WORKLOADS
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 FEEDBACK_GAIN = 0.6  # < 1: damped, the per-step ratio is noisy
@@ -71,7 +74,9 @@ def _paced_to_rate(run: dict) -> bool:
         scenario = build_dataclass(Scenario, run["scenario"], "run.json", "scenario")
     except Exception:  # noqa: BLE001 - an older or partial run.json: not paced to a rate
         return False
-    return bool(scenario.run.pace_compute and scenario.paced_to_warmup_rate)
+    isolated = bool((run.get("isolation") or {}).get("enabled"))
+    torch_paced = scenario.workload in TORCH_WORKLOADS and not isolated  # workloads/torch_rank
+    return bool(scenario.run.pace_compute and (scenario.paced_to_warmup_rate or torch_paced))
 
 
 def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2,

@@ -29,7 +29,7 @@ from pathlib import Path
 from stragglerlab.errors import InputError
 from stragglerlab.run_folder import STATUS_DIR
 from stragglerlab.scenario import Scenario, scenario_to_dict
-from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Backend
+from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Backend, Workload
 from stragglerlab.workloads.ports import rendezvous_port
 from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,
@@ -68,6 +68,17 @@ def local_devices(world: int, gpus: int, backend: Backend) -> tuple[list[str | N
                          "GPUs; use backend auto (gloo through host memory when ranks "
                          "share a GPU)", "--launcher local")
     return [f"cuda:{r % gpus}" for r in range(world)], Backend.GLOO
+
+
+def check_shared_gpu(workload: Workload, devices: list[str | None], backend: Backend) -> None:
+    """torch's wrappers on GPUs need NCCL, one GPU per rank: refuse them where ranks would
+    share a GPU through the host (gloo on cuda devices). gloo on the CPU is fine."""
+    if workload in TORCH_WORKLOADS and backend is Backend.GLOO and any(devices):
+        gpus = len(set(filter(None, devices)))
+        raise InputError(f"workload {workload.value} on {len(devices)} ranks sharing {gpus} "
+                         "GPU(s): torch's wrappers need NCCL, one GPU per rank; use the "
+                         "megatron workload, fewer ranks, or run: {backend: gloo} to run "
+                         "on the CPU", "--launcher local")
 
 
 def _rank_main(scenario: Scenario, rank: int, run_dir: str, init_method: str, specs: list,
@@ -121,10 +132,7 @@ def launch_local(scenario: Scenario, out: str | Path, progress: Progress | None 
     world = scenario.world_size
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     devices, backend = local_devices(world, gpus, scenario.run.backend)
-    if backend is Backend.GLOO and gpus and scenario.workload in TORCH_WORKLOADS:
-        raise InputError(f"workload {scenario.workload.value} on {world} ranks sharing "
-                         f"{gpus} GPU(s): torch's wrappers need NCCL, one GPU per rank; "
-                         "use the megatron workload or fewer ranks", "--launcher local")
+    check_shared_gpu(scenario.workload, devices, backend)
     scenario = dataclasses.replace(scenario, run=dataclasses.replace(scenario.run,
                                                                      backend=backend))
     run_dir = Path(out).resolve()

@@ -22,7 +22,11 @@ every rank:
   while it acts, `cgroup["cores_now"]`), so a victim's Linears are exactly
   `factor` slower;
 * pace_margin (`run.pace_margin`): headroom over the warm-up rate; an op that
-  still runs past its target is not cut, and is counted (`over_target`).
+  still runs past its target is not cut, and is counted (`over_target`);
+* x factor_now: without CPU isolation (no quota to cut) a slow worker's
+  factor is applied here instead (RankContext.device_factor), a slower device
+  as the engine's pacer has one: the Linears, which the ground truth measures,
+  take `factor` times their target.
 
 An op that finished early sleeps to its target. Hooks add nothing to the
 profiler's trace: a forward pre-hook and hook around the forward; for the
@@ -51,9 +55,10 @@ class LinearPacer:
     """Pace every Linear of `model`, forward and backward, to the module doc's target."""
 
     def __init__(self, model: nn.Module, *, share: float, margin: float,
-                 cores_now: Callable[[], float | None]) -> None:
+                 cores_now: Callable[[], float | None],
+                 factor_now: Callable[[], float] = lambda: 1.0) -> None:
         self.share, self.margin = share, margin
-        self._cores_now = cores_now
+        self._cores_now, self._factor_now = cores_now, factor_now
         self.rate: dict[str, float] | None = None
         """Core-seconds per FLOP of a forward / backward, once settled (None: warming up)."""
         self._warm: dict[str, list[float]] = {"forward": [], "backward": []}
@@ -87,7 +92,7 @@ class LinearPacer:
         if self.rate is None:
             self._warm[kind].append(elapsed * share / flops)
             return
-        left = self.margin * flops * self.rate[kind] / share - elapsed
+        left = self.margin * flops * self.rate[kind] * self._factor_now() / share - elapsed
         self.ops += 1
         if left > 0:
             time.sleep(left)

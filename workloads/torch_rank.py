@@ -111,9 +111,12 @@ class TorchRankTrainer:
         model = self.build()
         share = pace_share(self.sc.run, self.device.type, self.cgroup, self.sc.world_size)
         if share is not None:  # hooks before the clock's: it times Linears with their pacing
+            # Isolated: the slow worker cuts the quota, and cores_now carries it. Not
+            # isolated: no quota to cut, so the pacer is the slow device (factor_now).
             self.pacer = LinearPacer(
                 model, share=share, margin=self.sc.run.pace_margin,
-                cores_now=lambda: self.cgroup.get("cores_now") if self.cgroup else None)
+                cores_now=lambda: self.cgroup.get("cores_now") if self.cgroup else None,
+                factor_now=lambda: 1.0 if self.cgroup else self.ctx.device_factor)
         self.clock = ComputeClock(model)
         self.faults.setup()
 
@@ -159,6 +162,9 @@ class TorchRankTrainer:
             self.faults.step_end(step)
             if self.pacer is not None and settles_after(step, self.sc.run.warmup_steps):
                 self.pacer.settle()  # a collective, inside the profiler's warm-up step
+                # paced to a rate: a slow worker slows the pacer, not by a stretch at the
+                # step's end (which the compute log, and so faults.json, would not see)
+                self.ctx.paced_to_rate = not self.cgroup
             if self.profiler is not None:
                 self.profiler.step()  # ProfilerStep#<step> spans this whole step
             fp = self.fingerprint()

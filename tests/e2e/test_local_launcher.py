@@ -1,5 +1,6 @@
-"""The local launcher (no Ray): a clean run traces and analyses, a crashed rank fails the
-run cleanly; on a GPU machine, DP 2 x PP 2 ranks share the one GPU (gpu marker).
+"""The local launcher (no Ray): a clean run traces and analyses, a torch-wrapper slow
+worker is paced and measured without isolation, a crashed rank fails the run cleanly; on
+a GPU machine, DP 2 x PP 2 ranks share the one GPU (gpu marker).
 
     .venv/bin/python -m pytest -m slow tests/e2e/test_local_launcher.py
     python3 -m pytest -m gpu tests/e2e/test_local_launcher.py     # on a GPU machine
@@ -40,6 +41,24 @@ def test_clean_run_traces_without_ray(tmp_path):
     df, meta = read_trace(out / "trace.parquet", out / "meta.yaml")
     result = analyze(df, meta, where=str(out))
     assert result.simulation_discrepancy <= 1.05 and result.slowdown < 1.1
+
+
+def test_torch_wrapper_slow_worker_without_isolation_is_paced_and_measured(tmp_path):
+    """No quota to cut: the pacer is the slow device, and faults.json measures it (a
+    stretch at the step's end read 1.00 for a 2x victim on a lent machine, 2026-11-27)."""
+    out = tmp_path / "run"
+    proc = train("--scenario", "torch-ddp-slow", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (fault,) = json.loads((out / "faults.json").read_text())
+    assert fault["measured"]["mechanism"] == "paced-rate"
+    assert fault["measured"]["factor"] == pytest.approx(2.0, rel=0.1)
+    imp = subprocess.run([sys.executable, "-m", "stragglerlab", "import", "kineto", "--traces",
+                          str(out / "kineto"), "--out", str(tmp_path / "import"), "--quiet"],
+                         capture_output=True, text=True, timeout=300)
+    assert imp.returncode == 0, imp.stderr[-3000:]
+    whatif = json.loads((tmp_path / "import" / "whatif.json").read_text())
+    scores = whatif["worker_score"]
+    assert max(scores, key=scores.get) == str(fault["targets"][0]["rank"])
 
 
 def test_crashed_rank_fails_the_run_and_keeps_the_trace(tmp_path):

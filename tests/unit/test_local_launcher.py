@@ -9,8 +9,8 @@ import pytest
 from stragglerlab.errors import InputError
 from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.slow_worker import _on_gpu
-from stragglerlab.scenario_vocab import Backend
-from stragglerlab.workloads.local_launcher import local_devices
+from stragglerlab.scenario_vocab import Backend, Workload
+from stragglerlab.workloads.local_launcher import check_shared_gpu, local_devices
 
 
 @pytest.mark.parametrize("world,gpus,backend,devices,chosen", [
@@ -29,6 +29,16 @@ def test_devices_follow_the_gpus_there_are(world, gpus, backend, devices, chosen
 def test_nccl_without_a_gpu_per_rank_is_refused(world, gpus):
     with pytest.raises(InputError, match="nccl needs a GPU per rank"):
         local_devices(world, gpus, Backend.NCCL)
+
+
+@pytest.mark.parametrize("workload", [Workload.DDP, Workload.FSDP, Workload.PIPELINING])
+def test_torch_wrappers_sharing_a_gpu_are_refused_but_run_on_the_cpu(workload):
+    with pytest.raises(InputError, match="backend: gloo"):
+        check_shared_gpu(workload, *local_devices(2, 1, Backend.AUTO))
+    # gloo asked for on a GPU machine: CPU ranks, as on a machine without one (seen on
+    # a lent GPU machine, 2026-11-27: this was refused as "sharing 1 GPU")
+    check_shared_gpu(workload, *local_devices(2, 1, Backend.GLOO))
+    check_shared_gpu(Workload.MEGATRON, *local_devices(4, 1, Backend.AUTO))
 
 
 def test_staged_collectives_copy_through_the_host_and_back(tmp_path):

@@ -157,3 +157,44 @@ def test_linear_pacer_paces_each_linear_to_its_flops_at_the_warmup_rate():
     floor = 1.5 * (4 * flops * fwd + 4 * 2 * flops * bwd) / 0.05
     assert elapsed >= 0.98 * floor
     assert pacer.slept_s > 0 and pacer.summary()["ops"] == 8
+
+
+def test_without_isolation_the_linear_pacer_is_the_slow_device():
+    """No quota to cut (local launcher, no root): the slow worker's factor goes through
+    the pacer, so the Linears that faults.json measures take `factor` times their target
+    (a stretch at the step's end was invisible there: measured 1.00 for a 2x victim on a
+    lent machine, 2026-11-27)."""
+    torch_pacing = pytest.importorskip("stragglerlab.workloads.torch_pacing")
+    torch_model = pytest.importorskip("stragglerlab.workloads.torch_model")
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch_model.MlpStack(hidden=64, blocks=2, seed=0)
+    x = torch.randn(256, 64)
+    factor = [1.0]
+    pacer = torch_pacing.LinearPacer(model, share=0.5, margin=1.5, cores_now=lambda: None,
+                                     factor_now=lambda: factor[0])
+    model(x).sum().backward()
+    pacer.settle()
+    flops = 2.0 * 256 * 64 * 256
+    target = 1.5 * (4 * flops * pacer.rate["forward"]
+                    + 4 * 2 * flops * pacer.rate["backward"]) / 0.5
+    factor[0] = 40.0  # large enough that pacing, not the matmuls, sets the time
+    t0 = time.perf_counter()
+    model(x).sum().backward()
+    assert time.perf_counter() - t0 >= 0.98 * 40.0 * target
+
+
+@pytest.mark.parametrize("isolation,mechanism", [(False, "paced-rate"), (True, "cpu-quota")])
+def test_a_torch_workload_records_what_slowed_its_victim(tmp_path, isolation, mechanism):
+    from stragglerlab.scenario import scenario_to_dict
+
+    sc = load_scenario("torch-ddp-slow")
+    run = {"backend": "gloo", "scenario": scenario_to_dict(sc),
+           "isolation": {"enabled": isolation}}
+    spec = parse_faults(sc.faults, 2, 1, sc.run.steps, "t")[0]
+    _write_logs(tmp_path, {0: [1.0] * 8, 1: [1.0] * 6 + [2.0] * 2})
+    measured = SlowWorker(spec).measure(measure_frame(tmp_path, 2, 2, 1), run)
+    assert measured == {"factor": pytest.approx(2.0), "mechanism": mechanism}
