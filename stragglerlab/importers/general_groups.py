@@ -98,8 +98,8 @@ def _match_on_evidence(c: pd.DataFrame, events: list[RankEvents], steps: list[in
                        base: dict[int, float], pg_configs: dict[int, list], tol: float,
                        notes: list[str]) -> _Matched:
     """No host named: one clock (none) unless aligning on collectives leaves fewer groups
-    implausible. A wrong hypothesis shows as groups whose members were not in them
-    together (or, with one clock taken for two, as ops that cannot be grouped at all)."""
+    implausible: a wrong hypothesis shows as groups whose members were not in them
+    together."""
     tries = {m: _matched(c, events, steps, m, base, pg_configs, tol)
              for m in ("none", "collective")}
     pick = min(tries, key=lambda m: (tries[m].implausible.size, m != "none"))
