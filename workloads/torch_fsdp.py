@@ -15,6 +15,7 @@ ours.
 from __future__ import annotations
 
 import torch
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from stragglerlab.workloads.torch_model import MlpStack, loss_fn
@@ -28,9 +29,12 @@ class FsdpTrainer(TorchRankTrainer):
     def build(self) -> torch.nn.Module:
         m = self.sc.model
         model = MlpStack(m.hidden, m.n_layers, self.sc.run.seed).to(self.device)
+        # The rank's own device type: fully_shard's default mesh is CUDA wherever CUDA is
+        # there, which put CPU (gloo) ranks on a GPU machine's cuda:0 (seen 2026-11-27).
+        mesh = init_device_mesh(self.device.type, (self.sc.world_size,))
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         self.model = model
         self.opt = torch.optim.Adam(model.parameters(), lr=self.sc.run.lr)
         self.data = self.step_batches()
