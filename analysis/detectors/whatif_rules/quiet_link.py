@@ -29,6 +29,9 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     return [Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
                     RootCause.NET_THROTTLE,
                     confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
-                    estimated_slowdown=s.view.slowdown,
+                    # At least 1, as every rule's: a throttle over most of a pure-PP run
+                    # is its own optype's median, so the ideal takes it in and S reads
+                    # under 1 (0.91 where steps went 1.1 s -> 3.4 s; held-back, stop 52).
+                    estimated_slowdown=max(s.view.slowdown, 1.0),
                     detail={"comm_excess_share": share,
                             "comm_excess_over_median": over_median})]
