@@ -86,8 +86,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                         "ends of the optimizer-clip-main-grad all-reduce (median over steps); "
                         "step = align the first ProfilerStep starts; auto = none when "
                         "all traces come from one host, collective when from several, and "
-                        "where a trace names no host, whichever leaves fewer matched "
-                        "groups implausible (unannotated traces)")
+                        "where a trace names no host, none unless the collectives' members "
+                        "do not end together on the clocks as they are")
     p.add_argument("--allow-partial", action="store_true",
                    help="accept missing steps (keep those every rank has) and missing ranks "
                         "(keep the DP replicas with every stage)")

@@ -73,6 +73,26 @@ def test_auto_align_one_host_trusts_clocks(tmp_path):
     assert res.report["align"] == "none"
 
 
+@pytest.mark.parametrize("skewed", [True, False])
+def test_auto_align_without_host_names_tests_one_clock_on_the_collective(tmp_path, skewed):
+    """No host named (torch 2.11's CPU traces): one clock where the clip all-reduce's
+    members end together on it, else aligned on it (the fixture's ranks run `rank` ms
+    ahead)."""
+    docs = _docs()
+    for r, d in docs.items():
+        del d["host_name"]
+        if not skewed:
+            for e in d["traceEvents"]:
+                e["ts"] -= 1000.0 * r
+    res = import_kineto(_files(tmp_path, docs))
+    offsets = res.report["clock_offsets_s"]
+    if skewed:
+        assert res.report["align"] == "collective"
+        assert offsets == pytest.approx({"0": 0.0, "1": -0.001, "2": -0.002, "3": -0.003})
+    else:
+        assert res.report["align"] == "none" and set(offsets.values()) == {0.0}
+
+
 def test_layout_flag_megatron_order(tmp_path):
     res = import_kineto(_files(tmp_path, _docs(pg=False)), layout=Layout.parse("dp=2,pp=2"))
     cells = res.df.groupby("rank")[["dp_rank", "stage"]].first()
