@@ -277,6 +277,9 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
 
     progress: called with `rank trace <i>/<n> parsed: <file>` after each file."""
     say = progress or (lambda _msg: None)
+    if not paths:
+        raise InputError("no rank traces to import: pass every rank's file of the job (a "
+                         "folder, a glob or a list of paths)", "traces")
     hint = layout.coords if layout is not None else None
     traces = []
     for i, p in enumerate(paths, 1):

@@ -181,6 +181,17 @@ def test_error_single_rank(tmp_path, capsys):
     assert "one rank's trace only" in err
 
 
+def test_error_no_traces_through_the_api():
+    # the CLI finds no files first; the library, called on an empty list, said max() of an
+    # empty sequence (found by a fuzz of stop 52)
+    with pytest.raises(InputError, match="no rank traces to import"):
+        build_general(load_ranks([]))
+    from stragglerlab.importers.kineto import import_kineto
+
+    with pytest.raises(InputError, match="no rank traces to import"):
+        import_kineto([])  # the vocabulary path: an IndexError before
+
+
 def test_missing_steps_keep_the_common_ones_and_no_step_is_an_error(tmp_path, capsys):
     docs = {r: ddp_doc(r, world=2, steps=(5, 6) if r else (5,)) for r in range(2)}
     res = _import(write_docs(tmp_path / "t", docs))
