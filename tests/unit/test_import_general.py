@@ -345,11 +345,12 @@ def test_stream_reader_key_split_across_blocks(tmp_path, monkeypatch, split):
 def _transfer_rows(sized: bool) -> pd.DataFrame:
     # FSDP-like: per step and rank a large gather (the root's, 8 ms) then a small one (2 ms)
     rows = [dict(rank=r, step=s, k=k, kind="all_gather", role=0, transfer_s=t,
-                 in_nelems=(n if sized else -1), out_nelems=(2 * n if sized else -1))
+                 in_nelems=(n if sized else -1), out_nelems=(2 * n if sized else -1),
+                 group=10 * s + k)
             for r in (0, 1) for s in (5, 6, 7) for k, (t, n) in enumerate([(0.008, 4096),
                                                                           (0.002, 256)])]
     rows += [dict(rank=r, step=s, k=2, kind=STEP_END, role=0, transfer_s=0.0, in_nelems=-1,
-                  out_nelems=-1) for r in (0, 1) for s in (5, 6, 7)]
+                  out_nelems=-1, group=-1) for r in (0, 1) for s in (5, 6, 7)]
     return pd.DataFrame(rows)
 
 
@@ -363,3 +364,17 @@ def test_transfers_idealize_within_the_same_work_not_the_whole_kind(sized):
     ops.loc[(ops["rank"] == 1) & (ops["step"] == 6) & (ops["k"] == 0), "transfer_s"] = 0.020
     ideal = _ideal_transfers(ops)
     assert ideal[(ops["k"] == 0).to_numpy()] == pytest.approx(0.008)  # the median of its work
+
+
+@pytest.mark.parametrize("sized", [True, False])
+def test_an_unmatched_ops_wait_does_not_lengthen_matched_transfers(sized):
+    # A local op's transfer is its whole duration, its wait for unseen peers included;
+    # pooled with the matched ops of the same work, its 30 ms would have been the ideal of
+    # the 2 ms ones in a 2-of-3 median (a clean pipeline read S 0.87 so; stop 52).
+    ops = _transfer_rows(sized)
+    k1 = (ops["k"] == 1).to_numpy()
+    local = k1 & (ops["step"] >= 6).to_numpy()
+    ops.loc[local, "group"], ops.loc[local, "transfer_s"] = -1, 0.030
+    ideal = _ideal_transfers(ops)
+    assert ideal[k1 & ~local] == pytest.approx(0.002)
+    assert ideal[local] == pytest.approx(0.030)  # its own work: nothing to tell wait from it
