@@ -25,8 +25,8 @@ What it infers (stragglerlab.op_model describes the table):
   chain (GPU kernel busy time inside it is kept as busy_s);
 * roles ("the same work"): the pipeline stage where a layout is known
   (--layout, or Megatron-named process groups in distributedInfo.pg_config),
-  else ranks whose step has the same multiset of communication kinds
-  (P2P split by peer direction);
+  else ranks whose steps mostly have the same multiset of communication kinds
+  (P2P split by peer direction; general_ranks.rank_roles);
 * clocks: `none` trusts them (one host), `collective` shifts each rank by
   the median difference of the ends of the groups it shares with the lowest
   rank (members of a collective leave it together), `step` aligns the first
@@ -51,7 +51,12 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
-from stragglerlab.importers.general_ranks import check_ranks, common_steps, number_unranked
+from stragglerlab.importers.general_ranks import (
+    check_ranks,
+    common_steps,
+    number_unranked,
+    rank_roles,
+)
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
@@ -245,11 +250,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         ops["stage"] = ops["rank"].map({r: c[1] for r, c in coords.items()})
         ops["role"] = ops["stage"]
     else:
-        label = np.where(ops["kind"].isin(P2P_KINDS),
-                         ops["kind"] + np.where(ops["peer"] > ops["rank"], "+", "-"), ops["kind"])
-        sig = pd.Series(label).groupby([ops["rank"], ops["step"]]).transform(
-            lambda s: "|".join(sorted(s)))
-        ops["role"] = pd.factorize(sig)[0]
+        ops["role"] = rank_roles(ops)
     t0 = ops["start"].min()
     out = pd.DataFrame({
         "rank": ops["rank"].astype(np.int64), "step": ops["step"].astype(np.int64),
