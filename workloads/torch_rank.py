@@ -112,11 +112,12 @@ class TorchRankTrainer:
         share = pace_share(self.sc.run, self.device.type, self.cgroup, self.sc.world_size)
         if share is not None:  # hooks before the clock's: it times Linears with their pacing
             # Isolated: the slow worker cuts the quota, and cores_now carries it. Not
-            # isolated: no quota to cut, so the pacer is the slow device (factor_now).
+            # isolated: the rank is paced to a rate once settled (below), and the pacer is
+            # the slow device (factor_now).
             self.pacer = LinearPacer(
                 model, share=share, margin=self.sc.run.pace_margin,
                 cores_now=lambda: self.cgroup.get("cores_now") if self.cgroup else None,
-                factor_now=lambda: 1.0 if self.cgroup else self.ctx.device_factor)
+                factor_now=lambda: self.ctx.device_factor if self.ctx.paced_to_rate else 1.0)
         self.clock = ComputeClock(model)
         self.faults.setup()
 

@@ -201,7 +201,10 @@ def check_step_order(steps: dict[int, tuple[float, float]], where: str) -> None:
 
 def one_trace_per_rank(ranked: list[tuple[int, str]]) -> dict[int, str]:
     """rank -> file of per-rank traces given as (rank, file); one InputError when a rank
-    has two files."""
+    has two files, or when there are none (the library called on an empty list)."""
+    if not ranked:
+        raise InputError("no rank traces to import: pass every rank's file of the job (a "
+                         "folder, a glob or a list of paths)", "traces")
     seen: dict[int, str] = {}
     for rank, path in ranked:
         if rank in seen:

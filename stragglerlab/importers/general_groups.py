@@ -52,7 +52,7 @@ def _group_keys(c: pd.DataFrame) -> pd.Series:
 
 def resolved_align(events: list[RankEvents], align: str) -> str:
     """`auto`: none when every trace names the same host (one clock), collective when they
-    name different hosts, `evidence` when some trace names none (decided by _matched)."""
+    name different hosts, `evidence` when some trace names none (_match_on_evidence)."""
     if align != "auto":
         return align
     hosts = {e.host for e in events}

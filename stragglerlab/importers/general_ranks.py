@@ -44,9 +44,6 @@ def number_unranked(events: list[RankEvents], notes: list[str]) -> None:
 def check_ranks(events: list[RankEvents], notes: list[str]) -> int:
     """The job's world size, after checking one trace per rank, one job, two ranks or more
     and a complete step on each (each rank's own notes join `notes`)."""
-    if not events:
-        raise InputError("no rank traces to import: pass every rank's file of the job (a "
-                         "folder, a glob or a list of paths)", "traces")
     seen = one_trace_per_rank([(e.rank, e.path) for e in events])
     worlds = {e.world for e in events if e.world}
     if len(worlds) > 1:

@@ -244,11 +244,11 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
 
 
 def _check_ranks(traces: list[RankTrace]) -> int:
+    one_trace_per_rank([(t.rank, t.path) for t in traces])  # first: none at all is an error
     worlds = {t.world for t in traces}
     if len(worlds) != 1:
         raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
                          "traces of one job only", traces[0].path)
-    one_trace_per_rank([(t.rank, t.path) for t in traces])
     return worlds.pop()
 
 
@@ -277,9 +277,6 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
 
     progress: called with `rank trace <i>/<n> parsed: <file>` after each file."""
     say = progress or (lambda _msg: None)
-    if not paths:
-        raise InputError("no rank traces to import: pass every rank's file of the job (a "
-                         "folder, a glob or a list of paths)", "traces")
     hint = layout.coords if layout is not None else None
     traces = []
     for i, p in enumerate(paths, 1):

@@ -17,10 +17,15 @@ if TYPE_CHECKING:
 
 CLOCK_GAP_FRACTION = 0.5
 """A step starting further than this share of the median step time from rank 0's is a gap."""
-CLOCK_MATCH_US = 50.0
-"""Traces naming no host: one clock holds while a collective's ends agree this closely (us)..."""
-CLOCK_MATCH_FRACTION = 0.001
-"""... or within this share of the median step time, whichever is larger."""
+MATCH_TOLERANCE_US = 50.0
+"""Clock tolerance (us) when checking that a group's members were in it together..."""
+MATCH_TOLERANCE_FRACTION = 0.001
+"""... or this share of the median step time, whichever is larger."""
+
+
+def match_tolerance_us(step_durations_us: list[float]) -> float:
+    """The clock tolerance of a job whose steps took these times (us)."""
+    return max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(step_durations_us)))
 
 
 def clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
@@ -39,19 +44,19 @@ def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tupl
     """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock).
     `auto`: none when every trace names one host, collective when they name several; where
     a trace names none, collective only if the clip all-reduce's members, which leave it
-    together, end further apart than CLOCK_MATCH_US (or that share of a step) on the clocks
-    as they are, else none (stragglerlab.importers.general_groups decides alike)."""
+    together, end further apart than match_tolerance_us on the clocks as they are, else none
+    (stragglerlab.importers.general_groups decides alike)."""
     ref = min(traces, key=lambda t: t.rank)
     if align == "auto":
         hosts = {t.host for t in traces}
         if "" in hosts:
             mode, off = clock_offsets(traces, steps, "collective")
-            steps_us = [e - s for t in traces for k in steps for s, e in [t.steps[k]]]
-            tol = max(CLOCK_MATCH_US, CLOCK_MATCH_FRACTION * float(np.median(steps_us)))
-            base = {t.rank: t.base_us - ref.base_us for t in traces}
-            if mode == "collective" and any(abs(off[r] - base[r]) > tol for r in off):
+            tol = match_tolerance_us([e - s for t in traces for k in steps
+                                      for s, e in [t.steps[k]]])
+            none = clock_offsets(traces, steps, "none")
+            if mode == "collective" and any(abs(off[r] - none[1][r]) > tol for r in off):
                 return mode, off
-            return "none", base  # one clock explains the ends (or nothing to test it on)
+            return none  # one clock explains the ends (or nothing to test it on)
         align = "none" if len(hosts) == 1 else "collective"
     if align == "none":
         return align, {t.rank: t.base_us - ref.base_us for t in traces}

@@ -57,6 +57,7 @@ from stragglerlab.importers.general_ranks import (
     number_unranked,
     rank_roles,
 )
+from stragglerlab.importers.kineto_clocks import match_tolerance_us
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
@@ -66,10 +67,6 @@ PARALLEL_MIN_BYTES = 16 << 20
 """Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
 MAX_PROCESSES = 8
 """Most reader processes."""
-MATCH_TOLERANCE_US = 50.0
-"""Clock tolerance (us) when checking that a group's members overlap in time."""
-MATCH_TOLERANCE_FRACTION = 0.001
-"""... or this share of the median step time, whichever is larger."""
 
 
 @dataclass(kw_only=True)
@@ -211,7 +208,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     pg_configs = {e.rank: e.pg_config for e in events}
     c["peer"] = resolve_group_peers(c, pg_configs, notes)
     durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
-    tol = max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(durations)))
+    tol = match_tolerance_us(durations)
     m = match_groups(c, events, steps, align, base, pg_configs, tol, notes)
     c, align, off, bad_groups = m.c, m.align, m.offsets, m.implausible
     latest = c.groupby("group")["start"].transform("max")
