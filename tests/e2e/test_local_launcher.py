@@ -45,13 +45,23 @@ def test_clean_run_traces_without_ray(tmp_path):
 
 def test_torch_wrapper_slow_worker_without_isolation_is_paced_and_measured(tmp_path):
     """No quota to cut: the pacer is the slow device, and faults.json measures it (a
-    stretch at the step's end read 1.00 for a 2x victim on a lent machine, 2026-11-27)."""
+    stretch at the step's end read 1.00 for a 2x victim on a lent machine, 2026-11-27).
+
+    The measured factor is the victim's compute span over its peer's. On 16 cores it read
+    1.985; on a 2-vCPU host 1.74-1.76 (CI, 2026-11-28), because the peer's Linears ran past
+    their target (44 of 192 ops; margin 1.3) and norms, GELU and the optimizer are unpaced.
+    So the bound here is generous; the pacer's own record shows who it slowed."""
     out = tmp_path / "run"
     proc = train("--scenario", "torch-ddp-slow", "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (fault,) = json.loads((out / "faults.json").read_text())
     assert fault["measured"]["mechanism"] == "paced-rate"
-    assert fault["measured"]["factor"] == pytest.approx(2.0, rel=0.1)
+    assert 1.4 <= fault["measured"]["factor"] <= 2.2
+    victim = fault["targets"][0]["rank"]
+    slept = {int(p.stem.removeprefix("rank")): json.loads(p.read_text())["slept_s"]
+             for p in (out / "pacing").glob("rank*.json")}
+    assert sorted(slept) == [0, 1]
+    assert slept[victim] > 2 * slept[1 - victim]  # the pacer, not the host, slowed the victim
     imp = subprocess.run([sys.executable, "-m", "stragglerlab", "import", "kineto", "--traces",
                           str(out / "kineto"), "--out", str(tmp_path / "import"), "--quiet"],
                          capture_output=True, text=True, timeout=300)
