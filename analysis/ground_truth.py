@@ -8,10 +8,11 @@ imbalance), the first faulty traced step, and the measured job slowdown;
 and, for runs with several faults, every fault record on its own
 (`FaultTruth`: its ranks, cause, window and, where separable, its slowdown).
 
-The measured job slowdown is taken within the run when the fault starts after
-at least MIN_BASELINE_STEPS clean traced steps (faulty-window mean step time /
-clean-window mean), else against the clean runs of the suite with the same
-model, layout and data (mean step time ratio), else it is unknown.
+The measured job slowdown is taken within the run when at least MIN_BASELINE_STEPS
+traced steps run with no fault active, before the first fault or after the last one
+ends (faulty-window mean step time / those clean steps' mean: a control in the same
+process, free of the host's drift between runs), else against the clean runs of the
+suite with the same model, layout and data (mean step time ratio), else it is unknown.
 
 Each fault also says whether op-level traces can place it at all (`observability`:
 an older in-process delay slept inside the victim's collective in pure DP cannot be;
@@ -59,10 +60,11 @@ class Unmeasured(str, enum.Enum):
     """Why a fault's own slowdown was not measured (`FaultTruth.unmeasured`)."""
 
     FEW_CLEAN_STEPS = "few-clean-steps"
-    """Fewer than MIN_BASELINE_STEPS clean traced steps before the run's first fault."""
+    """Fewer than MIN_BASELINE_STEPS traced steps with no fault active (before the first
+    fault's window or after the last one's)."""
     FROM_THE_START = "from-the-start"
-    """Active from the first traced step (an imbalance the job is built with): no clean
-    step in the run to measure it against."""
+    """Active over every traced step (an imbalance the job is built with): no clean step in
+    the run to measure it against."""
     BESIDE_ANOTHER = "beside-another-fault"
     """Another fault is active in its window: the two slowdowns are not separable."""
     NOT_TRACED = "not-traced"
@@ -74,27 +76,37 @@ class Unmeasured(str, enum.Enum):
         return {
             Unmeasured.FEW_CLEAN_STEPS: (
                 f"start faults at least {MIN_BASELINE_STEPS} traced steps after the warm-up "
-                f"(steps count from 0: first_step >= run.warmup_steps + {MIN_BASELINE_STEPS})"),
+                f"(steps count from 0: first_step >= run.warmup_steps + {MIN_BASELINE_STEPS}), "
+                f"or end them (last_step) at least {MIN_BASELINE_STEPS} steps before the run "
+                "does"),
             Unmeasured.FROM_THE_START: ("nothing to change for an imbalance the job is "
                                         "built with (the run-level slowdown uses a clean "
                                         "run of the same layout and data in the same "
                                         "`score`, where there is one); a timed fault: start "
-                                        "it after the warm-up"),
+                                        "it after the warm-up, or end it before the run "
+                                        "does"),
             Unmeasured.BESIDE_ANOTHER: ("give each fault some steps of its own (first_step / "
                                         "last_step) to measure it apart"),
             Unmeasured.NOT_TRACED: "trace the fault's steps (run.steps, last_step)",
         }[self]
 
 
-def early_start_note(first_steps: list[int], warmup_steps: int) -> str | None:
+def early_start_note(first_steps: list[int], warmup_steps: int,
+                     last_steps: list[int | None] | None = None,
+                     steps: int | None = None) -> str | None:
     """A note for `train` when the first fault placed mid-run starts too soon after the
-    warm-up for the ground truth to measure its slowdown within the run; None otherwise
-    (faults from step 0 are measured against a suite's clean runs, as the built-ins are)."""
+    warm-up for the ground truth to measure its slowdown within the run, and no fault
+    window ends early enough to leave clean steps after it (`last_steps`, of a run of
+    `steps` steps); None otherwise (faults from step 0 are measured against a suite's
+    clean runs, as the built-ins are)."""
     first_traced = warmup_steps  # steps count from 0; 0 .. warmup_steps - 1 are untraced
     placed = [s for s in first_steps if s > first_traced]
     if not placed or min(first_steps) < min(placed) or \
             min(placed) - first_traced >= MIN_BASELINE_STEPS:
         return None
+    if last_steps and steps is not None and None not in last_steps and \
+            steps - 1 - max(last_steps) >= MIN_BASELINE_STEPS:
+        return None  # clean steps after every window: the control
     return (f"note: the first fault starts at step {min(placed)}, "
             f"{min(placed) - first_traced} traced step(s) after the warm-up (traced steps "
             f"start at {first_traced}); the ground truth measures a fault's slowdown within "
@@ -121,8 +133,8 @@ class FaultTruth:
     last_step: int | None
     """Last step it is active in (inclusive), None = to the end."""
     measured_slowdown: float | None = None
-    """Job slowdown over its own window vs the clean steps before the first fault, when
-    separable (no other fault active in its window), else None."""
+    """Job slowdown over its own window vs the run's clean steps (before the first fault or
+    after the last one ends), when separable (no other fault active in its window), else None."""
     unmeasured: Unmeasured | None = None
     """Why `measured_slowdown` is None (None when it was measured)."""
     observable: bool = True
@@ -244,13 +256,13 @@ def _clean_max(family: LayoutFamily) -> float | None:
 
 def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                   first_traced: int, dp_size: int = 0, pp_size: int = 0) -> list[FaultTruth]:
-    """Each record on its own; its slowdown = its window's mean step time over the clean
-    steps before the first fault, when no other fault is active in its window."""
+    """Each record on its own; its slowdown = its window's mean step time over the run's
+    clean steps (`clean_steps`), when no other fault is active in its window."""
     steps = times.index.to_numpy()
     values = times.to_numpy(dtype=float)
     starts = [max(f.first_step, first_traced) for f in faults]
     ends = [np.inf if f.last_step is None else f.last_step for f in faults]
-    clean = steps < min(starts) if len(starts) else np.ones(len(steps), bool)
+    clean = clean_steps(steps, faults, first_traced)
     out = []
     for i, f in enumerate(faults):
         window = (steps >= starts[i]) & (steps <= ends[i])
@@ -278,6 +290,16 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                               over_floor=over_floor(slowdown, dp_size, pp_size),
                               alike=alike_ranks(f, world)))
     return out
+
+
+def clean_steps(steps: np.ndarray, faults: list[FaultRecord], first_traced: int) -> np.ndarray:
+    """Which traced steps run with no fault active: before the first window or after the
+    last one ends (the in-run control)."""
+    active = np.zeros(len(steps), bool)
+    for f in faults:
+        end = np.inf if f.last_step is None else f.last_step
+        active |= (steps >= max(f.first_step, first_traced)) & (steps <= end)
+    return ~active
 
 
 def run_step_times(run_dir: Path | RunFolder) -> pd.Series:
@@ -358,11 +380,13 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         elif len(steps):
             last = main.last_step
             in_window = (steps >= start) & ((steps <= last) if last is not None else True)
-            before = steps < start
+            control = clean_steps(steps, faults, first_traced)
             values = times.to_numpy()
-            if before.sum() >= MIN_BASELINE_STEPS and in_window.any():
-                truth.measured_slowdown = float(values[in_window].mean() / values[before].mean())
-                truth.note = "slowdown measured within the run (fault window vs before)"
+            if control.sum() >= MIN_BASELINE_STEPS and in_window.any():
+                truth.measured_slowdown = float(values[in_window].mean()
+                                                / values[control].mean())
+                truth.note = ("slowdown measured within the run (fault window vs its clean "
+                              "steps)")
             elif clean_means.get(_layout_key(record)) and in_window.any():
                 truth.measured_slowdown = float(values[in_window].mean()
                                                 / np.mean(clean_means[_layout_key(record)]))

@@ -144,7 +144,9 @@ def run(args) -> int:
         from stragglerlab.analysis.ground_truth import early_start_note
 
         note = early_start_note([int(f.get("first_step", 0)) for f in scenario.faults],
-                                scenario.run.warmup_steps)
+                                scenario.run.warmup_steps,
+                                [f.get("last_step") for f in scenario.faults],
+                                scenario.run.steps)
         if note:
             progress(note)
         # The launcher's `step 3/31  loss ...` messages move the bar; its others are lines.

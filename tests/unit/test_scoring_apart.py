@@ -3,8 +3,19 @@ and false findings per 1,000 clean worker-steps (analysis/scoring.py)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+import pytest
+
 from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
-from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth, observability
+from stragglerlab.analysis.ground_truth import (
+    CLEAN,
+    FaultTruth,
+    RunTruth,
+    _fault_truths,
+    clean_steps,
+    observability,
+)
 from stragglerlab.analysis.scoring import score_run, score_suite
 from stragglerlab.faults import FaultRecord
 
@@ -113,10 +124,6 @@ def test_a_link_throttled_both_ways_in_a_two_worker_job_is_placed_by_either_end(
 
 
 def _truths_of(first_steps: list[int], last_steps: list[int | None], traced=range(3, 16)):
-    import pandas as pd
-
-    from stragglerlab.analysis.ground_truth import _fault_truths
-
     recs = [FaultRecord("slow-worker", [{"rank": i, "dp_rank": i, "stage": 0}], f, last,
                         {"factor": 2.0}, {}) for i, (f, last) in
             enumerate(zip(first_steps, last_steps))]
@@ -137,6 +144,24 @@ def test_each_unmeasured_fault_says_why():
     assert (a.unmeasured, b.unmeasured) == (Unmeasured.BESIDE_ANOTHER,) * 2
     a, b = _truths_of([6, 9], [8, None])     # apart in time: both measured
     assert a.measured_slowdown == b.measured_slowdown == 1.5
+
+
+def test_clean_steps_after_a_window_are_the_control_of_a_fault_from_the_start():
+    recs = [FaultRecord("net-delay", [{"rank": 0, "dp_rank": 0, "stage": 0}], 3, 8,
+                        {"delay_ms": 15}, {})]
+    traced = range(3, 16)  # steps 3..8 faulty, 9..15 clean
+    times = pd.Series([1.2 if s <= 8 else 1.0 for s in traced], index=list(traced))
+    (f,) = _fault_truths(recs, 2, times, first_traced=3, dp_size=2, pp_size=1)
+    assert f.measured_slowdown == pytest.approx(1.2) and f.unmeasured is None
+    (f,) = _fault_truths(recs, 2, times.loc[:10], first_traced=3, dp_size=2, pp_size=1)
+    assert f.measured_slowdown is None and f.unmeasured.value == "few-clean-steps"  # 9, 10
+
+
+def test_clean_steps_are_those_outside_every_window():
+    recs = [FaultRecord("slow-worker", [{"rank": 1}], 0, 5, {}, {}),
+            FaultRecord("gc-pauses", [], 9, 10, {}, {})]
+    steps = np.arange(3, 14)
+    assert list(steps[clean_steps(steps, recs, first_traced=3)]) == [6, 7, 8, 11, 12, 13]
 
 
 def test_score_prints_why_faults_are_unmeasured_and_what_to_change():
@@ -164,3 +189,6 @@ def test_train_notes_a_fault_placed_too_early_to_measure():
     assert early_start_note([0], warmup_steps=3) is None     # from the start: vs clean runs
     assert early_start_note([0, 5], warmup_steps=3) is None
     assert early_start_note([7, 5], warmup_steps=3) is not None
+    assert early_start_note([5], warmup_steps=3, last_steps=[8], steps=16) is None  # 9..15
+    assert early_start_note([5], warmup_steps=3, last_steps=[13], steps=16) is not None
+    assert early_start_note([5], warmup_steps=3, last_steps=[None], steps=16) is not None
