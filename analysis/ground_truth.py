@@ -66,7 +66,8 @@ class Unmeasured(str, enum.Enum):
     """Active over every traced step (an imbalance the job is built with): no clean step in
     the run to measure it against."""
     BESIDE_ANOTHER = "beside-another-fault"
-    """Another fault is active in its window: the two slowdowns are not separable."""
+    """Another fault is active in its window, and fewer than MIN_BASELINE_STEPS of its
+    steps run it alone: the two slowdowns are not separable."""
     NOT_TRACED = "not-traced"
     """No traced step of its window runs it alone."""
 
@@ -134,7 +135,8 @@ class FaultTruth:
     """Last step it is active in (inclusive), None = to the end."""
     measured_slowdown: float | None = None
     """Job slowdown over its own window vs the run's clean steps (before the first fault or
-    after the last one ends), when separable (no other fault active in its window), else None."""
+    after the last one ends), when separable: over the steps of its window no other fault
+    is active in (all of them, or at least MIN_BASELINE_STEPS), else None."""
     unmeasured: Unmeasured | None = None
     """Why `measured_slowdown` is None (None when it was measured)."""
     observable: bool = True
@@ -272,7 +274,10 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                 others |= (steps >= starts[j]) & (steps <= ends[j])
         alone = window & ~others
         slowdown, why = None, None
-        if (window & others).any():
+        # Beside another fault over part of its window, a fault is measured on the steps
+        # it runs alone when there are enough of them to stand for it.
+        shared = (window & others).any()
+        if shared and alone.sum() < MIN_BASELINE_STEPS:
             why = Unmeasured.BESIDE_ANOTHER
         elif not clean.any():
             why = Unmeasured.FROM_THE_START

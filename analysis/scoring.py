@@ -26,6 +26,12 @@ Pure: takes `RunTruth` records (analysis/ground_truth.py) and findings, no I/O.
   (`FaultTruth.alike`: a link throttled both ways in a job of two workers), a finding
   naming either end places the fault: it counts as naming the victim, and the other
   end is not a false positive (unless another fault acts on it).
+* Over the floor: fault recall and cause again without the faults measured under their
+  layout family's clean noise (`FaultTruth.over_floor` < 1: a 15 ms delay that slowed a
+  pure DP job 4 %, where clean runs of the family read S up to 5 %), which no detector
+  can tell from noise and the whatif detector, by design, does not report
+  (`fault_recall_over_floor`; those faults are counted in `faults_below_floor`). The
+  faults not measured stay in: nothing says they are under the floor.
 * Sensitivity: fault recall by the fault's own measured slowdown (`sensitivity`, bins
   `SENSITIVITY_BINS`); false findings: findings on clean runs per 1,000 clean
   worker-steps (`false_findings_per_1k_clean_worker_steps`).
@@ -73,6 +79,11 @@ class FaultScore:
     """Its measured slowdown over its family's clean noise (FaultTruth.over_floor)."""
     unmeasured: str | None = None
     """Why `measured_slowdown` is None (an `Unmeasured` value; None when measured)."""
+
+    @property
+    def below_floor(self) -> bool:
+        """Measured, and under its family's clean noise (over_floor < 1)."""
+        return self.over_floor is not None and self.over_floor < 1.0
 
     def to_json(self) -> dict:
         """JSON form."""
@@ -281,6 +292,13 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
     n_faults = np.array([len(fs) for fs in seen], dtype=float)
     recalled = np.array([sum(f.recalled for f in fs) for fs in seen], dtype=float)
     fault_cause = np.array([sum(f.cause_right for f in fs) for fs in seen], dtype=float)
+    # Over the floor: all but the faults measured under their family's clean noise, which
+    # a detector that reports nothing under the floor cannot name (module doc).
+    lifted = [[f for f in fs if not f.below_floor] for fs in seen]
+    n_lifted = np.array([len(fs) for fs in lifted], dtype=float)
+    lifted_recalled = np.array([sum(f.recalled for f in fs) for fs in lifted], dtype=float)
+    lifted_cause = np.array([sum(f.cause_right for f in fs) for fs in lifted], dtype=float)
+    below = [f for fs in seen for f in fs if f.below_floor]
     clean = [r for r in runs if r.kind == CLEAN]
     clean_steps = sum(r.worker_steps for r in clean)
     latency = _nan([r.latency_steps for r in runs])
@@ -311,6 +329,12 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
                                  if n_faults.sum() else None),
         "fault_median_latency_steps": float(np.median(fault_lat)) if fault_lat else None,
         "fault_slowdown_error": float(np.median(fault_err)) if fault_err else None,
+        "fault_recall_over_floor": (float(lifted_recalled.sum() / n_lifted.sum())
+                                    if n_lifted.sum() else None),
+        "fault_cause_accuracy_over_floor": (float(lifted_cause.sum() / n_lifted.sum())
+                                            if n_lifted.sum() else None),
+        "faults_below_floor": len(below),
+        "faults_below_floor_recalled": sum(f.recalled for f in below),
         "unobservable_faults": len(apart),
         "unobservable_recalled": sum(f.recalled for f in apart),
         "clean_runs": len(clean),
@@ -328,6 +352,8 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
         "slowdown_error": boot.median_ci(error),
         "fault_recall": boot.ratio_ci(recalled, n_faults),
         "fault_cause_accuracy": boot.ratio_ci(fault_cause, n_faults),
+        "fault_recall_over_floor": boot.ratio_ci(lifted_recalled, n_lifted),
+        "fault_cause_accuracy_over_floor": boot.ratio_ci(lifted_cause, n_lifted),
         "fault_median_latency_steps": boot.median_ci(case_lat),
         "fault_slowdown_error": boot.median_ci(case_err),
     }

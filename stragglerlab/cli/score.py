@@ -174,7 +174,8 @@ def _bin(row: dict) -> str:
 
 def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
     """Per detector: false findings per 1,000 clean worker-steps, faults scored apart as
-    unobservable, and recall by the faults' measured slowdown (the sensitivity curve)."""
+    unobservable, recall by the faults' measured slowdown (the sensitivity curve), and
+    fault recall without the faults measured under their family's noise floor."""
     if not ranked:
         return []
     bins = [_bin(r) for r in ranked[0][1]["sensitivity"]]
@@ -182,12 +183,14 @@ def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
              "with findings / clean runs), unobservable faults apart, fault recall by "
              "measured slowdown (faults)",
              f"{'detector':18s} {'false/1k':>9s} {'clean':>7s} {'apart':>6s} "
-             + " ".join(f"{b:>12s}" for b in bins)]
+             + " ".join(f"{b:>12s}" for b in bins) + "  recall over floor (faults under)"]
     for name, s in ranked:
         cells = [f"{_fmt(r['recall'])}({r['n']})" if r["n"] else "-" for r in s["sensitivity"]]
         lines.append(f"{name:18s} {_fmt(s['false_findings_per_1k_clean_worker_steps']):>9s} "
                      f"{s['clean_runs_with_findings']}/{s['clean_runs']:<5d} "
-                     f"{s['unobservable_faults']:>6d} " + " ".join(f"{c:>12s}" for c in cells))
+                     f"{s['unobservable_faults']:>6d} " + " ".join(f"{c:>12s}" for c in cells)
+                     + f"  {_cell(s, 'fault_recall_over_floor')} "
+                       f"({s.get('faults_below_floor', 0)})")
     rows = ranked[0][1]["sensitivity"]
     return lines + unmeasured_lines((rows[-1].get("why") if rows else None) or {})
 

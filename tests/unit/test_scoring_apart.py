@@ -140,10 +140,18 @@ def test_each_unmeasured_fault_says_why():
     assert early.measured_slowdown is None and early.unmeasured is Unmeasured.FEW_CLEAN_STEPS
     (built_in,) = _truths_of([0], [None])    # an imbalance: no clean step at all
     assert built_in.unmeasured is Unmeasured.FROM_THE_START
-    a, b = _truths_of([6, 9], [None, None])  # b's window is a's too
+    a, b = _truths_of([6, 9], [None, None])  # b's window is a's too; a alone on 6, 7, 8
+    assert (a.measured_slowdown, b.unmeasured) == (1.5, Unmeasured.BESIDE_ANOTHER)
+    a, b = _truths_of([6, 8], [None, None])  # a alone on 6, 7 only
     assert (a.unmeasured, b.unmeasured) == (Unmeasured.BESIDE_ANOTHER,) * 2
     a, b = _truths_of([6, 9], [8, None])     # apart in time: both measured
     assert a.measured_slowdown == b.measured_slowdown == 1.5
+    a, b = _truths_of([6, 7], [8, None])     # b alone on 9..15: measured there, a is not
+    assert a.unmeasured is Unmeasured.BESIDE_ANOTHER and b.measured_slowdown == 1.5
+    a, b = _truths_of([6, 7], [12, None])    # b alone on 13, 14, 15: enough steps
+    assert b.measured_slowdown == 1.5 and b.unmeasured is None
+    a, b = _truths_of([6, 7], [13, None])    # 14, 15: too few
+    assert b.measured_slowdown is None and b.unmeasured is Unmeasured.BESIDE_ANOTHER
 
 
 def test_clean_steps_after_a_window_are_the_control_of_a_fault_from_the_start():
@@ -192,3 +200,18 @@ def test_train_notes_a_fault_placed_too_early_to_measure():
     assert early_start_note([5], warmup_steps=3, last_steps=[8], steps=16) is None  # 9..15
     assert early_start_note([5], warmup_steps=3, last_steps=[13], steps=16) is not None
     assert early_start_note([5], warmup_steps=3, last_steps=[None], steps=16) is not None
+
+
+def test_recall_over_the_floor_leaves_out_only_faults_measured_under_it():
+    from dataclasses import replace
+
+    under = replace(_fault("net-delay", {1}, 1.04), over_floor=0.76)   # missed, in the noise
+    over = replace(_fault("slow-worker", {2}, 1.4), over_floor=12.8)   # named
+    unknown = _fault("gc-pauses", {3})                                 # not measured: stays in
+    out = score_suite([_run("a", under), _run("b", over), _run("c", unknown)],
+                      {"b": [_names(2)]}).to_json()
+    assert out["fault_recall"] == pytest.approx(1 / 3)
+    assert out["fault_recall_over_floor"] == pytest.approx(1 / 2)
+    assert (out["faults_below_floor"], out["faults_below_floor_recalled"]) == (1, 0)
+    assert out["fault_cause_accuracy_over_floor"] == pytest.approx(1 / 2)
+    assert len(out["ci"]["fault_recall_over_floor"]) == 2
