@@ -296,7 +296,7 @@ class Checker:
         if value is None and optional:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(field, f"expected a number, got {echo(value)}")
+            self.fail(field, f"expected a number, got {echo(value)}{number_hint(value)}")
         if not math.isfinite(value):
             self.fail(field, f"{value} is not a finite number")
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):

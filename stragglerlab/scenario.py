@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib.resources
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,6 +279,10 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+SCENARIO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+"""What a scenario name may be: it names a results folder, so no '/', '..' or blanks."""
+
+
 def _read_yaml(path: Path) -> dict:
     from stragglerlab.filecheck import load_yaml
 
@@ -290,8 +295,15 @@ def _read_yaml(path: Path) -> dict:
         if not isinstance(raw.get(key) or {}, dict):
             raise InputError(f"'{key}' must be a mapping", str(path))
     for name, over in (raw.get("scenarios") or {}).items():
-        if not isinstance(name, str) or not isinstance(over or {}, dict):
-            raise InputError(f"scenarios.{str(name)[:40]} must be a mapping of sections "
+        if not isinstance(name, str) or not SCENARIO_NAME.fullmatch(name):
+            # A name becomes a folder (results/<name>/<seed>) and a line of listings.
+            quote = f" (YAML read {name} as a number: quote it)" if not isinstance(
+                name, str) else ""
+            raise InputError(f"scenario name {str(name)[:40]!r} is not a name{quote}: use "
+                             "letters, digits, '.', '_' and '-', starting with a letter or "
+                             "digit, at most 80 characters; " + fix, str(path))
+        if not isinstance(over or {}, dict):
+            raise InputError(f"scenarios.{name} must be a mapping of sections "
                              "(model, parallel, data, run, faults); " + fix, str(path))
     return raw
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from stragglerlab.errors import InputError
+from stragglerlab.general_record import GENERAL_WHATIF_SCHEMA
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import COMPUTE_IDEALS, SCHEMA, FixMetric, IdealView
 
@@ -76,6 +77,11 @@ class WhatIfRecord:
         chk = Checker(path, _FIX)
         doc = chk.mapping(raw, "whatif.json")
         schema = doc.get("schema")
+        if schema == GENERAL_WHATIF_SCHEMA:  # not older or newer: another model's result
+            folder = Path(path).parent
+            raise InputError(f"this is the what-if of an unannotated import (the general op "
+                             f"model, {schema}), which `plot --whatif` does not draw; use "
+                             f"`stragglerlab plot --run {folder}`", path)
         if schema != SCHEMA:
             chk.fail("schema", f"is {schema!r}, this stragglerlab reads {SCHEMA!r} (an older "
                                "or newer whatif.json)")

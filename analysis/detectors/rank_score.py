@@ -84,6 +84,9 @@ class RankScoreDetector(Detector):
             # CPU ops include it, so take the measured pause out.
             comp = comp.assign(duration=(comp["duration"] - comp["gc_pause_s"].fillna(0.0))
                                .clip(lower=0.0))
+        # An op that took no time says nothing of its rank's speed; over it a score is 0/0
+        # (`--set ops=gc` on a run whose gc ops are instants read slowdown 1e9).
+        comp = comp[comp["duration"] > 0]
         if comp.empty:
             return []
         # Only whole intervals are scored, as nvrx reports at an interval's end; a

@@ -155,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _verb(args.verb).run(args) or 0
     except InputError as e:
-        print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
+        try:
+            print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
+        except (BrokenPipeError, ValueError):
+            pass  # stderr closed: the exit status still says it
         return EXIT_BAD_INPUT
     except KeyboardInterrupt as e:
         if interrupt_message(e) == "SIGTERM":
@@ -166,8 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `stragglerlab ... | head`: the reader left; not an error of ours
         import os
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        try:
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        # stdout is fine, so stderr broke, mid-way through the work: it did not finish.
+        return 1
     except OSError as e:
         import errno
 

@@ -178,7 +178,14 @@ class Reporter:
         self._print(msg)
 
     def _print(self, text: str) -> None:
-        if self.display is not None:
-            self.display.console.print(text, markup=False, highlight=False, soft_wrap=True)
-        else:
-            print(text, file=self.stream, flush=True)
+        try:
+            if self.display is not None:
+                self.display.console.print(text, markup=False, highlight=False,
+                                           soft_wrap=True)
+            else:
+                print(text, file=self.stream, flush=True)
+        except (BrokenPipeError, ValueError):
+            # Nobody reads stderr any more (`2>&1 >/dev/null | true`): the work goes on and
+            # its exit status stays its own; progress was never the result.
+            self.quiet, self.display = True, None
+            self.stream = open(os.devnull, "w")  # noqa: SIM115 - lives as the reporter

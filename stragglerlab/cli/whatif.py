@@ -142,14 +142,13 @@ def run(args) -> int:
 def _general(args, run_dir: Path) -> int:
     """An unannotated import (`import kineto` with the general op model): the what-if of its
     op table again, written to its whatif.json (or --out/whatif.json)."""
-    import pandas as pd
-    import pyarrow as pa
+    import numpy as np
 
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
     from stragglerlab.filecheck import load_json
     from stragglerlab.general_record import OPS_PARQUET, require_mean_ideal, whatif_doc
-    from stragglerlab.op_model import OP_COLUMNS
+    from stragglerlab.ops_table import read_ops
 
     require_mean_ideal(args.compute_ideal, run_dir)
     if args.timelines:
@@ -157,20 +156,15 @@ def _general(args, run_dir: Path) -> int:
                          "unannotated import does not have; drop --timelines", str(run_dir))
     again = f"re-import the traces (`stragglerlab import kineto --traces ... --out {run_dir}`)"
     path = run_dir / OPS_PARQUET
-    try:
-        ops = pd.read_parquet(path)
-    except (OSError, ValueError, pa.ArrowException) as e:
-        raise InputError(f"cannot read the op table ({type(e).__name__}: {str(e)[:160]}); "
-                         f"{again}", str(path)) from None
-    missing = [c for c in OP_COLUMNS if c not in ops.columns]
-    if missing:
-        raise InputError(f"the op table lacks column(s) {', '.join(missing[:6])}; {again}",
-                         str(path))
+    ops = read_ops(path, again)
     try:
         wi = whatif_general(ops)
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
         raise InputError(f"the op table could not be simulated ({type(e).__name__}: "
                          f"{str(e)[:160]}); {again}", str(path)) from None
+    if not all(np.isfinite(v) and v > 0 for v in (wi.S, wi.T, wi.T_ideal)):
+        raise InputError(f"the op table simulates to S = {wi.S} (T {wi.T} s, T_ideal "
+                         f"{wi.T_ideal} s); {again}", str(path))
     notes = []
     if (run_dir / "import.json").is_file():
         doc = load_json(run_dir / "import.json", "import.json", again)

@@ -186,6 +186,18 @@ STEP_OVERLAP_US = 1000.0
 and opens the next back to back, a clock read apart."""
 
 
+def add_step(steps: dict[int, tuple[float, float]], n: int, start: float, end: float,
+             where: str) -> None:
+    """Record ProfilerStep#n's CPU range (us); InputError when the rank already has a
+    different #n (an exact copy, a trace concatenated with itself, is the same step). Kept
+    as the last before, a renumbered or merged file silently lost a step."""
+    if n in steps and steps[n] != (start, end):
+        raise InputError(f"ProfilerStep#{n} appears twice on this rank (at {steps[n][0]:,.0f} "
+                         f"and {start:,.0f} us): a rank numbers each step once; pass the "
+                         "profiler's export unedited (one file per rank, not merged)", where)
+    steps[n] = (start, end)
+
+
 def check_step_order(steps: dict[int, tuple[float, float]], where: str) -> None:
     """InputError when a rank's ProfilerStep#N ranges (step -> (start, end), us) are not in
     step order one after another: steps that overlap or run backwards in time come from an

@@ -51,6 +51,7 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
     STEP_RE,
+    add_step,
     check_rank_doc,
     check_step_order,
     event_problem,
@@ -208,7 +209,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
         start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
         args = e.get("args") or {}
         if cat == "user_annotation" and (m := STEP_RE.match(name)):
-            steps[int(m.group(1))] = (start, end)
+            add_step(steps, int(m.group(1)), start, end, where)
         elif cat == "user_annotation" and name in VOCAB:
             if args.get("finished") is False:
                 unfinished += 1

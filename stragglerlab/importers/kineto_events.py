@@ -42,6 +42,7 @@ from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
     STEP_RE,
+    add_step,
     check_entry,
     check_step_order,
     dinfo_problem,
@@ -215,7 +216,10 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                                        args={k: args[k] for k in COMM_ARGS if k in args},
                                        name=name))
             elif name.startswith("ProfilerStep#") and (m := STEP_RE.match(name)):
-                steps[int(m.group(1))] = (float(ts), float(end))
+                if cat == "user_annotation":  # the CPU range; a GPU one trails it
+                    add_step(steps, int(m.group(1)), float(ts), float(end), where)
+                else:
+                    steps.setdefault(int(m.group(1)), (float(ts), float(end)))
             elif name == "record_param_comms":
                 rec = CommRecord(start=ts, end=end, tid=_tid(e), corr=-1, name=name,
                                  args={k: args[k] for k in COMM_ARGS if k in args})

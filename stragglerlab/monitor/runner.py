@@ -41,6 +41,7 @@ from stragglerlab.monitor.steps import StepBuffer, infer_layout
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
 from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
+from stragglerlab.validate import validate_trace
 
 
 class Monitor:
@@ -161,8 +162,15 @@ class Monitor:
             df = self.buffer.frame(steps, meta)
             if not self.from_parquet:  # a finished trace.parquet has its own column
                 self.gc.add_column(df)
+                # trace.parquet is checked when read; parts are checked record by record
+                # only, so a window of them gets the trace's checks too (a rank's untimed
+                # compute named a healthy worker before).
+                validate_trace(df, meta, str(self.cfg.run / TRACE_PARTS_DIR))
             line = analyse_window(df, meta, self.detectors, str(self.cfg.run),
                                   testbed=self._testbed(), window_steps=self.cfg.window_steps)
+        except InputError as e:
+            self.error(f"window of steps {steps[0]}-{step} could not be analysed: {e}", step)
+            return []
         except Exception as e:  # noqa: BLE001 - one window's failure is recorded, not fatal
             self.error(f"window of steps {steps[0]}-{step} could not be analysed: "
                        f"{type(e).__name__}: {e}", step)

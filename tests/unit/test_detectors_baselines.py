@@ -100,6 +100,19 @@ def test_rank_score_matches_the_injected_factor(slow_run):
     assert f.estimated_slowdown == pytest.approx(1.5, abs=0.1)
 
 
+def test_rank_score_ignores_ops_that_took_no_time(slow_run):
+    """Instants (zero-length ops) over zero-length ops read a 1e9 slowdown (a fuzz)."""
+    from stragglerlab.analysis.detectors.rank_score import RankScoreConfig
+
+    df = slow_run.trace.copy()
+    df.loc[df["optype"] == "forward-compute", "duration"] = 0.0
+    df.loc[(df["optype"] == "forward-compute") & (df["rank"] == 0), "duration"] = 1e-6
+    only = RankScoreDetector(RankScoreConfig(ops=("forward-compute",)))
+    assert only.detect(Run(df, slow_run.meta)) == []
+    both = RankScoreDetector().detect(Run(df, slow_run.meta))
+    assert all(f.estimated_slowdown < 3 for f in both), both
+
+
 def test_rank_score_reports_a_heavy_stage_as_stage_imbalance():
     run = _run(last_stage_factor=1.8)
     findings = RankScoreDetector().detect(run)
