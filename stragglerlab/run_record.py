@@ -160,6 +160,13 @@ class RunRecord:
                 chk.mapping(scenario[section], f"scenario.{section}")
         if scenario.get("faults") is not None:
             chk.listing(scenario["faults"], "scenario.faults")
+        parallel = scenario.get("parallel") or {}
+        for key, size in (("dp", "dp_size"), ("pp", "pp_size")):
+            if meta is not None and parallel.get(key) is not None and \
+                    parallel[key] != getattr(meta, size):
+                chk.fail(f"scenario.parallel.{key}",
+                         f"is {echo(parallel[key])} while meta.yaml says {size}="
+                         f"{getattr(meta, size)}: one of them is another run's")
         trace = None if raw.get("trace") is None else TraceInfo.from_json(raw["trace"], chk)
         steps = chk.mapping(raw.get("step_time_s") or {}, "step_time_s")
         step_time: dict[int, float | None] = {}
@@ -172,7 +179,7 @@ class RunRecord:
         wall = chk.mapping(raw.get("wall_s") or {}, "wall_s")
         return cls(outcome=outcome, error=error,
                    name=chk.string(raw.get("name"), "name", optional=True),
-                   seed=chk.integer(raw.get("seed"), "seed", optional=True),
+                   seed=chk.integer(raw.get("seed"), "seed", minimum=0, optional=True),
                    scenario=scenario, trace=trace, step_time_s=step_time,
                    wall_s={k: chk.number(v, f"wall_s.{k}", minimum=0.0) for k, v in wall.items()},
                    extra={k: v for k, v in raw.items() if k not in _TYPED}, schema=schema)

@@ -62,6 +62,9 @@ def settings(pairs: list[str]) -> dict[str, str]:
         if not sep or not name.strip() or not value.strip():
             raise InputError(f"--set {pair!r}: expected NAME=VALUE, e.g. --set "
                              "link_step_share=0.04")
+        if name.strip() in out and out[name.strip()] != value.strip():
+            raise InputError(f"--set {name.strip()} is given twice ({out[name.strip()]} and "
+                             f"{value.strip()}); give each field once")
         out[name.strip()] = value.strip()
     return out
 

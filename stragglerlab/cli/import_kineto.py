@@ -209,7 +209,7 @@ def print_general_whatif(wi, notes: list[str]) -> None:
     """The summary of a general what-if (`analysis.whatif_general.GeneralWhatIf`) on stdout."""
     print(f"what-if: S = {wi.S:.4f} (T {1e3 * wi.T:.3f} ms, T_ideal {1e3 * wi.T_ideal:.3f} ms, "
           f"traced {1e3 * wi.actual_step_s:.3f} ms, discrepancy {100 * wi.discrepancy:+.2f}%), "
-          f"waste {100 * wi.waste:.1f}%")
+          f"waste {round(100 * wi.waste, 1) + 0.0:.1f}%")
     print("  by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in wi.by_kind.items()))
     top = sorted(wi.by_rank.items(), key=lambda kv: -kv[1])[:8]
     print("  by rank (top): " + ", ".join(f"rank {k} {v:.4f}" for k, v in top))

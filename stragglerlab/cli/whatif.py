@@ -199,7 +199,7 @@ def summary(result, out: Path) -> str:
         f"{len(result.steps)} steps, {result.n_ops:,} ops)",
         f"  slowdown S          {result.slowdown:.3f}   "
         f"({'straggling' if j['straggling'] else 'not straggling'}, threshold 1.1)",
-        f"  waste               {100 * result.waste:.1f}% of resources",
+        f"  waste               {round(100 * result.waste, 1) + 0.0:.1f}% of resources",
         f"  step time           actual {j['t_actual_s']:.4f}s, simulated {j['t_nodelay_s']:.4f}s,"
         f" ideal {j['t_ideal_s']:.4f}s",
         f"  sim. discrepancy    {100 * (result.simulation_discrepancy - 1):+.2f}% "

@@ -55,6 +55,9 @@ class Layout:
             if key not in ("dp", "pp", "tp") or not value.strip().isdigit():
                 raise InputError(f"--layout {text!r}: want dp=N,pp=M[,tp=K] with positive "
                                  f"integers, e.g. --layout dp=2,pp=4")
+            if key in sizes:
+                raise InputError(f"--layout {text!r}: {key} is given twice; give each of dp, "
+                                 "pp (and tp) once, e.g. --layout dp=2,pp=4")
             sizes[key] = int(value)
         if "dp" not in sizes or "pp" not in sizes or min(sizes.values()) < 1:
             raise InputError(f"--layout {text!r}: give at least dp and pp, each >= 1, "

@@ -114,3 +114,36 @@ def test_a_scenario_name_that_cannot_name_a_folder_is_refused(tmp_path, name, sa
     with pytest.raises(InputError) as err:
         scenario_table(path)
     assert says in str(err.value) and "is not a name" in str(err.value)
+
+
+def test_a_finished_trace_numbered_otherwise_is_monitored_by_its_workers(tmp_path, src):
+    """rank = 3 - rank: whatif read it by (dp_rank, stage); the monitor, which names its
+    parts by rank, failed every window with a message about missing sends."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    folder = RunFolder(path=run)
+    df = folder.trace()
+    df.assign(rank=3 - df["rank"]).to_parquet(folder.trace_path, index=False)
+    analysed = make_monitor(run, window_steps=2).run(once=True)
+    lines = read_lines(run / "monitor" / "windows.jsonl")
+    assert analysed > 0 and [w for w in lines if w["kind"] == "error"] == []
+
+
+def test_a_run_json_of_another_layout_than_its_meta_is_refused(src):
+    import json
+
+    from stragglerlab.errors import InputError
+    from stragglerlab.filecheck import Checker
+    from stragglerlab.run_record import RunRecord
+
+    folder = RunFolder(path=src)
+    doc = {"outcome": "ok", "scenario": {"parallel": {"dp": 3, "pp": 2}}}
+    with pytest.raises(InputError, match=r"scenario.parallel.dp: is 3 while meta.yaml says "
+                                         r"dp_size=2"):
+        RunRecord.from_json(json.loads(json.dumps(doc)), Checker("run.json", "fix"), folder.meta)
+    doc["scenario"]["parallel"]["dp"] = 2
+    assert RunRecord.from_json(doc, Checker("run.json", "fix"), folder.meta).ok
+    with pytest.raises(InputError, match="seed"):
+        RunRecord.from_json({**doc, "seed": -1}, Checker("run.json", "fix"), folder.meta)
