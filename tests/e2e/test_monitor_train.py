@@ -141,7 +141,10 @@ def test_train_monitor_names_the_slow_worker_alerts_once_and_clears(tmp_path, we
     "host noise on a loaded 2-core host makes real stragglers in short windows of a clean "
     "run: measured 2026-11-25, the online GC rule on rank 3's GC pauses (28 ms); "
     "2026-11-26, net-throttle on (1, 1) then (1, 0), estimated 1.07-1.20 in 6-step "
-    "windows, while a workflow trained beside it (the same day, alone: no finding)"))
+    "windows, while a workflow trained beside it (the same day, alone: no finding); "
+    "2026-11-28, a fresh-clone CI run alone on the host: the sender test named (1, 0)'s "
+    "sends in windows 5-8 (step share 0.035, 11 of 12 pairs slow; the family's online "
+    "floor 0.009): the ranks, Ray, pytest and the monitor share two cores"))
 def test_train_monitor_on_a_clean_run_raises_no_alert(tmp_path, webhook):
     url, received = webhook
     out, _ = _train(tmp_path, "monitor-e2e-clean", url)
