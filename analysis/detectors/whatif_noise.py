@@ -147,9 +147,12 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
                                  + (": none that short was measured" if read > window_steps
                                     else ""))
     raised = report["raised"]
+    # A statistic this detector version does not floor (a newer file's, or a typo): kept
+    # out, and said, so a misspelt threshold is not silently left unraised.
+    report["ignored"] = sorted(k for k in statistics if k not in RELAXED)
     for name, value in statistics.items():
         if name not in RELAXED:
-            continue  # a statistic this detector version does not floor
+            continue
         configured = getattr(config, name)
         if value * (1 + ABOVE) > configured:
             raised[name] = {"configured": configured, "floor": value,

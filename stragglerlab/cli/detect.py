@@ -121,5 +121,8 @@ def floor_line(report: dict) -> str:
     raised = "; ".join(f"{k} {v['configured']:.3g} -> {v['used']:.3g}"
                        for k, v in report["raised"].items()) or "no threshold raised"
     below = len(report.get("below_floor") or [])
+    ignored = report.get("ignored") or []
+    skipped = (f"; ignored {', '.join(ignored[:4])} (not a threshold of this detector: a "
+               "newer file's, or misspelt)") if ignored else ""
     return (f"noise floor ({report['family']}, {report['n_runs']} clean runs{clean}): "
-            f"{raised}; {below} finding(s) under it, not counted")
+            f"{raised}; {below} finding(s) under it, not counted{skipped}")

@@ -90,6 +90,13 @@ def test_floored_config_raises_only_what_the_noise_reaches():
     assert floored.link_step_share > 0.041 and floored.link_step_share < 0.0411
     assert floored.ring_step_share == cfg.ring_step_share  # noise under the threshold
     assert set(report["raised"]) == {"link_step_share"} and report["n_runs"] == 3
+    assert report["ignored"] == []
+    # a statistic no rule of this version reads (a newer file's, a typo) is said, not used
+    same, report = floored_config(cfg, _floor(link_step_shar=0.5), meta)
+    assert same == cfg and report["ignored"] == ["link_step_shar"]
+    from stragglerlab.cli.detect import floor_line
+
+    assert "ignored link_step_shar (not a threshold of this detector" in floor_line(report)
     # a family without a floor keeps every threshold
     same, report = floored_config(cfg, _floor(link_step_share=0.5), JobMeta(dp_size=4, pp_size=1))
     assert same == cfg and not report["measured"] and report["family"] == "pure-dp"
