@@ -262,16 +262,13 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
     clean steps (`clean_steps`), when no other fault is active in its window."""
     steps = times.index.to_numpy()
     values = times.to_numpy(dtype=float)
-    starts = [max(f.first_step, first_traced) for f in faults]
-    ends = [np.inf if f.last_step is None else f.last_step for f in faults]
-    clean = clean_steps(steps, faults, first_traced)
+    windows = fault_windows(steps, faults, first_traced)
+    active = windows.sum(axis=0)  # faults active per step
+    clean = active == 0
     out = []
     for i, f in enumerate(faults):
-        window = (steps >= starts[i]) & (steps <= ends[i])
-        others = np.zeros(len(steps), bool)
-        for j in range(len(faults)):
-            if j != i:
-                others |= (steps >= starts[j]) & (steps <= ends[j])
+        window = windows[i]
+        others = active - window > 0
         alone = window & ~others
         slowdown, why = None, None
         # Beside another fault over part of its window, a fault is measured on the steps
@@ -288,7 +285,8 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
         else:
             slowdown = float(values[alone].mean() / values[clean].mean())
         out.append(FaultTruth(kind=f.kind, cause=RootCause.of_kind(f.kind),
-                              ranks=frozenset(_fault_ranks(f, world)), first_step=starts[i],
+                              ranks=frozenset(_fault_ranks(f, world)),
+                              first_step=max(f.first_step, first_traced),
                               last_step=f.last_step, measured_slowdown=slowdown,
                               unmeasured=why,
                               observable=observability(f, pp_size)[0],
@@ -297,14 +295,19 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
     return out
 
 
+def fault_windows(steps: np.ndarray, faults: list[FaultRecord],
+                  first_traced: int) -> np.ndarray:
+    """[faults, steps]: whether each fault is active in each traced step."""
+    start = np.array([max(f.first_step, first_traced) for f in faults], dtype=float)
+    end = np.array([np.inf if f.last_step is None else f.last_step for f in faults],
+                   dtype=float)
+    return (steps[None, :] >= start[:, None]) & (steps[None, :] <= end[:, None])
+
+
 def clean_steps(steps: np.ndarray, faults: list[FaultRecord], first_traced: int) -> np.ndarray:
     """Which traced steps run with no fault active: before the first window or after the
     last one ends (the in-run control)."""
-    active = np.zeros(len(steps), bool)
-    for f in faults:
-        end = np.inf if f.last_step is None else f.last_step
-        active |= (steps >= max(f.first_step, first_traced)) & (steps <= end)
-    return ~active
+    return ~fault_windows(steps, faults, first_traced).any(axis=0)
 
 
 def run_step_times(run_dir: Path | RunFolder) -> pd.Series:

@@ -276,6 +276,17 @@ def _nan(values: list) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
 
 
+def _fault_counts(per_case: list[list[FaultScore]]) -> tuple[np.ndarray, ...]:
+    """Per case: its faults, those recalled, those with the right cause."""
+    return tuple(np.array([sum(map(key, fs)) for fs in per_case], dtype=float)
+                 for key in (lambda f: 1, lambda f: f.recalled, lambda f: f.cause_right))
+
+
+def _share(part: np.ndarray, whole: np.ndarray) -> float | None:
+    """part / whole over all cases (None without any)."""
+    return float(part.sum() / whole.sum()) if whole.sum() else None
+
+
 def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
     """Every score of a set of runs, with bootstrap intervals over them (`ci`)."""
     boot = boot or CaseBootstrap.draw(len(runs))
@@ -289,15 +300,11 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
     cause = np.array([r.cause_ok for r in runs], dtype=float)
     seen = [[f for f in r.faults if f.observable] for r in runs]  # the rest: apart
     apart = [f for r in runs for f in r.faults if not f.observable]
-    n_faults = np.array([len(fs) for fs in seen], dtype=float)
-    recalled = np.array([sum(f.recalled for f in fs) for fs in seen], dtype=float)
-    fault_cause = np.array([sum(f.cause_right for f in fs) for fs in seen], dtype=float)
+    n_faults, recalled, fault_cause = _fault_counts(seen)
     # Over the floor: all but the faults measured under their family's clean noise, which
     # a detector that reports nothing under the floor cannot name (module doc).
-    lifted = [[f for f in fs if not f.below_floor] for fs in seen]
-    n_lifted = np.array([len(fs) for fs in lifted], dtype=float)
-    lifted_recalled = np.array([sum(f.recalled for f in fs) for fs in lifted], dtype=float)
-    lifted_cause = np.array([sum(f.cause_right for f in fs) for fs in lifted], dtype=float)
+    n_lifted, lifted_recalled, lifted_cause = _fault_counts(
+        [[f for f in fs if not f.below_floor] for fs in seen])
     below = [f for fs in seen for f in fs if f.below_floor]
     clean = [r for r in runs if r.kind == CLEAN]
     clean_steps = sum(r.worker_steps for r in clean)
@@ -324,15 +331,12 @@ def metrics(runs: list[RunScore], boot: CaseBootstrap | None = None) -> dict:
         "slowdown_error": float(np.nanmedian(error)) if np.isfinite(error).any() else None,
         "tp": int(t), "fp": int(p_), "fn": int(n_),
         "n_faults": int(n_faults.sum()),
-        "fault_recall": float(recalled.sum() / n_faults.sum()) if n_faults.sum() else None,
-        "fault_cause_accuracy": (float(fault_cause.sum() / n_faults.sum())
-                                 if n_faults.sum() else None),
+        "fault_recall": _share(recalled, n_faults),
+        "fault_cause_accuracy": _share(fault_cause, n_faults),
         "fault_median_latency_steps": float(np.median(fault_lat)) if fault_lat else None,
         "fault_slowdown_error": float(np.median(fault_err)) if fault_err else None,
-        "fault_recall_over_floor": (float(lifted_recalled.sum() / n_lifted.sum())
-                                    if n_lifted.sum() else None),
-        "fault_cause_accuracy_over_floor": (float(lifted_cause.sum() / n_lifted.sum())
-                                            if n_lifted.sum() else None),
+        "fault_recall_over_floor": _share(lifted_recalled, n_lifted),
+        "fault_cause_accuracy_over_floor": _share(lifted_cause, n_lifted),
         "faults_below_floor": len(below),
         "faults_below_floor_recalled": sum(f.recalled for f in below),
         "unobservable_faults": len(apart),
