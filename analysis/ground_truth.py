@@ -17,7 +17,9 @@ suite with the same model, layout and data (mean step time ratio), else it is un
 Each fault also says whether op-level traces can place it at all (`observability`:
 an older in-process delay slept inside the victim's collective in pure DP cannot be;
 the scorer counts such a fault apart) and how far its measured slowdown stands over
-its layout family's clean S (`over_floor`, from the shipped noise floor).
+its layout family's clean S (`over_floor`, from the shipped noise floor). The in-run
+control lives in stragglerlab.analysis.fault_control, what traces can place in
+stragglerlab.analysis.fault_observability.
 
 Runs of a mitigation (re-partitioned stages, rebalanced sequences, planned GC)
 are not detection cases and are marked `scored = False`. A fault record whose own
@@ -30,8 +32,6 @@ it, and a run left with no fault is scored as clean.
 
 from __future__ import annotations
 
-import enum
-import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,81 +39,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.steps import step_times
+from stragglerlab.analysis.fault_control import (
+    MIN_BASELINE_STEPS,
+    Unmeasured,
+    clean_steps,
+    fault_windows,
+    over_floor,
+    run_step_times,
+)
+from stragglerlab.analysis.fault_observability import alike_ranks, fault_ranks, observability
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord
 from stragglerlab.filecheck import distinct_runs
 from stragglerlab.findings import RootCause
 from stragglerlab.meta import LayoutFamily
-from stragglerlab.noise_floor import noise_floor_option
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.run_record import RunRecord
 
 CLEAN = "clean"
 """Kind label of a run without faults."""
-
-MIN_BASELINE_STEPS = 3
-"""Clean traced steps needed before a fault to measure its slowdown within the run."""
-
-
-class Unmeasured(str, enum.Enum):
-    """Why a fault's own slowdown was not measured (`FaultTruth.unmeasured`)."""
-
-    FEW_CLEAN_STEPS = "few-clean-steps"
-    """Fewer than MIN_BASELINE_STEPS traced steps with no fault active (before the first
-    fault's window or after the last one's)."""
-    FROM_THE_START = "from-the-start"
-    """Active over every traced step (an imbalance the job is built with): no clean step in
-    the run to measure it against."""
-    BESIDE_ANOTHER = "beside-another-fault"
-    """Another fault is active in its window, and fewer than MIN_BASELINE_STEPS of its
-    steps run it alone: the two slowdowns are not separable."""
-    NOT_TRACED = "not-traced"
-    """No traced step of its window runs it alone."""
-
-    @property
-    def advice(self) -> str:
-        """What a scenario author can change so the next run measures it."""
-        return {
-            Unmeasured.FEW_CLEAN_STEPS: (
-                f"start faults at least {MIN_BASELINE_STEPS} traced steps after the warm-up "
-                f"(steps count from 0: first_step >= run.warmup_steps + {MIN_BASELINE_STEPS}), "
-                f"or end them (last_step) at least {MIN_BASELINE_STEPS} steps before the run "
-                "does"),
-            Unmeasured.FROM_THE_START: ("nothing to change for an imbalance the job is "
-                                        "built with (the run-level slowdown uses a clean "
-                                        "run of the same layout and data in the same "
-                                        "`score`, where there is one); a timed fault: start "
-                                        "it after the warm-up, or end it before the run "
-                                        "does"),
-            Unmeasured.BESIDE_ANOTHER: ("give each fault some steps of its own (first_step / "
-                                        "last_step) to measure it apart"),
-            Unmeasured.NOT_TRACED: "trace the fault's steps (run.steps, last_step)",
-        }[self]
-
-
-def early_start_note(first_steps: list[int], warmup_steps: int,
-                     last_steps: list[int | None] | None = None,
-                     steps: int | None = None) -> str | None:
-    """A note for `train` when the first fault placed mid-run starts too soon after the
-    warm-up for the ground truth to measure its slowdown within the run, and no fault
-    window ends early enough to leave clean steps after it (`last_steps`, of a run of
-    `steps` steps); None otherwise (faults from step 0 are measured against a suite's
-    clean runs, as the built-ins are)."""
-    first_traced = warmup_steps  # steps count from 0; 0 .. warmup_steps - 1 are untraced
-    placed = [s for s in first_steps if s > first_traced]
-    if not placed or min(first_steps) < min(placed) or \
-            min(placed) - first_traced >= MIN_BASELINE_STEPS:
-        return None
-    if last_steps and steps is not None and None not in last_steps and \
-            steps - 1 - max(last_steps) >= MIN_BASELINE_STEPS:
-        return None  # clean steps after every window: the control
-    return (f"note: the first fault starts at step {min(placed)}, "
-            f"{min(placed) - first_traced} traced step(s) after the warm-up (traced steps "
-            f"start at {first_traced}); the ground truth measures a fault's slowdown within "
-            f"the run after {MIN_BASELINE_STEPS}, so `score` will list it as unmeasured: "
-            f"{Unmeasured.FEW_CLEAN_STEPS.advice}")
-
 
 CAUSE_OF_KIND: dict[str, RootCause] = {k.value: RootCause.of_kind(k) for k in FaultKind}
 """The root-cause label a detector should give for each fault kind: the same spelling."""
@@ -201,61 +145,6 @@ def _is_mitigation(faults: list[FaultRecord], record: RunRecord) -> bool:
     return bool(planned_gc) or any(f.requested.get("rebalance") for f in faults)
 
 
-UNOBSERVABLE_DELAY = "in-process delay (this kernel has no netem)"
-"""The mechanism older net-delay records name: the victim slept inside its traced
-collective, so in pure DP every rank's collective lengthened alike."""
-
-
-def observability(fault: FaultRecord, pp_size: int) -> tuple[bool, str]:
-    """Whether op-level traces can place the fault at all, and why not. A record may say
-    so itself (`measured.observable`); a net delay slept inside the victim's traced
-    collective (the old fallback) has no trace of its own in pure DP, where a collective
-    is all the victim's communication."""
-    said = fault.measured.get("observable")
-    if isinstance(said, bool):
-        return said, str(fault.measured.get("observable_note", ""))
-    if fault.kind == FaultKind.NET_DELAY.value and pp_size == 1 \
-            and fault.measured.get("mechanism") == UNOBSERVABLE_DELAY:
-        return False, ("a delay inside the victim's traced collective lengthens every "
-                       "rank's collective alike in pure DP")
-    return True, ""
-
-
-TC_BOTH_WAYS = "tc-tbf"
-"""The net-throttle mechanism that shapes the victim's veth in both directions."""
-
-
-def alike_ranks(fault: FaultRecord, world: int) -> frozenset[int]:
-    """The fault's ranks and those no op-level trace can tell from them. A link throttled
-    both ways in a job of two workers: every byte either sends crosses both workers'
-    links, so throttling either end times every op alike, and naming the other end
-    places the fault as well as naming the victim (its own ranks otherwise)."""
-    own = frozenset(_fault_ranks(fault, world))
-    if (fault.kind == FaultKind.NET_THROTTLE.value and world == 2
-            and fault.measured.get("mechanism") == TC_BOTH_WAYS):
-        return frozenset(range(world))
-    return own
-
-
-def _fault_ranks(fault: FaultRecord, world: int) -> set[int]:
-    return {int(t["rank"]) for t in fault.targets} if fault.targets else set(range(world))
-
-
-def over_floor(slowdown: float | None, dp_size: int, pp_size: int) -> float | None:
-    """(S - 1) / (S_clean_max - 1) against the shipped floor of the layout's family."""
-    clean = _clean_max(LayoutFamily.of(dp_size, pp_size)) if dp_size and pp_size else None
-    if slowdown is None or clean is None or clean <= 1.0:
-        return None
-    return round((slowdown - 1.0) / (clean - 1.0), 3)
-
-
-@functools.cache
-def _clean_max(family: LayoutFamily) -> float | None:
-    floor = noise_floor_option(None)
-    fam = floor.family(family) if floor is not None else None
-    return fam.job_slowdown.max if fam is not None and fam.job_slowdown else None
-
-
 def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                   first_traced: int, dp_size: int = 0, pp_size: int = 0) -> list[FaultTruth]:
     """Each record on its own; its slowdown = its window's mean step time over the run's
@@ -285,7 +174,7 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
         else:
             slowdown = float(values[alone].mean() / values[clean].mean())
         out.append(FaultTruth(kind=f.kind, cause=RootCause.of_kind(f.kind),
-                              ranks=frozenset(_fault_ranks(f, world)),
+                              ranks=frozenset(fault_ranks(f, world)),
                               first_step=max(f.first_step, first_traced),
                               last_step=f.last_step, measured_slowdown=slowdown,
                               unmeasured=why,
@@ -293,27 +182,6 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                               over_floor=over_floor(slowdown, dp_size, pp_size),
                               alike=alike_ranks(f, world)))
     return out
-
-
-def fault_windows(steps: np.ndarray, faults: list[FaultRecord],
-                  first_traced: int) -> np.ndarray:
-    """[faults, steps]: whether each fault is active in each traced step."""
-    start = np.array([max(f.first_step, first_traced) for f in faults], dtype=float)
-    end = np.array([np.inf if f.last_step is None else f.last_step for f in faults],
-                   dtype=float)
-    return (steps[None, :] >= start[:, None]) & (steps[None, :] <= end[:, None])
-
-
-def clean_steps(steps: np.ndarray, faults: list[FaultRecord], first_traced: int) -> np.ndarray:
-    """Which traced steps run with no fault active: before the first window or after the
-    last one ends (the in-run control)."""
-    return ~fault_windows(steps, faults, first_traced).any(axis=0)
-
-
-def run_step_times(run_dir: Path | RunFolder) -> pd.Series:
-    """Traced step time per step of a run folder's trace, s."""
-    folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path=Path(run_dir))
-    return step_times(folder.trace()[["step", "start_ts", "duration"]])
 
 
 def _layout_key(record: RunRecord) -> str:
@@ -375,7 +243,7 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         kind = main.kind  # validated by read_faults: a FaultKind value
         ranks: set[int] = set()
         for f in faults:
-            ranks |= _fault_ranks(f, world)
+            ranks |= fault_ranks(f, world)
         steps = times.index.to_numpy()
         first_traced = int(steps.min()) if len(steps) else 0
         start = max(main.first_step, first_traced)

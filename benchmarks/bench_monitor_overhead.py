@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.analysis.ground_truth import run_step_times
+from stragglerlab.analysis.fault_control import run_step_times
 from stragglerlab.cli.monitor import MONITOR_NICE
 from stragglerlab.run_queue_log import read_records
 from stragglerlab.scenario import load_scenario

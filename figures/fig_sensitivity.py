@@ -2,7 +2,7 @@
 on clean runs, for every detector of `scores.json` (`stragglerlab score`).
 
 One line per detector (leaderboard order): the share of faults recalled in each bin of
-measured slowdown (`analysis/scoring.py`, SENSITIVITY_BINS; faults whose slowdown could
+measured slowdown (`analysis/suite_score.py`, SENSITIVITY_BINS; faults whose slowdown could
 not be separated from another fault's are left out of the curve), the bin's fault count
 under the axis; the legend gives each detector's false findings per 1,000 clean
 worker-steps. A detector that only sees severe stragglers rises late; one that calls

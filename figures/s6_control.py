@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stragglerlab.analysis.ground_truth import MIN_BASELINE_STEPS
+from stragglerlab.analysis.fault_control import MIN_BASELINE_STEPS
 from stragglerlab.analysis.whatif import ComputeIdeal, analyze
 from stragglerlab.costmodel import mean_ideal_shortfall
 from stragglerlab.figures.data import RunSummary

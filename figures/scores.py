@@ -3,7 +3,7 @@
 `scores.json` is `{"schema": "stragglerlab.scores/1", detector: {f1, precision,
 recall, root_cause_accuracy, ..., ci: {metric: [lo, hi]}, confusion: {true:
 {predicted: n}}, by_kind, by_family, by_kind_family: {"<kind>|<family>": {...}},
-runs: [...]}}` (analysis/scoring.py); a file without `schema` is an older /1 file.
+runs: [...]}}` (analysis/suite_score.py); a file without `schema` is an older /1 file.
 `parse_scores` turns it into typed `DetectorScore`s, and any file that is not
 that shape (a metric that is not a number, an interval that is not [lo, hi],
 a negative confusion count, ...) is ONE InputError naming the file and field.

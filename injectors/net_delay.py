@@ -11,7 +11,7 @@ so this is the named in-process fallback, placed where a real delay shows:
   victim, as when its data comes in late). A wait inside the traced collective,
   the fallback before this one, lengthened every rank's collective alike: in pure
   DP no trace could place it (the ground truth of such older runs says
-  unobservable, analysis/ground_truth.py).
+  unobservable, analysis/fault_observability.py).
 
 What each layout reveals: with PP, the victim's slow P2P pairs (the `whatif`
 link rules); in pure DP, only its late arrival at every collective (last-arrival

@@ -15,7 +15,7 @@ table to stdout (with --quiet too), progress with ETA to stderr; writes
 one entry per detector name, each with precision, recall, f1,
 root_cause_accuracy, median_latency_steps, slowdown_error, per-fault scores
 (fault_recall, fault_cause_accuracy, ...), `ci` (intervals), confusion,
-by_kind, by_family, by_kind_family and per-run rows (analysis/scoring.py says
+by_kind, by_family, by_kind_family and per-run rows (analysis/suite_score.py says
 how each is counted). On the `test` split (`snakemake --configfile
 config/test.yaml`) this is the benchmark's headline.
 """
@@ -197,7 +197,7 @@ def noise_table(ranked: list[tuple[str, dict]]) -> list[str]:
 
 def unmeasured_lines(why: dict[str, int]) -> list[str]:
     """Why faults sit in the `unmeasured` column, and what would measure them."""
-    from stragglerlab.analysis.ground_truth import Unmeasured
+    from stragglerlab.analysis.fault_control import Unmeasured
 
     lines = []
     for reason, n in sorted(why.items(), key=lambda kv: -kv[1]):
@@ -214,7 +214,7 @@ def run(args) -> int:
     """Score every requested detector over the runs."""
     from stragglerlab.analysis.detectors import detector_names
     from stragglerlab.analysis.ground_truth import load_truths
-    from stragglerlab.analysis.scoring import score_suite
+    from stragglerlab.analysis.suite_score import score_suite
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.scores import SCORES_SCHEMA
 

@@ -141,7 +141,7 @@ def run(args) -> int:
                  f"pp={scenario.parallel.pp}, {scenario.run.steps} steps -> {args.out}")
         if ray_address:
             progress(f"attaching to the Ray cluster at {ray_address}")
-        from stragglerlab.analysis.ground_truth import early_start_note
+        from stragglerlab.analysis.fault_control import early_start_note
 
         note = early_start_note([int(f.get("first_step", 0)) for f in scenario.faults],
                                 scenario.run.warmup_steps,

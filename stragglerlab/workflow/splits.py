@@ -73,7 +73,7 @@ LAYOUTS: tuple[tuple[int, int], ...] = ((2, 1), (4, 1), (1, 2), (1, 4), (2, 2), 
 
 CLEAN_STEPS_BEFORE: tuple[int, int] = (3, 6)
 """Inclusive range of the clean traced steps before a targeted fault's first step: at
-least `ground_truth.MIN_BASELINE_STEPS` (3), so its slowdown is measured within the run.
+least `fault_control.MIN_BASELINE_STEPS` (3), so its slowdown is measured within the run.
 The first step is the cases' warm-up steps (not traced) plus this. Until stop 44 it was
 drawn as steps 4-7 outright, written when one warm-up step was step 0; with three since
 stop 41, traced steps start at 3 and most faults had fewer than 3 clean steps before

@@ -11,7 +11,8 @@ from stragglerlab.analysis.detectors.bocd import BocdConfig, bocd_map_segments
 from stragglerlab.analysis.detectors.nvrx import nvrx_scores
 from stragglerlab.analysis.detectors.signatures import peel_stragglers
 from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth
-from stragglerlab.analysis.scoring import score_run, score_suite
+from stragglerlab.analysis.scoring import score_run
+from stragglerlab.analysis.suite_score import score_suite
 from stragglerlab.errors import InputError
 from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds
 from stragglerlab.workflow.splits import LayoutFamily, Split, all_cases, expand_splits
@@ -38,7 +39,7 @@ def test_splits_are_disjoint_seeded_and_cover_every_kind_and_family():
 
 
 def test_every_targeted_fault_starts_after_enough_clean_traced_steps_to_measure_it():
-    from stragglerlab.analysis.ground_truth import MIN_BASELINE_STEPS
+    from stragglerlab.analysis.fault_control import MIN_BASELINE_STEPS
 
     for cases in all_cases(CFG).values():
         for c in cases:

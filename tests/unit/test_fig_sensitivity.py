@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 
 from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause  # noqa: E402
 from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth  # noqa: E402
-from stragglerlab.analysis.scoring import score_suite  # noqa: E402
+from stragglerlab.analysis.suite_score import score_suite  # noqa: E402
 from stragglerlab.figures.data import FigureData, load_figure_data  # noqa: E402
 from stragglerlab.figures.registry import build_figure, figure_inputs  # noqa: E402
 from stragglerlab.figures.scores import parse_scores  # noqa: E402

@@ -6,7 +6,8 @@ import pytest
 
 from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
 from stragglerlab.analysis.ground_truth import CLEAN, RunTruth
-from stragglerlab.analysis.scoring import score_run, score_suite
+from stragglerlab.analysis.scoring import score_run
+from stragglerlab.analysis.suite_score import score_suite
 
 
 def _truth(run: str, kind: str, cause: RootCause, ranks: set[int], start: int | None = 4,
@@ -101,7 +102,7 @@ def test_cause_accuracy_compares_kinds_a_trace_can_tell_apart():
 
 
 def test_precision_interval_follows_the_point_rule_when_nothing_is_named():
-    from stragglerlab.analysis.scoring import metrics
+    from stragglerlab.analysis.suite_score import metrics
 
     missed = [score_run(_truth(f"m{i}", "slow-worker", RootCause.SLOW_WORKER, {1}), [])
               for i in range(5)]

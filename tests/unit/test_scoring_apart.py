@@ -1,5 +1,5 @@
 """Scoring beside F1: unobservable faults apart, recall by magnitude (the sensitivity curve)
-and false findings per 1,000 clean worker-steps (analysis/scoring.py)."""
+and false findings per 1,000 clean worker-steps (analysis/suite_score.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,11 @@ import pandas as pd
 import pytest
 
 from stragglerlab.analysis.detectors.base import Finding, RankRef, RootCause
-from stragglerlab.analysis.ground_truth import (
-    CLEAN,
-    FaultTruth,
-    RunTruth,
-    _fault_truths,
-    clean_steps,
-    observability,
-)
-from stragglerlab.analysis.scoring import score_run, score_suite
+from stragglerlab.analysis.fault_control import clean_steps
+from stragglerlab.analysis.fault_observability import observability
+from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth, _fault_truths
+from stragglerlab.analysis.scoring import score_run
+from stragglerlab.analysis.suite_score import score_suite
 from stragglerlab.faults import FaultRecord
 
 
@@ -98,7 +94,7 @@ def _two_rank_throttle(victim: int, mechanism: str = "tc-tbf") -> FaultRecord:
 
 
 def test_a_link_throttled_both_ways_in_a_two_worker_job_is_placed_by_either_end():
-    from stragglerlab.analysis.ground_truth import alike_ranks
+    from stragglerlab.analysis.fault_observability import alike_ranks
 
     assert alike_ranks(_two_rank_throttle(0), 2) == {0, 1}
     assert alike_ranks(_two_rank_throttle(0), 4) == {0}  # other links tell them apart
@@ -132,7 +128,7 @@ def _truths_of(first_steps: list[int], last_steps: list[int | None], traced=rang
 
 
 def test_each_unmeasured_fault_says_why():
-    from stragglerlab.analysis.ground_truth import Unmeasured
+    from stragglerlab.analysis.fault_control import Unmeasured
 
     (late,) = _truths_of([6], [None])        # steps 3, 4, 5 clean: measured in the run
     assert late.measured_slowdown == 1.5 and late.unmeasured is None
@@ -173,7 +169,7 @@ def test_clean_steps_are_those_outside_every_window():
 
 
 def test_score_prints_why_faults_are_unmeasured_and_what_to_change():
-    from stragglerlab.analysis.ground_truth import Unmeasured
+    from stragglerlab.analysis.fault_control import Unmeasured
     from stragglerlab.cli.score import noise_table
 
     few = FaultTruth(kind="slow-worker", cause=RootCause.SLOW_WORKER, ranks=frozenset({1}),
@@ -186,7 +182,7 @@ def test_score_prints_why_faults_are_unmeasured_and_what_to_change():
 
 
 def test_train_notes_a_fault_placed_too_early_to_measure():
-    from stragglerlab.analysis.ground_truth import early_start_note
+    from stragglerlab.analysis.fault_control import early_start_note
 
     # steps count from 0: with 3 warm-up steps, steps 3, 4 and 5 are the first traced
     note = early_start_note([5], warmup_steps=3)
