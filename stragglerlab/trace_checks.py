@@ -18,8 +18,10 @@ into silent nonsense or allocate memory by the size of a bad number:
 * clocks: `start_ts` in [-MAX_SPAN_S, MAX_START_S] (seconds, one clock), every
   `duration` <= MAX_SPAN_S, a step spans at most MAX_SPAN_S from its first
   start to its last end, and within a (step, worker, optype) the starts do not
-  go back as seq_id grows (the one order the schema defines per stream), and
-  every worker's span of a step overlaps every other's (one job-wide clock);
+  go back as seq_id grows (the one order the schema defines per stream),
+  every worker's span of a step overlaps every other's (one job-wide clock), and
+  no P2P recv ends before its send starts (data cannot arrive before it is sent:
+  a finer view of the same clock, where the spans overlap but are shifted);
 * at most MAX_OPS_PER_STEP ops per worker and step;
 * not every compute duration is 0 (a job that computes nothing has no
   slowdown to analyse), nor every one of a compute op kind.
@@ -69,13 +71,15 @@ def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float
 
 def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
                     opt: np.ndarray, cell: np.ndarray, step_idx: np.ndarray,
-                    steps: np.ndarray, meta: JobMeta, path: str, rows: Rows) -> None:
+                    steps: np.ndarray, meta: JobMeta, path: str, rows: Rows,
+                    pairs: tuple[np.ndarray, np.ndarray] | None = None) -> None:
     """Raise InputError for the first implausible value (see the module doc).
 
     Runs after the completeness check (every step holds every worker, each
     (worker, optype) the same number of rows): `step_idx` is each row's dense
     step index into the sorted distinct `steps`. That makes every group below
-    a dense range, so nothing here sorts the trace: O(rows).
+    a dense range, so nothing here sorts the trace: O(rows). `pairs`: the row positions
+    of each P2P pair's send and recv (stragglerlab.p2p_pairs), None to skip that check.
     """
     world = meta.world_size
     _range(path, rows, "rank", ints("rank"), 0, world - 1, f"world_size={world} of the job meta")
@@ -162,7 +166,9 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"step {int(steps[s])} spans {span[s]:.3g} s from its first start to its last "
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
-    _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
+    span = _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
+    if pairs is not None:
+        _check_p2p_order(start, dur, pairs, span, cell, step_idx, steps, meta, path)
 
 
 def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
@@ -194,8 +200,9 @@ def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
 
 def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
                      step_idx: np.ndarray, steps: np.ndarray, meta: JobMeta,
-                     path: str) -> None:
-    """Every worker's span of a step overlaps every other's. A synchronous step couples
+                     path: str) -> float:
+    """Every worker's span of a step overlaps every other's; returns the median worker
+    step span, s. A synchronous step couples
     all of them (its DP collectives, its P2P chain), so in one job-wide clock some moment
     lies inside every worker's span; a worker that starts a step after another finished
     it has a clock of its own (an offset rank, corrupted start_ts), and the what-if would
@@ -220,6 +227,40 @@ def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
             "has ended it, but a step's collectives and P2P couple every worker: their "
             "start_ts are not on one clock (a rank's clock offset, or corrupted times); "
             "trace every rank on one job-wide clock", path)
+    return float(np.median(hi - lo))
+
+
+def _check_p2p_order(start: np.ndarray, dur: np.ndarray,
+                     pairs: tuple[np.ndarray, np.ndarray], span: float, cell: np.ndarray,
+                     step_idx: np.ndarray, steps: np.ndarray, meta: JobMeta,
+                     path: str) -> None:
+    """No recv ends before its send starts, beyond CLOCK_TOLERANCE of the median worker
+    step span: on one clock the data cannot arrive before it is sent. A rank whose clock
+    is off by less than a step keeps its spans overlapping (`_check_one_clock`) but
+    reverses some pairs, and the what-if would read the shift as waiting. Measured
+    (recv end - send start): at least +0.2 ms on every pair of the artifact's samples,
+    ../shared/differential and 136 testbed runs (2026-11-28)."""
+    send, recv = pairs
+    # A recv of no measurable length (a tracer that records the posting only, durations
+    # too small to move the clock) says nothing about when its data came.
+    timed = start[recv] + dur[recv] > start[recv]
+    send, recv = send[timed], recv[timed]
+    if not len(send):
+        return
+    early = (start[send] - (start[recv] + dur[recv]))  # > 0: the recv ended first
+    i = int(np.argmax(early))
+    if early[i] <= CLOCK_TOLERANCE * span:
+        return
+    pp = meta.pp_size
+    s_cell, r_cell = int(cell[send[i]]), int(cell[recv[i]])
+    n = int((early > CLOCK_TOLERANCE * span).sum())
+    raise InputError(
+        f"in step {int(steps[step_idx[send[i]]])} a P2P recv on worker (dp_rank "
+        f"{r_cell // pp}, stage {r_cell % pp}) ends {early[i]:.6g} s before its send on "
+        f"worker (dp_rank {s_cell // pp}, stage {s_cell % pp}) starts ({n} pair(s) like "
+        "it): data cannot arrive before it is sent, so these workers' start_ts are not on "
+        "one clock (a rank's clock offset, or corrupted times); trace every rank on one "
+        "job-wide clock", path)
 
 
 # P2P op types that cannot occur on the first / last stage of a pipeline without

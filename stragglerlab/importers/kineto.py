@@ -328,7 +328,7 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                          "export unedited", empty[0].path)
     meta = JobMeta(dp_size=len(dp_keep), pp_size=layout.pp, tp_size=layout.tp,
                    world_size=len(dp_keep) * layout.pp * layout.tp, trial_name=trial_name)
-    _analysable(df, meta, [t.path for t in traces])
+    _analysable(df, meta, [t.path for t in traces], align)
     report = {
         "files": {str(t.rank): t.path for t in sorted(traces, key=lambda t: t.rank)},
         "layout": {"dp": layout.dp, "pp": layout.pp, "tp": layout.tp, "source": layout.source,
@@ -384,17 +384,22 @@ def _layout_agrees(layout: Layout, traces: list, world: int, where: str) -> None
                          f"tp={told.tp}); drop --layout to use them", where)
 
 
-def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str]) -> None:
+def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str], align: str) -> None:
     """The merged trace passes the checks every reader runs (validate_trace), or one
     InputError naming the rank traces it came from: an import that writes a trace the
-    what-if then refuses points the user at the wrong file."""
+    what-if then refuses points the user at the wrong file. A clock error names the
+    alignment that was used and the one to try."""
     from stragglerlab.validate import validate_trace
 
     try:
         validate_trace(df, meta, "the imported trace")
     except InputError as e:
         folder = str(Path(files[0]).parent) if files else "--traces"
+        clocks = ""
+        if "one clock" in str(e) and align != "collective":
+            clocks = (f"; the clocks were aligned by `{align}`: if the ranks ran on hosts "
+                      "whose clocks differ, pass --align collective")
         raise InputError(f"the rank traces do not merge into a trace the what-if can read "
-                         f"({e}); ranges a tracer left malformed (no ph 'X', no name, "
+                         f"({e}){clocks}; ranges a tracer left malformed (no ph 'X', no name, "
                          "outside their ProfilerStep, overlapping) are left out, so check "
                          "those: pass the profiler's export unedited", folder) from None

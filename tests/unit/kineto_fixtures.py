@@ -25,17 +25,22 @@ def _x(name: str, ts: float, dur: float, cat: str = "user_annotation", tid: int 
             "args": args}
 
 
-def rank_doc(rank: int, steps=(3, 4), dp: int = 2, pp: int = 2, pg: bool = True) -> dict:
-    """One rank's trace document."""
+def rank_doc(rank: int, steps=(3, 4), dp: int = 2, pp: int = 2, pg: bool = True,
+             skew_us: float = 1000.0) -> dict:
+    """One rank's trace document; its clock runs `skew_us` x rank ahead of rank 0's."""
     stage, dp_rank = divmod(rank, dp)
-    skew = 1000.0 * rank  # this rank's clock offset, us
+    skew = skew_us * rank  # this rank's clock offset, us
     ev: list[dict] = [{"ph": "M", "name": "process_name", "pid": 100, "tid": 0, "ts": 0,
                        "args": {"name": "python"}}]
     for k in steps:
         t0 = 1_000_000.0 + k * STEP_US + skew
         ev.append(_x(f"ProfilerStep#{k}", t0, STEP_US - 100))
         ev.append(_x("params-all-gather", t0 + 100, 200))
-        fwd, bwd = t0 + 400, t0 + 4000
+        # A causal 1F1B-like schedule: stage s forwards 1.1 ms after stage s - 1, and
+        # backwards 1.5 ms after stage s + 1, so every recv ends after its send starts.
+        fwd = t0 + 400 + stage * 1100
+        bwd = t0 + 400 + (pp - 1) * 1100 + 2000 + (pp - 1 - stage) * 1500
+        end = t0 + 400 + (pp - 1) * 1100 + 2000 + (pp - 1) * 1500 + 3000
         for mb in range(2):
             f = fwd + mb * 1000
             ev.append(_x("forward-compute", f, 800))
@@ -52,10 +57,10 @@ def rank_doc(rank: int, steps=(3, 4), dp: int = 2, pp: int = 2, pg: bool = True)
             ev.append(_x("backward-compute", b, 1400))
             if stage > 0:
                 ev.append(_x("backward-send", b + 1410, 80))
-        ev.append(_x("grads-reduce-scatter", t0 + 7100, 300))
-        ev.append(_x("gloo:reduce_scatter", t0 + 7150, 200, tid=7))
-        ev.append(_x("optimizer-clip-main-grad", t0 + 7500, 400))
-        ev.append(_x("optimizer", t0 + 8000, 600))
+        ev.append(_x("grads-reduce-scatter", end, 300))
+        ev.append(_x("gloo:reduce_scatter", end + 50, 200, tid=7))
+        ev.append(_x("optimizer-clip-main-grad", end + 400, 400))
+        ev.append(_x("optimizer", end + 900, 600))
     ev.append(_x("optimizer", 9e9, 1, finished=False))  # never closed: left out
     groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": dp * pp,
                "ranks": list(range(dp * pp))}]
