@@ -30,11 +30,10 @@ import pandas as pd
 from stragglerlab.analysis.general_sim import schedule, simulate_masks
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.op_model import COMPUTE, STEP_END
+from stragglerlab.results import STRAGGLING_S
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
-STRAGGLING_S = 1.1
-"""S at or above which a job counts as straggling."""
 
 
 @dataclass(kw_only=True)

@@ -101,10 +101,7 @@ def _figure_entry(path: Path, raw: object) -> FigureEntry:
     chk = Checker(path, FIGURE_FIX)
     raw = chk.mapping(raw, path.name)
     if "schema" in raw:  # older figure results have none
-        schema = chk.string(raw["schema"], "schema")
-        if not schema.startswith("stragglerlab.figure/"):
-            chk.fail("schema", f"{echo(schema)} is not a figure result schema "
-                               f"({FIGURE_SCHEMA})")
+        chk.schema(raw["schema"], FIGURE_SCHEMA, "figure result")
     name = chk.string(raw.get("name"), "name")
     texts = {k: raw.get(k) for k in ("title", "source", "note")}
     for k, v in texts.items():

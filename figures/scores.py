@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.filecheck import Checker, echo, load_json
+from stragglerlab.filecheck import Checker, load_json
 from stragglerlab.findings import RootCause, same_cause
 
 SCORES_SCHEMA = "stragglerlab.scores/1"
@@ -240,9 +240,7 @@ def parse_scores(raw: object, path: str | Path) -> ScoreFile:
     chk = Checker(path, SCORES_FIX)
     raw = chk.mapping(raw, "scores")
     if "schema" in raw:  # older files have none
-        schema = chk.string(raw["schema"], "schema")
-        if not schema.startswith("stragglerlab.scores/"):
-            chk.fail("schema", f"{echo(schema)} is not a scores schema ({SCORES_SCHEMA})")
+        chk.schema(raw["schema"], SCORES_SCHEMA, "scores")
     return ScoreFile(path=str(path),
                      detectors=[_detector(chk, str(name), s) for name, s in raw.items()
                                 if name != "schema"])

@@ -270,6 +270,20 @@ class Checker:
             self.fail(field, f"expected a string, got {echo(value)}")
         return value
 
+    def schema(self, value: object, current: str, what: str) -> str:
+        """`value` as the file's `schema`: `current` (`<family>/<version>`, the one version
+        this tool writes and reads), else InputError: another family is another kind of
+        file, another version a newer tool's file (or an edited one), whose fields may
+        mean other things."""
+        schema = self.string(value, "schema")
+        if not schema.startswith(current.rsplit("/", 1)[0] + "/"):
+            self.fail("schema", f"{echo(schema)} is not a {what} schema ({current})")
+        if schema != current:
+            self.fail("schema", f"{echo(schema)} is a version this stragglerlab does not "
+                      f"read (it reads {current}): a newer stragglerlab wrote it, or it was "
+                      "edited")
+        return schema
+
     def boolean(self, value: object, field: str) -> bool:
         """true or false."""
         if not isinstance(value, bool):

@@ -199,9 +199,7 @@ class FindingsDocument:
     def from_json(cls, raw: object, chk: Checker, meta: JobMeta | None = None) -> FindingsDocument:
         """Validate a parsed findings file (a file without `schema` is an older /1 file)."""
         raw = chk.mapping(raw, "findings file")
-        schema = chk.string(raw.get("schema", FINDINGS_SCHEMA), "schema")
-        if not schema.startswith("stragglerlab.findings/"):
-            chk.fail("schema", f"{echo(schema)} is not a findings schema ({FINDINGS_SCHEMA})")
+        schema = chk.schema(raw.get("schema", FINDINGS_SCHEMA), FINDINGS_SCHEMA, "findings")
         findings = chk.listing(raw.get("findings"), "findings")
         return cls(detector=chk.string(raw.get("detector"), "detector"),
                    run=chk.string(raw.get("run", ""), "run"),

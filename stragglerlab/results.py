@@ -24,6 +24,8 @@ import numpy as np
 
 from stragglerlab.meta import JobMeta
 
+STRAGGLING_S = 1.1
+"""S at or above which a job counts as straggling (the paper's threshold)."""
 SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2
 """Version of the whatif.json layout (2: compute_ideals and the detector's evidence added)."""
@@ -179,7 +181,7 @@ class WhatIfResult:
         return {
             "slowdown": self.slowdown,
             "waste": self.waste,
-            "straggling": self.slowdown >= 1.1,
+            "straggling": self.slowdown >= STRAGGLING_S,
             "t_ideal_s": self.t_ideal,
             "step_slowdown": self.step_slowdown(),
             "slowdown_by_optype": {k: float(v) for k, v in

@@ -145,9 +145,7 @@ class RunRecord:
     def from_json(cls, raw: object, chk: Checker, meta: JobMeta | None = None) -> RunRecord:
         """Validate a parsed run.json (a file without `schema` is an older /1 file)."""
         raw = chk.mapping(raw, "run.json")
-        schema = chk.string(raw.get("schema", RUN_SCHEMA), "schema")
-        if not schema.startswith("stragglerlab.run/"):
-            chk.fail("schema", f"{echo(schema)} is not a run record schema ({RUN_SCHEMA})")
+        schema = chk.schema(raw.get("schema", RUN_SCHEMA), RUN_SCHEMA, "run record")
         outcome = raw.get("outcome")
         if outcome not in OUTCOMES:
             chk.fail("outcome", f"expected one of {', '.join(OUTCOMES)}, got {echo(outcome)}")

@@ -196,6 +196,7 @@ def _check_complete(
     bad_absent_pairs = used[(absent[used] > 0) & (expected[used] > 0)]
     total = len(bad_present) + int(absent[bad_absent_pairs].sum())
     if total == 0:
+        _check_dp_alike(expected, meta, path)
         return step_idx, steps
     found = [(int(k_step[i]), int(k_pair[i]), int(counts[i])) for i in bad_present[:SHOW]]
     for p in bad_absent_pairs[:SHOW]:
@@ -214,6 +215,23 @@ def _check_complete(
         "steps or fix the tracer",
         path,
     )
+
+
+def _check_dp_alike(expected: np.ndarray, meta: JobMeta, path: str) -> None:
+    """Every DP rank of a stage traces the same ops per step as DP rank 0 (the what-if
+    takes one step's ops as the template of every DP replica): `expected` is the per-step
+    row count of each (cell, optype), cells numbered dp_rank * pp_size + stage."""
+    per = expected.reshape(meta.dp_size, meta.pp_size, len(OPTYPE_VALUES))
+    differ = np.argwhere(per != per[0][None])
+    if not len(differ):
+        return
+    d, st, o = (int(x) for x in differ[0])
+    raise InputError(
+        f"worker (dp_rank {d}, stage {st}) traces {int(per[d, st, o])} "
+        f"'{OPTYPE_VALUES[o]}' op(s) per step where (dp_rank 0, stage {st}) traces "
+        f"{int(per[0, st, o])} ({len(differ)} (worker, op type) pair(s) like it): every DP "
+        "rank of a stage runs the same ops; trace them all alike (a range named otherwise "
+        "on one rank is left out of the vocabulary)", path)
 
 
 def _check_extra_columns(df: pd.DataFrame, path: str) -> None:

@@ -172,6 +172,29 @@ _NULLABLE = ("fwd_bwd_correlation", *_LAUNCH)
 """Null in a file `whatif` writes: no correlation measured, no launch attribution."""
 
 
+_PER_STEP = ("step_time_actual_s", "step_time_nodelay_s", "step_slowdown",
+             "step_slowdown_by_dp_rank", "step_slowdown_by_stage", "step_slowdown_by_optype",
+             "step_launch_slowdown_by_optype", "step_launch_slowdown_by_stage",
+             "step_launch_slowdown_by_dp_rank")
+"""Tables keyed by step number: by exactly the steps `steps` lists."""
+
+
+def _keyed_by_steps(chk, doc: dict, where: str, steps: list[int], has) -> None:
+    """Every per-step table holds the steps `steps` lists, no more, no fewer: a file whose
+    parts disagree (edited, or merged from two results) would be drawn step by step off
+    by one, with nothing said."""
+    want = [str(s) for s in steps]
+    for key in (k for k in _PER_STEP if has(k) and isinstance(doc[k], dict)):
+        got = sorted(map(str, doc[key]), key=lambda k: (len(k), k))
+        if got != sorted(want, key=lambda k: (len(k), k)):
+            chk.fail(where + key, f"holds steps {_few(got)} where `steps` lists "
+                     f"{_few(want)}: the file's parts disagree")
+
+
+def _few(keys: list[str]) -> str:
+    return "[" + ", ".join(keys[:6]) + (", ...]" if len(keys) > 6 else "]")
+
+
 def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> None:
     """Each field `doc` has, by the rules of its kind; `where` prefixes the field names of
     a compute_ideals block. Null is a field's absence in `_NULLABLE`, and in a file of the
@@ -205,8 +228,13 @@ def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> No
             chk.boolean(doc[key], where + key)
     if has("n_ops"):
         chk.integer(doc["n_ops"], where + "n_ops", 0)
-    for i, s in enumerate(chk.listing(doc["steps"], where + "steps") if has("steps") else ()):
-        chk.integer(s, f"{where}steps[{i}]", minimum=0)
+    steps = [chk.integer(s, f"{where}steps[{i}]", minimum=0)
+             for i, s in enumerate(chk.listing(doc["steps"], where + "steps") if has("steps")
+                                   else ())]
+    if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+        chk.fail(where + "steps", "must list the traced step numbers ascending, each once")
+    if has("steps"):
+        _keyed_by_steps(chk, doc, where, steps, has)
     for i, note in enumerate(chk.listing(doc["notes"], where + "notes") if has("notes") else ()):
         chk.string(note, f"{where}notes[{i}]")
     for key, lowest in (("worker_score", 0.0), ("comm_excess_by_worker_s", None)):

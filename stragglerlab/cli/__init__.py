@@ -148,7 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     _escape_unencodable_output()
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # imports every verb: about half a second
+    except KeyboardInterrupt:
+        print("stragglerlab: interrupted", file=sys.stderr)
+        return 130
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
     install_sigterm_handler()

@@ -161,6 +161,10 @@ def _print_vocabulary(res, out) -> None:
     print(f"clock alignment ({r['align']}): {offsets}")
     if r["unfinished_ranges_dropped"]:
         print(f"left out {r['unfinished_ranges_dropped']} ranges that never closed")
+    for name, row in r.get("respelled_ranges", {}).items():
+        print(f"note: read {row['count']} range(s) named {name!r} as {row['optype']!r} "
+              f"(rank(s) {', '.join(map(str, row['ranks']))}); name them exactly as the "
+              "op vocabulary does")
     print(f"wrote {out}/trace.parquet, meta.yaml, import.json")
 
 

@@ -52,6 +52,7 @@ def run(args) -> int:
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.meta import LayoutFamily
     from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
+    from stragglerlab.results import STRAGGLING_S
     from stragglerlab.run_folder import RunFolder
 
     path = out_file(args.out, NOISE_FLOOR_YAML)  # checked before any work starts
@@ -69,6 +70,13 @@ def run(args) -> int:
                                  str(folder.faults_path))
             run = load_run(run_dir)
             reading = detector.clean_reading(run)
+            if reading.job_slowdown >= STRAGGLING_S:  # a floor of it would hide stragglers
+                raise InputError(
+                    f"this run is straggling (S {reading.job_slowdown:.3f} >= "
+                    f"{STRAGGLING_S}), and the noise floor is measured on clean runs only"
+                    + ("" if folder.faults_path.is_file() else
+                       " (it has no faults.json, so it was taken as clean)")
+                    + "; drop it from --runs", str(folder.path))
             family = LayoutFamily.of(run.meta.dp_size, run.meta.pp_size)
             readings.setdefault(family, []).append(reading)
             task.advance(note=f"{run_dir} ({reading.layout}): S {reading.job_slowdown:.3f}")

@@ -186,6 +186,17 @@ STEP_OVERLAP_US = 1000.0
 and opens the next back to back, a clock read apart."""
 
 
+def step_number(name: str, where: str) -> int:
+    """N of a range named `ProfilerStep#...`; InputError when N is not a step number torch
+    writes (`ProfilerStep#two`, `#-1`, `#3 `): such a step would be dropped unsaid."""
+    m = STEP_RE.match(name)
+    if m is None:
+        raise InputError(f"a range is named {name[:60]!r}: torch names each step "
+                         "ProfilerStep#<n>, n a number from 0; pass the profiler's export "
+                         "unedited, or fix that range's name", where)
+    return int(m.group(1))
+
+
 def add_step(steps: dict[int, tuple[float, float]], n: int, start: float, end: float,
              where: str) -> None:
     """Record ProfilerStep#n's CPU range (us); InputError when the rank already has a

@@ -50,7 +50,6 @@ import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
-    STEP_RE,
     add_step,
     check_rank_doc,
     check_step_order,
@@ -58,8 +57,10 @@ from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-expor
     find_traces,
     load_json,
     one_trace_per_rank,
+    step_number,
 )
 from stragglerlab.importers.kineto_clocks import check_clock_gaps, clock_offsets
+from stragglerlab.importers.kineto_events import VOCAB, vocab_name
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
 from stragglerlab.meta import MAX_WORKERS, JobMeta
 from stragglerlab.schema import OPTYPE_VALUES, P2P_OPS, OpType
@@ -69,7 +70,6 @@ MAX_WORLD = MAX_WORKERS
 rank of the world is checked for a file, so a world_size from a corrupt file must not size
 that work (2**32 ran for minutes and filled the memory)."""
 
-VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
@@ -89,6 +89,8 @@ class RankTrace:
     has_kernels: bool
     unfinished: int = 0
     gpu_timed: int = 0
+    respelled: dict[str, int] = field(default_factory=dict)
+    """Range names read as a vocabulary op type but for case, spaces or `_` -> count."""
 
 
 @dataclass
@@ -204,12 +206,18 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
     gpu = timing == "gpu" or (timing == "auto" and has_kernels)
     steps: dict[int, tuple[float, float]] = {}
     ranges, gpu_spans, comm, unfinished = [], {}, [], 0
+    respelled: dict[str, int] = {}
     for e in events:
         name, cat = str(e.get("name", "")), e.get("cat")
+        if cat in ("user_annotation", "gpu_user_annotation") and name not in VOCAB and \
+                (optype := vocab_name(name)) is not None:
+            if cat == "user_annotation":
+                respelled[name] = respelled.get(name, 0) + 1
+            name = optype
         start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
         args = e.get("args") or {}
-        if cat == "user_annotation" and (m := STEP_RE.match(name)):
-            add_step(steps, int(m.group(1)), start, end, where)
+        if cat == "user_annotation" and name.startswith("ProfilerStep#"):
+            add_step(steps, step_number(name, where), start, end, where)
         elif cat == "user_annotation" and name in VOCAB:
             if args.get("finished") is False:
                 unfinished += 1
@@ -241,7 +249,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
     check_step_order(steps, where)
     return RankTrace(where, info["rank"], info["world_size"], str(doc.get("host_name", "")),
                      info.get("pg_config") or [], float(base) / 1e3, steps, ops,
-                     has_kernels, unfinished, gpu_timed)
+                     has_kernels, unfinished, gpu_timed, respelled)
 
 
 def _check_ranks(traces: list[RankTrace]) -> int:
@@ -337,9 +345,21 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
         "align": align, "clock_offsets_s": {str(t.rank): offsets[t.rank] / 1e6 for t in traces},
         "steps": steps, "dp_ranks_kept": dp_keep, "ops": int(len(df)),
         "unfinished_ranges_dropped": int(sum(t.unfinished for t in traces)),
+        "respelled_ranges": _respelled(traces),
         "kept_ranks": {str(i): r for i, r in enumerate(kept)},
     }
     return ImportResult(df, meta, report)
+
+
+def _respelled(traces: list[RankTrace]) -> dict[str, dict]:
+    """Range names read as an op type but for spelling -> {op type, count, ranks}."""
+    out: dict[str, dict] = {}
+    for t in traces:
+        for name, n in t.respelled.items():
+            row = out.setdefault(name, {"optype": vocab_name(name), "count": 0, "ranks": []})
+            row["count"] += n
+            row["ranks"].append(t.rank)
+    return out
 
 
 def _frame(traces, layout: Layout, dp_keep: list[int], steps: list[int],

@@ -41,17 +41,27 @@ from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
-    STEP_RE,
     add_step,
     check_entry,
     check_step_order,
     dinfo_problem,
+    step_number,
 )
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
+
+
+def vocab_name(name: str) -> str | None:
+    """The vocabulary op type a range's name spells, None if none: the name itself, or the
+    name but for case, surrounding spaces and `_` or a space for `-` ('Optimizer',
+    ' forward_compute '), so one hand-typed range does not vanish from one rank."""
+    if name in VOCAB:
+        return name
+    near = name.strip().lower().replace("_", "-").replace(" ", "-")
+    return near if near in VOCAB else None
 COMPUTE_VOCAB = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value})
 RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 UNRANKED = -1
@@ -215,11 +225,12 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                                        corr=corr if isinstance(corr, int) else -1,
                                        args={k: args[k] for k in COMM_ARGS if k in args},
                                        name=name))
-            elif name.startswith("ProfilerStep#") and (m := STEP_RE.match(name)):
+            elif name.startswith("ProfilerStep#"):
+                n = step_number(name, where)
                 if cat == "user_annotation":  # the CPU range; a GPU one trails it
-                    add_step(steps, int(m.group(1)), float(ts), float(end), where)
+                    add_step(steps, n, float(ts), float(end), where)
                 else:
-                    steps.setdefault(int(m.group(1)), (float(ts), float(end)))
+                    steps.setdefault(n, (float(ts), float(end)))
             elif name == "record_param_comms":
                 rec = CommRecord(start=ts, end=end, tid=_tid(e), corr=-1, name=name,
                                  args={k: args[k] for k in COMM_ARGS if k in args})
@@ -231,10 +242,10 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 ci = args.get("Concrete Inputs") if name in P2P_LAUNCHES else None
                 labels.append((float(ts), float(end), _tid(e), name,
                                {"Concrete Inputs": ci} if isinstance(ci, list) else {}))
-            elif name in VOCAB and cat == "user_annotation":
+            elif cat == "user_annotation" and (optype := vocab_name(name)) is not None:
                 vocab += 1
-                names.add(name)
-                if stop_at_vocab and (name in COMPUTE_VOCAB or len(names) >= 2):
+                names.add(optype)
+                if stop_at_vocab and (optype in COMPUTE_VOCAB or len(names) >= 2):
                     raise VocabularyFound(where)
     if bad:
         raise InputError(f"{bad:,} complete event(s) are malformed, e.g. {first_bad}: ts and "

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 
 from stragglerlab.cli import main
+from stragglerlab.errors import InputError
+from stragglerlab.importers.kineto import import_kineto
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.trace_io import write_trace
+from tests.unit.kineto_fixtures import rank_doc, write
 from tests.unit.monitor_helpers import synth
 
 
@@ -37,3 +40,129 @@ def test_a_worker_clock_shifted_inside_the_step_is_refused(tmp_path, src, capsys
 
 def test_the_unshifted_trace_passes(tmp_path, src):
     assert main(["whatif", "--run", str(src), "--out", str(tmp_path), "--quiet"]) == 0
+
+
+def _rank0_renamed(tmp_path, old: str, new: str) -> list:
+    docs = {r: rank_doc(r) for r in range(4)}
+    for e in docs[0]["traceEvents"]:
+        if e.get("name") == old:
+            e["name"] = new
+    return [write(d, tmp_path / f"rank{r}.json") for r, d in docs.items()]
+
+
+@pytest.mark.parametrize("new", ["Optimizer", " optimizer ", "OPTIMIZER"])
+def test_a_vocabulary_name_misspelt_by_case_or_spaces_is_read_with_a_note(tmp_path, new):
+    """'Optimizer' on one rank was dropped without a word: the import wrote a trace the
+    what-if then refused (an op missing from one DP rank)."""
+    res = import_kineto(_rank0_renamed(tmp_path, "optimizer", new))
+    assert (res.df["optype"] == "optimizer").sum() == 4 * 2  # every rank, both steps
+    # 3 ranges: one per step and the fixture's never-closed one (then left out)
+    assert res.report["respelled_ranges"][new] == {"optype": "optimizer", "count": 3,
+                                                   "ranks": [0]}
+
+
+def test_underscores_for_hyphens_are_read_too(tmp_path):
+    res = import_kineto(_rank0_renamed(tmp_path, "forward-compute", "forward_compute"))
+    assert res.report["respelled_ranges"]["forward_compute"]["optype"] == "forward-compute"
+
+
+def test_an_op_type_one_dp_rank_lacks_is_refused_at_import(tmp_path):
+    """A name that is not the vocabulary's ('optimiser') leaves rank 0 without the op:
+    refused at the import, naming the worker and op type, not later by the what-if."""
+    with pytest.raises(InputError, match=r"\(dp_rank 1, stage 0\) traces 1 'optimizer'.*"
+                                         r"\(dp_rank 0, stage 0\) traces 0"):
+        import_kineto(_rank0_renamed(tmp_path, "optimizer", "optimiser"))
+
+
+@pytest.mark.parametrize("name", ["ProfilerStep#two", "ProfilerStep#-1", "ProfilerStep#4 "])
+def test_a_step_range_whose_number_is_not_one_is_refused(tmp_path, name):
+    """Such a step was dropped without a word: the import read steps 3 and 5 of 3..5."""
+    docs = {r: rank_doc(r, steps=(3, 4, 5)) for r in range(4)}
+    for e in docs[1]["traceEvents"]:
+        if e.get("name") == "ProfilerStep#4":
+            e["name"] = name
+    files = [write(d, tmp_path / f"rank{r}.json") for r, d in docs.items()]
+    with pytest.raises(InputError, match="torch names each step ProfilerStep#<n>"):
+        import_kineto(files)
+    from stragglerlab.importers.kineto_events import read_rank
+    with pytest.raises(InputError, match="torch names each step ProfilerStep#<n>"):
+        read_rank(files[1])
+
+
+@pytest.mark.parametrize("steps", [[0, 0, 1, 2], [0, 1], [3, 2, 1, 0]])
+def test_a_whatif_json_whose_steps_disagree_with_its_tables_is_refused(tmp_path, src, steps):
+    """plot drew step 0 twice (or two steps of four) from such a file, exit 0."""
+    import json
+
+    assert main(["whatif", "--run", str(src), "--out", str(tmp_path / "w"), "--quiet"]) == 0
+    doc = json.loads((tmp_path / "w" / "whatif.json").read_text())
+    assert doc["steps"] == [0, 1, 2, 3]
+    (tmp_path / "bad.json").write_text(json.dumps(dict(doc, steps=steps)))
+    from stragglerlab.whatif_record import WhatIfRecord
+    with pytest.raises(InputError, match="steps"):
+        WhatIfRecord.read(tmp_path / "bad.json")
+    assert main(["plot", "--whatif", str(tmp_path / "bad.json"), "--out",
+                 str(tmp_path / "p"), "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["findings", "run", "scores", "figure"])
+def test_a_record_of_another_schema_version_is_refused(tmp_path, kind):
+    """Each reader took `<family>/9` for `<family>/1`: score counted such findings (F1 1.0),
+    detect and figures read such a run.json. Every versioned record now names the one
+    version it reads."""
+    from stragglerlab.filecheck import Checker
+    chk = Checker(tmp_path / "x.json", "rewrite it")
+    current = {"findings": "stragglerlab.findings/1", "run": "stragglerlab.run/1",
+               "scores": "stragglerlab.scores/1", "figure": "stragglerlab.figure/1"}[kind]
+    assert chk.schema(current, current, kind) == current
+    newer = current[:-1] + "9"
+    with pytest.raises(InputError, match=r"version this stragglerlab does not read.*"
+                                         + current.replace(".", r"\.")):
+        chk.schema(newer, current, kind)
+    with pytest.raises(InputError, match="is not a"):
+        chk.schema("stragglerlab.other/1", current, kind)
+
+
+def test_score_refuses_findings_of_a_newer_schema(tmp_path, src, capsys):
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+    assert main(["detect", "--run", str(run), "--quiet"]) == 0
+    path = run / "detect" / "whatif.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()),
+                                    schema="stragglerlab.findings/9")))
+    capsys.readouterr()
+    assert main(["score", "--runs", str(run), "--detector", "whatif", "--offline-only",
+                 "--out", str(tmp_path / "s"), "--quiet"]) == 2
+    assert "findings/9" in capsys.readouterr().err
+
+
+def test_ctrl_c_while_the_verbs_load_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first half second (build_parser imports every verb) printed a
+    KeyboardInterrupt traceback."""
+    import stragglerlab.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["whatif", "--run", "x"]) == 130
+    err = capsys.readouterr().err
+    assert err == "stragglerlab: interrupted\n"
+
+
+def test_noise_floor_refuses_a_straggling_run_taken_as_clean(tmp_path, capsys):
+    """A run folder with no faults.json was taken as clean; a straggling one (S 1.23)
+    became the floor and raised detect's thresholds (compute_ratio 1.1 -> 2)."""
+    run = synth(tmp_path / "run", "--steps", "4", "--slow", "1,1,2.0")
+    (run / "faults.json").unlink()
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["noise-floor", "--runs", str(run), "--out", str(tmp_path / "f"),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "straggling" in err and "no faults.json" in err
+    assert not (tmp_path / "f" / "noise-floor.yaml").exists()
