@@ -150,16 +150,19 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
                                 f"`{whatif_command(ref_dir, job, data)}` first.")
             continue
         cells = reference_cells(whatif_json)
+        _same_job(cells, ref_dir / f"meta-{job}.yaml", whatif_json,
+                  f"the what-if of another trace; run `{whatif_command(ref_dir, job, data)}`")
         entry = {"cells": cells.tolist(), **_hottest(cells)}
         result_path = ref_dir / f"result-{job}.json"
         if result_path.exists():
             expected = read_artifact_cells(result_path)
+            _same_job(expected, ref_dir / f"meta-{job}.yaml", result_path,
+                      f"the artifact's result of another job than trace-{job}; pass the "
+                      "artifact's reference-traces folder unchanged")
             entry["artifact_cells"] = expected.tolist()
-            same_shape = expected.shape == cells.shape
-            entry["max_abs_diff_vs_artifact"] = (float(np.abs(expected - cells).max())
-                                                 if same_shape else None)
-            entry["matches_artifact"] = bool(same_shape and np.allclose(
-                cells, expected, rtol=MATCH_RTOL, atol=1e-9))
+            entry["max_abs_diff_vs_artifact"] = float(np.abs(expected - cells).max())
+            entry["matches_artifact"] = bool(np.allclose(cells, expected, rtol=MATCH_RTOL,
+                                                         atol=1e-9))
         png = out_dir / f"{NAME}-reference-{job}.png"
         plot_worker_heatmap(cells, png, title=f"trace-{job} ({REFERENCE_ROLE[job]})",
                             source=f"reference trace trace-{job} (artifact)", pdf=True)
@@ -181,6 +184,18 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
     note = " ".join([_note(testbed, reference), *not_analysed])
     return FigureResult(name=NAME, paths=paths, source="; ".join(sources), paper=PAPER,
                         ours=ours, note=note)
+
+
+def _same_job(cells: np.ndarray, meta_path: Path, source: Path, what: str) -> None:
+    """InputError unless `cells` ([pp, dp], read from `source`) has the DP x PP layout of
+    the reference job's meta-<job>.yaml: a heatmap of another job compares nothing."""
+    if not meta_path.is_file():
+        return
+    meta = JobMeta.load(meta_path)
+    if cells.shape != (meta.pp_size, meta.dp_size):
+        raise InputError(f"holds a DP {cells.shape[1]} x PP {cells.shape[0]} heatmap, but "
+                         f"{meta_path.name} says DP {meta.dp_size} x PP {meta.pp_size}: "
+                         f"{what}", str(source))
 
 
 def _note(testbed: dict, reference: dict) -> str:

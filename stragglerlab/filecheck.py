@@ -197,6 +197,26 @@ class BoundedLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_SAFE_INT = yaml.SafeLoader.construct_yaml_int
+
+
+def _construct_int(loader: BoundedLoader, node) -> int:
+    """An int scalar, refusing the two YAML 1.1 spellings no reader expects: a leading 0
+    (`010` is octal 8, `012` is 10) and base 60 (`1:30` is 90)."""
+    text = str(node.value).replace("_", "")
+    digits = text.lstrip("+-")
+    sexagesimal = ":" in text
+    if sexagesimal or (len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB"):
+        value = _SAFE_INT(loader, node)
+        how = "base 60: quote it" if sexagesimal else "octal: drop the leading 0"
+        raise yaml.YAMLError(f"{echo(node.value)} on line {node.start_mark.line + 1} reads "
+                             f"as {value} in YAML 1.1 ({how})")
+    return _SAFE_INT(loader, node)
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def parse_yaml(text: str, where: str, what: str, fix: str) -> object:
     """Parse YAML text with BoundedLoader; one one-line InputError on any problem."""
     try:

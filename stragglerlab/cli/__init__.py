@@ -145,6 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reader_left(stream) -> bool:
+    """Whether `stream` is a pipe whose reader has closed it. Asked of the descriptor
+    (poll reports an error on a pipe's write end with no reader): a flush that succeeds
+    says nothing, for the failed write may already have emptied the buffer."""
+    import select
+
+    try:
+        fd = stream.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return True  # closed, detached or not a file: nothing reads it
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     _escape_unencodable_output()
@@ -173,9 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `stragglerlab ... | head`: the reader left; not an error of ours
         import os
 
-        try:
-            sys.stdout.flush()
-        except (BrokenPipeError, ValueError):
+        if _reader_left(sys.stdout):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         # stdout is fine, so stderr broke, mid-way through the work: it did not finish.

@@ -93,7 +93,6 @@ def run(args) -> int:
         finally:
             if server is not None:
                 server.stop()
-    print(summary(monitor, n))  # the result: stdout, --quiet or not
     if args.once and monitor.state.errors:
         # One pass over a finished run: what it could not read is the answer, not noise.
         raise InputError(f"{monitor.state.errors} error(s) while reading the run (garbage "
@@ -105,6 +104,7 @@ def run(args) -> int:
             raise InputError(f"no window analysed: {reason}", str(args.run))
         if not args.quiet:
             print(f"warning: no window analysed: {args.run}: {reason}", file=sys.stderr)
+    print(summary(monitor, n))  # the result: stdout, --quiet or not (a refusal has none)
     return 0
 
 

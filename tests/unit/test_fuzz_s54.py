@@ -3,6 +3,8 @@ clock shifted by less than a step, and the other silent acceptances that round f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stragglerlab.cli import main
@@ -166,3 +168,70 @@ def test_noise_floor_refuses_a_straggling_run_taken_as_clean(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "straggling" in err and "no faults.json" in err
     assert not (tmp_path / "f" / "noise-floor.yaml").exists()
+
+
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces"
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="needs ../shared/reference-traces")
+def test_fig14_refuses_a_reference_whatif_of_another_job(tmp_path, src, capsys):
+    """Another job's whatif.json as trace-AR's: a TypeError traceback, and heatmaps left
+    in --out without their JSON."""
+    assert main(["whatif", "--run", str(src), "--out", str(tmp_path / "rw" / "AR"),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["figures", "--reference", str(REFERENCE), "--reference-whatif",
+                 str(tmp_path / "rw"), "--only", "fig14_heatmaps", "--out",
+                 str(tmp_path / "fig"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "meta-AR.yaml says DP 4 x PP 4" in err and "Traceback" not in err
+    assert not list(tmp_path.glob("fig/*.png"))  # refused before any panel is drawn
+
+
+def test_a_reader_that_leaves_early_never_makes_a_silent_failure(src):
+    """`whatif ... | head -1` exited 1 about half the time with nothing on stderr: a flush
+    after the broken write succeeded, which read as "stderr broke"."""
+    import subprocess
+    import sys
+
+    for _ in range(4):
+        proc = subprocess.Popen([sys.executable, "-m", "stragglerlab", "whatif", "--run",
+                                 str(src), "--out", str(src / "w")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdout.readline()
+        proc.stdout.close()  # the reader leaves after one line
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 0, err
+        assert b"Traceback" not in err
+
+
+def test_a_refused_monitor_pass_prints_no_success_summary(tmp_path, src, capsys):
+    """It printed "0 window(s) analysed ... -> monitor/windows.jsonl", a file it never
+    wrote, before its error."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    capsys.readouterr()
+    assert main(["monitor", "--run", str(run), "--once", "--no-serve", "--warmup-steps",
+                 "1000", "--quiet"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "--warmup-steps 1000 leaves out every step" in out.err
+
+
+@pytest.mark.parametrize(("text", "read_as"), [("010", 8), ("012", 10), ("-07", -7),
+                                                ("1:30", 90)])
+def test_yaml_1_1_octal_and_base_60_integers_are_refused(text, read_as):
+    """`dp_size: 010` was read as 8 (the error then named dp_size=8), `012` silently as 10."""
+    from stragglerlab.filecheck import parse_yaml
+
+    with pytest.raises(InputError, match=f"reads as {read_as} in YAML 1.1"):
+        parse_yaml(f"dp_size: {text}\n", "meta.yaml", "job meta", "fix it")
+
+
+@pytest.mark.parametrize(("text", "value"), [("0", 0), ("10", 10), ("0x1f", 31),
+                                             ("1_000", 1000), ("'010'", "010"), ("0.5", 0.5)])
+def test_plain_yaml_numbers_still_read(text, value):
+    from stragglerlab.filecheck import parse_yaml
+
+    assert parse_yaml(f"a: {text}\n", "x.yaml", "x", "fix") == {"a": value}
