@@ -83,6 +83,14 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
     later = ops["k"] > ops.groupby(["rank", "step"], sort=False)["k"].transform("min")
     if ((ops["start_s"] - prev_end - ops["gap_s"]).abs()[later] > CONTRACT_TOL_S).any():
         fail("has a gap_s that is not the row's start minus the previous row's end")
+    if (ops["gap_s"][~later] < -CONTRACT_TOL_S).any():  # the time from the step's start
+        fail("has a step whose first op has a negative gap_s (it would start before its "
+             "step)")
+    steps = ops.groupby("rank")["step"].unique().map(lambda v: tuple(sorted(v)))
+    if steps.nunique() > 1:
+        fail(f"holds other steps on rank {int(steps.index[(steps != steps.iloc[0]).argmax()])}"
+             f" than on rank {int(steps.index[0])}: the what-if runs every rank's same steps "
+             "together")
     grouped = ops[ops["group"] >= 0]
     p2p = grouped["kind"].isin(P2P_KINDS)
     kinds = grouped["kind"].where(~p2p, "p2p").groupby(grouped["group"]).nunique()

@@ -163,6 +163,23 @@ def _busy(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(upto(b) - upto(np.minimum(a, b)), 0.0)
 
 
+def _note_longer_than_step(c: pd.DataFrame, events: list, steps: list[int],
+                           notes: list[str]) -> None:
+    """A note for communication ops that last longer than their whole step (µs, each rank's
+    own clock): the what-if takes them as traced, and one such op moves S by itself."""
+    length = {(e.rank, k): e.steps[k][1] - e.steps[k][0] for e in events for k in steps}
+    step_len = np.array([length[(r, k)] for r, k in zip(c["rank"], c["step"], strict=True)])
+    over = np.flatnonzero((c["end"] - c["start"]).to_numpy(float) > step_len)
+    if over.size:
+        i = over[0]
+        row = c.iloc[i]
+        notes.append(f"{over.size} communication op(s) last longer than their whole step "
+                     f"(rank {int(row['rank'])}, step {int(row['step'])}: {row['kind']} "
+                     f"{(row['end'] - row['start']) / 1e6:.3f} s in a {step_len[i] / 1e6:.3f} "
+                     "s step); the what-if takes them as traced: check the trace (an edited "
+                     "duration, or a GPU far behind its CPU)")
+
+
 def build_general(events: list[RankEvents], layout: Layout | None = None,
                   timing: str = "auto", align: str = "auto",
                   allow_partial: bool = False) -> GeneralImport:
@@ -203,6 +220,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                          f"{silent[0].rank} first; looked for {what}), while the others do: "
                          "pass each rank's unedited trace of the same steps",
                          silent[0].path)
+    _note_longer_than_step(c, events, steps, notes)
     for col in ("start", "end", "cpu_ts"):
         c[col] = c[col] + c["rank"].map(base)
     pg_configs = {e.rank: e.pg_config for e in events}

@@ -235,3 +235,53 @@ def test_plain_yaml_numbers_still_read(text, value):
     from stragglerlab.filecheck import parse_yaml
 
     assert parse_yaml(f"a: {text}\n", "x.yaml", "x", "fix") == {"a": value}
+
+
+DDP = Path(__file__).resolve().parents[2] / "examples" / "torch-ddp" / "kineto"
+
+
+@pytest.fixture(scope="module")
+def ddp_import(tmp_path_factory):
+    """The torch-ddp example imported with the general op model (ops.parquet)."""
+    out = tmp_path_factory.mktemp("ddp") / "imp"
+    assert main(["import", "kineto", "--traces", str(DDP), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("edit", ["negative-first-gap", "steps-apart"])
+def test_an_op_table_edited_out_of_its_contract_is_refused(tmp_path, ddp_import, capsys,
+                                                           edit):
+    """A step's first op with a negative gap_s read S 1.36 -> 1.44; rank 1's steps
+    renumbered (no step shared) read S 1.00 with a 36 % discrepancy. Both exit 0."""
+    import shutil
+
+    import pandas as pd
+
+    run = tmp_path / "run"
+    shutil.copytree(ddp_import, run)
+    ops = pd.read_parquet(run / "ops.parquet")
+    if edit == "negative-first-gap":
+        ops.loc[ops.index[ops["k"] == 0][1], "gap_s"] = -1.0
+    else:
+        ops.loc[ops["rank"] == 1, "step"] += 100
+    ops.to_parquet(run / "ops.parquet", index=False)
+    capsys.readouterr()
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert ("negative gap_s" if edit == "negative-first-gap" else "other steps on rank 1") in err
+
+
+def test_a_collective_longer_than_its_step_is_noted(tmp_path, capsys):
+    """One gloo all-reduce made 5 s long in a ~1 s step moved S 1.36 -> 1.69, no note."""
+    import gzip
+    import json
+
+    for r in range(2):
+        doc = json.loads(gzip.open(DDP / f"rank{r}.json.gz").read())
+        if r == 0:
+            next(e for e in doc["traceEvents"] if e.get("name") == "gloo:all_reduce")["dur"] = 5e6
+        (tmp_path / "k").mkdir(exist_ok=True)
+        (tmp_path / "k" / f"rank{r}.json").write_text(json.dumps(doc))
+    assert main(["import", "kineto", "--traces", str(tmp_path / "k"), "--out",
+                 str(tmp_path / "imp"), "--quiet"]) == 0
+    assert "last longer than their whole step" in capsys.readouterr().out
