@@ -38,15 +38,18 @@ def echo(value: object, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def number_hint(value: object) -> str:
+def number_hint(value: object, json_file: bool = False) -> str:
     """Why a number came back as text, when it did: PyYAML follows YAML 1.1, where `1e-3`
-    and `1.0e300` (no dot, or an unsigned exponent) are strings; '' otherwise."""
+    and `1.0e300` (no dot, or an unsigned exponent) are strings; in a JSON file, a number
+    in quotes; '' otherwise."""
     if not isinstance(value, str):
         return ""
     try:
-        float(value)
+        number = float(value)
     except ValueError:
         return ""
+    if json_file:
+        return " (a number in quotes: write it without them)" if math.isfinite(number) else ""
     return (" (YAML 1.1 reads it as text: write the number with a dot and a signed "
             "exponent, e.g. 1.0e-3 or 1.0e+3, or as a plain decimal)")
 
@@ -330,7 +333,8 @@ class Checker:
         if value is None and optional:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(field, f"expected a number, got {echo(value)}{number_hint(value)}")
+            hint = number_hint(value, json_file=self.path.lower().endswith((".json", ".jsonl")))
+            self.fail(field, f"expected a number, got {echo(value)}{hint}")
         if not math.isfinite(value):
             self.fail(field, f"{value} is not a finite number")
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):

@@ -144,6 +144,8 @@ def read_trace(
     trace_path: str | Path, meta_path: str | Path | None = None
 ) -> tuple[pd.DataFrame, JobMeta]:
     """Read, validate and normalize a trace; the meta comes from meta_path or the parquet.
+    The numeric columns are read-only views of the file's data (no copy): edit a
+    `df.copy()`.
 
     Raises InputError for a missing, empty, non-parquet or invalid trace, and
     for a trace without embedded meta when meta_path is None.

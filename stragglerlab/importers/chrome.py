@@ -76,6 +76,9 @@ def _regular(entries: set[Path]) -> list[Path]:
 
 GZIP_MAGIC = b"\x1f\x8b"
 """The first two bytes of gzip data."""
+TWICE = ("the gzip data inflates to gzip data again: the file is compressed twice; "
+         "decompress it once (gunzip) or pass the profiler's export unedited")
+"""The message of a trace gzipped twice."""
 OTHER_FORMATS = (
     (b"PK\x03\x04", "a zip archive"), (b"PK\x05\x06", "an empty zip archive"),
     (b"BZh", "bzip2 data"), (b"\xfd7zXZ\x00", "xz data"), (b"\x28\xb5\x2f\xfd", "zstd data"),
@@ -128,6 +131,8 @@ def load_json(path: Path) -> dict:
             raise InputError(problem, str(path))
         if raw[:2] == GZIP_MAGIC:
             raw = gzip.decompress(raw)
+            if raw[:2] == GZIP_MAGIC:
+                raise InputError(TWICE, str(path))
             if not raw.strip():
                 raise InputError(f"the gzip data holds no JSON (it inflates to "
                                  f"{len(raw)} bytes of nothing); {FIX}", str(path))

@@ -30,6 +30,7 @@ from stragglerlab.importers.chrome import (
     FIX,
     GZIP_MAGIC,
     TRACE_OBJECT,
+    TWICE,
     bytes_problem,
     shape_problem,
 )
@@ -150,6 +151,8 @@ def _structure(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _not_an_object(buf: bytes) -> str:
     """Why a document whose first bytes `buf` start with neither '{' nor '[' is no trace:
     a JSON scalar (null, 42, "x", true) named as such, else not JSON at all."""
+    if buf.lstrip()[:2] == GZIP_MAGIC:
+        return TWICE
     try:
         doc = orjson.loads(buf)  # a scalar is short: the first read holds all of it
     except orjson.JSONDecodeError:

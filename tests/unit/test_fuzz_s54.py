@@ -285,3 +285,30 @@ def test_a_collective_longer_than_its_step_is_noted(tmp_path, capsys):
     assert main(["import", "kineto", "--traces", str(tmp_path / "k"), "--out",
                  str(tmp_path / "imp"), "--quiet"]) == 0
     assert "last longer than their whole step" in capsys.readouterr().out
+
+
+def test_a_trace_gzipped_twice_is_named(tmp_path):
+    import gzip
+
+    from stragglerlab.importers.chrome import load_json
+    from stragglerlab.importers.kineto_events import read_rank
+
+    doc = rank_doc(0)
+    once = tmp_path / "once.json.gz"
+    write(doc, once)
+    twice = tmp_path / "rank0.json.gz"
+    twice.write_bytes(gzip.compress(once.read_bytes()))
+    for read in (load_json, read_rank):
+        with pytest.raises(InputError, match="compressed twice"):
+            read(twice)
+
+
+def test_a_number_in_quotes_in_a_json_file_gets_a_json_hint(tmp_path):
+    """The hint spoke of YAML 1.1 for a JSON file."""
+    from stragglerlab.filecheck import Checker
+
+    with pytest.raises(InputError, match="a number in quotes") as e:
+        Checker(tmp_path / "whatif.json", "fix").number("1.25", "slowdown")
+    assert "YAML" not in str(e.value)
+    with pytest.raises(InputError, match="YAML 1.1"):
+        Checker(tmp_path / "meta.yaml", "fix").number("1e-3", "x")
