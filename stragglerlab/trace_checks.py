@@ -71,15 +71,13 @@ def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float
 
 def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
                     opt: np.ndarray, cell: np.ndarray, step_idx: np.ndarray,
-                    steps: np.ndarray, meta: JobMeta, path: str, rows: Rows,
-                    pairs: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                    steps: np.ndarray, meta: JobMeta, path: str, rows: Rows) -> None:
     """Raise InputError for the first implausible value (see the module doc).
 
     Runs after the completeness check (every step holds every worker, each
     (worker, optype) the same number of rows): `step_idx` is each row's dense
     step index into the sorted distinct `steps`. That makes every group below
-    a dense range, so nothing here sorts the trace: O(rows). `pairs`: the row positions
-    of each P2P pair's send and recv (stragglerlab.p2p_pairs), None to skip that check.
+    a dense range, so nothing here sorts the trace: O(rows).
     """
     world = meta.world_size
     _range(path, rows, "rank", ints("rank"), 0, world - 1, f"world_size={world} of the job meta")
@@ -167,8 +165,10 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
     span = _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
-    if pairs is not None:
-        _check_p2p_order(start, dur, pairs, span, cell, step_idx, steps, meta, path)
+    if meta.pp_size > 1 and meta.vpp_size == 1:
+        send, recv = _p2p_slots(used, count[:npair], offset, npair, nsteps, meta)
+        _check_p2p_order(row_at[send], row_at[recv], start, dur, span, cell, step_idx, steps,
+                         meta, path)
 
 
 def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
@@ -230,17 +230,44 @@ def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
     return float(np.median(hi - lo))
 
 
-def _check_p2p_order(start: np.ndarray, dur: np.ndarray,
-                     pairs: tuple[np.ndarray, np.ndarray], span: float, cell: np.ndarray,
-                     step_idx: np.ndarray, steps: np.ndarray, meta: JobMeta,
-                     path: str) -> None:
+def _p2p_slots(used: np.ndarray, per_step: np.ndarray, offset: np.ndarray, npair: int,
+               nsteps: int, meta: JobMeta) -> tuple[np.ndarray, np.ndarray]:
+    """Slots (positions in group order) of every P2P pair's send and recv: the k-th
+    forward send of (dp_rank, stage) with the k-th forward recv of (dp_rank, stage + 1),
+    the k-th backward send with the k-th backward recv of stage - 1, in every step (the
+    pairing of stragglerlab.p2p_pairs, by seq_id). `used` marks the (worker, optype)
+    pairs the trace has, numbered in order; `per_step` is each one's rows per step (the
+    same in every step: the completeness check ran first)."""
+    nopt, pp = len(OPTYPE_VALUES), meta.pp_size
+    index = np.where(used, np.cumsum(used) - 1, -1)
+    cells = np.arange(meta.dp_size * pp)
+    stage = cells % pp
+    sends, recvs = [], []
+    for name, peer in (("forward", 1), ("backward", -1)):
+        mine = cells[(stage + peer >= 0) & (stage + peer < pp)]
+        ps = index[mine * nopt + OPTYPE_VALUES.index(f"{name}-send")]
+        pr = index[(mine + peer) * nopt + OPTYPE_VALUES.index(f"{name}-recv")]
+        keep = (ps >= 0) & (pr >= 0)
+        ps, pr = ps[keep], pr[keep]
+        n = np.minimum(per_step[ps], per_step[pr])
+        k = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)  # 0..n-1 per pair
+        ps, pr = np.repeat(ps, n), np.repeat(pr, n)
+        base = np.arange(nsteps)[:, None] * npair
+        sends.append((offset[base + ps] + k).ravel())
+        recvs.append((offset[base + pr] + k).ravel())
+    return np.concatenate(sends), np.concatenate(recvs)
+
+
+def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, dur: np.ndarray,
+                     span: float, cell: np.ndarray, step_idx: np.ndarray, steps: np.ndarray,
+                     meta: JobMeta, path: str) -> None:
     """No recv ends before its send starts, beyond CLOCK_TOLERANCE of the median worker
     step span: on one clock the data cannot arrive before it is sent. A rank whose clock
     is off by less than a step keeps its spans overlapping (`_check_one_clock`) but
     reverses some pairs, and the what-if would read the shift as waiting. Measured
     (recv end - send start): at least +0.2 ms on every pair of the artifact's samples,
-    ../shared/differential and 136 testbed runs (2026-11-28)."""
-    send, recv = pairs
+    ../shared/differential and 136 testbed runs (2026-11-28). `send`, `recv`: the rows
+    of each pair."""
     # A recv of no measurable length (a tracer that records the posting only, durations
     # too small to move the clock) says nothing about when its data came.
     timed = start[recv] + dur[recv] > start[recv]

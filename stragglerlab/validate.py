@@ -15,14 +15,11 @@ seq_id 0..n-1, clocks and durations; stragglerlab/trace_checks.py). Everything i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
-from stragglerlab.p2p_pairs import p2p_pair_rows
 from stragglerlab.schema import (
     COLUMN_NAMES,
     EXTRA_COLUMNS,
@@ -342,18 +339,5 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
         return df[name].to_numpy(dtype=np.float64) if v is None else v.astype(np.float64)
 
     check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
-                    lambda mask, show: rows_text(df, mask, show),
-                    _p2p_pairs(ints, opt, meta))
+                    lambda mask, show: rows_text(df, mask, show))
 
-
-def _p2p_pairs(ints: Callable[[str], np.ndarray], opt: np.ndarray,
-               meta: JobMeta) -> tuple[np.ndarray, np.ndarray] | None:
-    """(send rows, recv rows) of every P2P pair, from the checked columns; None without a
-    plain pipeline (interleaved chunks pass activations around the ring, which the pairing
-    by neighbouring stage does not follow)."""
-    if meta.pp_size < 2 or meta.vpp_size != 1:
-        return None
-    keys = pd.DataFrame({k: ints(k) for k in ("step", "dp_rank", "stage", "seq_id")})
-    keys["optype"] = pd.Categorical.from_codes(opt, OPTYPE_VALUES)
-    rows = p2p_pair_rows(keys)
-    return rows["send_row"].to_numpy(np.int64), rows["recv_row"].to_numpy(np.int64)
