@@ -103,6 +103,9 @@ def _figure_entry(path: Path, raw: object) -> FigureEntry:
     if "schema" in raw:  # older figure results have none
         chk.schema(raw["schema"], FIGURE_SCHEMA, "figure result")
     name = chk.string(raw.get("name"), "name")
+    if name != path.stem:  # `figures` writes <name>.json: another name is another figure's
+        chk.fail("name", f"{echo(name)}, but the file is {path.name}: a figure result is "
+                         "named after its file")
     texts = {k: raw.get(k) for k in ("title", "source", "note")}
     for k, v in texts.items():
         chk.string(v, k, optional=True)

@@ -190,6 +190,26 @@ def first_steps(df, max_rows: int):
     return df[df["step"].isin(counts.index[:n_steps])]
 
 
+def _outside_unit(result) -> list[str]:
+    """A note for M_W or M_S outside [0, 1], which reads as a share and is not bounded as one:
+    (T - T_rem) / (T - T_ideal) passes 1 when idealizing those ops alone beats the ideal job
+    (T_rem < T_ideal: the mean ideal counts the stragglers' slow ops, so the other workers
+    run faster than it), and goes under 0 when idealizing them slows the job (their own
+    ops ran faster than the ideal)."""
+    out = []
+    for name, m in (("M_W", result.m_w), ("M_S", result.m_s)):
+        if m.rem > 1.0:
+            out.append(f"  note                {name} {m.rem:.3f} > 1: idealizing those ops "
+                       f"alone gives {1e3 * m.t_rem:.1f} ms, under the ideal job's "
+                       f"{1e3 * m.t_ideal:.1f} ms (the mean ideal counts the stragglers' "
+                       "slow ops); the paper's formula, kept as is")
+        elif m.rem < 0.0:
+            out.append(f"  note                {name} {m.rem:.3f} < 0: idealizing those ops "
+                       f"slows the job to {1e3 * m.t_rem:.1f} ms from {1e3 * m.t_ori:.1f} ms "
+                       "(they ran faster than the ideal); the paper's formula, kept as is")
+    return out
+
+
 def summary(result, out: Path) -> str:
     """A short human summary of the what-if result."""
     j = result.to_json()
@@ -216,6 +236,7 @@ def summary(result, out: Path) -> str:
     if j["straggling"]:
         lines.append(f"  M_W                 {result.m_w.rem:.3f} (add {result.m_w.add:.3f})")
         lines.append(f"  M_S (last stage)    {result.m_s.rem:.3f} (add {result.m_s.add:.3f})")
+        lines += _outside_unit(result)
     else:  # shares of a waste near 0: a ratio of two small differences, noise over noise
         lines.append("  M_W, M_S            n/a (shares of the waste of a straggling job, "
                      "S >= 1.1; whatif.json keeps the values)")

@@ -312,3 +312,25 @@ def test_a_number_in_quotes_in_a_json_file_gets_a_json_hint(tmp_path):
     assert "YAML" not in str(e.value)
     with pytest.raises(InputError, match="YAML 1.1"):
         Checker(tmp_path / "meta.yaml", "fix").number("1e-3", "x")
+
+
+def test_m_w_and_m_s_outside_the_unit_interval_are_explained(tmp_path, capsys):
+    """The README's own example printed M_W 1.325 and M_S -0.067 as plain shares."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "slow-worker"
+    assert main(["whatif", "--run", str(example), "--out", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "M_W 1.325 > 1: idealizing those ops alone gives" in out
+    assert "M_S -0.067 < 0" in out
+
+
+def test_report_refuses_a_figure_result_named_otherwise_than_its_file(tmp_path):
+    import json
+
+    from stragglerlab.figures.report import _figure_entry
+
+    doc = {"schema": "stragglerlab.figure/1", "name": "fig99_other", "paths": []}
+    path = tmp_path / "fig03_waste_cdf.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="named after its file"):
+        _figure_entry(path, doc)
+    assert _figure_entry(path, dict(doc, name="fig03_waste_cdf")).name == "fig03_waste_cdf"
