@@ -40,7 +40,6 @@ What is read from each file (gzipped or plain, one file per rank):
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,15 +61,15 @@ from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-expor
 from stragglerlab.importers.kineto_clocks import check_clock_gaps, clock_offsets
 from stragglerlab.importers.kineto_events import VOCAB, vocab_name
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
+from stragglerlab.importers.vocab_ranges import comm_fallback, inside_ranges, outermost
 from stragglerlab.meta import MAX_WORKERS, JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, P2P_OPS, OpType
+from stragglerlab.schema import OPTYPE_VALUES, OpType
 
 MAX_WORLD = MAX_WORKERS
 """Largest world_size a trace may name (65,536 ranks, the job meta's worker limit): every
 rank of the world is checked for a file, so a world_size from a corrupt file must not size
 that work (2**32 ran for minutes and filled the memory)."""
 
-P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
 
@@ -100,75 +99,6 @@ class ImportResult:
     df: pd.DataFrame
     meta: JobMeta
     report: dict = field(default_factory=dict)
-
-
-def _outermost(ranges: list[tuple]) -> list[tuple]:
-    """Drop ranges nested in another vocabulary range on the same thread (see module doc)."""
-    kept = []
-    by_thread: dict[tuple[int, bool], list] = {}
-    for r in sorted(ranges, key=lambda r: (r[1], -r[2])):
-        by_thread.setdefault((r[3], r[0] in P2P_NAMES), []).append(r)
-    for (_tid, p2p), rs in by_thread.items():
-        open_ends: dict[str, float] = {}  # per optype for P2P, one key for the rest
-        for r in rs:
-            key = r[0] if p2p else ""
-            if r[2] <= open_ends.get(key, -np.inf):
-                continue
-            open_ends[key] = r[2]
-            kept.append(r)
-    return sorted(kept, key=lambda r: r[1])
-
-
-def _inside(ops: list[tuple]) -> callable:
-    """f(ts, tid): whether ts falls inside one of ops' CPU ranges on thread tid."""
-    per_tid: dict = {}
-    for o in sorted(ops, key=lambda o: o[1]):
-        per_tid.setdefault(o[3], ([], []))
-        starts, ends = per_tid[o[3]]
-        starts.append(o[1])
-        ends.append(max(o[2], ends[-1]) if ends else o[2])  # running max of the ends
-
-    def inside(ts: float, tid) -> bool:
-        starts, ends = per_tid.get(tid, ((), ()))
-        i = bisect.bisect_right(starts, ts) - 1
-        return i >= 0 and ends[i] >= ts
-    return inside
-
-
-def _comm_fallback(events: list, missing: set[str], rank: int, layout_hint,
-                   inside) -> list:
-    """Vocabulary ops from torch's communication records, for op types with no range.
-
-    Records inside a vocabulary range are that op's own communication: skipped."""
-    out = []
-    for e in events:
-        args = e.get("args") or {}
-        if inside(float(e["ts"]), e.get("tid", 0)):
-            continue
-        name = str(args.get("Collective name", "")).lower()
-        if not name:
-            continue
-        optype = None
-        if name in ("send", "recv", "isend", "irecv") and layout_hint is not None:
-            peer = args.get("Dst Rank" if "send" in name else "Src Rank")
-            if isinstance(peer, int) and peer >= 0:
-                mine, theirs = layout_hint(rank)[1], layout_hint(peer)[1]
-                fwd = theirs > mine if "send" in name else theirs < mine
-                kind = "send" if "send" in name else "recv"
-                optype = f"{'forward' if fwd else 'backward'}-{kind}"
-        elif "gather" in name:
-            optype = OpType.PARAMS_ALL_GATHER.value
-        elif "reduce_scatter" in name:
-            optype = OpType.GRADS_REDUCE_SCATTER.value
-        elif "allreduce" in name or "all_reduce" in name:
-            size = args.get("Group size", len(args.get("Process Group Ranks") or []))
-            world = args.get("World size")
-            optype = (OpType.OPTIMIZER_CLIP_MAIN_GRAD.value if world and size == world
-                      else OpType.SEPARATE_GRADS_ALL_REDUCE.value)
-        if optype in missing:
-            out.append((optype, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
-                        e.get("tid", 0)))
-    return out
 
 
 def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
@@ -228,7 +158,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
         elif "Collective name" in args:
             comm.append(e)
     ops, gpu_timed = [], 0
-    cpu_ops = _outermost(ranges)  # nesting by the CPU ranges
+    cpu_ops = outermost(ranges)  # nesting by the CPU ranges
     for name, start, end, tid, ext in cpu_ops:
         if gpu and ext in gpu_spans:
             start, end = gpu_spans[ext]
@@ -236,7 +166,7 @@ def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
         ops.append((name, start, end, tid))
     missing = VOCAB - {o[0] for o in ops}
     if ops and missing:
-        ops += _comm_fallback(comm, missing, info["rank"], layout_hint, _inside(cpu_ops))
+        ops += comm_fallback(comm, missing, info["rank"], layout_hint, inside_ranges(cpu_ops))
     ops.sort(key=lambda r: r[1])
     if not ops:
         raise InputError("no record_function ranges named like the op vocabulary ("
