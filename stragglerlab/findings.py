@@ -212,12 +212,17 @@ class FindingsDocument:
 
 
 def read_findings(path: str | Path, detector: str | None = None,
-                  meta: JobMeta | None = None) -> FindingsDocument:
-    """Read and validate a findings file; with `detector`, it must be that detector's."""
+                  meta: JobMeta | None = None, online: bool | None = None) -> FindingsDocument:
+    """Read and validate a findings file; with `detector`, it must be that detector's; with
+    `online`, a replay's (True) or a whole run's (False)."""
     chk = Checker(path, FINDINGS_FIX)
     doc = FindingsDocument.from_json(load_json(path, "findings file", FINDINGS_FIX), chk, meta)
     if detector is not None and doc.detector != detector:
         chk.fail("detector", f"findings of {echo(doc.detector)}, expected {echo(detector)}")
+    if online is not None and doc.online != online:
+        chk.fail("online", f"is {str(doc.online).lower()}, but this file holds "
+                 f"{'a replay' if online else 'a whole run'}'s findings (detect writes "
+                 "<detector>.json offline, <detector>-online.json with --online)")
     return doc
 
 

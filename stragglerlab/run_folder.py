@@ -308,7 +308,7 @@ class RunFolder:
     def findings_document(self, detector: str, online: bool = False) -> FindingsDocument:
         """The detector's findings file, validated (it must be that detector's)."""
         return self._cached(f"findings:{detector}:{online}", lambda: read_findings(
-            self.findings_path(detector, online), detector, self._meta_if_known()))
+            self.findings_path(detector, online), detector, self._meta_if_known(), online))
 
     def findings(self, detector: str, online: bool = False) -> list[Finding]:
         """The findings the detector wrote for this run."""

@@ -334,3 +334,19 @@ def test_report_refuses_a_figure_result_named_otherwise_than_its_file(tmp_path):
     with pytest.raises(InputError, match="named after its file"):
         _figure_entry(path, doc)
     assert _figure_entry(path, dict(doc, name="fig03_waste_cdf")).name == "fig03_waste_cdf"
+
+
+def test_online_findings_in_the_offline_file_are_refused(tmp_path, src):
+    """A findings file saying online: true where score reads the offline ones was scored
+    as offline."""
+    import json
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(src, run)
+    assert main(["whatif", "--run", str(run), "--quiet"]) == 0
+    assert main(["detect", "--run", str(run), "--quiet"]) == 0
+    path = run / "detect" / "whatif.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), online=True)))
+    with pytest.raises(InputError, match="online: is true, but this file holds a whole run"):
+        RunFolder(path=run).findings("whatif")
