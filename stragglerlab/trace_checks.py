@@ -265,9 +265,9 @@ def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, dur:
     step span: on one clock the data cannot arrive before it is sent. A rank whose clock
     is off by less than a step keeps its spans overlapping (`_check_one_clock`) but
     reverses some pairs, and the what-if would read the shift as waiting. Measured
-    (recv end - send start): at least +0.2 ms on every pair of the artifact's samples,
-    ../shared/differential and 136 testbed runs (2026-11-28). `send`, `recv`: the rows
-    of each pair."""
+    (recv end - send start): at least +0.2 ms on every pair of the artifact's two samples
+    and of 165 traces with a pipeline, ../shared/differential's and testbed runs of stops
+    51-54 (2026-11-28). `send`, `recv`: the rows of each pair."""
     # A recv of no measurable length (a tracer that records the posting only, durations
     # too small to move the clock) says nothing about when its data came.
     timed = start[recv] + dur[recv] > start[recv]
