@@ -340,4 +340,3 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
 
     check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
                     lambda mask, show: rows_text(df, mask, show))
-
