@@ -167,8 +167,10 @@ def _note_longer_than_step(c: pd.DataFrame, events: list, steps: list[int],
                            notes: list[str]) -> None:
     """A note for communication ops that last longer than their whole step (µs, each rank's
     own clock): the what-if takes them as traced, and one such op moves S by itself."""
-    length = {(e.rank, k): e.steps[k][1] - e.steps[k][0] for e in events for k in steps}
-    step_len = np.array([length[(r, k)] for r, k in zip(c["rank"], c["step"], strict=True)])
+    length = pd.DataFrame([(e.rank, k, e.steps[k][1] - e.steps[k][0]) for e in events
+                           for k in steps], columns=["rank", "step", "length"])
+    step_len = c[["rank", "step"]].merge(length, on=["rank", "step"], how="left")[
+        "length"].to_numpy(float)  # one row per op, in c's order (a left merge keeps it)
     over = np.flatnonzero((c["end"] - c["start"]).to_numpy(float) > step_len)
     if over.size:
         i = over[0]
