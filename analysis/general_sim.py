@@ -4,10 +4,13 @@ ops with compute gaps, synchronized at their groups, for many scenarios at once.
     sched = schedule(ops)                               # structure only, built once
     steps = simulate(sched, gap, transfer)              # (n_steps, n_scenarios) seconds
 
-Each (rank, step) is a chain that starts at 0. A row arrives at the end of the
-previous row of its chain plus its gap; a group starts at its members' latest
-arrival (a local row at its own arrival); each member ends at that start plus
-its transfer duration. A step's time is the latest chain end of the step.
+Each (rank, step) is a chain that starts at 0. A row arrives at the previous
+row's point plus its gap (the point: the row's end; for an async row its
+arrival, since the rank went on from the launch; the step-end row also waits
+for the chain's async ops: stragglerlab.op_model); a group starts at its
+members' latest arrival (a local row at its own arrival); each member ends at
+that start plus its transfer duration. A step's time is the latest chain end
+of the step.
 
 The schedule is computed once from the structure: rows are put in rounds, a
 row in a later round than its chain predecessor and a group's members in one
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from stragglerlab.op_model import STEP_END
 
 SCENARIO_CHUNK = 32
 """Scenarios simulated per pass (memory: rows x chunk floats)."""
@@ -51,6 +56,10 @@ class Schedule:
     """Groups released early because the ranks' orders contradicted each other."""
     split_steps: int
     """Groups whose members fell in different steps, made local."""
+    asynchronous: np.ndarray | None = None
+    """Per row: async (the chain goes on from its arrival); None: no row is."""
+    is_end: np.ndarray | None = None
+    """Per row: the step-end row (it waits for the chain's async ops); None with no async."""
 
 
 def schedule(ops: pd.DataFrame) -> Schedule:
@@ -117,8 +126,11 @@ def schedule(ops: pd.DataFrame) -> Schedule:
             head[c] += 1
             if head[c] < len(rows_of[c]):
                 arrive(int(rows_of[c][head[c]]))
+    asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(n, bool)
     return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
-                    rounds=rounds, synced=synced, released=released, split_steps=split)
+                    rounds=rounds, synced=synced, released=released, split_steps=split,
+                    asynchronous=asy if asy.any() else None,
+                    is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None)
 
 
 def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarray:
@@ -126,16 +138,28 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
     n_scenarios) seconds."""
     n_s = gap.shape[1]
     end = np.zeros((sched.n_chains, n_s))
+    asy = sched.asynchronous
+    aend = np.zeros((sched.n_chains, n_s)) if asy is not None else None
     for rows, sets, n_sets in sched.rounds:
         c = sched.chain[rows]
-        arrive = end[c] + gap[rows]
+        if asy is None:
+            arrive = end[c] + gap[rows]
+        else:  # the step end also waits for the chain's async ops
+            arrive = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]),
+                              end[c]) + gap[rows]
         if n_sets == rows.size:
             start = arrive
         else:
             latest = np.full((n_sets, n_s), -np.inf)
             np.maximum.at(latest, sets, arrive)
             start = latest[sets]
-        end[c] = start + transfer[rows]
+        done = start + transfer[rows]
+        if asy is None:
+            end[c] = done
+        else:
+            a = asy[rows, None]
+            end[c] = np.where(a, arrive, done)
+            aend[c] = np.where(a, np.maximum(aend[c], done), aend[c])
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out

@@ -4,11 +4,12 @@
 
 * T: the simulation of the traced gaps and transfer durations
   (stragglerlab.analysis.general_sim), mean over steps.
-* Ideal: each compute segment (gap) replaced by the mean over the ranks that
-  do the same work in the same step (same role, same position k in a chain
-  of the same length); each communication op's transfer duration by the
-  median over the ops doing the same work (same kind and message size, or,
-  unsized, the same role and position), over every step. T_ideal: that
+* Ideal: each compute segment (gap) replaced by the mean (`compute_ideal`
+  "median": the median) over the ranks that do the same work in the same step
+  (same role, same position k in a chain of the same length); each
+  communication op's transfer duration by the median over the ops doing the
+  same work (same kind and message size, or, unsized, the same role and
+  position), over every step. T_ideal: that
   simulated; S = T / T_ideal; waste = 1 - 1/S; per-step S_s = T_s / T_ideal_s.
 * Attribution: S_t = T_ideal(kind t original) / T_ideal for `compute` (the
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
@@ -34,6 +35,10 @@ from stragglerlab.results import STRAGGLING_S
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
+COMPUTE_IDEALS = ("mean", "median")
+"""Statistics that idealize a compute segment: mean (the paper's, design.md) or median
+(design.md Appendix A's option for jobs of few workers: one slow rank of three or more moves
+the mean, not the median)."""
 
 
 @dataclass(kw_only=True)
@@ -78,6 +83,8 @@ class GeneralWhatIf:
     """Same for the last stage; 0 without PP; None when the stage is unknown."""
     released_groups: int
     """Groups released early in the simulation (ranks' orders contradicted)."""
+    compute_ideal: str = "mean"
+    """Statistic of the compute segments' ideal (COMPUTE_IDEALS)."""
     notes: list[str] = field(default_factory=list)
     """What a reader should know."""
     step_time_actual_s: dict[int, float] = field(default_factory=dict)
@@ -103,9 +110,9 @@ def _chain_length(ops: pd.DataFrame) -> pd.Series:
     return ops.groupby(["rank", "step"])["k"].transform("size")
 
 
-def _ideal_gaps(ops: pd.DataFrame, length: pd.Series) -> np.ndarray:
+def _ideal_gaps(ops: pd.DataFrame, length: pd.Series, stat: str = "mean") -> np.ndarray:
     return ops.groupby([ops["role"], ops["step"], ops["k"], length])["gap_s"] \
-        .transform("mean").to_numpy()
+        .transform(stat).to_numpy()
 
 
 def _ideal_transfers(ops: pd.DataFrame, length: pd.Series | None = None) -> np.ndarray:
@@ -134,12 +141,14 @@ def _share(s: dict) -> dict:
     return {k: (v / total if total > 0 else 0.0) for k, v in excess.items()}
 
 
-def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
-    """The what-if of an op table (see the module doc)."""
+def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWhatIf:
+    """The what-if of an op table (see the module doc); `compute_ideal` in COMPUTE_IDEALS."""
+    if compute_ideal not in COMPUTE_IDEALS:
+        raise ValueError(f"compute_ideal {compute_ideal!r} is not one of {COMPUTE_IDEALS}")
     ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
     sched = schedule(ops)
     length = _chain_length(ops)
-    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length))
+    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length, compute_ideal))
     transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops, length))
     n = len(ops)
     kind = ops["kind"].to_numpy()
@@ -227,7 +236,7 @@ def whatif_general(ops: pd.DataFrame) -> GeneralWhatIf:
         by_kind=by_kind, by_rank=by_rank, by_dp=by_dp, by_stage=by_stage,
         kind_share=_share(by_kind), rank_share=_share(by_rank), worker_score=score,
         top_workers=[int(r) for r in top], M_W=m_w, M_S=m_s,
-        released_groups=sched.released, notes=notes,
+        released_groups=sched.released, compute_ideal=compute_ideal, notes=notes,
         step_time_actual_s={int(s): float(t) for s, t in actual_by_step.items()},
         step_time_simulated_s={int(s): float(steps[i, col["orig"]])
                                for i, s in enumerate(sched.steps)},

@@ -20,7 +20,7 @@ together). Runs go under --out (default /tmp/torch-workloads).
 
     .venv/bin/python benchmarks/torch_workloads.py [--workloads ddp fsdp pipelining]
         [--repeats 2 | --seeds 2 3] [--config FILE] [--launcher ray|local] [--reuse]
-        [--out DIR]
+        [--out DIR] [--compute-ideal mean|median]
         [--json results.json]
 """
 
@@ -47,9 +47,10 @@ def train(scenario: str, seed: int, out: Path, reuse: bool = False,
     return json.loads((out / "run.json").read_text())
 
 
-def import_kineto(run: Path) -> dict:
+def import_kineto(run: Path, compute_ideal: str = "mean") -> dict:
     subprocess.run([PY, "-m", "stragglerlab", "import", "kineto", "--traces",
-                    str(run / "kineto"), "--out", str(run / "import"), "--quiet"], check=True,
+                    str(run / "kineto"), "--out", str(run / "import"), "--quiet",
+                    "--compute-ideal", compute_ideal], check=True,
                    stdout=subprocess.DEVNULL)
     return json.loads((run / "import" / "whatif.json").read_text())
 
@@ -99,6 +100,9 @@ def main() -> int:
                     help="YAML merged over the built-in scenarios (stragglerlab train --config)")
     ap.add_argument("--launcher", choices=["ray", "local"], default="ray",
                     help="stragglerlab train --launcher (local: no Ray, e.g. a lent machine)")
+    ap.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
+                    help="import kineto --compute-ideal (median: for DP >= 3, where one slow "
+                         "rank leaves the median clean)")
     ap.add_argument("--reuse", action="store_true",
                     help="re-import and score run folders already under --out")
     args = ap.parse_args()
@@ -110,7 +114,8 @@ def main() -> int:
             slow_run = train(f"torch-{w}-slow", seed, slow, args.reuse, args.config,
                              args.launcher)
             row = {"workload": w, "seed": seed, **score(
-                clean_run, import_kineto(clean), slow_run, import_kineto(slow),
+                clean_run, import_kineto(clean, args.compute_ideal), slow_run,
+                import_kineto(slow, args.compute_ideal),
                 json.loads((slow / "faults.json").read_text()))}
             rows.append(row)
             print(json.dumps(row), flush=True)

@@ -45,7 +45,7 @@ from stragglerlab.figures.style import (
     source_note,
 )
 from stragglerlab.filecheck import Checker
-from stragglerlab.general_record import GeneralRecord, require_mean_ideal
+from stragglerlab.general_record import GeneralRecord, require_ideal
 from stragglerlab.results import WhatIfResult
 from stragglerlab.whatif_record import WhatIfRecord
 
@@ -102,9 +102,9 @@ def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
     InputError when the result lacks that ideal, or a whatif.json lacks a step's value.
     """
     if isinstance(result, GeneralRecord):
-        require_mean_ideal(compute_ideal, result.path)
+        require_ideal(compute_ideal, result.compute_ideal, result.path)
         return JobSeries(
-            name="", compute_ideal="mean", slowdown=result.slowdown,
+            name="", compute_ideal=result.compute_ideal, slowdown=result.slowdown,
             worker_score=result.worker_score, steps=result.steps,
             step_slowdown=result.step_slowdown, step_time_actual_s=result.step_time_actual_s,
             step_time_simulated_s=result.step_time_simulated_s,

@@ -34,13 +34,17 @@ def is_general_import(folder: str | Path) -> bool:
     return (d / OPS_PARQUET).is_file() and not (d / "trace.parquet").exists()
 
 
-def require_mean_ideal(compute_ideal: str | None, where: str | Path) -> None:
-    """InputError unless `compute_ideal` is the general model's one (mean) or unset."""
+def require_ideal(asked: str | None, written: str, where: str | Path) -> None:
+    """InputError unless `asked` is unset or the compute ideal the whatif.json at `where` was
+    written with (`written`): a general import's whatif.json holds one ideal."""
     from stragglerlab.errors import InputError
 
-    if compute_ideal not in (None, "mean"):
-        raise InputError("the general op model's ideal is the mean over the ranks with the same "
-                         f"role (no {compute_ideal!r} ideal); drop --compute-ideal", str(where))
+    if asked not in (None, written):
+        folder = Path(where).parent if Path(where).name == "whatif.json" else Path(where)
+        raise InputError(f"this unannotated import's what-if was written with the {written} "
+                         f"compute ideal, not the {asked}; re-analyse it with `stragglerlab "
+                         f"whatif --run {folder} --compute-ideal {asked}`, or drop "
+                         "--compute-ideal", str(where))
 
 
 def whatif_doc(result: dict, notes: list[str]) -> dict:
@@ -82,6 +86,8 @@ class GeneralRecord:
     """Traced ranks, ascending (the columns of `worker_score` without a layout)."""
     has_layout: bool
     """True when `worker_score` is [stage, DP rank]."""
+    compute_ideal: str = "mean"
+    """The compute ideal it was written with (files before it was recorded: mean)."""
 
     @classmethod
     def read(cls, path: str | Path) -> GeneralRecord:
@@ -127,8 +133,11 @@ class GeneralRecord:
             grid = np.full((pp, dp), np.nan)
             for r, (d, p) in cells.items():
                 grid[p, d] = values[r]
+        ideal = doc.get("compute_ideal", "mean")
+        if ideal not in ("mean", "median"):
+            chk.fail("compute_ideal", f"is {str(ideal)[:40]!r}, not 'mean' or 'median'")
         return cls(
-            path=str(path),
+            path=str(path), compute_ideal=ideal,
             slowdown=chk.number(doc.get("S"), "S", minimum=0.0),
             steps=np.asarray(steps, dtype=np.int64),
             step_slowdown=np.array([chk.number(per_step[str(s)], f"per_step.{s}", minimum=0.0)

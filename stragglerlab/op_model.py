@@ -9,8 +9,11 @@ step:
 
     rank step k kind pg group start_s end_s gap_s transfer_s busy_s role dp_rank stage ...
 
-* `gap_s` is the compute segment *before* the row: its start minus the end of
-  the previous row of the chain (the step start for k = 0). It is signed: a
+* `gap_s` is the compute segment *before* the row: its start minus the
+  previous row's *point* (the step start for k = 0): the row's end, or its
+  start where it is `async` (the rank went on computing from its launch while
+  it ran; the step-end row's point is also past every async op of the step:
+  the step waits for them). `previous_points` is that rule. It is signed: a
   communication op issued while the previous one still runs overlaps it.
 * `group` ties the rows that are one collective (or one send/recv pair)
   across ranks: a group starts when its last member arrives. -1 = a local op
@@ -24,6 +27,9 @@ step:
 from __future__ import annotations
 
 import enum
+
+import numpy as np
+import pandas as pd
 
 STEP_END = "step-end"
 """The `kind` of the closing row of each rank's step chain."""
@@ -82,3 +88,26 @@ OP_COLUMNS: dict[str, str] = {
     "stage": "pipeline stage from the layout (-1 unknown)",
 }
 """Columns of ops.parquet and their meaning."""
+OPTIONAL_COLUMNS: dict[str, str] = {
+    "async": "the rank went on from the op's launch while it ran (False: it waited for it)",
+}
+"""Columns of ops.parquet that tables written before them lack (read as their default)."""
+
+
+def previous_points(ops: pd.DataFrame) -> np.ndarray:
+    """Per row of `ops` (sorted by rank, step, k), the point its gap is measured from (NaN
+    for a chain's first row): the previous row's end, or its start when that row is async;
+    for the step-end row, also the latest end of the chain's async ops (see the module
+    doc). Times in ops' `start_s`/`end_s` units."""
+    asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(len(ops), bool)
+    start, end = ops["start_s"].to_numpy(float), ops["end_s"].to_numpy(float)
+    frame = pd.DataFrame({"point": np.where(asy, start, end),
+                          "aend": np.where(asy, end, -np.inf)})
+    chain = frame.groupby([ops["rank"].to_numpy(), ops["step"].to_numpy()], sort=False)
+    prev = chain["point"].shift(1).to_numpy(float)
+    if asy.any():
+        before = chain["aend"].cummax().groupby([ops["rank"].to_numpy(),
+                                                 ops["step"].to_numpy()], sort=False).shift(1)
+        is_end = ops["kind"].to_numpy() == STEP_END
+        prev = np.where(is_end, np.fmax(prev, before.to_numpy(float)), prev)
+    return prev

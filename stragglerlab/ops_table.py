@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
-from stragglerlab.op_model import OP_COLUMNS, P2P_KINDS, STEP_END
+from stragglerlab.op_model import OP_COLUMNS, P2P_KINDS, STEP_END, previous_points
 
 INT_COLUMNS = ("rank", "step", "k", "group", "in_nelems", "out_nelems", "peer", "role",
                "dp_rank", "stage")
@@ -51,6 +51,10 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
         fail(f"lacks column(s) {', '.join(missing[:6])}")
     if not len(ops):
         fail("holds no ops")
+    if "async" not in ops.columns:  # written before the column was
+        ops["async"] = False
+    elif not pd.api.types.is_bool_dtype(ops["async"]):
+        fail(f"column 'async' holds {ops['async'].dtype} values, not booleans")
     for col in INT_COLUMNS:
         if not pd.api.types.is_integer_dtype(ops[col]):
             fail(f"column {col!r} holds {ops[col].dtype} values, not integers")
@@ -79,10 +83,11 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
         fail("has a row that ends before it starts (end_s < start_s)")
     if ((ops["transfer_s"] < 0) | (ops["transfer_s"] > dur + CONTRACT_TOL_S)).any():
         fail("has a transfer_s outside 0..(end_s - start_s): its transfers are not the ops'")
-    prev_end = ops.groupby(["rank", "step"], sort=False)["end_s"].shift()
+    prev_end = previous_points(ops)
     later = ops["k"] > ops.groupby(["rank", "step"], sort=False)["k"].transform("min")
     if ((ops["start_s"] - prev_end - ops["gap_s"]).abs()[later] > CONTRACT_TOL_S).any():
-        fail("has a gap_s that is not the row's start minus the previous row's end")
+        fail("has a gap_s that is not the row's start minus the previous row's end (its "
+             "start, for an async row)")
     if (ops["gap_s"][~later] < -CONTRACT_TOL_S).any():  # the time from the step's start
         fail("has a step whose first op has a negative gap_s (it would start before its "
              "step)")

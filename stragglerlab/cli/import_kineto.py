@@ -88,6 +88,10 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                         "all traces come from one host, collective when from several, and "
                         "where a trace names no host, none unless the collectives' members "
                         "do not end together on the clocks as they are")
+    p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
+                   help="unannotated traces: statistic idealizing each compute segment over "
+                        "the ranks doing the same work: mean (the paper's) or median (robust "
+                        "for jobs with few ranks: one slow rank of 3 or more leaves it clean)")
     p.add_argument("--allow-partial", action="store_true",
                    help="accept missing steps (keep those every rank has) and missing ranks "
                         "(keep the DP replicas with every stage)")
@@ -183,7 +187,7 @@ def _general(args, events, layout, out, progress) -> int:
         r = res.report
         progress(f"op model: {r['ops']:,} communication ops in {r['groups']:,} cross-rank "
                  "groups; simulating the what-if")
-        wi = whatif_general(res.ops)
+        wi = whatif_general(res.ops, compute_ideal=args.compute_ideal)
     except (ValueError, KeyError, IndexError, TypeError) as e:  # a trace shape not foreseen
         raise InputError(f"the general op model could not be built from these traces "
                          f"({type(e).__name__}: {one_line(e, 200)}); please report it with the "
@@ -211,7 +215,9 @@ def _general(args, events, layout, out, progress) -> int:
 
 def print_general_whatif(wi, notes: list[str]) -> None:
     """The summary of a general what-if (`analysis.whatif_general.GeneralWhatIf`) on stdout."""
-    print(f"what-if: S = {wi.S:.4f} (T {1e3 * wi.T:.3f} ms, T_ideal {1e3 * wi.T_ideal:.3f} ms, "
+    ideal = "" if wi.compute_ideal == "mean" else f", {wi.compute_ideal} compute ideal"
+    print(f"what-if: S = {wi.S:.4f}{ideal} (T {1e3 * wi.T:.3f} ms, "
+          f"T_ideal {1e3 * wi.T_ideal:.3f} ms, "
           f"traced {1e3 * wi.actual_step_s:.3f} ms, discrepancy {100 * wi.discrepancy:+.2f}%), "
           f"waste {round(100 * wi.waste, 1) + 0.0:.1f}%")
     print("  by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in wi.by_kind.items()))

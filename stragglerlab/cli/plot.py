@@ -66,8 +66,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="output folder; writes heatmap.{png,pdf,json} and "
                         "step-slowdown.{png,pdf,json} (default: RUN/plot with --run; required "
                         "otherwise)")
-    p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
-                   help="compute ideal of the numbers drawn: mean (the paper's) or median")
+    p.add_argument("--compute-ideal", choices=["mean", "median"],
+                   help="compute ideal of the numbers drawn: mean (the paper's) or median "
+                        "(default: the whatif.json's own; mean when analysing a trace)")
     return p
 
 
@@ -155,6 +156,6 @@ def _analyse(trace: Path, meta: str | None, args, progress):
                 f"{args.run}` writes it once for every reader)"))
     stages = progress.task("what-if")
     result = analyze(df, job_meta, where=str(trace), progress=stages,
-                     compute_ideal=ComputeIdeal(args.compute_ideal))
+                     compute_ideal=ComputeIdeal(args.compute_ideal or "mean"))
     name = job_meta.trial_name or (Path(args.run).name if args.run else trace.stem)
     return result, name, f"what-if of {trace}"

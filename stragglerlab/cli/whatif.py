@@ -147,10 +147,9 @@ def _general(args, run_dir: Path) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
     from stragglerlab.filecheck import load_json
-    from stragglerlab.general_record import OPS_PARQUET, require_mean_ideal, whatif_doc
+    from stragglerlab.general_record import OPS_PARQUET, whatif_doc
     from stragglerlab.ops_table import read_ops
 
-    require_mean_ideal(args.compute_ideal, run_dir)
     if args.timelines:
         raise InputError("the timelines are drawn from the op-level trace, which an "
                          "unannotated import does not have; drop --timelines", str(run_dir))
@@ -158,7 +157,7 @@ def _general(args, run_dir: Path) -> int:
     path = run_dir / OPS_PARQUET
     ops = read_ops(path, again)
     try:
-        wi = whatif_general(ops)
+        wi = whatif_general(ops, compute_ideal=args.compute_ideal)
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
         raise InputError(f"the op table could not be simulated ({type(e).__name__}: "
                          f"{str(e)[:160]}); {again}", str(path)) from None

@@ -18,6 +18,15 @@ rank in the call's process group) from the `c10d::send` / `c10d::recv_`
 launch of the same order, where the profiler kept shapes (record_shapes=True).
 
 Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
+
+Asynchronous ops (CPU traces, `gloo:<op>` work ranges): an op is `async` when
+the thread that launched it (its `c10d::<op>` launch, the latest one that
+started before the work did, on another thread) kept computing while the op
+ran: backward ops of that thread (RankEvents.activity) that started after the
+launch cover more than ASYNC_BUSY of the op's span. DDP's bucketed all-reduce
+is such an op (backward goes on); FSDP's gathers and a plain `dist.all_reduce`
+are not (their thread waits). The op model (stragglerlab.op_model) then lets
+the rank's chain go on from the launch, not from the op's end.
 """
 
 from __future__ import annotations
@@ -48,6 +57,9 @@ ALIASES = {
     "all_to_all_single": CommKind.ALL_TO_ALL,
     "isend": CommKind.SEND, "irecv": CommKind.RECV, "recv_any_source": CommKind.RECV,
 }
+ASYNC_BUSY = 0.5
+"""Share of an op's span its launching thread must spend computing for the op to be async:
+a thread that waits for its op computes ~0 of it, one that goes on ~all of it."""
 KERNEL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 NO_STEP = -1
 
@@ -185,6 +197,7 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
             backend = any(name.startswith(("gloo:", "nccl:")) for *_x, name, _a in ev.labels)
             labels = sorted(ev.labels, key=lambda x: x[0])
             launch_peers = _launch_peers(labels) if backend else {}
+            launch_of = _Launches(labels, ev.activity) if backend else None
             for start, end, tid, name, _a in labels:
                 if backend and name.startswith("c10d::"):
                     continue
@@ -193,10 +206,14 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                     peer = next(launch_peers[kind], None) if kind in launch_peers else None
                     args = {} if peer is None else {"Group peer": peer}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
-                    rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION))
+                    asynchronous = launch_of is not None and launch_of.is_async(start, end, tid)
+                    rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION)
+                                + (asynchronous,))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
-            "out_nelems", "source", "stream", "group_peer"]
+            "out_nelems", "source", "stream", "group_peer", "async"]
+    rows = [r if len(r) == len(cols) else r + (False,) for r in rows]
     df = pd.DataFrame(rows, columns=cols)
+    df["async"] = df["async"].astype(bool)
     df["step"] = _steps_of(ev.steps, df["cpu_ts"].to_numpy(dtype=float))
     return df.sort_values(["start", "end"], kind="stable", ignore_index=True)
 
@@ -207,6 +224,40 @@ def _row(rank: int, rec: CommRecord, cpu_ts: float, kind: str, args: dict,
     return (float(cpu_ts), float(rec.start), float(rec.end), kind, pg, members,
             _int(args.get("Seq")), _peer(kind, args, rank), _int(args.get("In msg nelems")),
             _int(args.get("Out msg nelems")), source.value, rec.tid, _int(args.get("Group peer")))
+
+
+class _Launches:
+    """Which work ranges of one rank ran while their launching thread computed (module doc)."""
+
+    def __init__(self, labels: list, activity: np.ndarray):
+        launches = [(s, t) for s, _e, t, name, _a in labels if name.startswith("c10d::")]
+        self.start = np.array([s for s, _t in launches], dtype=float)
+        self.tid = np.array([t for _s, t in launches], dtype=np.int64)
+        self.by_tid = {}
+        for t in np.unique(activity[:, 2]).tolist() if len(activity) else []:
+            a = activity[activity[:, 2] == t]
+            self.by_tid[int(t)] = (a[:, 0], a[:, 1])
+
+    def is_async(self, start: float, end: float, tid: int) -> bool:
+        """Whether work [start, end] on thread tid is async (ASYNC_BUSY of it computed)."""
+        i = int(np.searchsorted(self.start, start, side="right")) - 1
+        while i >= 0 and self.tid[i] == tid:  # a launch on the work's own thread ran inline
+            i -= 1
+        if i < 0 or end <= start or int(self.tid[i]) not in self.by_tid:
+            return False
+        a_start, a_end = self.by_tid[int(self.tid[i])]
+        # Only ops that began after the launch: one that holds the launch (the hook that
+        # launched it, or a wrapper waiting for it) says nothing of the time after.
+        lo = int(np.searchsorted(a_start, self.start[i], side="right"))
+        hi = int(np.searchsorted(a_start, end, side="left"))
+        if hi <= lo:
+            return False
+        s = np.maximum(a_start[lo:hi], start)
+        e = np.minimum(a_end[lo:hi], end)
+        e = np.maximum.accumulate(np.maximum(e, s))  # nested ops counted once
+        s = np.maximum(s, np.r_[start, e[:-1]])
+        busy = float(np.clip(e - s, 0.0, None).sum())
+        return busy > ASYNC_BUSY * (end - start)
 
 
 def _launch_peers(labels: list) -> dict[str, Iterator[int]]:

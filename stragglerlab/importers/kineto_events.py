@@ -13,7 +13,10 @@ Kept per event kind (everything else is dropped as it streams past):
   (older torch names the collective only there);
 * CUDA runtime launches (correlation, start, thread): they tie a kernel to the
   CPU call that launched it, hence to its step and its label;
-* other kernels, memcpys and memsets: start and end (compute busy time).
+* other kernels, memcpys and memsets: start and end (compute busy time);
+* backward ops (`autograd::engine::evaluate_function: ...`): start, end and
+  thread, the work a thread does while a collective it launched runs (an
+  asynchronous collective, e.g. DDP's bucketed all-reduce, overlaps them).
 
 An exact copy of an event read before (same cat, name, pid, tid, ts, dur: a
 trace concatenated with itself) is counted in RankEvents.duplicates and adds
@@ -79,7 +82,10 @@ OLD_CATEGORIES = {"Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_
                   "Memset": "gpu_memset", "Operator": "cpu_op",
                   "User Annotations": "user_annotation"}
 """Categories of older Kineto traces (torch 1.8-1.9) -> today's names."""
-KEPT_CPU_PREFIXES = ("ProfilerStep#",) + LABEL_PREFIXES
+ACTIVITY_PREFIX = "autograd::engine::evaluate_function"
+"""CPU ops kept as a thread's activity: every backward op runs inside one, on the thread that
+launches the backward's collectives."""
+KEPT_CPU_PREFIXES = ("ProfilerStep#", ACTIVITY_PREFIX) + LABEL_PREFIXES
 """CPU ops (cat cpu_op) kept besides record_param_comms."""
 SKIP = EventSkip(ph="X", cat="cpu_op", keep_names=KEPT_CPU_PREFIXES,
                  keep_exact=("record_param_comms",))
@@ -139,6 +145,8 @@ class RankEvents:
     NCCL kernels."""
     kernels: np.ndarray
     """(n, 2) float64: start, end of compute kernels / memcpys / memsets."""
+    activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    """(n, 3) float64: start, end, tid of the backward ops (ACTIVITY_PREFIX), by start."""
     vocab_ranges: int = 0
     """Ranges named like the Megatron op vocabulary."""
     events: int = 0
@@ -173,7 +181,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     reader = TraceReader(path=path, skip=SKIP, **kw)
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
-    launches, kernels = array("d"), array("d")
+    launches, kernels, activity = array("d"), array("d"), array("d")
     vocab = bad = 0
     keys, comm_keys = array("q"), set()  # event hashes (copies counted), comm ones seen
     names: set[str] = set()
@@ -236,6 +244,8 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                                  args={k: args[k] for k in COMM_ARGS if k in args})
                 cpu_comms.append(rec)
                 labels.append((float(ts), float(end), _tid(e), name, rec.args))
+            elif name.startswith(ACTIVITY_PREFIX):
+                activity.extend((float(ts), float(end), float(_tid(e))))
             elif name.startswith(LABEL_PREFIXES):
                 # A P2P launch's peer: c10d::send(tensors, pg, dstRank, tag) and recv_'s
                 # srcRank are scalar args, kept by a profiler run with record_shapes=True.
@@ -283,9 +293,16 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       nccl=nccl, cpu_comms=cpu_comms, labels=labels,
                       launches=launch,
                       kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
+                      activity=_by_start(activity),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _by_start(flat: array) -> np.ndarray:
+    """(n, 3) start, end, tid rows, sorted by start."""
+    a = np.frombuffer(flat, dtype=np.float64).reshape(-1, 3)
+    return a[np.argsort(a[:, 0], kind="stable")].copy()
 
 
 def _tid(e: dict) -> int:

@@ -22,7 +22,9 @@ What it infers (stragglerlab.op_model describes the table):
   with one traced member (its peers were not traced), and a send/recv with
   no known peer, is a local op;
 * compute segments: the signed span between consecutive ops of a rank's
-  chain (GPU kernel busy time inside it is kept as busy_s);
+  chain, from the previous op's end, or from its start where that op is async
+  (its launching thread computed on while it ran: general_comm; the step end
+  waits for every async op); GPU kernel busy time inside it is kept as busy_s;
 * roles ("the same work"): the pipeline stage where a layout is known
   (--layout, or Megatron-named process groups in distributedInfo.pg_config),
   else ranks whose steps mostly have the same multiset of communication kinds
@@ -61,7 +63,7 @@ from stragglerlab.importers.kineto_clocks import match_tolerance_us
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
-from stragglerlab.op_model import P2P_KINDS, STEP_END
+from stragglerlab.op_model import P2P_KINDS, STEP_END, previous_points
 
 PARALLEL_MIN_BYTES = 16 << 20
 """Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
@@ -251,7 +253,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                           ignore_index=True)
     chain = ops.groupby(["rank", "step"], sort=False)
     ops["k"] = chain.cumcount()
-    prev_end = chain["end"].shift(1)
+    ops["async"] = ops["async"].fillna(False).astype(bool) if "async" in ops else False
+    prev_end = pd.Series(previous_points(ops.rename(columns={"start": "start_s",
+                                                             "end": "end_s"})), index=ops.index)
     ops["gap"] = ops["start"] - prev_end.fillna(ops["step_start"])
     ops["busy_s"] = np.nan
     for e in events:
@@ -280,6 +284,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "out_nelems": ops["out_nelems"].fillna(-1).astype(np.int64),
         "peer": ops["peer"].fillna(-1).astype(np.int64), "role": ops["role"].astype(np.int64),
         "dp_rank": ops["dp_rank"].astype(np.int64), "stage": ops["stage"].astype(np.int64),
+        "async": ops["async"].to_numpy(bool),
     })
     comm = out[out["kind"] != STEP_END]
     if lay is not None and lay.pp > 1 and not comm["kind"].isin(P2P_KINDS).any():
@@ -301,7 +306,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "clock_offsets_s": {str(r): v / 1e6 for r, v in off.items()},
         "layout": None if lay is None else {"dp": lay.dp, "pp": lay.pp, "tp": lay.tp,
                                             "source": lay.source},
-        "ops": int(len(comm)), "groups": int(comm.loc[comm["group"] >= 0, "group"].nunique()),
+        "ops": int(len(comm)), "async_ops": int(comm["async"].sum()),
+        "groups": int(comm.loc[comm["group"] >= 0, "group"].nunique()),
         "matched_ops": matched, "local_ops": int(len(comm) - matched),
         "implausible_groups_unmatched": int(bad_groups.size),
         "kinds": {str(k): int(v) for k, v in comm["kind"].value_counts().items()},

@@ -1,0 +1,107 @@
+"""Asynchronous collectives in CPU traces: the rank computes on while its op runs.
+
+A DDP-like job on gloo, as torch 2.13 traces it: backward launches bucket 1's
+all-reduce (`c10d::allreduce_` on the main thread, `gloo:all_reduce` on a gloo
+thread) and goes on computing bucket 2's gradients (`autograd::engine::
+evaluate_function` ranges) while the all-reduce waits for the slow rank; bucket
+2's all-reduce is launched at the end of backward and waited for; then the
+optimizer. One chain per rank in op order would measure bucket 2's compute from
+bucket 1's end, so on the peers it is the time left after waiting (negative
+here), and the ideal drops compute that ran.
+
+Exact: ranks 0-3, rank 3 computes FACTOR x as long; backward parts B1, B2, all-
+reduce transfer AR, optimizer TAIL (ms). T = F B1 + F B2 + AR + TAIL; the mean
+ideal's parts are the mean over the 4 ranks, the median's a clean rank's.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from stragglerlab.analysis.whatif_general import whatif_general
+from stragglerlab.importers.kineto_general import build_general, load_ranks
+from stragglerlab.op_model import previous_points
+from tests.unit.general_fixtures import MS, _x, write_docs
+
+WORLD, SLOW, FACTOR = 4, 3, 2.0
+B1, B2, AR, TAIL = 10.0, 10.0, 2.0, 5.0
+MEAN_F = (WORLD - 1 + FACTOR) / WORLD
+T = FACTOR * (B1 + B2) + AR + TAIL
+S_MEAN = T / (MEAN_F * (B1 + B2) + AR + TAIL)
+S_MEDIAN = T / (B1 + B2 + AR + TAIL)
+
+
+def _ddp_gloo(rank: int, steps=(5, 6, 7), activity: bool = True) -> dict:
+    f = FACTOR if rank == SLOW else 1.0
+    ev = []
+    step_ms = FACTOR * (B1 + B2) + AR + TAIL
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * (step_ms + 1.0) * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, step_ms * MS, cat="user_annotation"))
+        l1, l1_last = t0 + f * B1 * MS, t0 + FACTOR * B1 * MS
+        ev.append(_x("c10d::allreduce_", l1, 20.0))
+        ev.append(_x("gloo:all_reduce", l1 + 20.0, l1_last + AR * MS - l1 - 20.0, tid=9))
+        if activity:  # bucket 2's backward on the main thread, in two ops
+            half = f * B2 * MS / 2
+            ev.append(_x("autograd::engine::evaluate_function: AddmmBackward0",
+                         l1 + 30.0, half - 30.0))
+            ev.append(_x("autograd::engine::evaluate_function: GeluBackward0",
+                         l1 + half, half - 30.0))
+        l2, l2_last = l1 + f * B2 * MS, l1_last + FACTOR * B2 * MS
+        ev.append(_x("c10d::allreduce_", l2, 20.0))
+        ev.append(_x("gloo:all_reduce", l2 + 20.0, l2_last + AR * MS - l2 - 20.0, tid=10))
+        ev.append(_x("Optimizer.step#Adam.step", l2_last + AR * MS, TAIL * MS - 10))
+    return {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": WORLD}}
+
+
+def _import(tmp_path, **kw):
+    folder = write_docs(tmp_path, {r: _ddp_gloo(r, **kw) for r in range(WORLD)})
+    return build_general(load_ranks(sorted(folder.glob("*.json"))))
+
+
+def test_a_bucket_all_reduce_the_rank_computes_through_is_async(tmp_path):
+    res = _import(tmp_path)
+    comm = res.ops[res.ops["kind"] == "all_reduce"]
+    first = comm[comm["k"] == 0]
+    last = comm[comm["k"] == 1]
+    # Bucket 1: the peers compute bucket 2 while it waits for rank 3 (async); rank 3's own
+    # bucket 1 is short and also overlapped by its backward. Bucket 2: every rank waits.
+    assert first["async"].all() and not last["async"].any()
+    assert res.report["async_ops"] == len(first)
+    # Bucket 2's compute segment is measured from bucket 1's launch: the whole backward part.
+    gap2 = last.set_index(["rank", "step"])["gap_s"]
+    peers = gap2[gap2.index.get_level_values("rank") != SLOW]
+    assert peers.to_numpy() == pytest.approx(B2 / 1e3, abs=1e-6)
+
+
+@pytest.mark.parametrize(("ideal", "expected"), [("mean", S_MEAN), ("median", S_MEDIAN)])
+def test_the_what_if_keeps_the_compute_that_ran_beside_the_async_op(tmp_path, ideal,
+                                                                    expected):
+    wi = whatif_general(_import(tmp_path).ops, compute_ideal=ideal)
+    assert abs(wi.discrepancy) < 1e-3  # the simulation replays the trace
+    assert wi.S == pytest.approx(expected, rel=2e-3)
+    assert wi.top_workers == [SLOW]
+    assert wi.compute_ideal == ideal
+
+
+def test_without_the_threads_activity_an_op_is_waited_for_as_before(tmp_path):
+    res = _import(tmp_path, activity=False)
+    assert not res.ops["async"].any() and res.report["async_ops"] == 0
+    # One chain in op order: the peers' bucket-2 segment is what is left after bucket 1.
+    wi = whatif_general(res.ops)
+    assert wi.S > S_MEAN * 1.1
+
+
+def test_previous_points_follow_the_async_rule():
+    ops = pd.DataFrame({
+        "rank": [0, 0, 0, 0], "step": [1, 1, 1, 1], "k": [0, 1, 2, 3],
+        "kind": ["all_reduce", "all_reduce", "all_reduce", "step-end"],
+        "start_s": [1.0, 2.0, 6.0, 7.0], "end_s": [5.0, 3.0, 6.5, 7.0],
+        "async": [True, False, True, False]})
+    prev = previous_points(ops)
+    assert pd.isna(prev[0])
+    # after an async row: its start; after a waited one: its end; the step end also waits
+    # for every async op of the chain (row 0 ends at 5, row 2 at 6.5)
+    assert prev[1:].tolist() == [1.0, 3.0, 6.5]
