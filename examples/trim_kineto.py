@@ -1,8 +1,10 @@
 """Trim a run's Kineto traces to what the general op model reads, for the examples.
 
 Keeps each rank's `ProfilerStep#N` ranges, its communication ranges
-(`c10d::*`, `gloo:*`, `nccl:*`, `record_param_comms`), the wrappers' own
-top-level ranges (`DistributedDataParallel.*`, `FSDP::*`, `PipelineSchedule*`,
+(`c10d::*`, `gloo:*`, `nccl:*`, `record_param_comms`), its backward ops
+(`autograd::engine::evaluate_function: *`, which tell an async collective:
+the thread computed on while it ran), the wrappers' own top-level ranges
+(`DistributedDataParallel.*`, `FSDP::*`, `PipelineSchedule*`,
 `PipelineStage*`), and the file's metadata (`distributedInfo`, ...); drops the
 aten ops between them. The general op model's compute segments are the spans
 between communication ops, so the import of the trimmed files gives the same S
@@ -19,7 +21,8 @@ import sys
 from pathlib import Path
 
 KEEP_PREFIXES = ("ProfilerStep#", "c10d::", "gloo:", "nccl:", "record_param_comms",
-                 "DistributedDataParallel", "FSDP::", "PipelineSchedule", "PipelineStage")
+                 "autograd::engine::evaluate_function", "DistributedDataParallel", "FSDP::",
+                 "PipelineSchedule", "PipelineStage")
 
 
 def trim(src: Path, dst: Path) -> None:
