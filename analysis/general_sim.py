@@ -60,6 +60,9 @@ class Schedule:
     """Per row: async (the chain goes on from its arrival); None: no row is."""
     is_end: np.ndarray | None = None
     """Per row: the step-end row (it waits for the chain's async ops); None with no async."""
+    serial: np.ndarray | None = None
+    """Per row: it also waits for the chain's earlier rows to end (an in-order NCCL stream);
+    None: no row does."""
 
 
 def schedule(ops: pd.DataFrame) -> Schedule:
@@ -127,10 +130,12 @@ def schedule(ops: pd.DataFrame) -> Schedule:
             if head[c] < len(rows_of[c]):
                 arrive(int(rows_of[c][head[c]]))
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(n, bool)
+    ser = ops["serial"].to_numpy(bool) if "serial" in ops else np.zeros(n, bool)
     return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
                     rounds=rounds, synced=synced, released=released, split_steps=split,
                     asynchronous=asy if asy.any() else None,
-                    is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None)
+                    is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None,
+                    serial=ser if (ser & asy).any() else None)
 
 
 def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarray:
@@ -138,8 +143,9 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
     n_scenarios) seconds."""
     n_s = gap.shape[1]
     end = np.zeros((sched.n_chains, n_s))
-    asy = sched.asynchronous
+    asy, ser = sched.asynchronous, sched.serial
     aend = np.zeros((sched.n_chains, n_s)) if asy is not None else None
+    cend = np.zeros((sched.n_chains, n_s)) if ser is not None else None
     for rows, sets, n_sets in sched.rounds:
         c = sched.chain[rows]
         if asy is None:
@@ -147,6 +153,8 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
         else:  # the step end also waits for the chain's async ops
             arrive = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]),
                               end[c]) + gap[rows]
+            if ser is not None:  # queued behind the chain's earlier ops on its stream
+                arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
         if n_sets == rows.size:
             start = arrive
         else:
@@ -160,6 +168,8 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
             a = asy[rows, None]
             end[c] = np.where(a, arrive, done)
             aend[c] = np.where(a, np.maximum(aend[c], done), aend[c])
+            if ser is not None:
+                cend[c] = np.maximum(cend[c], done)
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out

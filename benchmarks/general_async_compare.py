@@ -19,8 +19,10 @@ from stragglerlab.op_model import previous_points
 
 
 def waited_for(ops: pd.DataFrame) -> pd.DataFrame:
-    """ops with no op async and every gap measured from the previous op's end."""
-    old = ops.sort_values(["rank", "step", "k"], ignore_index=True).assign(**{"async": False})
+    """ops with no op async or queued, every gap measured from the previous op's end."""
+    old = ops.sort_values(["rank", "step", "k"], ignore_index=True).assign(
+        **{"async": False, "serial": False})
+    old["ready_s"] = old["start_s"]
     later = (old.groupby(["rank", "step"])["k"].transform("min") != old["k"]).to_numpy()
     prev = previous_points(old)
     old.loc[later, "gap_s"] = old["start_s"].to_numpy()[later] - prev[later]

@@ -9,11 +9,15 @@ step:
 
     rank step k kind pg group start_s end_s gap_s transfer_s busy_s role dp_rank stage ...
 
-* `gap_s` is the compute segment *before* the row: its start minus the
-  previous row's *point* (the step start for k = 0): the row's end, or its
-  start where it is `async` (the rank went on computing from its launch while
-  it ran; the step-end row's point is also past every async op of the step:
-  the step waits for them). `previous_points` is that rule. It is signed: a
+* `gap_s` is the compute segment *before* the row: from the previous row's
+  *point* (the step start for k = 0) to the row's ready time (`ready_s`: its
+  start, or on a GPU, when its inputs were ready if it queued behind earlier
+  collectives). A row's point is its end, or its ready time where it is
+  `async` (the rank went on computing while it ran); the step-end row's gap
+  starts past every async op of the step (the step waits for them), and a
+  `serial` row (an NCCL kernel on the rank's in-order stream) also waits for
+  the rank's earlier ops to end. `previous_points` and `gap_ends` are that
+  rule. It is signed: a
   communication op issued while the previous one still runs overlaps it.
 * `group` ties the rows that are one collective (or one send/recv pair)
   across ranks: a group starts when its last member arrives. -1 = a local op
@@ -89,25 +93,40 @@ OP_COLUMNS: dict[str, str] = {
 }
 """Columns of ops.parquet and their meaning."""
 OPTIONAL_COLUMNS: dict[str, str] = {
-    "async": "the rank went on from the op's launch while it ran (False: it waited for it)",
+    "async": "the rank went on computing while the op ran (False: it waited for the op)",
+    "ready_s": "when the op's inputs were ready on its rank (its start, or before it when it "
+               "queued on the GPU behind the rank's earlier collectives); the gap ends here",
+    "serial": "the op waits for the rank's earlier communication ops of the step (one "
+              "in-order NCCL stream)",
 }
-"""Columns of ops.parquet that tables written before them lack (read as their default)."""
+"""Columns of ops.parquet that tables written before them lack (read as their default:
+async False, ready_s = start_s, serial False)."""
 
 
 def previous_points(ops: pd.DataFrame) -> np.ndarray:
     """Per row of `ops` (sorted by rank, step, k), the point its gap is measured from (NaN
-    for a chain's first row): the previous row's end, or its start when that row is async;
-    for the step-end row, also the latest end of the chain's async ops (see the module
-    doc). Times in ops' `start_s`/`end_s` units."""
+    for a chain's first row): the previous row's end, or its ready time (`ready_s`, else
+    its start) when that row is async; for the step-end row, also the latest end of the
+    chain's async ops (see the module doc). Times in ops' `start_s`/`end_s` units."""
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(len(ops), bool)
     start, end = ops["start_s"].to_numpy(float), ops["end_s"].to_numpy(float)
-    frame = pd.DataFrame({"point": np.where(asy, start, end),
+    ready = ops["ready_s"].to_numpy(float) if "ready_s" in ops else start
+    frame = pd.DataFrame({"point": np.where(asy, ready, end),
                           "aend": np.where(asy, end, -np.inf)})
-    chain = frame.groupby([ops["rank"].to_numpy(), ops["step"].to_numpy()], sort=False)
+    keys = [ops["rank"].to_numpy(), ops["step"].to_numpy()]
+    chain = frame.groupby(keys, sort=False)
     prev = chain["point"].shift(1).to_numpy(float)
     if asy.any():
-        before = chain["aend"].cummax().groupby([ops["rank"].to_numpy(),
-                                                 ops["step"].to_numpy()], sort=False).shift(1)
+        before = chain["aend"].cummax().groupby(keys, sort=False).shift(1)
         is_end = ops["kind"].to_numpy() == STEP_END
         prev = np.where(is_end, np.fmax(prev, before.to_numpy(float)), prev)
     return prev
+
+
+def gap_ends(ops: pd.DataFrame) -> np.ndarray:
+    """Per row, where its gap ends: its ready time (`ready_s`, else its start); the step
+    end's own start for the step-end row."""
+    start = ops["start_s"].to_numpy(float)
+    if "ready_s" not in ops:
+        return start
+    return np.where(ops["kind"].to_numpy() == STEP_END, start, ops["ready_s"].to_numpy(float))

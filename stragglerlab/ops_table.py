@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
-from stragglerlab.op_model import OP_COLUMNS, P2P_KINDS, STEP_END, previous_points
+from stragglerlab.op_model import OP_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
 
 INT_COLUMNS = ("rank", "step", "k", "group", "in_nelems", "out_nelems", "peer", "role",
                "dp_rank", "stage")
@@ -51,10 +51,18 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
         fail(f"lacks column(s) {', '.join(missing[:6])}")
     if not len(ops):
         fail("holds no ops")
-    if "async" not in ops.columns:  # written before the column was
-        ops["async"] = False
-    elif not pd.api.types.is_bool_dtype(ops["async"]):
-        fail(f"column 'async' holds {ops['async'].dtype} values, not booleans")
+    for col in ("async", "serial"):  # tables written before these columns read as before
+        if col not in ops.columns:
+            ops[col] = False
+        elif not pd.api.types.is_bool_dtype(ops[col]):
+            fail(f"column {col!r} holds {ops[col].dtype} values, not booleans")
+    if "ready_s" not in ops.columns:
+        ops["ready_s"] = ops["start_s"]
+    elif not pd.api.types.is_numeric_dtype(ops["ready_s"]) or not np.isfinite(
+            ops["ready_s"].to_numpy(dtype=float)).all() or \
+            (ops["ready_s"] > ops["start_s"] + CONTRACT_TOL_S).any():
+        fail("column 'ready_s' holds values that are not finite seconds at or before the "
+             "row's start_s")
     for col in INT_COLUMNS:
         if not pd.api.types.is_integer_dtype(ops[col]):
             fail(f"column {col!r} holds {ops[col].dtype} values, not integers")
@@ -85,7 +93,7 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
         fail("has a transfer_s outside 0..(end_s - start_s): its transfers are not the ops'")
     prev_end = previous_points(ops)
     later = ops["k"] > ops.groupby(["rank", "step"], sort=False)["k"].transform("min")
-    if ((ops["start_s"] - prev_end - ops["gap_s"]).abs()[later] > CONTRACT_TOL_S).any():
+    if ((gap_ends(ops) - prev_end - ops["gap_s"]).abs()[later] > CONTRACT_TOL_S).any():
         fail("has a gap_s that is not the row's start minus the previous row's end (its "
              "start, for an async row)")
     if (ops["gap_s"][~later] < -CONTRACT_TOL_S).any():  # the time from the step's start

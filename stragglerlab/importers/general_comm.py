@@ -19,14 +19,14 @@ launch of the same order, where the profiler kept shapes (record_shapes=True).
 
 Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
 
-Asynchronous ops (CPU traces, `gloo:<op>` work ranges): an op is `async` when
-the thread that launched it (its `c10d::<op>` launch, the latest one that
-started before the work did, on another thread) kept computing while the op
-ran: backward ops of that thread (RankEvents.activity) that started after the
-launch cover more than ASYNC_BUSY of the op's span. DDP's bucketed all-reduce
-is such an op (backward goes on); FSDP's gathers and a plain `dist.all_reduce`
-are not (their thread waits). The op model (stragglerlab.op_model) then lets
-the rank's chain go on from the launch, not from the op's end.
+Asynchronous ops (CPU traces, `gloo:<op>` work ranges): `beside` is how long
+the thread that launched the op (its `c10d::<op>` launch, the latest one that
+started before the work did, on another thread) computed while the op ran:
+its backward ops (RankEvents.activity) that started after the launch, clipped
+to the op's span; NaN where the trace shows neither. kineto_general pools it
+over the ops doing the same work to call them async (DDP's bucketed
+all-reduce: backward goes on) or waited for (FSDP's gathers, a plain
+`dist.all_reduce`: the thread waits).
 """
 
 from __future__ import annotations
@@ -206,14 +206,14 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                     peer = next(launch_peers[kind], None) if kind in launch_peers else None
                     args = {} if peer is None else {"Group peer": peer}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
-                    asynchronous = launch_of is not None and launch_of.is_async(start, end, tid)
+                    beside = launch_of.beside(start, end, tid) if launch_of else np.nan
                     rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION)
-                                + (asynchronous,))
+                                + (beside,))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
-            "out_nelems", "source", "stream", "group_peer", "async"]
-    rows = [r if len(r) == len(cols) else r + (False,) for r in rows]
+            "out_nelems", "source", "stream", "group_peer", "beside"]
+    rows = [r if len(r) == len(cols) else r + (np.nan,) for r in rows]
     df = pd.DataFrame(rows, columns=cols)
-    df["async"] = df["async"].astype(bool)
+    df["beside"] = df["beside"].astype(float)
     df["step"] = _steps_of(ev.steps, df["cpu_ts"].to_numpy(dtype=float))
     return df.sort_values(["start", "end"], kind="stable", ignore_index=True)
 
@@ -238,26 +238,26 @@ class _Launches:
             a = activity[activity[:, 2] == t]
             self.by_tid[int(t)] = (a[:, 0], a[:, 1])
 
-    def is_async(self, start: float, end: float, tid: int) -> bool:
-        """Whether work [start, end] on thread tid is async (ASYNC_BUSY of it computed)."""
+    def beside(self, start: float, end: float, tid: int) -> float:
+        """How long work [start, end] on thread tid ran beside its launching thread's
+        compute (µs); NaN where no launch, or no activity on its thread, is traced."""
         i = int(np.searchsorted(self.start, start, side="right")) - 1
         while i >= 0 and self.tid[i] == tid:  # a launch on the work's own thread ran inline
             i -= 1
-        if i < 0 or end <= start or int(self.tid[i]) not in self.by_tid:
-            return False
+        if i < 0 or int(self.tid[i]) not in self.by_tid:
+            return float("nan")
         a_start, a_end = self.by_tid[int(self.tid[i])]
         # Only ops that began after the launch: one that holds the launch (the hook that
         # launched it, or a wrapper waiting for it) says nothing of the time after.
         lo = int(np.searchsorted(a_start, self.start[i], side="right"))
         hi = int(np.searchsorted(a_start, end, side="left"))
-        if hi <= lo:
-            return False
+        if hi <= lo or end <= start:
+            return 0.0
         s = np.maximum(a_start[lo:hi], start)
         e = np.minimum(a_end[lo:hi], end)
         e = np.maximum.accumulate(np.maximum(e, s))  # nested ops counted once
         s = np.maximum(s, np.r_[start, e[:-1]])
-        busy = float(np.clip(e - s, 0.0, None).sum())
-        return busy > ASYNC_BUSY * (end - start)
+        return float(np.clip(e - s, 0.0, None).sum())
 
 
 def _launch_peers(labels: list) -> dict[str, Iterator[int]]:

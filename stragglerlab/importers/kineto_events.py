@@ -13,7 +13,8 @@ Kept per event kind (everything else is dropped as it streams past):
   (older torch names the collective only there);
 * CUDA runtime launches (correlation, start, thread): they tie a kernel to the
   CPU call that launched it, hence to its step and its label;
-* other kernels, memcpys and memsets: start and end (compute busy time);
+* other kernels, memcpys and memsets: start, end and their launch's CPU time
+  (compute busy time; what a collective's kernel waited for on the GPU);
 * backward ops (`autograd::engine::evaluate_function: ...`): start, end and
   thread, the work a thread does while a collective it launched runs (an
   asynchronous collective, e.g. DDP's bucketed all-reduce, overlaps them).
@@ -144,7 +145,8 @@ class RankEvents:
     """(n, 3) float64: correlation, start, tid of the CUDA runtime calls that launched
     NCCL kernels."""
     kernels: np.ndarray
-    """(n, 2) float64: start, end of compute kernels / memcpys / memsets."""
+    """(n, 3) float64: start, end and CPU launch time (NaN: no launch traced) of compute
+    kernels / memcpys / memsets."""
     activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
     """(n, 3) float64: start, end, tid of the backward ops (ACTIVITY_PREFIX), by start."""
     vocab_ranges: int = 0
@@ -215,12 +217,12 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
             if (cat == "kernel" and "nccl" in name.lower() or name == "record_param_comms"
                     or name.startswith(LABEL_PREFIXES)) and _copy(key, comm_keys):
                 continue
-            if cat in COMPUTE_CATS and not (cat == "kernel" and "nccl" in name.lower()):
-                kernels.append(ts)
-                kernels.append(end)
-                continue
             args = e.get("args")
             args = args if isinstance(args, dict) else {}
+            if cat in COMPUTE_CATS and not (cat == "kernel" and "nccl" in name.lower()):
+                corr = args.get("correlation", -1)
+                kernels.extend((ts, end, float(corr) if type(corr) is int else -1.0))
+                continue
             if cat in LAUNCH_CATS:
                 corr = args.get("correlation")
                 if isinstance(corr, int):
@@ -285,18 +287,33 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
         else 0.0
     check_step_order(steps, where)
     launch = np.frombuffer(launches, dtype=np.float64).reshape(-1, 3)
+    kern = np.frombuffer(kernels, dtype=np.float64).reshape(-1, 3).copy()
+    kern[:, 2] = _launch_times(launch, kern[:, 2])
     nccl_corr = np.fromiter((r.corr for r in nccl), dtype=np.float64, count=len(nccl))
     launch = launch[np.isin(launch[:, 0], nccl_corr)].copy()  # only NCCL launches are needed
-    del launches
+    del launches, kernels
     return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
                       pg_config=info.get("pg_config") or [], base_us=base, steps=steps,
                       nccl=nccl, cpu_comms=cpu_comms, labels=labels,
                       launches=launch,
-                      kernels=np.frombuffer(kernels, dtype=np.float64).reshape(-1, 2).copy(),
+                      kernels=kern,
                       activity=_by_start(activity),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def _launch_times(launch: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """The CPU launch time of each correlation id in `corr` (NaN where none was traced)."""
+    out = np.full(corr.size, np.nan)
+    if not launch.size or not corr.size:
+        return out
+    order = np.argsort(launch[:, 0], kind="stable")
+    keys, times = launch[order, 0], launch[order, 1]
+    i = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
+    hit = (keys[i] == corr) & (corr >= 0)
+    out[hit] = times[i[hit]]
+    return out
 
 
 def _by_start(flat: array) -> np.ndarray:

@@ -51,6 +51,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
+from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
 from stragglerlab.importers.general_ranks import (
@@ -144,27 +145,6 @@ def _duplicates(events: list[RankEvents], notes: list[str]) -> dict[str, int]:
     return copies
 
 
-def _busy(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Union busy time of [start, end) kernel intervals inside each window [a, b]."""
-    if not len(kernels):
-        return np.full(a.size, np.nan)
-    k = kernels[np.argsort(kernels[:, 0], kind="stable")]
-    s, e = k[:, 0], np.maximum.accumulate(k[:, 1])
-    new = np.r_[True, s[1:] > e[:-1]]  # a new merged interval starts
-    idx = np.cumsum(new) - 1
-    ms = s[new]
-    me = np.zeros(ms.size)
-    np.maximum.at(me, idx, e)
-    cum = np.r_[0.0, np.cumsum(me - ms)]
-
-    def upto(t):
-        i = np.searchsorted(ms, t, side="right")
-        j = np.maximum(i - 1, 0)
-        inside = np.where(i > 0, np.clip(t - ms[j], 0, me[j] - ms[j]), 0.0)
-        return cum[np.maximum(i - 1, 0)] * (i > 0) + inside
-    return np.maximum(upto(b) - upto(np.minimum(a, b)), 0.0)
-
-
 def _note_longer_than_step(c: pd.DataFrame, events: list, steps: list[int],
                            notes: list[str]) -> None:
     """A note for communication ops that last longer than their whole step (µs, each rank's
@@ -205,6 +185,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     frames, dropped = [], 0
     for e in events:
         f = comm_frame(e, use_gpu)
+        if use_gpu:
+            f["lead"], f["beside"], f["resumed"] = gpu_evidence(f, e.kernels)
         dropped += int((f["step"] == NO_STEP).sum())
         f = f[f["step"].isin(steps)].copy()
         f["rank"] = e.rank
@@ -253,17 +235,6 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                           ignore_index=True)
     chain = ops.groupby(["rank", "step"], sort=False)
     ops["k"] = chain.cumcount()
-    ops["async"] = ops["async"].fillna(False).astype(bool) if "async" in ops else False
-    prev_end = pd.Series(previous_points(ops.rename(columns={"start": "start_s",
-                                                             "end": "end_s"})), index=ops.index)
-    ops["gap"] = ops["start"] - prev_end.fillna(ops["step_start"])
-    ops["busy_s"] = np.nan
-    for e in events:
-        m = (ops["rank"] == e.rank).to_numpy()
-        # float: a rank with no communication op leaves the concatenated columns object
-        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - base[e.rank] - off[e.rank]
-        b = ops["start"].to_numpy(float)[m] - base[e.rank] - off[e.rank]
-        ops.loc[m, "busy_s"] = _busy(e.kernels, a, b) / 1e6
     ops["dp_rank"], ops["stage"] = -1, -1
     if lay is not None:
         coords = {e.rank: lay.coords(e.rank) for e in events}
@@ -272,6 +243,18 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         ops["role"] = ops["stage"]
     else:
         ops["role"] = rank_roles(ops)
+    ops["async"], ops["serial"], ops["ready"] = decide_async(ops, use_gpu)
+    prev_end = pd.Series(previous_points(ops.rename(columns={
+        "start": "start_s", "end": "end_s", "ready": "ready_s"})), index=ops.index)
+    gap_end = np.where(ops["kind"] == STEP_END, ops["start"], ops["ready"])
+    ops["gap"] = gap_end - prev_end.fillna(ops["step_start"])
+    ops["busy_s"] = np.nan
+    for e in events:
+        m = (ops["rank"] == e.rank).to_numpy()
+        # float: a rank with no communication op leaves the concatenated columns object
+        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - base[e.rank] - off[e.rank]
+        b = gap_end.astype(float)[m] - base[e.rank] - off[e.rank]
+        ops.loc[m, "busy_s"] = busy_union(e.kernels, a, b) / 1e6
     t0 = ops["start"].min()
     out = pd.DataFrame({
         "rank": ops["rank"].astype(np.int64), "step": ops["step"].astype(np.int64),
@@ -284,7 +267,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "out_nelems": ops["out_nelems"].fillna(-1).astype(np.int64),
         "peer": ops["peer"].fillna(-1).astype(np.int64), "role": ops["role"].astype(np.int64),
         "dp_rank": ops["dp_rank"].astype(np.int64), "stage": ops["stage"].astype(np.int64),
-        "async": ops["async"].to_numpy(bool),
+        "async": ops["async"].to_numpy(bool), "ready_s": (ops["ready"] - t0) / 1e6,
+        "serial": ops["serial"].to_numpy(bool),
     })
     comm = out[out["kind"] != STEP_END]
     if lay is not None and lay.pp > 1 and not comm["kind"].isin(P2P_KINDS).any():

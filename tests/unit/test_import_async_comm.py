@@ -105,3 +105,64 @@ def test_previous_points_follow_the_async_rule():
     # after an async row: its start; after a waited one: its end; the step end also waits
     # for every async op of the chain (row 0 ends at 5, row 2 at 6.5)
     assert prev[1:].tolist() == [1.0, 3.0, 6.5]
+
+
+def _ddp_gpu(rank: int, steps=(5, 6, 7)) -> dict:
+    """The same job on GPUs: bucket grads (compute stream 7), their all-reduce kernels (NCCL
+    stream 20), the optimizer kernel waiting for the last one; the CPU launches all ahead
+    of the GPU. A fast rank's bucket-2 all-reduce queues behind its bucket-1 one, which
+    waits for rank 3: the kernel starts at the other's end, its gradients long ready."""
+    f = {r: FACTOR if r == SLOW else 1.0 for r in range(WORLD)}
+    ev, corr = [], 100
+    step_ms = FACTOR * (B1 + B2) + AR + TAIL + 0.05
+
+    def kernel(name, cpu, ts, dur, stream, **args):
+        nonlocal corr
+        corr += 1
+        ev.append(_x("cudaLaunchKernel", cpu, 3.0, cat="cuda_runtime", correlation=corr))
+        ev.append(_x(name, ts, dur, cat="kernel", pid=0, tid=stream, stream=stream,
+                     correlation=corr, **args))
+
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * (step_ms + 1.0) * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, step_ms * MS, cat="user_annotation"))
+        comm = {"Collective name": "allreduce", "Process Group Name": "0",
+                "Process Group Ranks": list(range(WORLD)), "In msg nelems": 1024,
+                "Out msg nelems": 1024, "Group size": WORLD}
+        a0 = t0 + 20.0
+        a_end = {r: a0 + f[r] * B1 * MS for r in f}
+        b_end = {r: a_end[r] + f[r] * B2 * MS for r in f}
+        ar1_end = max(a_end.values()) + AR * MS
+        ar2_start = {r: max(b_end[r], ar1_end) for r in f}
+        ar2_end = max(ar2_start.values()) + AR * MS
+        kernel("sgemm_bucket1_grads", t0 + 10, a0, f[rank] * B1 * MS, 7)
+        kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 20, a_end[rank],
+               ar1_end - a_end[rank], 20, Seq=2 * i, **comm)
+        kernel("sgemm_bucket2_grads", t0 + 30, a_end[rank], f[rank] * B2 * MS, 7)
+        kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 40, ar2_start[rank],
+               ar2_end - ar2_start[rank], 20, Seq=2 * i + 1, **comm)
+        kernel("adam_kernel", t0 + 50, ar2_end + 2.0, TAIL * MS - 2.0, 7)
+    return {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": WORLD}}
+
+
+@pytest.mark.parametrize(("ideal", "expected"), [("mean", S_MEAN), ("median", S_MEDIAN)])
+def test_gpu_bucket_kernels_overlap_the_compute_stream_and_queue(tmp_path, ideal, expected):
+    folder = write_docs(tmp_path, {r: _ddp_gpu(r) for r in range(WORLD)})
+    res = build_general(load_ranks(sorted(folder.glob("*.json"))))
+    assert res.report["timing"] == "gpu"
+    comm = res.ops[res.ops["kind"] == "all_reduce"]
+    first, last = comm[comm["k"] == 0], comm[comm["k"] == 1]
+    # bucket 1: the compute stream runs bucket 2 beside it; bucket 2: the optimizer waits
+    assert first["async"].all() and not last["async"].any()
+    # a fast rank's bucket-2 kernel queued behind bucket 1: its gap ends when its
+    # gradients were ready, and is bucket 2's compute
+    fast = last[last["rank"] != SLOW]
+    assert fast["serial"].all() and not last.loc[last["rank"] == SLOW, "serial"].any()
+    assert fast["gap_s"].to_numpy() == pytest.approx(B2 / 1e3, abs=2e-5)
+    wi = whatif_general(res.ops, compute_ideal=ideal)
+    assert abs(wi.discrepancy) < 1e-3
+    # T and T_ideal of the module doc, each with the step range's 0.05 ms beside the kernels
+    lag = 0.05  # ms: the step range ends 0.05 ms after the job (step_ms)
+    assert wi.S == pytest.approx((T + lag) / (T / expected + lag), rel=2e-3)
+    assert wi.top_workers == [SLOW]

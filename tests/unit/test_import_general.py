@@ -52,7 +52,10 @@ def test_external_hta_trace_imports_and_analyses(tmp_path, capsys):
     for share in (wi["kind_share"], wi["rank_share"]):
         assert sum(share.values()) == pytest.approx(1.0)
     assert all(math.isfinite(v) and v > 0 for v in wi["by_kind"].values())
-    assert wi["top_workers"] and 0.0 <= wi["M_W"] <= 1.0 + 1e-9
+    # M_W = (T - T_fixW) / (T - T_ideal) is no share bounded by 1 (docs/whatif.md), and at
+    # S 1.004 its denominator is 2.6 ms: finite is all it promises here.
+    assert wi["top_workers"] and math.isfinite(wi["M_W"])
+    assert 0 < report["async_ops"] < report["ops"]  # NCCL kernels the compute ran beside
     assert "what-if: S = " in captured.out
 
 

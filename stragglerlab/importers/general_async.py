@@ -1,0 +1,126 @@
+"""Which communication ops a rank computed through (async) and which it waited for, from
+an unannotated trace's timing (general op model, stragglerlab.op_model's `async`, `serial`
+and `ready_s`).
+
+    lead, beside, resumed = gpu_evidence(frame, rank_events.kernels)    # per NCCL kernel
+    asynchronous, serial, ready = decide_async(ops, use_gpu)            # per op-table row
+
+Evidence per op (µs):
+* `beside`: how long the rank computed while the op ran. CPU traces: its
+  launching thread's backward ops (general_comm); GPU traces: the union of its
+  compute kernels inside the kernel's span.
+* `resumed` (GPU): a compute kernel started within RESUME_TOL_US of the op's
+  end, as a stream waiting on the collective's event does.
+* `lead` (GPU): how long before its start the kernel's inputs were ready: the
+  latest end of the compute kernels launched on the CPU before it (a stream runs
+  its kernels in launch order, and the collective waits for the gradients they
+  made), or its own launch if later.
+
+Decisions pool the evidence over the ops doing the same work (same role, step,
+position k and chain length, as the ideal does; where ranks hold other kinds
+there, the ops stay waited for), because the same work is
+waited for or not by the program, not by one rank's timing, and the ideal
+averages gaps that must be measured alike on every rank: a victim's short op
+and its peers' long wait for it are one collective. Async: the pooled share of
+the ops' spans computed beside them is over ASYNC_BUSY, or (GPU) the compute
+did not go on as they ended. Serial (GPU): the kernel started as its rank's
+previous collective of the step ended, after its inputs were ready: it queued
+on the in-order NCCL stream, and its gap ends at its ready time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from stragglerlab.op_model import STEP_END
+
+ASYNC_BUSY = 0.5
+"""Share of the ops' spans the rank must spend computing for the work to be async: a rank
+that waits for its op computes ~0 of it, one that goes on ~all of it."""
+RESUME_TOL_US = 20.0
+"""A compute kernel that starts within this of a collective kernel's end waited for it
+(µs: a stream waiting on an event starts a few µs after it fires)."""
+QUEUED_TOL_US = 2.0
+"""A kernel that starts within this of its rank's previous collective's end queued behind
+it (µs; Kineto writes GPU times to the ns)."""
+
+
+def busy_union(kernels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Union busy time of [start, end) kernel intervals (kernels[:, 0:2]) inside each
+    window [a, b]; NaN for every window when there are no kernels."""
+    if not len(kernels):
+        return np.full(a.size, np.nan)
+    k = kernels[np.argsort(kernels[:, 0], kind="stable")]
+    s, e = k[:, 0], np.maximum.accumulate(k[:, 1])
+    new = np.r_[True, s[1:] > e[:-1]]  # a new merged interval starts
+    idx = np.cumsum(new) - 1
+    ms = s[new]
+    me = np.zeros(ms.size)
+    np.maximum.at(me, idx, e)
+    cum = np.r_[0.0, np.cumsum(me - ms)]
+
+    def upto(t):
+        i = np.searchsorted(ms, t, side="right")
+        j = np.maximum(i - 1, 0)
+        inside = np.where(i > 0, np.clip(t - ms[j], 0, me[j] - ms[j]), 0.0)
+        return cum[np.maximum(i - 1, 0)] * (i > 0) + inside
+    return np.maximum(upto(b) - upto(np.minimum(a, b)), 0.0)
+
+
+def gpu_evidence(f: pd.DataFrame, kernels: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                np.ndarray]:
+    """(lead, beside, resumed) of each NCCL kernel of one rank's comm frame (µs, the rank's
+    own clock; see the module doc)."""
+    start, end = f["start"].to_numpy(float), f["end"].to_numpy(float)
+    launch = f["cpu_ts"].to_numpy(float)
+    if not len(kernels):
+        return np.zeros(start.size), np.zeros(start.size), np.zeros(start.size, bool)
+    beside = busy_union(kernels, start, end)
+    k_start = np.sort(kernels[:, 0])
+    j = np.minimum(np.searchsorted(k_start, end - RESUME_TOL_US, side="left"),
+                   k_start.size - 1)
+    resumed = np.abs(k_start[j] - end) <= RESUME_TOL_US
+    known = kernels[np.isfinite(kernels[:, 2])]
+    ready = launch.copy()
+    if len(known):
+        order = np.argsort(known[:, 2], kind="stable")
+        at, done = known[order, 2], np.maximum.accumulate(known[order, 1])
+        i = np.searchsorted(at, launch, side="left") - 1
+        ready = np.where(i >= 0, np.maximum(done[np.maximum(i, 0)], launch), launch)
+    return np.clip(start - ready, 0.0, None), beside, resumed
+
+
+def decide_async(ops: pd.DataFrame, use_gpu: bool) -> tuple[np.ndarray, np.ndarray,
+                                                             np.ndarray]:
+    """(async, serial, ready) per row of the importer's table (sorted by rank, step, k;
+    µs columns start, end and, where read, beside, resumed, lead; see the module doc)."""
+    n = len(ops)
+    start, end = ops["start"].to_numpy(float), ops["end"].to_numpy(float)
+    comm = (ops["kind"] != STEP_END).to_numpy()
+    beside = ops["beside"].to_numpy(float) if "beside" in ops else np.full(n, np.nan)
+    known = comm & np.isfinite(beside)
+    if not known.any():
+        return np.zeros(n, bool), np.zeros(n, bool), start
+    length = ops.groupby(["rank", "step"])["k"].transform("size")
+    work = [ops["role"], ops["step"], ops["k"], length]
+    span = np.where(known, np.maximum(end - start, 0.0), 0.0)
+    pooled = pd.DataFrame({"beside": np.where(known, beside, 0.0), "span": span,
+                           "known": known, "kind": ops["kind"].to_numpy()}).groupby(work)
+    share = (pooled["beside"].transform("sum")
+             / pooled["span"].transform("sum").replace(0.0, np.nan)).to_numpy(float)
+    # Ranks whose chains hold other kinds at this position (a sampled trace, an order that
+    # differs) did not do one work here: their gaps stay measured from each op's end.
+    alike = (pooled["kind"].transform("nunique") == 1).to_numpy(bool)
+    evidence = comm & alike & pooled["known"].transform("any").to_numpy(bool)
+    asynchronous = evidence & (share > ASYNC_BUSY)
+    if not use_gpu:
+        return asynchronous, np.zeros(n, bool), start
+    resumed = ops["resumed"].fillna(False).to_numpy(bool) if "resumed" in ops else \
+        np.zeros(n, bool)
+    went_on = pd.Series(resumed.astype(float)).groupby(work).transform("mean").to_numpy()
+    asynchronous |= evidence & (went_on < 0.5)
+    lead = ops["lead"].fillna(0.0).to_numpy(float) if "lead" in ops else np.zeros(n)
+    prev_end = ops.groupby(["rank", "step"], sort=False)["end"].shift(1).to_numpy(float)
+    serial = comm & (lead > QUEUED_TOL_US) & (np.abs(start - prev_end) <= QUEUED_TOL_US)
+    return asynchronous, serial, np.where(serial, start - lead, start)
