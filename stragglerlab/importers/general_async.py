@@ -74,8 +74,8 @@ def gpu_evidence(f: pd.DataFrame, kernels: np.ndarray) -> tuple[np.ndarray, np.n
     own clock; see the module doc)."""
     start, end = f["start"].to_numpy(float), f["end"].to_numpy(float)
     launch = f["cpu_ts"].to_numpy(float)
-    if not len(kernels):
-        return np.zeros(start.size), np.zeros(start.size), np.zeros(start.size, bool)
+    if not len(kernels):  # no compute traced: no evidence either way (waited for, as before)
+        return np.zeros(start.size), np.full(start.size, np.nan), np.zeros(start.size, bool)
     beside = busy_union(kernels, start, end)
     k_start = np.sort(kernels[:, 0])
     j = np.minimum(np.searchsorted(k_start, end - RESUME_TOL_US, side="left"),

@@ -166,3 +166,18 @@ def test_gpu_bucket_kernels_overlap_the_compute_stream_and_queue(tmp_path, ideal
     lag = 0.05  # ms: the step range ends 0.05 ms after the job (step_ms)
     assert wi.S == pytest.approx((T + lag) / (T / expected + lag), rel=2e-3)
     assert wi.top_workers == [SLOW]
+
+
+def test_a_gpu_trace_without_compute_kernels_keeps_every_op_waited_for(tmp_path):
+    """No compute kernel traced (a trimmed or sampled file): no evidence that the rank
+    computed through an op, so nothing is async and nothing queued: the one chain as before."""
+    docs = {}
+    for r in range(WORLD):
+        d = _ddp_gpu(r)
+        d["traceEvents"] = [e for e in d["traceEvents"]
+                            if e["cat"] != "kernel" or e["name"].startswith("nccl")]
+        docs[r] = d
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json"))))
+    assert res.report["timing"] == "gpu"
+    assert not res.ops["async"].any() and not res.ops["serial"].any()
+    assert (res.ops["ready_s"] == res.ops["start_s"]).all()
