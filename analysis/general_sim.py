@@ -135,7 +135,7 @@ def schedule(ops: pd.DataFrame) -> Schedule:
                     rounds=rounds, synced=synced, released=released, split_steps=split,
                     asynchronous=asy if asy.any() else None,
                     is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None,
-                    serial=ser if (ser & asy).any() else None)
+                    serial=ser if ser.any() else None)
 
 
 def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarray:
@@ -153,8 +153,8 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
         else:  # the step end also waits for the chain's async ops
             arrive = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]),
                               end[c]) + gap[rows]
-            if ser is not None:  # queued behind the chain's earlier ops on its stream
-                arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
+        if ser is not None:  # queued behind the chain's earlier ops on its stream
+            arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
         if n_sets == rows.size:
             start = arrive
         else:
@@ -168,8 +168,8 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
             a = asy[rows, None]
             end[c] = np.where(a, arrive, done)
             aend[c] = np.where(a, np.maximum(aend[c], done), aend[c])
-            if ser is not None:
-                cend[c] = np.maximum(cend[c], done)
+        if ser is not None:
+            cend[c] = np.maximum(cend[c], done)
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out

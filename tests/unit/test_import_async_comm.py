@@ -181,3 +181,26 @@ def test_a_gpu_trace_without_compute_kernels_keeps_every_op_waited_for(tmp_path)
     assert res.report["timing"] == "gpu"
     assert not res.ops["async"].any() and not res.ops["serial"].any()
     assert (res.ops["ready_s"] == res.ops["start_s"]).all()
+
+
+def test_a_queued_op_the_rank_waited_for_replays_from_its_queue():
+    """A serial row that is not async (its rank waited for it) still starts no earlier than
+    the rank's previous collective ends: the replay gives the traced step."""
+    rows = []
+    for rank in (0, 1):
+        # op A 0..4 s (rank 1 arrives at 1 s), op B ready at 2 s, queued until A's end (4 s),
+        # ends at 5 s; the step ends at 6 s
+        a_start = 0.0 if rank == 0 else 1.0
+        rows += [
+            dict(rank=rank, step=1, k=0, kind="all_reduce", group=0, start_s=a_start,
+                 end_s=4.0, gap_s=a_start, transfer_s=3.0, ready_s=a_start, serial=False),
+            dict(rank=rank, step=1, k=1, kind="all_reduce", group=1, start_s=4.0, end_s=5.0,
+                 gap_s=2.0 - 4.0, transfer_s=1.0, ready_s=2.0, serial=True),
+            dict(rank=rank, step=1, k=2, kind="step-end", group=-1, start_s=6.0, end_s=6.0,
+                 gap_s=1.0, transfer_s=0.0, ready_s=6.0, serial=False)]
+    ops = pd.DataFrame(rows).assign(pg="0", busy_s=float("nan"), in_nelems=8, out_nelems=8,
+                                    peer=-1, role=0, dp_rank=-1, stage=-1, **{"async": False})
+    prev = previous_points(ops)
+    assert prev[1] == 4.0 and prev[2] == 5.0  # waited-for rows: their ends
+    wi = whatif_general(ops)
+    assert wi.T == pytest.approx(6.0) and wi.actual_step_s == pytest.approx(6.0)
