@@ -130,3 +130,16 @@ def test_the_python_api_says_what_the_folder_is(imported):
 
     with pytest.raises(InputError, match="unannotated import"):
         stragglerlab.open(imported)
+
+
+def test_an_op_table_written_before_the_async_columns_reads_as_before(imported, capsys):
+    ops = pd.read_parquet(imported / "ops.parquet")
+    assert {"async", "serial", "ready_s"} <= set(ops.columns)
+    before = json.loads((imported / "whatif.json").read_text())["S"]
+    ops.drop(columns=["async", "serial", "ready_s"]).to_parquet(imported / "ops.parquet")
+    assert main(["whatif", "--run", str(imported)]) == 0
+    assert json.loads((imported / "whatif.json").read_text())["S"] == pytest.approx(before)
+    bad = ops.assign(ready_s=ops["start_s"] + 1.0)  # ready after it started: not the contract
+    bad.to_parquet(imported / "ops.parquet")
+    assert main(["whatif", "--run", str(imported)]) == 2
+    assert "ready_s" in capsys.readouterr().err
