@@ -204,3 +204,46 @@ def test_a_queued_op_the_rank_waited_for_replays_from_its_queue():
     assert prev[1] == 4.0 and prev[2] == 5.0  # waited-for rows: their ends
     wi = whatif_general(ops)
     assert wi.T == pytest.approx(6.0) and wi.actual_step_s == pytest.approx(6.0)
+
+
+def _fsdp_gpu(rank: int, steps=(5, 6)) -> dict:
+    """FSDP-like on GPUs: each block's all-gather kernel, then the block's compute kernel,
+    which waits for the gather (it starts as the gather ends); rank 3 computes 2x."""
+    f = FACTOR if rank == SLOW else 1.0
+    ev, corr = [], 500
+    blocks, block_ms = 3, 4.0
+    step_ms = blocks * (FACTOR * block_ms + AR) + TAIL
+
+    def kernel(name, cpu, ts, dur, stream, **args):
+        nonlocal corr
+        corr += 1
+        ev.append(_x("cudaLaunchKernel", cpu, 3.0, cat="cuda_runtime", correlation=corr))
+        ev.append(_x(name, ts, dur, cat="kernel", pid=0, tid=stream, stream=stream,
+                     correlation=corr, **args))
+
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * (step_ms + 1.0) * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, step_ms * MS, cat="user_annotation"))
+        ready = {r: t0 + 10.0 for r in range(WORLD)}  # every rank's compute position
+        for b in range(blocks):
+            ag_end = max(ready.values()) + AR * MS
+            comm = {"Collective name": "_allgather_base", "Process Group Name": "0",
+                    "Process Group Ranks": list(range(WORLD)), "In msg nelems": 256,
+                    "Out msg nelems": 1024, "Group size": WORLD, "Seq": 10 * i + b}
+            kernel("ncclDevKernel_AllGather_RING_LL", t0 + 1 + b, ready[rank],
+                   ag_end - ready[rank], 20, **comm)
+            fr = {r: FACTOR if r == SLOW else 1.0 for r in range(WORLD)}
+            kernel("sgemm_block", t0 + 2 + b, ag_end + 3.0, f * block_ms * MS, 7)
+            ready = {r: ag_end + 3.0 + fr[r] * block_ms * MS for r in range(WORLD)}
+    return {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": WORLD}}
+
+
+def test_gpu_gathers_the_compute_waits_for_are_not_async(tmp_path):
+    res = build_general(load_ranks(sorted(
+        write_docs(tmp_path, {r: _fsdp_gpu(r) for r in range(WORLD)}).glob("*.json"))))
+    comm = res.ops[res.ops["kind"] == "all_gather"]
+    assert len(comm) == WORLD * 2 * 3
+    assert not comm["async"].any() and not comm["serial"].any()
+    wi = whatif_general(res.ops)
+    assert abs(wi.discrepancy) < 1e-3 and wi.top_workers == [SLOW]
