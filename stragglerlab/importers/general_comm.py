@@ -57,9 +57,6 @@ ALIASES = {
     "all_to_all_single": CommKind.ALL_TO_ALL,
     "isend": CommKind.SEND, "irecv": CommKind.RECV, "recv_any_source": CommKind.RECV,
 }
-ASYNC_BUSY = 0.5
-"""Share of an op's span its launching thread must spend computing for the op to be async:
-a thread that waits for its op computes ~0 of it, one that goes on ~all of it."""
 KERNEL_RE = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
 NO_STEP = -1
 

@@ -23,8 +23,10 @@ What it infers (stragglerlab.op_model describes the table):
   no known peer, is a local op;
 * compute segments: the signed span between consecutive ops of a rank's
   chain, from the previous op's end, or from its start where that op is async
-  (its launching thread computed on while it ran: general_comm; the step end
-  waits for every async op); GPU kernel busy time inside it is kept as busy_s;
+  (the rank computed on while it ran), to the op's start, or to when its
+  inputs were ready where it queued on a GPU (general_async decides both; the
+  step end waits for every async op); GPU kernel busy time inside it is kept
+  as busy_s;
 * roles ("the same work"): the pipeline stage where a layout is known
   (--layout, or Megatron-named process groups in distributedInfo.pg_config),
   else ranks whose steps mostly have the same multiset of communication kinds
@@ -64,7 +66,7 @@ from stragglerlab.importers.kineto_clocks import match_tolerance_us
 from stragglerlab.importers.kineto_events import RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
-from stragglerlab.op_model import P2P_KINDS, STEP_END, previous_points
+from stragglerlab.op_model import P2P_KINDS, STEP_END, gap_ends, previous_points
 
 PARALLEL_MIN_BYTES = 16 << 20
 """Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
@@ -244,9 +246,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     else:
         ops["role"] = rank_roles(ops)
     ops["async"], ops["serial"], ops["ready"] = decide_async(ops, use_gpu)
-    prev_end = pd.Series(previous_points(ops.rename(columns={
-        "start": "start_s", "end": "end_s", "ready": "ready_s"})), index=ops.index)
-    gap_end = np.where(ops["kind"] == STEP_END, ops["start"], ops["ready"])
+    timed = ops.rename(columns={"start": "start_s", "end": "end_s", "ready": "ready_s"})
+    prev_end = pd.Series(previous_points(timed), index=ops.index)
+    gap_end = gap_ends(timed)  # the op model's rule, as ops_table checks it
     ops["gap"] = gap_end - prev_end.fillna(ops["step_start"])
     ops["busy_s"] = np.nan
     for e in events:
