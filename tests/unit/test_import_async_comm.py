@@ -16,6 +16,8 @@ ideal's parts are the mean over the 4 ranks, the median's a clean rank's.
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 import pytest
 
@@ -107,21 +109,28 @@ def test_previous_points_follow_the_async_rule():
     assert prev[1:].tolist() == [1.0, 3.0, 6.5]
 
 
+def _launcher(ev: list):
+    """kernel(name, cpu_ts, ts, dur, stream, **args): append a CUDA launch at cpu_ts and the
+    kernel it launched (correlated) to ev, as Kineto writes them."""
+    corr = itertools.count(100)
+
+    def kernel(name, cpu, ts, dur, stream, **args):
+        c = next(corr)
+        ev.append(_x("cudaLaunchKernel", cpu, 3.0, cat="cuda_runtime", correlation=c))
+        ev.append(_x(name, ts, dur, cat="kernel", pid=0, tid=stream, stream=stream,
+                     correlation=c, **args))
+    return kernel
+
+
 def _ddp_gpu(rank: int, steps=(5, 6, 7)) -> dict:
     """The same job on GPUs: bucket grads (compute stream 7), their all-reduce kernels (NCCL
     stream 20), the optimizer kernel waiting for the last one; the CPU launches all ahead
     of the GPU. A fast rank's bucket-2 all-reduce queues behind its bucket-1 one, which
     waits for rank 3: the kernel starts at the other's end, its gradients long ready."""
     f = {r: FACTOR if r == SLOW else 1.0 for r in range(WORLD)}
-    ev, corr = [], 100
+    ev = []
+    kernel = _launcher(ev)
     step_ms = FACTOR * (B1 + B2) + AR + TAIL + 0.05
-
-    def kernel(name, cpu, ts, dur, stream, **args):
-        nonlocal corr
-        corr += 1
-        ev.append(_x("cudaLaunchKernel", cpu, 3.0, cat="cuda_runtime", correlation=corr))
-        ev.append(_x(name, ts, dur, cat="kernel", pid=0, tid=stream, stream=stream,
-                     correlation=corr, **args))
 
     for i, k in enumerate(steps):
         t0 = 1e6 + i * (step_ms + 1.0) * MS
@@ -210,16 +219,10 @@ def _fsdp_gpu(rank: int, steps=(5, 6)) -> dict:
     """FSDP-like on GPUs: each block's all-gather kernel, then the block's compute kernel,
     which waits for the gather (it starts as the gather ends); rank 3 computes 2x."""
     f = FACTOR if rank == SLOW else 1.0
-    ev, corr = [], 500
+    ev = []
+    kernel = _launcher(ev)
     blocks, block_ms = 3, 4.0
     step_ms = blocks * (FACTOR * block_ms + AR) + TAIL
-
-    def kernel(name, cpu, ts, dur, stream, **args):
-        nonlocal corr
-        corr += 1
-        ev.append(_x("cudaLaunchKernel", cpu, 3.0, cat="cuda_runtime", correlation=corr))
-        ev.append(_x(name, ts, dur, cat="kernel", pid=0, tid=stream, stream=stream,
-                     correlation=corr, **args))
 
     for i, k in enumerate(steps):
         t0 = 1e6 + i * (step_ms + 1.0) * MS
