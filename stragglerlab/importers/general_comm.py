@@ -204,23 +204,23 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                     args = {} if peer is None else {"Group peer": peer}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
                     beside = launch_of.beside(start, end, tid) if launch_of else np.nan
-                    rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION)
-                                + (beside,))
+                    rows.append(_row(ev.rank, rec, start, kind, args, LabelSource.ANNOTATION,
+                                     beside))
     cols = ["cpu_ts", "start", "end", "kind", "pg", "members", "seq", "peer", "in_nelems",
             "out_nelems", "source", "stream", "group_peer", "beside"]
-    rows = [r if len(r) == len(cols) else r + (np.nan,) for r in rows]
     df = pd.DataFrame(rows, columns=cols)
-    df["beside"] = df["beside"].astype(float)
+    df["beside"] = df["beside"].astype(float)  # an empty frame's columns are objects
     df["step"] = _steps_of(ev.steps, df["cpu_ts"].to_numpy(dtype=float))
     return df.sort_values(["start", "end"], kind="stable", ignore_index=True)
 
 
 def _row(rank: int, rec: CommRecord, cpu_ts: float, kind: str, args: dict,
-         source: LabelSource) -> tuple:
+         source: LabelSource, beside: float = np.nan) -> tuple:
     pg, members = _pg(args)
     return (float(cpu_ts), float(rec.start), float(rec.end), kind, pg, members,
             _int(args.get("Seq")), _peer(kind, args, rank), _int(args.get("In msg nelems")),
-            _int(args.get("Out msg nelems")), source.value, rec.tid, _int(args.get("Group peer")))
+            _int(args.get("Out msg nelems")), source.value, rec.tid, _int(args.get("Group peer")),
+            float(beside))
 
 
 class _Launches:
