@@ -14,7 +14,8 @@ Evidence per op (µs):
 * `lead` (GPU): how long before its start the kernel's inputs were ready: the
   latest end of the compute kernels launched on the CPU before it (a stream runs
   its kernels in launch order, and the collective waits for the gradients they
-  made), or its own launch if later.
+  made), or its own launch if later; unknown (0) unless every compute
+  kernel's launch is in the trace.
 
 Decisions pool the evidence over the ops doing the same work (same role, step,
 position k and chain length, as the ideal does; where ranks hold other kinds
@@ -81,13 +82,15 @@ def gpu_evidence(f: pd.DataFrame, kernels: np.ndarray) -> tuple[np.ndarray, np.n
     j = np.minimum(np.searchsorted(k_start, end - RESUME_TOL_US, side="left"),
                    k_start.size - 1)
     resumed = np.abs(k_start[j] - end) <= RESUME_TOL_US
-    known = kernels[np.isfinite(kernels[:, 2])]
-    ready = launch.copy()
-    if len(known):
-        order = np.argsort(known[:, 2], kind="stable")
-        at, done = known[order, 2], np.maximum.accumulate(known[order, 1])
+    # When its inputs were ready is known only where every compute kernel's launch is: with
+    # one missing (a sampled file, lost correlations) the kernel that made them may be the
+    # missing one, and the CPU launch, far ahead of the GPU, is no stand-in.
+    ready = start.copy()
+    if np.isfinite(kernels[:, 2]).all():
+        order = np.argsort(kernels[:, 2], kind="stable")
+        at, done = kernels[order, 2], np.maximum.accumulate(kernels[order, 1])
         i = np.searchsorted(at, launch, side="left") - 1
-        ready = np.where(i >= 0, np.maximum(done[np.maximum(i, 0)], launch), launch)
+        ready = np.where(i >= 0, np.maximum(done[np.maximum(i, 0)], launch), start)
     return np.clip(start - ready, 0.0, None), beside, resumed
 
 
