@@ -114,15 +114,26 @@ class FamilyFloor:
     """Window length in steps -> the same statistics, read over every sliding window of
     that many steps that the online mode (or the live monitor) diagnoses: a short window
     is noisier than a whole run, so its floor is its own."""
+    per_step_s: dict[str, float] = field(default_factory=dict)
+    """A share-of-the-step statistic (`whatif_noise.PER_STEP`) -> its highest reading in
+    seconds per step (the share times the mean step time it was read over): host jitter
+    adds about the same time to a step however long the step, so a job of shorter steps
+    than the floor's runs reads it as a larger share. A run is held to this over its own
+    mean step time where that is the higher."""
+    online_per_step_s: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Window length -> the same, read over every online window of that length."""
 
     def to_json(self) -> dict:
         """YAML/JSON form."""
         out: dict = {"n_runs": self.n_runs, "layouts": list(self.layouts),
                      "statistics": {k: round(float(v), 6)
                                     for k, v in sorted(self.statistics.items())}}
-        if self.online:
-            out["online"] = {int(w): {k: round(float(v), 6) for k, v in sorted(st.items())}
-                             for w, st in sorted(self.online.items())}
+        for name in ("online", "online_per_step_s"):
+            if getattr(self, name):
+                out[name] = {int(w): {k: round(float(v), 6) for k, v in sorted(st.items())}
+                             for w, st in sorted(getattr(self, name).items())}
+        if self.per_step_s:
+            out["per_step_s"] = {k: round(float(v), 6) for k, v in sorted(self.per_step_s.items())}
         for name in ("job_slowdown", "discrepancy"):
             spread = getattr(self, name)
             if spread is not None:
@@ -134,8 +145,7 @@ class FamilyFloor:
         """Validated."""
         raw = chk.mapping(raw, where)
         # Left out (or null): none. `x or {}` would take [] or "" for an empty mapping too.
-        stats = chk.mapping(_given(raw, "statistics", {}), f"{where}.statistics")
-        online = chk.mapping(_given(raw, "online", {}), f"{where}.online")
+        stats, per_step = (_numbers(raw, key, chk, where) for key in ("statistics", "per_step_s"))
         spreads = {name: Spread.from_json(raw[name], chk, f"{where}.{name}")
                    for name in ("job_slowdown", "discrepancy")
                    if raw.get(name) is not None}
@@ -143,15 +153,24 @@ class FamilyFloor:
                    layouts=tuple(chk.string(x, f"{where}.layouts[{i}]") for i, x in
                                  enumerate(chk.listing(_given(raw, "layouts", []),
                                                        f"{where}.layouts"))),
-                   statistics={chk.string(k, f"{where}.statistics key"):
-                               chk.number(v, f"{where}.statistics.{k}", minimum=0.0)
-                               for k, v in stats.items()},
-                   online={chk.integer(w, f"{where}.online key (a window length)", minimum=1):
-                           {chk.string(k, f"{where}.online.{w} key"):
-                            chk.number(v, f"{where}.online.{w}.{k}", minimum=0.0)
-                            for k, v in chk.mapping(st, f"{where}.online.{w}").items()}
-                           for w, st in online.items()},
+                   statistics=stats, per_step_s=per_step,
+                   online=_by_window(raw, "online", chk, where),
+                   online_per_step_s=_by_window(raw, "online_per_step_s", chk, where),
                    **spreads)
+
+
+def _numbers(raw: dict, key: str, chk: Checker, where: str) -> dict[str, float]:
+    """raw[key] as {statistic: non-negative number}, validated ({} when left out)."""
+    got = chk.mapping(_given(raw, key, {}), f"{where}.{key}")
+    return {chk.string(k, f"{where}.{key} key"): chk.number(v, f"{where}.{key}.{k}", minimum=0.0)
+            for k, v in got.items()}
+
+
+def _by_window(raw: dict, key: str, chk: Checker, where: str) -> dict[int, dict[str, float]]:
+    """raw[key] as {window length: {statistic: number}}, validated ({} when left out)."""
+    got = chk.mapping(_given(raw, key, {}), f"{where}.{key}")
+    return {chk.integer(w, f"{where}.{key} key (a window length)", minimum=1):
+            _numbers(got, w, chk, f"{where}.{key}") for w in got}
 
 
 @dataclass(frozen=True, kw_only=True)

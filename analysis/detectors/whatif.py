@@ -103,6 +103,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, Run
+from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_arbitration import PRECEDENCE, arbitrate
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
@@ -203,19 +204,24 @@ class WhatIfDetector(Detector):
         whole = Signals(run=run, evidence=read_evidence(run), config=self.config)
         # Every signal is computed once per window (windows of both lengths share theirs)
         # and reused under each relaxed config: none depends on a threshold.
-        analysed: dict[tuple, Signals] = {}
+        analysed: dict[tuple, tuple[Signals, float]] = {}
 
-        def over_windows(cfg: WhatIfDetectorConfig, length: int) -> list[Finding]:
+        def over_windows(cfg: WhatIfDetectorConfig, length: int
+                         ) -> list[tuple[list[Finding], float]]:
             out = []
             for w in self._windows(run, length):
                 key = tuple(np.unique(w.trace["step"]))
                 if key not in analysed:
-                    analysed[key] = Signals(run=w, evidence=Evidence.analyse(w), config=cfg)
-                out += arbitrate(analysed[key].with_config(cfg))
+                    analysed[key] = (Signals(run=w, evidence=Evidence.analyse(w), config=cfg),
+                                     mean_step_time(w.trace))
+                signals, step_s = analysed[key]
+                out.append((arbitrate(signals.with_config(cfg)), step_s))
             return out
 
+        step_s = mean_step_time(run.trace)
         return clean_reading(run, whole.evidence, self.config,
-                             lambda cfg: arbitrate(whole.with_config(cfg)), over_windows)
+                             lambda cfg: [(arbitrate(whole.with_config(cfg)), step_s)],
+                             over_windows)
 
     def _windows(self, run: Run, w: int) -> list[Run]:
         """The window runs an online replay with `w`-step windows diagnoses on `run`."""
@@ -229,7 +235,9 @@ class WhatIfDetector(Detector):
         """The detector whose thresholds stand above the run's family floor, and the
         report of that floor."""
         floor = None if self.shipped_floor and not run.testbed else self.noise_floor
-        cfg, report = floored_config(self.config, floor, run.meta, window_steps)
+        step_s = mean_step_time(run.trace) if floor is not None and not run.trace.empty \
+            else None
+        cfg, report = floored_config(self.config, floor, run.meta, window_steps, step_s)
         return (WhatIfDetector(cfg, noise_floor=None) if report["raised"] else self), report
 
     def _diagnose(self, run: Run, evidence: Evidence, residual: bool = True) -> list[Finding]:

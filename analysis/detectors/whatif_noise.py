@@ -89,6 +89,15 @@ RELAXED: dict[str, Relaxed] = {
 """Threshold field -> how its noise is read. The stage-shift rule reads
 `device_compute_ratio` too, as the lesser of its two readings."""
 
+PER_STEP = ("link_share", "link_step_share", "ring_step_share", "two_rank_step_share",
+            "gc_min_share")
+"""Statistics that are a time over the step's (a rank's comm excess, a link's cost, GC
+pauses). Their clean noise is host jitter, about the same time per step however long the
+step (measured, stop 56: a rank's top comm excess 15-42 ms per step in clean DP 2 x PP 2
+runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and 0.02-0.03 of the step), so the
+floor keeps them in seconds per step too and holds a run to that over its own mean step
+time (`FamilyFloor.per_step_s`)."""
+
 SHIFT = Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True)
 """The stage-shift rule's reading of `device_compute_ratio` (whatif_shift.py)."""
 
@@ -114,15 +123,18 @@ def reading(findings: list[Finding], name: str) -> float | None:
 
 
 def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
-                   meta: JobMeta, window_steps: int | None = None
-                   ) -> tuple[WhatIfDetectorConfig, dict]:
+                   meta: JobMeta, window_steps: int | None = None,
+                   step_s: float | None = None) -> tuple[WhatIfDetectorConfig, dict]:
     """`config` with every threshold the run's family floor reaches raised just above it,
     and the report of that floor: {family, measured, source, n_runs, layouts,
     clean_job_slowdown, window, raised: {field: {configured, floor, used}}, below_floor: []}.
 
     window_steps: the diagnosis is of a sliding window of that many steps (online mode,
     the monitor); the family's online floor applies when it was read over windows that
-    long, else the whole-run floor (`window` says which: "online" or "run")."""
+    long, else the whole-run floor (`window` says which: "online" or "run").
+
+    step_s: the diagnosed run's mean step time; a share-of-the-step statistic is then held
+    to the floor's seconds per step over it where that is the higher (`PER_STEP`)."""
     family = LayoutFamily.of(meta.dp_size, meta.pp_size)
     floor = noise_floor.family(family) if noise_floor is not None else None
     report: dict = {"family": family.value, "measured": floor is not None,
@@ -132,20 +144,25 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
         return config, report
     report.update(n_runs=floor.n_runs, layouts=list(floor.layouts),
                   clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
-    statistics = floor.statistics
+    statistics, per_step = floor.statistics, floor.per_step_s
     report["window"] = "run"
     read = _floor_window(window_steps, sorted(floor.online))
     if read is not None:
         # A statistic no window reached keeps the whole run's reading (the higher rules).
-        statistics = {k: max(v, floor.online[read].get(k, v))
-                      for k, v in floor.statistics.items()}
-        statistics.update({k: v for k, v in floor.online[read].items()
-                           if k not in statistics})
+        statistics = _higher(floor.statistics, floor.online[read])
+        per_step = _higher(floor.per_step_s, floor.online_per_step_s.get(read, {}))
         report["window"] = f"online ({read} steps)"
         if read != window_steps:
             report["window"] += (f" for a {window_steps}-step window"
                                  + (": none that short was measured" if read > window_steps
                                     else ""))
+    if step_s is not None and step_s > 0 and per_step:
+        # Jitter in seconds per step, over this run's own steps (a share of shorter steps).
+        report["step_s"] = round(float(step_s), 6)
+        timed = {k: v / step_s for k, v in per_step.items() if k in PER_STEP}
+        # the statistics the run's own step time holds higher than the shares do
+        report["per_step"] = sorted(k for k, v in timed.items() if v > statistics.get(k, 0))
+        statistics = _higher(statistics, timed)
     raised = report["raised"]
     # A statistic this detector version does not floor (a newer file's, or a typo): kept
     # out, and said, so a misspelt threshold is not silently left unraised.
@@ -158,6 +175,11 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
             raised[name] = {"configured": configured, "floor": value,
                             "used": value * (1 + ABOVE)}
     return replace(config, **{k: v["used"] for k, v in raised.items()}), report
+
+
+def _higher(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    """Per statistic, the higher of two floors (a statistic in one only: its value)."""
+    return {k: max(a.get(k, v), b.get(k, v)) for k, v in {**a, **b}.items()}
 
 
 def _floor_window(window_steps: int | None, measured: list[int]) -> int | None:
@@ -187,21 +209,42 @@ class CleanReading:
     """Simulation discrepancy, actual / simulated - 1."""
     online: dict[int, dict[str, float | None]] = field(default_factory=dict)
     """Window length -> the same statistics, highest over every online window of the run."""
+    per_step_s: dict[str, float | None] = field(default_factory=dict)
+    """`PER_STEP` statistics, highest in seconds per step (the value times the mean step
+    time of the run it was read on)."""
+    online_per_step_s: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    """Window length -> the same, highest over every online window of the run."""
+
+
+Diagnosed = list[tuple[list[Finding], float]]
+"""What the rules found on each run they were run on (the whole run, or each online
+window), with that run's mean step time in seconds."""
 
 
 def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
-                  diagnose: Callable[[WhatIfDetectorConfig], list[Finding]],
-                  windows: Callable[[WhatIfDetectorConfig, int], list[Finding]] | None = None
+                  diagnose: Callable[[WhatIfDetectorConfig], Diagnosed],
+                  windows: Callable[[WhatIfDetectorConfig, int], Diagnosed] | None = None
                   ) -> CleanReading:
     """One clean run's reading: per threshold field, its statistic's highest value with
-    that threshold taken away (`diagnose(cfg)` runs the detector's rules under a config;
-    `windows(cfg, w)` runs them over every online window of w steps and returns all their
-    findings), and the run's S and simulation discrepancy (its whatif.json)."""
-    stats = {name: reading(diagnose(replace(config, **{name: relaxed.off})), name)
-             for name, relaxed in RELAXED.items()}
-    online = ({w: {name: reading(windows(replace(config, **{name: relaxed.off}), w), name)
-                   for name, relaxed in RELAXED.items()} for w in WINDOW_STEPS}
-              if windows is not None else {})
+    that threshold taken away (`diagnose(cfg)` runs the detector's rules on the whole run
+    under a config; `windows(cfg, w)` runs them on every online window of w steps), in
+    seconds per step too for `PER_STEP` statistics, and the run's S and simulation
+    discrepancy (its whatif.json)."""
+    def read(found: Callable[[WhatIfDetectorConfig], Diagnosed]
+             ) -> tuple[dict[str, float | None], dict[str, float | None]]:
+        shares, per_step = {}, {}
+        for name, relaxed in RELAXED.items():
+            got = [(reading(f, name), step_s) for f, step_s in
+                   found(replace(config, **{name: relaxed.off}))]
+            got = [(v, step_s) for v, step_s in got if v is not None]
+            shares[name] = max((v for v, _ in got), default=None)
+            if name in PER_STEP:
+                per_step[name] = max((v * step_s for v, step_s in got), default=None)
+        return shares, per_step
+
+    stats, per_step = read(diagnose)
+    online = {w: read(lambda cfg, w=w: windows(cfg, w)) for w in WINDOW_STEPS} \
+        if windows is not None else {}
     discrepancy = None
     folder = RunFolder(path=Path(run.path))
     if folder.has_whatif:
@@ -209,14 +252,16 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
         discrepancy = float(d) - 1.0 if isinstance(d, (int, float)) else None
     return CleanReading(layout=f"dp{run.meta.dp_size}-pp{run.meta.pp_size}",
                         statistics=stats, job_slowdown=float(evidence.view.slowdown),
-                        discrepancy=discrepancy, online=online)
+                        discrepancy=discrepancy, per_step_s=per_step,
+                        online={w: r[0] for w, r in online.items()},
+                        online_per_step_s={w: r[1] for w, r in online.items()})
 
 
 def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
     """Per threshold field, the highest reading over the runs (fields never read: absent)."""
     out = {}
     for name in RELAXED:
-        vals = [v for r in readings if (v := r.get(name)) is not None]
+        vals = [v for r in readings if r and (v := r.get(name)) is not None]
         if vals:
             out[name] = max(vals)
     return out
@@ -232,6 +277,12 @@ def measure_floor(readings: dict) -> NoiseFloor:
             n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),
             statistics=_highest([r.statistics for r in runs]),
             online={w: _highest([r.online[w] for r in runs]) for w in sorted(lengths)},
+            # an older reading (no per-step readings) leaves the family without them
+            per_step_s=(_highest([r.per_step_s for r in runs])
+                        if all(r.per_step_s for r in runs) else {}),
+            online_per_step_s={w: _highest([r.online_per_step_s[w] for r in runs])
+                               for w in sorted(lengths)
+                               if all(r.online_per_step_s.get(w) for r in runs)},
             job_slowdown=Spread.of([r.job_slowdown for r in runs]),
             discrepancy=Spread.of([r.discrepancy for r in runs]))
     return NoiseFloor(families=families)

@@ -46,6 +46,10 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--detectors", nargs="+", default=["whatif"], metavar="NAME",
                    help="detectors whose findings each window reports "
                         "(`stragglerlab list detectors`)")
+    p.add_argument("--noise-floor", default="default", metavar="FILE",
+                   help="whatif: the measured noise floor its thresholds are raised to "
+                        "(`stragglerlab noise-floor` writes one from clean runs of your "
+                        "job); `default`: the shipped one, for this testbed's runs; `none`")
     p.add_argument("--webhook", metavar="URL",
                    help="POST each alert's JSON payload here (no webhook when left out)")
     p.add_argument("--alert-command", metavar="CMD",
@@ -127,7 +131,8 @@ def config(args, run: Path):
     from stragglerlab.monitor.config import MonitorConfig
 
     cfg = MonitorConfig(run=run, window_steps=args.window_steps,
-                        detectors=list(args.detectors), warmup_steps=args.warmup_steps,
+                        detectors=list(args.detectors), noise_floor=args.noise_floor,
+                        warmup_steps=args.warmup_steps,
                         dp=args.dp, pp=args.pp, poll_s=args.poll,
                         webhook=args.webhook, alert_command=args.alert_command,
                         slowdown_alert=args.slowdown_alert, host=args.host, port=args.port,

@@ -39,6 +39,9 @@ class MonitorConfig:
     """K: each analysis covers the last K complete steps."""
     detectors: list[str] = field(default_factory=lambda: ["whatif"])
     """Detectors whose findings each window reports (`stragglerlab list detectors`)."""
+    noise_floor: str = "default"
+    """The `whatif` detector's noise floor: a file `stragglerlab noise-floor` wrote, `default`
+    (the shipped one, for this testbed's runs only) or `none`."""
     warmup_steps: int | None = None
     """Steps left out at the start; None: run.json's scenario when written, else 0."""
     dp: int | None = None

@@ -53,7 +53,7 @@ class Monitor:
         self.cfg = cfg
         self.folder = RunFolder(path=cfg.run)
         self._say = log or (lambda _m: None)
-        self.detectors = make_detectors(cfg.detectors)
+        self.detectors = make_detectors(cfg.detectors, cfg.noise_floor)
         self.tail = PartsTail(cfg.run)
         self.gc = GcTail(cfg.run)
         self.buffer = StepBuffer(cfg.window_steps)

@@ -279,3 +279,31 @@ def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, s
     (other / "trace-parts").write_text("x")
     assert main(["monitor", "--run", str(other), "--once", "--no-serve", "--quiet"]) == 2
     assert "trace-parts is not a folder" in capsys.readouterr().err
+
+
+def test_the_noise_floor_given_holds_the_windows_findings(tmp_path, slow_src):
+    from stragglerlab.analysis.detectors.whatif_config import RATIOS
+    from stragglerlab.analysis.detectors.whatif_noise import RELAXED
+    from stragglerlab.meta import LayoutFamily
+    from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+
+    # A floor whose clean runs reached 3x their peers in every ratio statistic, in 8-step
+    # windows: the 2x slow worker stands under it, so no window names it.
+    path = tmp_path / "floor" / "noise-floor.yaml"
+    path.parent.mkdir()
+    write_noise_floor(path, NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
+        n_runs=2, layouts=("dp2-pp2",), online={8: {k: 3.0 for k in RATIOS if k in RELAXED}})}))
+    named_by = {}
+    for floor in (str(path), "none"):
+        run = tmp_path / floor.replace("/", "_")
+        feeder, mon = make_feeder(slow_src, run), make_monitor(run, noise_floor=floor)
+        for step in feeder.steps:
+            feeder.write_step(step)
+            mon.poll()
+        mon.sender.close()
+        named_by[floor] = set().union(*map(named, read_lines(run / "monitor" / "windows.jsonl")))
+    assert ("slow-worker", 1, 1) in named_by["none"]
+    assert not any(cause == "slow-worker" for cause, *_ in named_by[str(path)])
+    path.write_text("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 0}}\n")
+    with pytest.raises(InputError, match="n_runs"):
+        make_monitor(tmp_path / "bad", noise_floor=str(path))

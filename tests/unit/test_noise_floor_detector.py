@@ -226,3 +226,87 @@ def test_clean_reading_reads_every_online_window(whatif_run):
     got = det.clean_reading(run)
     assert set(got.online) == {4, 6, 8, 12}
     assert set(got.online[8]) == set(got.statistics)  # every threshold read per window too
+
+
+def _per_step_floor() -> NoiseFloor:
+    # Clean runs of 0.9 s steps: a rank's comm excess up to 0.03 of the step (27 ms), in
+    # 8-step windows up to 0.04 (36 ms).
+    return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
+        n_runs=3, layouts=("dp2-pp2",), statistics={"link_share": 0.03},
+        online={8: {"link_share": 0.04, "worker_threshold": 1.2}},
+        per_step_s={"link_share": 0.027}, online_per_step_s={8: {"link_share": 0.036}})})
+
+
+def test_a_share_of_the_step_is_held_to_the_floors_seconds_per_step_over_its_own_steps():
+    cfg, meta, floor = WhatIfDetectorConfig(), JobMeta(dp_size=2, pp_size=2), _per_step_floor()
+    # Steps as long as the floor's: the share floor (0.03) stands, under the configured 0.1.
+    same, report = floored_config(cfg, floor, meta, step_s=0.9)
+    assert same == cfg and report["raised"] == {} and report["per_step"] == []
+    # Steps of 0.2 s: the same 27 ms of jitter is 0.135 of each, above the configured 0.1.
+    short, report = floored_config(cfg, floor, meta, step_s=0.2)
+    assert short.link_share == pytest.approx(0.027 / 0.2, rel=1e-5)
+    assert report["raised"]["link_share"]["floor"] == pytest.approx(0.135)
+    assert report["per_step"] == ["link_share"] and report["step_s"] == 0.2
+    # A window is held to its own window length's seconds (36 ms / 0.3 s = 0.12).
+    window, _ = floored_config(cfg, floor, meta, window_steps=8, step_s=0.3)
+    assert window.link_share == pytest.approx(0.12, rel=1e-5)
+    assert window.worker_threshold > 1.2  # the share floors of the window still apply
+    # A ratio statistic is not a time: never scaled by the step.
+    assert floored_config(cfg, floor, meta, window_steps=8, step_s=0.01)[0] \
+        .worker_threshold == window.worker_threshold
+    # Without the run's step time (or a floor written before per-step readings): shares.
+    assert floored_config(cfg, floor, meta)[0] == cfg
+    old = NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
+        n_runs=3, layouts=("dp2-pp2",), statistics={"link_share": 0.03})})
+    assert floored_config(cfg, old, meta, step_s=0.2)[0] == cfg
+
+
+def test_per_step_floor_round_trips_and_bad_values_are_one_clear_error(tmp_path):
+    path = tmp_path / "noise-floor.yaml"
+    write_noise_floor(path, _per_step_floor())
+    fam = read_noise_floor(path).family(LayoutFamily.DP_PP)
+    assert fam.per_step_s == {"link_share": 0.027}
+    assert fam.online_per_step_s == {8: {"link_share": 0.036}}
+    for bad, where in (("per_step_s: {link_share: -0.1}", "per_step_s.link_share"),
+                       ("per_step_s: [1]", "per_step_s"),
+                       ("online_per_step_s: {eight: {link_share: 0.1}}", "online_per_step_s"),
+                       ("online_per_step_s: {8: {link_share: fast}}",
+                        "online_per_step_s.8.link_share")):
+        path.write_text("schema: stragglerlab.noise-floor/1\nfamilies:\n  dp+pp:\n"
+                        f"    n_runs: 2\n    {bad}\n")
+        with pytest.raises(InputError, match=where.replace(".", r"\.")):
+            read_noise_floor(path)
+
+
+def test_measure_floor_keeps_the_highest_seconds_per_step_and_drops_older_readings():
+    new = [CleanReading(layout="dp2-pp2", statistics={"link_share": 0.02},
+                        per_step_s={"link_share": 0.018}, online={8: {"link_share": 0.04}},
+                        online_per_step_s={8: {"link_share": 0.03}}),
+           CleanReading(layout="dp2-pp4", statistics={"link_share": 0.03},
+                        per_step_s={"link_share": 0.012, "gc_min_share": 0.001},
+                        online={8: {"link_share": 0.05}},
+                        online_per_step_s={8: {"link_share": 0.02}})]
+    fam = measure_floor({LayoutFamily.DP_PP: new}).family(LayoutFamily.DP_PP)
+    assert fam.per_step_s == {"link_share": 0.018, "gc_min_share": 0.001}
+    assert fam.online_per_step_s == {8: {"link_share": 0.03}}
+    # A reading from before per-step readings: the family has none (not a partial max).
+    older = [*new, CleanReading(layout="dp2-pp2", statistics={"link_share": 0.01},
+                                online={8: {"link_share": 0.01}})]
+    fam = measure_floor({LayoutFamily.DP_PP: older}).family(LayoutFamily.DP_PP)
+    assert fam.per_step_s == {} and fam.online_per_step_s == {}
+
+
+def test_clean_reading_reads_time_statistics_in_seconds_per_step(whatif_run):
+    from stragglerlab.analysis.detectors.signatures import mean_step_time
+    from stragglerlab.analysis.detectors.whatif_noise import PER_STEP
+
+    run = whatif_run(dp_size=2, seed=3)
+    got = WhatIfDetector(noise_floor=None).clean_reading(run)
+    assert set(got.per_step_s) == set(PER_STEP) and set(got.online_per_step_s[8]) == set(PER_STEP)
+    read = [k for k in PER_STEP if got.statistics[k] is not None]
+    assert read, "a clean run reads some comm noise"
+    for k in read:  # the whole run: its share times its own mean step time
+        assert got.per_step_s[k] == pytest.approx(got.statistics[k] * mean_step_time(run.trace))
+    for k in PER_STEP:  # read in seconds exactly where read as a share
+        assert (got.per_step_s[k] is None) == (got.statistics[k] is None)
+        assert (got.online_per_step_s[4][k] is None) == (got.online[4][k] is None)
