@@ -114,26 +114,30 @@ class FamilyFloor:
     """Window length in steps -> the same statistics, read over every sliding window of
     that many steps that the online mode (or the live monitor) diagnoses: a short window
     is noisier than a whole run, so its floor is its own."""
-    per_step_s: dict[str, float] = field(default_factory=dict)
-    """A share-of-the-step statistic (`whatif_noise.PER_STEP`) -> its highest reading in
-    seconds per step (the share times the mean step time it was read over): host jitter
-    adds about the same time to a step however long the step, so a job of shorter steps
-    than the floor's runs reads it as a larger share. A run is held to this over its own
-    mean step time where that is the higher."""
-    online_per_step_s: dict[int, dict[str, float]] = field(default_factory=dict)
-    """Window length -> the same, read over every online window of that length."""
+    per_step_s: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Layout `dp<D>-pp<P>` -> a share-of-the-step statistic (`whatif_noise.PER_STEP`) ->
+    its highest reading on that layout's clean runs in seconds per step (the share times
+    the mean step time it was read over). At one layout, host jitter adds about the same
+    time to a step however long the step (fewer tokens, a smaller model), so a job of
+    shorter steps reads it as a larger share; a run of a measured layout is held to this
+    over its own mean step time where that is the higher. Across layouts it is not one
+    time (16 ranks on 2 cores jitter more than 4), hence per layout."""
+    online_per_step_s: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    """Layout -> window length -> the same, read over every online window of that length."""
 
     def to_json(self) -> dict:
         """YAML/JSON form."""
         out: dict = {"n_runs": self.n_runs, "layouts": list(self.layouts),
                      "statistics": {k: round(float(v), 6)
                                     for k, v in sorted(self.statistics.items())}}
-        for name in ("online", "online_per_step_s"):
-            if getattr(self, name):
-                out[name] = {int(w): {k: round(float(v), 6) for k, v in sorted(st.items())}
-                             for w, st in sorted(getattr(self, name).items())}
+        if self.online:
+            out["online"] = _windows_json(self.online)
         if self.per_step_s:
-            out["per_step_s"] = {k: round(float(v), 6) for k, v in sorted(self.per_step_s.items())}
+            out["per_step_s"] = {lay: _numbers_json(st) for lay, st in sorted(
+                self.per_step_s.items())}
+        if self.online_per_step_s:
+            out["online_per_step_s"] = {lay: _windows_json(by) for lay, by in sorted(
+                self.online_per_step_s.items())}
         for name in ("job_slowdown", "discrepancy"):
             spread = getattr(self, name)
             if spread is not None:
@@ -145,7 +149,10 @@ class FamilyFloor:
         """Validated."""
         raw = chk.mapping(raw, where)
         # Left out (or null): none. `x or {}` would take [] or "" for an empty mapping too.
-        stats, per_step = (_numbers(raw, key, chk, where) for key in ("statistics", "per_step_s"))
+        stats = _numbers(raw, "statistics", chk, where)
+        per_step = chk.mapping(_given(raw, "per_step_s", {}), f"{where}.per_step_s")
+        online_per_step = chk.mapping(_given(raw, "online_per_step_s", {}),
+                                      f"{where}.online_per_step_s")
         spreads = {name: Spread.from_json(raw[name], chk, f"{where}.{name}")
                    for name in ("job_slowdown", "discrepancy")
                    if raw.get(name) is not None}
@@ -153,10 +160,23 @@ class FamilyFloor:
                    layouts=tuple(chk.string(x, f"{where}.layouts[{i}]") for i, x in
                                  enumerate(chk.listing(_given(raw, "layouts", []),
                                                        f"{where}.layouts"))),
-                   statistics=stats, per_step_s=per_step,
-                   online=_by_window(raw, "online", chk, where),
-                   online_per_step_s=_by_window(raw, "online_per_step_s", chk, where),
+                   statistics=stats, online=_by_window(raw, "online", chk, where),
+                   per_step_s={chk.string(lay, f"{where}.per_step_s key (a layout)"):
+                               _numbers(per_step, lay, chk, f"{where}.per_step_s")
+                               for lay in per_step},
+                   online_per_step_s={
+                       chk.string(lay, f"{where}.online_per_step_s key (a layout)"):
+                       _by_window(online_per_step, lay, chk, f"{where}.online_per_step_s")
+                       for lay in online_per_step},
                    **spreads)
+
+
+def _numbers_json(stats: dict[str, float]) -> dict[str, float]:
+    return {k: round(float(v), 6) for k, v in sorted(stats.items())}
+
+
+def _windows_json(by_window: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
+    return {int(w): _numbers_json(st) for w, st in sorted(by_window.items())}
 
 
 def _numbers(raw: dict, key: str, chk: Checker, where: str) -> dict[str, float]:

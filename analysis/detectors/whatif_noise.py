@@ -93,10 +93,11 @@ PER_STEP = ("link_share", "link_step_share", "ring_step_share", "two_rank_step_s
             "gc_min_share")
 """Statistics that are a time over the step's (a rank's comm excess, a link's cost, GC
 pauses). Their clean noise is host jitter, about the same time per step however long the
-step (measured, stop 56: a rank's top comm excess 15-42 ms per step in clean DP 2 x PP 2
-runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and 0.02-0.03 of the step), so the
-floor keeps them in seconds per step too and holds a run to that over its own mean step
-time (`FamilyFloor.per_step_s`)."""
+step at one layout (measured, stop 56: a rank's top comm excess 15-42 ms per step in clean
+DP 2 x PP 2 runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and 0.02-0.03 of the
+step), though not across layouts (DP 4 x PP 4 on 2 cores, of far longer steps, read 0.5 s).
+So the floor keeps them in seconds per step per layout too and holds a run of a measured
+layout to that over its own mean step time (`FamilyFloor.per_step_s`)."""
 
 SHIFT = Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True)
 """The stage-shift rule's reading of `device_compute_ratio` (whatif_shift.py)."""
@@ -134,7 +135,8 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
     long, else the whole-run floor (`window` says which: "online" or "run").
 
     step_s: the diagnosed run's mean step time; a share-of-the-step statistic is then held
-    to the floor's seconds per step over it where that is the higher (`PER_STEP`)."""
+    to the floor's seconds per step on the run's own layout over it, where that is the
+    higher (`PER_STEP`; a layout the floor has no clean run of: shares only)."""
     family = LayoutFamily.of(meta.dp_size, meta.pp_size)
     floor = noise_floor.family(family) if noise_floor is not None else None
     report: dict = {"family": family.value, "measured": floor is not None,
@@ -144,13 +146,14 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
         return config, report
     report.update(n_runs=floor.n_runs, layouts=list(floor.layouts),
                   clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
-    statistics, per_step = floor.statistics, floor.per_step_s
+    layout = f"dp{meta.dp_size}-pp{meta.pp_size}"
+    statistics, per_step = floor.statistics, floor.per_step_s.get(layout, {})
     report["window"] = "run"
     read = _floor_window(window_steps, sorted(floor.online))
     if read is not None:
         # A statistic no window reached keeps the whole run's reading (the higher rules).
         statistics = _higher(floor.statistics, floor.online[read])
-        per_step = _higher(floor.per_step_s, floor.online_per_step_s.get(read, {}))
+        per_step = _higher(per_step, floor.online_per_step_s.get(layout, {}).get(read, {}))
         report["window"] = f"online ({read} steps)"
         if read != window_steps:
             report["window"] += (f" for a {window_steps}-step window"
@@ -267,6 +270,21 @@ def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
     return out
 
 
+def _per_layout(runs: list[CleanReading], lengths: set[int]) -> dict:
+    """FamilyFloor's per-layout seconds per step: the highest per layout over its runs. A
+    layout with a run read before per-step readings gets none (not a partial max)."""
+    per_step, online = {}, {}
+    for layout in sorted({r.layout for r in runs}):
+        mine = [r for r in runs if r.layout == layout]
+        if all(r.per_step_s for r in mine):
+            per_step[layout] = _highest([r.per_step_s for r in mine])
+        by_window = {w: _highest([r.online_per_step_s[w] for r in mine]) for w in sorted(lengths)
+                     if all(r.online_per_step_s.get(w) for r in mine)}
+        if by_window:
+            online[layout] = by_window
+    return {"per_step_s": per_step, "online_per_step_s": online}
+
+
 def measure_floor(readings: dict) -> NoiseFloor:
     """The noise floor of clean runs: readings is {LayoutFamily: [CleanReading, ...]}."""
     families = {}
@@ -277,12 +295,7 @@ def measure_floor(readings: dict) -> NoiseFloor:
             n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),
             statistics=_highest([r.statistics for r in runs]),
             online={w: _highest([r.online[w] for r in runs]) for w in sorted(lengths)},
-            # an older reading (no per-step readings) leaves the family without them
-            per_step_s=(_highest([r.per_step_s for r in runs])
-                        if all(r.per_step_s for r in runs) else {}),
-            online_per_step_s={w: _highest([r.online_per_step_s[w] for r in runs])
-                               for w in sorted(lengths)
-                               if all(r.online_per_step_s.get(w) for r in runs)},
+            **_per_layout(runs, lengths),
             job_slowdown=Spread.of([r.job_slowdown for r in runs]),
             discrepancy=Spread.of([r.discrepancy for r in runs]))
     return NoiseFloor(families=families)

@@ -234,7 +234,8 @@ def _per_step_floor() -> NoiseFloor:
     return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
         n_runs=3, layouts=("dp2-pp2",), statistics={"link_share": 0.03},
         online={8: {"link_share": 0.04, "worker_threshold": 1.2}},
-        per_step_s={"link_share": 0.027}, online_per_step_s={8: {"link_share": 0.036}})})
+        per_step_s={"dp2-pp2": {"link_share": 0.027}},
+        online_per_step_s={"dp2-pp2": {8: {"link_share": 0.036}}})})
 
 
 def test_a_share_of_the_step_is_held_to_the_floors_seconds_per_step_over_its_own_steps():
@@ -254,8 +255,10 @@ def test_a_share_of_the_step_is_held_to_the_floors_seconds_per_step_over_its_own
     # A ratio statistic is not a time: never scaled by the step.
     assert floored_config(cfg, floor, meta, window_steps=8, step_s=0.01)[0] \
         .worker_threshold == window.worker_threshold
-    # Without the run's step time (or a floor written before per-step readings): shares.
+    # Without the run's step time, for a layout with no clean run (seconds per step do not
+    # carry across layouts), or a floor written before per-step readings: shares only.
     assert floored_config(cfg, floor, meta)[0] == cfg
+    assert floored_config(cfg, floor, JobMeta(dp_size=2, pp_size=4), step_s=0.2)[0] == cfg
     old = NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
         n_runs=3, layouts=("dp2-pp2",), statistics={"link_share": 0.03})})
     assert floored_config(cfg, old, meta, step_s=0.2)[0] == cfg
@@ -265,35 +268,43 @@ def test_per_step_floor_round_trips_and_bad_values_are_one_clear_error(tmp_path)
     path = tmp_path / "noise-floor.yaml"
     write_noise_floor(path, _per_step_floor())
     fam = read_noise_floor(path).family(LayoutFamily.DP_PP)
-    assert fam.per_step_s == {"link_share": 0.027}
-    assert fam.online_per_step_s == {8: {"link_share": 0.036}}
-    for bad, where in (("per_step_s: {link_share: -0.1}", "per_step_s.link_share"),
+    assert fam.per_step_s == {"dp2-pp2": {"link_share": 0.027}}
+    assert fam.online_per_step_s == {"dp2-pp2": {8: {"link_share": 0.036}}}
+    for bad, where in (("per_step_s: {dp2-pp2: {link_share: -0.1}}",
+                        "per_step_s.dp2-pp2.link_share"),
                        ("per_step_s: [1]", "per_step_s"),
-                       ("online_per_step_s: {eight: {link_share: 0.1}}", "online_per_step_s"),
-                       ("online_per_step_s: {8: {link_share: fast}}",
-                        "online_per_step_s.8.link_share")):
+                       ("per_step_s: {dp2-pp2: 0.1}", "per_step_s.dp2-pp2"),
+                       ("online_per_step_s: {dp2-pp2: {eight: {link_share: 0.1}}}",
+                        "online_per_step_s.dp2-pp2"),
+                       ("online_per_step_s: {dp2-pp2: {8: {link_share: fast}}}",
+                        "online_per_step_s.dp2-pp2.8.link_share")):
         path.write_text("schema: stragglerlab.noise-floor/1\nfamilies:\n  dp+pp:\n"
                         f"    n_runs: 2\n    {bad}\n")
         with pytest.raises(InputError, match=where.replace(".", r"\.")):
             read_noise_floor(path)
 
 
-def test_measure_floor_keeps_the_highest_seconds_per_step_and_drops_older_readings():
+def test_measure_floor_keeps_the_highest_seconds_per_step_per_layout_not_older_readings():
     new = [CleanReading(layout="dp2-pp2", statistics={"link_share": 0.02},
                         per_step_s={"link_share": 0.018}, online={8: {"link_share": 0.04}},
                         online_per_step_s={8: {"link_share": 0.03}}),
-           CleanReading(layout="dp2-pp4", statistics={"link_share": 0.03},
+           CleanReading(layout="dp2-pp2", statistics={"link_share": 0.03},
                         per_step_s={"link_share": 0.012, "gc_min_share": 0.001},
                         online={8: {"link_share": 0.05}},
-                        online_per_step_s={8: {"link_share": 0.02}})]
+                        online_per_step_s={8: {"link_share": 0.02}}),
+           CleanReading(layout="dp4-pp4", statistics={"link_share": 0.03},
+                        per_step_s={"link_share": 0.5}, online={8: {"link_share": 0.05}},
+                        online_per_step_s={8: {"link_share": 0.7}})]
     fam = measure_floor({LayoutFamily.DP_PP: new}).family(LayoutFamily.DP_PP)
-    assert fam.per_step_s == {"link_share": 0.018, "gc_min_share": 0.001}
-    assert fam.online_per_step_s == {8: {"link_share": 0.03}}
-    # A reading from before per-step readings: the family has none (not a partial max).
+    assert fam.per_step_s == {"dp2-pp2": {"link_share": 0.018, "gc_min_share": 0.001},
+                              "dp4-pp4": {"link_share": 0.5}}
+    assert fam.online_per_step_s == {"dp2-pp2": {8: {"link_share": 0.03}},
+                                     "dp4-pp4": {8: {"link_share": 0.7}}}
+    # A reading from before per-step readings: its layout has none (not a partial max).
     older = [*new, CleanReading(layout="dp2-pp2", statistics={"link_share": 0.01},
                                 online={8: {"link_share": 0.01}})]
     fam = measure_floor({LayoutFamily.DP_PP: older}).family(LayoutFamily.DP_PP)
-    assert fam.per_step_s == {} and fam.online_per_step_s == {}
+    assert set(fam.per_step_s) == set(fam.online_per_step_s) == {"dp4-pp4"}
 
 
 def test_clean_reading_reads_time_statistics_in_seconds_per_step(whatif_run):
