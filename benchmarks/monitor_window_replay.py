@@ -14,24 +14,16 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from stragglerlab.analysis.detectors.base import Run, load_run
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
-from stragglerlab.noise_floor import noise_floor_option
 
 
 def findings(run: Run, det: WhatIfDetector, window: int) -> list[tuple[int, str]]:
     """(last step of the window, cause) of every finding over the run's windows."""
-    steps = np.sort(run.trace["step"].unique())
-    out = []
-    for i in range(det.config.min_steps - 1, len(steps)):
-        s = steps[max(0, i - window + 1):i + 1]
-        w = Run(run.trace[run.trace["step"].isin(s)], run.meta, run.path, testbed=run.testbed)
-        out += [(int(s[-1]), f.root_cause.value)
-                for f in det.diagnose(w, Evidence.analyse(w), window_steps=window)]
-    return out
+    return [(int(w.trace["step"].max()), f.root_cause.value)
+            for w in det._windows(run, window)  # the windows an online replay diagnoses
+            for f in det.diagnose(w, Evidence.analyse(w), window_steps=window)]
 
 
 def main() -> None:
@@ -41,8 +33,7 @@ def main() -> None:
     ap.add_argument("--noise-floor", default="default", help="a file, default or none")
     args = ap.parse_args()
     det = WhatIfDetector()
-    if args.noise_floor != "default":
-        det.noise_floor, det.shipped_floor = noise_floor_option(args.noise_floor), False
+    det.use_noise_floor(args.noise_floor)
     flagged = 0
     for d in args.runs:
         got = findings(load_run(d), det, args.window_steps)

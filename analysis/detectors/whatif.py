@@ -150,6 +150,12 @@ class WhatIfDetector(Detector):
         """After `detect`: the run's family floor, the thresholds it raised and the
         findings that stayed under it (reported, not counted)."""
 
+    def use_noise_floor(self, option: str) -> None:
+        """Hold the thresholds to the floor a `--noise-floor` flag names: a file, `default`
+        (the shipped one, this testbed's runs only) or `none` (InputError for a bad file)."""
+        if option != "default":
+            self.noise_floor, self.shipped_floor = noise_floor_option(option), False
+
     def detect_online(self, run: Run) -> list[Finding]:
         """Step-by-step replay; a failed run's lost rank is reported when it stops."""
         if self.online_window_steps < self.config.min_steps:

@@ -264,7 +264,7 @@ def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
     """Per threshold field, the highest reading over the runs (fields never read: absent)."""
     out = {}
     for name in RELAXED:
-        vals = [v for r in readings if r and (v := r.get(name)) is not None]
+        vals = [v for r in readings if (v := r.get(name)) is not None]
         if vals:
             out[name] = max(vals)
     return out

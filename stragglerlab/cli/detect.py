@@ -84,12 +84,10 @@ def run(args) -> int:
     not_another_record(out, ("stragglerlab.findings/",), "a detector's findings")
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
-    from stragglerlab.noise_floor import noise_floor_option
 
     detector = get_detector(args.detector, settings(args.set))
-    if hasattr(detector, "noise_floor") and args.noise_floor != "default":
-        detector.noise_floor = noise_floor_option(args.noise_floor)
-        detector.shipped_floor = False
+    if hasattr(detector, "use_noise_floor"):
+        detector.use_noise_floor(args.noise_floor)
     run_data = load_run(args.run)
     t0 = time.perf_counter()
     findings = detector.detect_online(run_data) if args.online else detector.detect(run_data)

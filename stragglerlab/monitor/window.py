@@ -37,7 +37,6 @@ from stragglerlab.analysis.whatif import run_whatif
 from stragglerlab.findings import Finding
 from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.config import WINDOW_SCHEMA
-from stragglerlab.noise_floor import noise_floor_option
 from stragglerlab.results import WhatIfResult
 
 MAX_FINDING_RANKS = 64
@@ -50,11 +49,9 @@ def make_detectors(names: list[str], noise_floor: str = "default") -> dict[str, 
     thresholds stand above `noise_floor` (a file, `default` or `none`; InputError for a bad
     file, before any window is analysed)."""
     detectors = {name: get_detector(name) for name in dict.fromkeys(names)}
-    if noise_floor != "default":
-        floor = noise_floor_option(noise_floor)
-        for det in detectors.values():
-            if isinstance(det, WhatIfDetector):
-                det.noise_floor, det.shipped_floor = floor, False
+    for det in detectors.values():
+        if isinstance(det, WhatIfDetector):
+            det.use_noise_floor(noise_floor)
     return detectors
 
 
