@@ -102,6 +102,10 @@ class FamilyFloor:
     """Clean runs it was measured on."""
     layouts: tuple[str, ...] = ()
     """Their layouts, `dp<D>-pp<P>`."""
+    runs_by_layout: dict[str, int] = field(default_factory=dict)
+    """Layout -> how many of the runs are of it (what each `per_step_s` maximum is over:
+    a maximum of n runs is exceeded by about 1 in n + 1 new clean runs). Empty in files
+    written before it was kept."""
     statistics: dict[str, float] = field(default_factory=dict)
     """Detector threshold field -> the highest value its statistic reached on these clean
     runs with that threshold taken away. A field absent never reached the rule's other
@@ -128,6 +132,8 @@ class FamilyFloor:
     def to_json(self) -> dict:
         """YAML/JSON form."""
         out: dict = {"n_runs": self.n_runs, "layouts": list(self.layouts),
+                     **({"runs_by_layout": dict(sorted(self.runs_by_layout.items()))}
+                        if self.runs_by_layout else {}),
                      "statistics": {k: round(float(v), 6)
                                     for k, v in sorted(self.statistics.items())}}
         if self.online:
@@ -160,6 +166,7 @@ class FamilyFloor:
                    layouts=tuple(chk.string(x, f"{where}.layouts[{i}]") for i, x in
                                  enumerate(chk.listing(_given(raw, "layouts", []),
                                                        f"{where}.layouts"))),
+                   runs_by_layout=_counts(raw, chk, where),
                    statistics=stats, online=_by_window(raw, "online", chk, where),
                    per_step_s={chk.string(lay, f"{where}.per_step_s key (a layout)"):
                                _numbers(per_step, lay, chk, f"{where}.per_step_s")
@@ -169,6 +176,12 @@ class FamilyFloor:
                        _by_window(online_per_step, lay, chk, f"{where}.online_per_step_s")
                        for lay in online_per_step},
                    **spreads)
+
+
+def _counts(raw: dict, chk: Checker, where: str) -> dict[str, int]:
+    got = chk.mapping(_given(raw, "runs_by_layout", {}), f"{where}.runs_by_layout")
+    return {chk.string(lay, f"{where}.runs_by_layout key (a layout)"):
+            chk.integer(n, f"{where}.runs_by_layout.{lay}", minimum=1) for lay, n in got.items()}
 
 
 def _numbers_json(stats: dict[str, float]) -> dict[str, float]:

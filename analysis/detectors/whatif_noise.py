@@ -30,6 +30,7 @@ clean noise never reaches stays as it was set.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -147,6 +148,8 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
     report.update(n_runs=floor.n_runs, layouts=list(floor.layouts),
                   clean_job_slowdown=floor.job_slowdown and floor.job_slowdown.to_json())
     layout = f"dp{meta.dp_size}-pp{meta.pp_size}"
+    if layout in floor.runs_by_layout:
+        report["layout_runs"] = floor.runs_by_layout[layout]
     statistics, per_step = floor.statistics, floor.per_step_s.get(layout, {})
     report["window"] = "run"
     read = _floor_window(window_steps, sorted(floor.online))
@@ -293,6 +296,7 @@ def measure_floor(readings: dict) -> NoiseFloor:
         lengths = set.intersection(*(set(r.online) for r in runs)) if runs else set()
         families[family] = FamilyFloor(
             n_runs=len(runs), layouts=tuple(sorted({r.layout for r in runs})),
+            runs_by_layout=dict(sorted(Counter(r.layout for r in runs).items())),
             statistics=_highest([r.statistics for r in runs]),
             online={w: _highest([r.online[w] for r in runs]) for w in sorted(lengths)},
             **_per_layout(runs, lengths),

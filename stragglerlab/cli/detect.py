@@ -119,8 +119,10 @@ def floor_line(report: dict) -> str:
     raised = "; ".join(f"{k} {v['configured']:.3g} -> {v['used']:.3g}"
                        for k, v in report["raised"].items()) or "no threshold raised"
     if report.get("per_step") and report["raised"]:
+        runs = (f", the highest of its {report['layout_runs']} clean runs of this layout"
+                if report.get("layout_runs") else "")
         raised += (f" ({', '.join(report['per_step'])}: the floor's jitter in seconds per "
-                   f"step over this run's {report['step_s']:.3g} s steps)")
+                   f"step{runs}, over this run's {report['step_s']:.3g} s steps)")
     below = len(report.get("below_floor") or [])
     ignored = report.get("ignored") or []
     skipped = (f"; ignored {', '.join(ignored[:4])} (not a threshold of this detector: a "

@@ -232,7 +232,8 @@ def _per_step_floor() -> NoiseFloor:
     # Clean runs of 0.9 s steps: a rank's comm excess up to 0.03 of the step (27 ms), in
     # 8-step windows up to 0.04 (36 ms).
     return NoiseFloor(families={LayoutFamily.DP_PP: FamilyFloor(
-        n_runs=3, layouts=("dp2-pp2",), statistics={"link_share": 0.03},
+        n_runs=3, layouts=("dp2-pp2",), runs_by_layout={"dp2-pp2": 3},
+        statistics={"link_share": 0.03},
         online={8: {"link_share": 0.04, "worker_threshold": 1.2}},
         per_step_s={"dp2-pp2": {"link_share": 0.027}},
         online_per_step_s={"dp2-pp2": {8: {"link_share": 0.036}}})})
@@ -269,6 +270,7 @@ def test_per_step_floor_round_trips_and_bad_values_are_one_clear_error(tmp_path)
     write_noise_floor(path, _per_step_floor())
     fam = read_noise_floor(path).family(LayoutFamily.DP_PP)
     assert fam.per_step_s == {"dp2-pp2": {"link_share": 0.027}}
+    assert fam.runs_by_layout == {"dp2-pp2": 3}
     assert fam.online_per_step_s == {"dp2-pp2": {8: {"link_share": 0.036}}}
     for bad, where in (("per_step_s: {dp2-pp2: {link_share: -0.1}}",
                         "per_step_s.dp2-pp2.link_share"),
@@ -277,7 +279,9 @@ def test_per_step_floor_round_trips_and_bad_values_are_one_clear_error(tmp_path)
                        ("online_per_step_s: {dp2-pp2: {eight: {link_share: 0.1}}}",
                         "online_per_step_s.dp2-pp2"),
                        ("online_per_step_s: {dp2-pp2: {8: {link_share: fast}}}",
-                        "online_per_step_s.dp2-pp2.8.link_share")):
+                        "online_per_step_s.dp2-pp2.8.link_share"),
+                       ("runs_by_layout: {dp2-pp2: 0}", "runs_by_layout.dp2-pp2"),
+                       ("runs_by_layout: [dp2-pp2]", "runs_by_layout")):
         path.write_text("schema: stragglerlab.noise-floor/1\nfamilies:\n  dp+pp:\n"
                         f"    n_runs: 2\n    {bad}\n")
         with pytest.raises(InputError, match=where.replace(".", r"\.")):
@@ -296,6 +300,11 @@ def test_measure_floor_keeps_the_highest_seconds_per_step_per_layout_not_older_r
                         per_step_s={"link_share": 0.5}, online={8: {"link_share": 0.05}},
                         online_per_step_s={8: {"link_share": 0.7}})]
     fam = measure_floor({LayoutFamily.DP_PP: new}).family(LayoutFamily.DP_PP)
+    # how many runs each layout's maximum is over
+    assert fam.runs_by_layout == {"dp2-pp2": 2, "dp4-pp4": 1} and fam.n_runs == 3
+    assert floored_config(WhatIfDetectorConfig(), NoiseFloor(families={
+        LayoutFamily.DP_PP: fam}), JobMeta(dp_size=2, pp_size=2), step_s=0.1)[1][
+        "layout_runs"] == 2
     assert fam.per_step_s == {"dp2-pp2": {"link_share": 0.018, "gc_min_share": 0.001},
                               "dp4-pp4": {"link_share": 0.5}}
     assert fam.online_per_step_s == {"dp2-pp2": {8: {"link_share": 0.03}},
