@@ -339,3 +339,21 @@ def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
     # A torch workload's own pacer knows no device factor: never paced to the rate here.
     assert not load_scenario("torch-ddp-slow", overrides={"run": {"pace_rate": "auto"}}
                              ).paced_to_warmup_rate
+
+
+def test_noise_floor_scenarios_are_the_clean_built_ins_at_the_default_workload():
+    # The floor's second workload size (config/noise-floor-scenarios.yaml): each is its
+    # built-in clean-<layout> twin in everything but the tokens per microbatch, which are
+    # what a scenario that leaves `data` out runs at.
+    floor_file = DEFAULT_CONFIG.parent / "noise-floor-scenarios.yaml"
+    defaults, _, _ = scenario_table()
+    small = [s for s in list_scenarios(floor_file) if s.name.startswith("clean-small-")]
+    assert len(small) == 6
+    for s in small:
+        twin = load_scenario(s.name.replace("clean-small-", "clean-"))
+        a, b = scenario_to_dict(s), scenario_to_dict(twin)
+        assert a["data"]["tokens_per_microbatch"] == defaults["data"]["tokens_per_microbatch"]
+        assert b["data"]["tokens_per_microbatch"] == 1024
+        for d in (a, b):
+            d.pop("name"), d.pop("description"), d["data"].pop("tokens_per_microbatch")
+        assert a == b, s.name
