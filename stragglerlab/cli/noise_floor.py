@@ -92,7 +92,7 @@ def run(args) -> int:
     for family, ff in floor.families.items():
         stats = ", ".join(f"{k} {v:.4g}" for k, v in sorted(ff.statistics.items())) or "none"
         s = ff.job_slowdown
-        layouts = ", ".join(f"{lay} x{ff.runs_by_layout.get(lay, '?')}" for lay in ff.layouts)
+        layouts = ", ".join(f"{lay} x{ff.runs_by_layout[lay]}" for lay in ff.layouts)
         print(f"{family.value:6s} {ff.n_runs} runs ({layouts}): S "
               f"{s.min:.3f}-{s.max:.3f}; statistics: {stats}")
     print(f"wrote {path}")
