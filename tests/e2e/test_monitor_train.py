@@ -138,20 +138,24 @@ def test_train_monitor_names_the_slow_worker_alerts_once_and_clears(tmp_path, we
           f"max {max(lags):.3f} over {len(lags)} windows")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "host noise on a loaded 2-core host makes real stragglers in short windows of a clean "
-    "run: measured 2026-11-25, the online GC rule on rank 3's GC pauses (28 ms); "
-    "2026-11-26, net-throttle on (1, 1) then (1, 0), estimated 1.07-1.20 in 6-step "
-    "windows, while a workflow trained beside it (the same day, alone: no finding); "
-    "2026-11-28, a fresh-clone CI run alone on the host: the sender test named (1, 0)'s "
-    "sends in windows 5-8 (step share 0.035, 11 of 12 pairs slow; the family's online "
-    "floor 0.009): the ranks, Ray, pytest and the monitor share two cores; 2026-12-01 "
-    "(stop 56), net-throttle from a rank's comm excess (40-56 ms per step) in the first "
-    "windows of 3 of 33 clean runs with 2 warm-up steps under the per-step floor (7 of 33 "
-    "before it), and of 2 of 10 with 3: the floor's 35 ms is the highest of 3 runs"))
 def test_train_monitor_on_a_clean_run_raises_no_alert(tmp_path, webhook):
+    # The false-alert rate is measured where it can be, over many runs
+    # (benchmarks/monitor_window_replay.py, benchmarks/README.md): under the shipped floor,
+    # read at both workload sizes, 0 of 44 held-out clean runs of this job replayed and 0 of
+    # 23 fresh monitored ones (stops 57-58; 5 of 44 under the 1024-token floor before it).
+    # One run here is a check, not that measurement: a second clean run is trained only when
+    # the first alerted, and both must alert to fail, so host noise that crosses the floor
+    # once in dozens of runs does not fail CI, while a monitor that alerts on clean runs as a
+    # rule does.
     url, received = webhook
-    out, _ = _train(tmp_path, "monitor-e2e-clean", url)
-    assert [w["step"] for w in read_lines(out / "monitor" / "windows.jsonl")
-            if w["kind"] == "window"] == list(range(3, 12))
+    for attempt in (1, 2):
+        received.clear()
+        (here := tmp_path / f"try-{attempt}").mkdir()
+        out, _ = _train(here, "monitor-e2e-clean", url)
+        assert [w["step"] for w in read_lines(out / "monitor" / "windows.jsonl")
+                if w["kind"] == "window"] == list(range(3, 12))
+        if not received:
+            return
+        print(f"clean run {attempt} alerted (host noise?): "
+              f"{[(a['event'], a['step'], a['finding']['cause']) for a in received]}")
     assert received == []
