@@ -28,13 +28,30 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.general_sim import schedule, simulate_masks
+from stragglerlab.analysis.general_sim import schedule, simulate, simulate_masks
 from stragglerlab.analysis.settling import settling_note
-from stragglerlab.op_model import COMPUTE, STEP_END
-from stragglerlab.results import STRAGGLING_S
+from stragglerlab.op_model import COMPUTE, STEP_END, gap_ends
+from stragglerlab.validity import Finding, Reason, Validity, judge
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
+LAUNCH_BOUND_BUSY = 0.5
+"""GPU busy share of the compute segments under which a GPU trace is launch-bound: the
+segments between collectives are then mostly GPU idle time that the host sets (it was
+still launching), so idealizing them idealizes host time the chain model does not
+represent (design.md, "Host and device"). A device-bound job's segments are mostly busy."""
+AT_LAUNCH_SHARE = 0.5
+"""Share of GPU ops that started as their launch returned (the import's
+`kernels_at_launch_share`) at or above which the GPU mostly waited for the host."""
+ENTRY_SKEW_SHARE = 0.10
+"""Step-entry skew (last rank's step start minus a rank's) over this share of the step is
+reported: its cause lies in an untraced step before, which the what-if cannot see."""
+LOCAL_OPS_SHARE = 0.25
+"""Share of communication ops with no traced peer over which a reader is told: their waits
+for the untraced peers are taken as work."""
+HOST, DEVICE = "host", "device"
+"""The parts of a GPU trace's compute segment: GPU-busy time (device) and the rest (host:
+launches, CPU ops, the Python around them, or a dataloader stall)."""
 COMPUTE_IDEALS = ("mean", "median")
 """Statistics that idealize a compute segment: mean (the paper's, design.md) or median
 (design.md Appendix A's option for jobs of few workers: one slow rank of three or more moves
@@ -53,12 +70,16 @@ class GeneralWhatIf:
     """Job slowdown T / T_ideal."""
     waste: float
     """1 - 1/S."""
-    straggling: bool
-    """S >= STRAGGLING_S."""
+    straggling: bool | None
+    """S >= 1.1 where `validity` holds (or was forced); None: no verdict (gated)."""
     actual_step_s: float
-    """Mean over steps of the traced step time (latest rank)."""
+    """Mean over steps of the traced step time, measured as the simulation measures T: from
+    the last rank's step start to the last rank's step end (the simulation starts every
+    rank's chain together)."""
     discrepancy: float
     """actual_step_s / T - 1 (how far the simulation is from the trace)."""
+    validity: Validity
+    """The reproduction gate (stragglerlab.validity): whether S may be read as the job's."""
     per_step: dict[int, float]
     """Step -> S_s."""
     by_kind: dict[str, float]
@@ -95,13 +116,22 @@ class GeneralWhatIf:
     """Step -> simulated step time with idealized durations (T_ideal per step), s."""
     worker_coords: dict[int, list[int]] = field(default_factory=dict)
     """Rank -> [dp_rank, stage] where the layout is known (empty without one)."""
+    entry_skew_s: dict[int, float] = field(default_factory=dict)
+    """Rank -> its largest step-entry skew over the steps: the last rank's step start minus
+    its own, s (0 for the rank that entered last)."""
+    by_segment_part: dict[str, float] = field(default_factory=dict)
+    """GPU traces: 'host' and 'device' -> S leaving that part of every compute segment
+    original (device: GPU-busy time; host: the rest). Empty for CPU traces."""
+    gpu_busy_share: float | None = None
+    """GPU traces: GPU-busy share of the compute segments (None for CPU traces)."""
 
     def to_dict(self) -> dict:
         """JSON-ready (keys as strings)."""
         d = asdict(self)
         for k, v in d.items():
-            if isinstance(v, dict):
+            if isinstance(v, dict) and k != "validity":
                 d[k] = {str(a): b for a, b in v.items()}
+        d["validity"] = self.validity.to_dict()
         return d
 
 
@@ -135,14 +165,94 @@ def _ideal_transfers(ops: pd.DataFrame, length: pd.Series | None = None) -> np.n
     return np.where(ops["kind"].to_numpy() == STEP_END, 0.0, med)
 
 
+def _traced_steps(ops: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(traced step time per step, largest entry skew per rank), s. A step is measured as
+    the simulation measures T: from the last rank's step start to the last rank's step end
+    (the simulation starts every chain together, as if every rank entered when the last
+    did; a rank that entered earlier waits at its first collective). A rank's step start
+    is where its first row's gap begins."""
+    first = (ops["k"] == 0).to_numpy()
+    t0 = gap_ends(ops)[first] - ops["gap_s"].to_numpy(float)[first]
+    starts = pd.DataFrame({"rank": ops["rank"].to_numpy()[first],
+                           "step": ops["step"].to_numpy()[first], "t0": t0})
+    ends = ops.loc[ops["kind"] == STEP_END, ["rank", "step", "start_s"]]
+    b = starts.merge(ends, on=["rank", "step"])
+    last_start = b.groupby("step")["t0"].transform("max")
+    actual = b.groupby("step")["start_s"].max() - b.groupby("step")["t0"].max()
+    skew = (last_start - b["t0"]).groupby(b["rank"]).max()
+    return actual, skew
+
+
+def _segment_parts(ops: pd.DataFrame, length: pd.Series, stat: str
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """GPU traces: (host, device, ideal host, ideal device) part of every row's gap, s; the
+    device part is the GPU-busy time inside the gap, the host part the rest; each ideal is
+    over the same work as the gap's (_ideal_gaps). None for CPU traces (no busy time)."""
+    busy = ops["busy_s"].to_numpy(float) if "busy_s" in ops else np.full(len(ops), np.nan)
+    if not np.isfinite(busy).any():
+        return None
+    gap = ops["gap_s"].to_numpy(float)
+    dev = np.where(np.isfinite(busy), np.clip(busy, 0.0, np.maximum(gap, 0.0)), 0.0)
+    host = gap - dev
+    keys = [ops["role"], ops["step"], ops["k"], length]
+    ideal = pd.DataFrame({"h": host, "d": dev}).groupby(keys).transform(stat)
+    return host, dev, ideal["h"].to_numpy(), ideal["d"].to_numpy()
+
+
+def _evidence(ops: pd.DataFrame, actual: pd.Series, skew: pd.Series, busy_share: float | None,
+              released: int, split: int, report: dict) -> list[Finding]:
+    """What the op table and the import saw that the model does not represent
+    (stragglerlab.validity)."""
+    out = []
+    at = report.get("kernels_at_launch_share")
+    at = at if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+    # Low busy time alone may be a sampled trace's dropped kernels: where the launches are
+    # traced, the GPU ops must also mostly have started as soon as they were launched.
+    if busy_share is not None and busy_share < LAUNCH_BOUND_BUSY \
+            and (at is None or at >= AT_LAUNCH_SHARE):
+        said = ("" if at is None else f"; {100 * at:.0f}% of the GPU ops started within "
+                f"{report.get('at_launch_tol_us', 0):g} µs of their launch returning")
+        out.append(Finding(reason=Reason.LAUNCH_BOUND, gates=True, detail=(
+            f"launch-bound: the GPU is busy {100 * busy_share:.0f}% of the compute segments "
+            f"(under {100 * LAUNCH_BOUND_BUSY:.0f}%){said}; the segments are host time the "
+            "GPU waited for, which the model idealizes as if it were GPU work")))
+    step = float(actual.max()) if len(actual) else 0.0
+    worst = float(skew.max()) if len(skew) else 0.0
+    if step > 0 and worst > ENTRY_SKEW_SHARE * step:
+        r = int(skew.idxmax())
+        out.append(Finding(reason=Reason.ENTRY_SKEW, detail=(
+            f"step-entry skew: rank {r} entered a step {1e3 * worst:.2f} ms before the last "
+            f"rank ({100 * worst / step:.0f}% of the step; the cause is in an untraced step "
+            "before)")))
+    comm = ops["kind"].to_numpy() != STEP_END
+    local = float((ops["group"].to_numpy()[comm] < 0).mean()) if comm.any() else 0.0
+    if local > LOCAL_OPS_SHARE:
+        out.append(Finding(reason=Reason.LOCAL_OPS, detail=(
+            f"{100 * local:.0f}% of the communication ops have no traced peer: their waits "
+            "are taken as work")))
+    bad = int(report.get("implausible_groups_unmatched", 0) or 0)
+    if bad:
+        out.append(Finding(reason=Reason.UNMATCHED_GROUPS, detail=(
+            f"{bad} matched group(s) were implausible under the clock alignment "
+            f"({report.get('align', '?')}) and were treated as local")))
+    if released or split:
+        out.append(Finding(reason=Reason.RELEASED_GROUPS, detail=(
+            f"{released + split} group(s) issued in contradicting orders or steps were "
+            "released early")))
+    return out
+
+
 def _share(s: dict) -> dict:
     excess = {k: max(v - 1.0, 0.0) for k, v in s.items()}
     total = sum(excess.values())
     return {k: (v / total if total > 0 else 0.0) for k, v in excess.items()}
 
 
-def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWhatIf:
-    """The what-if of an op table (see the module doc); `compute_ideal` in COMPUTE_IDEALS."""
+def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict | None = None,
+                   force: bool = False) -> GeneralWhatIf:
+    """The what-if of an op table (see the module doc); `compute_ideal` in COMPUTE_IDEALS.
+    `report` is the import's (import.json: evidence the gate names); `force` asserts the
+    straggling verdict even where the gate withholds it (marked as forced)."""
     if compute_ideal not in COMPUTE_IDEALS:
         raise ValueError(f"compute_ideal {compute_ideal!r} is not one of {COMPUTE_IDEALS}")
     ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
@@ -201,6 +311,16 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWha
         fix_names.append("fixS")
         fg.append(ops["stage"].to_numpy() != stages[-1])
     fix = simulate_masks(sched, gap, transfer, np.stack(fg, 1), np.stack(fg, 1)).mean(axis=0)
+    parts = _segment_parts(ops, length, compute_ideal)
+    by_part, busy_share = {}, None
+    if parts is not None and T_ideal > 0:
+        host, dev, ideal_host, ideal_dev = parts
+        g = np.stack([host + ideal_dev, ideal_host + dev], 1)
+        t = np.repeat(transfer[1][:, None], 2, axis=1)
+        part_T = simulate(sched, g, t).mean(axis=0)
+        by_part = {HOST: float(part_T[0] / T_ideal), DEVICE: float(part_T[1] / T_ideal)}
+        total = np.maximum(ops["gap_s"].to_numpy(float), 0.0).sum()
+        busy_share = float(dev.sum() / total) if total > 0 else None
     excess = T - T_ideal
 
     def m_of(t_fix: float) -> float:
@@ -208,13 +328,13 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWha
 
     m_w = m_of(float(fix[0]))
     m_s = (m_of(float(fix[1])) if len(stages) > 1 else 0.0) if has_layout else None
-    per_rank_step = ops[ops["kind"] == STEP_END].assign(
-        t=lambda f: f["start_s"] - (ops.loc[ops["k"] == 0].set_index(["rank", "step"])
-                                    .reindex(pd.MultiIndex.from_frame(f[["rank", "step"]]))
-                                    .eval("start_s - gap_s").to_numpy()))
-    actual_by_step = per_rank_step.groupby("step")["t"].max()
+    actual_by_step, skew = _traced_steps(ops)
     actual = float(actual_by_step.mean())
     S = T / T_ideal if T_ideal > 0 else 1.0
+    discrepancy = actual / T - 1.0 if T > 0 else 0.0
+    validity = judge(discrepancy, _evidence(ops, actual_by_step, skew, busy_share,
+                                            sched.released, sched.split_steps, report or {}),
+                     force=force)
     notes = []
     if sched.released:
         notes.append(f"{sched.released} collective group(s) were issued in orders that "
@@ -229,8 +349,8 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWha
         notes.append(settling)
     return GeneralWhatIf(
         T=T, T_ideal=T_ideal, S=S, waste=1.0 - 1.0 / S if S > 0 else 0.0,
-        straggling=S >= STRAGGLING_S, actual_step_s=actual,
-        discrepancy=actual / T - 1.0 if T > 0 else 0.0,
+        straggling=validity.verdict(S), actual_step_s=actual,
+        discrepancy=discrepancy, validity=validity,
         per_step={int(s): float(steps[i, col["orig"]] / steps[i, col["ideal"]])
                   if steps[i, col["ideal"]] > 0 else 1.0 for i, s in enumerate(sched.steps)},
         by_kind=by_kind, by_rank=by_rank, by_dp=by_dp, by_stage=by_stage,
@@ -243,4 +363,6 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean") -> GeneralWha
         step_time_ideal_s={int(s): float(steps[i, col["ideal"]])
                            for i, s in enumerate(sched.steps)},
         worker_coords={int(r): [int(coords.at[r, "dp_rank"]), int(coords.at[r, "stage"])]
-                       for r in ranks} if has_layout else {})
+                       for r in ranks} if has_layout else {},
+        entry_skew_s={int(r): float(v) for r, v in skew.items()},
+        by_segment_part=by_part, gpu_busy_share=busy_share)

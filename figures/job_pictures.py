@@ -26,6 +26,7 @@ This module is a library; it has nothing to run on its own.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from stragglerlab.figures.style import (
 from stragglerlab.filecheck import Checker
 from stragglerlab.general_record import GeneralRecord, require_ideal
 from stragglerlab.results import WhatIfResult
+from stragglerlab.validity import Validity
 from stragglerlab.whatif_record import WhatIfRecord
 
 SCHEMA = "stragglerlab.plot/1"
@@ -58,6 +60,8 @@ STEP_SLOWDOWN = "step-slowdown"
 PICTURES = (HEATMAP, STEP_SLOWDOWN)
 STRAGGLING = 1.1
 """S at and above which the paper calls a job straggling."""
+BANNER_CHARS, BANNER_LINES = 110, 4
+"""The banner of an invalid result: characters per line, most lines."""
 MARKERS_UP_TO = 60
 """Steps drawn with a marker each up to this many steps (a line only above)."""
 
@@ -89,6 +93,8 @@ class JobSeries:
     columns: list[int] | None = None
     """Without a known layout (an unannotated import): the ranks `worker_score`'s one row
     holds, in order; None for a [pp, dp] grid."""
+    validity: Validity | None = None
+    """The reproduction gate; an invalid result is drawn under a banner that says so."""
 
 
 Drawable = WhatIfResult | WhatIfRecord | GeneralRecord
@@ -109,7 +115,7 @@ def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
             step_slowdown=result.step_slowdown, step_time_actual_s=result.step_time_actual_s,
             step_time_simulated_s=result.step_time_simulated_s,
             step_time_ideal_s=result.step_time_ideal_s,
-            columns=None if result.has_layout else result.ranks)
+            columns=None if result.has_layout else result.ranks, validity=result.validity)
     if isinstance(result, WhatIfRecord):
         return _record_series(result, compute_ideal or result.compute_ideal)
     if not isinstance(result, WhatIfResult):
@@ -127,7 +133,7 @@ def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
         steps=np.asarray(r.steps, dtype=np.int64), step_slowdown=sim / ideal,
         step_time_actual_s=np.asarray(r.step_time_base.values, dtype=float),
         step_time_simulated_s=np.asarray(sim, dtype=float),
-        step_time_ideal_s=np.asarray(ideal, dtype=float))
+        step_time_ideal_s=np.asarray(ideal, dtype=float), validity=r.validity)
 
 
 def _record_series(record: WhatIfRecord, name: str) -> JobSeries:
@@ -152,7 +158,18 @@ def _record_series(record: WhatIfRecord, name: str) -> JobSeries:
         steps=np.asarray(record.steps, dtype=np.int64), step_slowdown=slowdown,
         step_time_actual_s=per_step(record.doc.get("step_time_actual_s"),
                                     "step_time_actual_s"),
-        step_time_simulated_s=sim, step_time_ideal_s=sim / slowdown)
+        step_time_simulated_s=sim, step_time_ideal_s=sim / slowdown,
+        validity=record.validity)
+
+
+def _banner(fig: Figure, validity: Validity | None) -> None:
+    """Across the top of an invalid result's picture: no verdict (or forced), and why."""
+    if validity is None or validity.valid:
+        return
+    text = "\n".join(textwrap.wrap(validity.banner(), BANNER_CHARS)[:BANNER_LINES])
+    with figure_style():
+        fig.text(0.5, 0.995, text, ha="center", va="top", fontsize=6.5, color="white",
+                 bbox={"facecolor": "tab:red", "edgecolor": "none", "pad": 2.5})
 
 
 def heatmap_figure(result: Drawable, title: str = "", source: str = "",
@@ -160,8 +177,10 @@ def heatmap_figure(result: Drawable, title: str = "", source: str = "",
     """The worker heatmap (DP rank x PP rank, min(S_dp, S_stage), Fig. 14 colours; one row
     of ranks where the layout is unknown)."""
     js = job_series(result, compute_ideal)
-    return worker_heatmap_figure(js.worker_score, title=title, source=source,
-                                 columns=js.columns)
+    fig = worker_heatmap_figure(js.worker_score, title=title, source=source,
+                                columns=js.columns)
+    _banner(fig, js.validity)
+    return fig
 
 
 def step_slowdown_figure(result: Drawable, title: str = "",
@@ -199,6 +218,7 @@ def step_slowdown_figure(result: Drawable, title: str = "",
         if title:
             fig.suptitle(title)
         source_note(fig, source)
+    _banner(fig, js.validity)
     return fig
 
 
@@ -218,7 +238,8 @@ def write_job_pictures(result: Drawable, out_dir: str | Path,
     out.mkdir(parents=True, exist_ok=True)
     js = job_series(result, compute_ideal)
     common = {"schema": SCHEMA, "job": js.name, "title": title, "source": source,
-              "compute_ideal": js.compute_ideal, "slowdown": js.slowdown}
+              "compute_ideal": js.compute_ideal, "slowdown": js.slowdown,
+              "validity": None if js.validity is None else js.validity.to_dict()}
     numbers = {
         HEATMAP: {"worker_score": [[None if np.isnan(v) else float(v) for v in row]
                                    for row in js.worker_score],

@@ -86,9 +86,14 @@ class Job:
         return analyze(self.trace, self.meta, where=str(self.path))
 
     def summary(self) -> pd.Series:
-        """S, waste, simulation discrepancy, M_W, M_S and the fwd-bwd correlation."""
+        """S, the straggling verdict (None where the reproduction gate withholds it, with
+        `validity` saying why), waste, simulation discrepancy, M_W, M_S and the fwd-bwd
+        correlation."""
         r = self.whatif()
+        v = r.validity
         return pd.Series({"slowdown": r.slowdown, "waste": r.waste,
+                          "straggling": v.verdict(r.slowdown),
+                          "valid": v.valid, "validity": v.banner() or "reproduces the trace",
                           "simulation_discrepancy": r.simulation_discrepancy - 1.0,
                           "m_w": r.m_w.rem, "m_s": r.m_s.rem,
                           "fwd_bwd_correlation": r.fwd_bwd_correlation,

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stragglerlab.validity import Validity, validity_of
+
 GENERAL_WHATIF_SCHEMA = "stragglerlab.whatif-general/1"
 """The `schema` value of whatif.json written by the general op model."""
 OPS_PARQUET = "ops.parquet"
@@ -88,6 +90,8 @@ class GeneralRecord:
     """True when `worker_score` is [stage, DP rank]."""
     compute_ideal: str = "mean"
     """The compute ideal it was written with (files before it was recorded: mean)."""
+    validity: Validity | None = None
+    """The reproduction gate as recorded (older files: the one their discrepancy gives)."""
 
     @classmethod
     def read(cls, path: str | Path) -> GeneralRecord:
@@ -136,8 +140,15 @@ class GeneralRecord:
         ideal = doc.get("compute_ideal", "mean")
         if ideal not in ("mean", "median"):
             chk.fail("compute_ideal", f"is {str(ideal)[:40]!r}, not 'mean' or 'median'")
+        disc = chk.number(doc.get("discrepancy"), "discrepancy")
+        if doc.get("validity") is not None:
+            v = chk.mapping(doc["validity"], "validity")
+            chk.boolean(v.get("valid"), "validity.valid")
+            chk.number(v.get("discrepancy"), "validity.discrepancy")
+            for i, r in enumerate(chk.listing(v.get("reasons", []), "validity.reasons")):
+                chk.string(r, f"validity.reasons[{i}]")
         return cls(
-            path=str(path), compute_ideal=ideal,
+            path=str(path), compute_ideal=ideal, validity=validity_of(doc, disc),
             slowdown=chk.number(doc.get("S"), "S", minimum=0.0),
             steps=np.asarray(steps, dtype=np.int64),
             step_slowdown=np.array([chk.number(per_step[str(s)], f"per_step.{s}", minimum=0.0)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stragglerlab.meta import JobMeta
+from stragglerlab.validity import STRAGGLING_S as STRAGGLING_S  # the threshold, re-exported
+from stragglerlab.validity import Validity, judge
 
-STRAGGLING_S = 1.1
-"""S at or above which a job counts as straggling (the paper's threshold)."""
 SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2
 """Version of the whatif.json layout (2: compute_ideals and the detector's evidence added)."""
@@ -122,10 +122,17 @@ class WhatIfResult:
     """The same analysis under the other compute ideals, by name (written to whatif.json)."""
     comm_excess_by_worker: np.ndarray | None = None
     """Per worker [pp, dp]: its comm ops' transfer time over their op type's median, s."""
+    force: bool = False
+    """Assert the straggling verdict even where the reproduction gate withholds it."""
     launch_by: dict[str, dict] | None = None
     """Launch-delay attribution, computed when the launch slowdown is >= 1.03 (else None):
     {"optype" | "stage" | "dp_rank": {group: StepSeries of the no-delay frame with that
     group's launch delays restored, s}}; op types include the artifact's `first-op`."""
+
+    @property
+    def validity(self) -> Validity:
+        """The reproduction gate on this result (stragglerlab.validity)."""
+        return judge(self.simulation_discrepancy - 1.0, force=self.force)
 
     def launch_slowdown_by(self, name: str) -> dict | None:
         """Mean launch slowdown per group of `name` (optype, stage, dp_rank), or None."""
@@ -181,7 +188,7 @@ class WhatIfResult:
         return {
             "slowdown": self.slowdown,
             "waste": self.waste,
-            "straggling": self.slowdown >= STRAGGLING_S,
+            "straggling": self.validity.verdict(self.slowdown),
             "t_ideal_s": self.t_ideal,
             "step_slowdown": self.step_slowdown(),
             "slowdown_by_optype": {k: float(v) for k, v in
@@ -207,6 +214,7 @@ class WhatIfResult:
             "n_ops": self.n_ops,
             "steps": self.steps,
             "simulation_discrepancy": self.simulation_discrepancy,
+            "validity": self.validity.to_dict(),
             "t_actual_s": self.step_time_base.mean(),
             "t_nodelay_s": self.step_time_nodelay.mean(),
             "step_time_actual_s": self.step_time_base.as_dict(),

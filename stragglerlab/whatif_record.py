@@ -24,6 +24,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.general_record import GENERAL_WHATIF_SCHEMA
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import COMPUTE_IDEALS, SCHEMA, FixMetric, IdealView
+from stragglerlab.validity import Validity, validity_of
 
 _FIX = "rerun `stragglerlab whatif` on the run (e.g. `stragglerlab whatif --run DIR`)"
 
@@ -54,6 +55,12 @@ class WhatIfRecord:
     launch slowdown was under 1.03, so the artifact does not attribute it)."""
     launch_by_stage: np.ndarray | None = None
     """[pp, steps]: the same per stage (`step_launch_slowdown_by_stage`), or None."""
+
+    @property
+    def validity(self) -> Validity:
+        """The reproduction gate (stragglerlab.validity) as the file records it; files
+        written before it was recorded get the one their discrepancy alone gives."""
+        return validity_of(self.doc, float(self.doc["simulation_discrepancy"]) - 1.0)
 
     def ideal(self, name: str = "mean") -> IdealView:
         """One compute ideal's metrics; InputError when the file lacks it."""
@@ -168,8 +175,9 @@ _TABLES = ("step_slowdown", "slowdown_by_optype", "slowdown_by_dp_rank", "slowdo
            "step_slowdown_by_dp_rank", "step_slowdown_by_stage", "step_slowdown_by_optype",
            *_LAUNCH)
 """Slowdowns ({key: S} or {step: {key: S}}), each >= 0."""
-_NULLABLE = ("fwd_bwd_correlation", *_LAUNCH)
-"""Null in a file `whatif` writes: no correlation measured, no launch attribution."""
+_NULLABLE = ("fwd_bwd_correlation", "straggling", *_LAUNCH)
+"""Null in a file `whatif` writes: no correlation measured, no verdict (the reproduction
+gate withheld it: `validity`), no launch attribution."""
 
 
 _PER_STEP = ("step_time_actual_s", "step_time_nodelay_s", "step_slowdown",
@@ -226,6 +234,16 @@ def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> No
     for key in ("straggling", "sequence_imbalance"):
         if has(key):
             chk.boolean(doc[key], where + key)
+    if has("validity"):
+        v = chk.mapping(doc["validity"], where + "validity")
+        chk.boolean(v.get("valid"), where + "validity.valid")
+        d = chk.number(v.get("discrepancy"), where + "validity.discrepancy")
+        if has("simulation_discrepancy") and not abs(
+                d - (float(doc["simulation_discrepancy"]) - 1.0)) <= 1e-9:
+            chk.fail(where + "validity.discrepancy", f"is {d}, simulation_discrepancy - 1 is "
+                     f"{float(doc['simulation_discrepancy']) - 1.0}: the file's parts disagree")
+        for i, r in enumerate(chk.listing(v.get("reasons", []), where + "validity.reasons")):
+            chk.string(r, f"{where}validity.reasons[{i}]")
     if has("n_ops"):
         chk.integer(doc["n_ops"], where + "n_ops", 0)
     steps = [chk.integer(s, f"{where}steps[{i}]", minimum=0)

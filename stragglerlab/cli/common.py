@@ -196,3 +196,11 @@ def run_out(out: str | None, run: str | None, verb: str) -> str | None:
 def examples(*commands: str) -> str:
     """The `examples:` epilog of a verb's --help, one command line each."""
     return "examples:\n" + "\n".join(f"  {c}" for c in commands)
+
+
+def verdict_words(straggling: bool | None, validity) -> str:
+    """'straggling' / 'not straggling' / 'no verdict: ...' for a summary line."""
+    if straggling is None:
+        return f"no verdict: {', '.join(validity.reasons)}"
+    said = "straggling" if straggling else "not straggling"
+    return f"{said}, FORCED" if validity.forced else said

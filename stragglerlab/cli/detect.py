@@ -106,7 +106,25 @@ def run(args) -> int:
               f"confidence {f.confidence:.2f}{est}")
     if report:
         print("  " + floor_line(report))
+    if line := _validity_line(args.run):
+        print("  " + line)
     return 0
+
+
+def _validity_line(run: str) -> str:
+    """The run's what-if gate where its whatif.json withholds the verdict: the findings
+    stand, but the what-if they may rest on does not reproduce the trace."""
+    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.whatif_record import WhatIfRecord
+
+    folder = RunFolder(path=run)
+    if not folder.has_whatif:
+        return ""
+    try:
+        validity = WhatIfRecord.read(folder.whatif_path).validity
+    except InputError:  # a detector that reads it has said so already
+        return ""
+    return f"what-if: {validity.banner()}" if not validity.valid else ""
 
 
 def floor_line(report: dict) -> str:

@@ -92,6 +92,13 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="unannotated traces: statistic idealizing each compute segment over "
                         "the ranks doing the same work: mean (the paper's) or median (robust "
                         "for jobs with few ranks: one slow rank of 3 or more leaves it clean)")
+    p.add_argument("--op-model", choices=["auto", "vocabulary", "general"], default="auto",
+                   help="auto: the vocabulary model where the traces carry its "
+                        "record_function ranges, else the general one; general: ignore the "
+                        "annotations (to compare both on one job); vocabulary: require them")
+    p.add_argument("--force", action="store_true",
+                   help="unannotated traces: assert the straggling verdict even where the "
+                        "simulation does not reproduce the trace (marked FORCED)")
     p.add_argument("--allow-partial", action="store_true",
                    help="accept missing steps (keep those every rank has) and missing ranks "
                         "(keep the DP replicas with every stage)")
@@ -120,17 +127,22 @@ def run(args) -> int:
         raise InputError(f"--out {out} is the folder of the rank traces; the import's "
                          "outputs would be read as rank traces by the next import of it: "
                          "pass another --out folder (e.g. a sibling)")
+    model = getattr(args, "op_model", "auto")
     with Reporter(quiet=args.quiet) as progress:
         parsed = progress.task("rank trace", total=len(files))
         try:
-            events = load_ranks(files, stop_at_vocab=True, progress=parsed)
+            if model == "vocabulary":
+                raise VocabularyFound(str(files[0]))
+            events = load_ranks(files, stop_at_vocab=model == "auto", progress=parsed)
         except VocabularyFound:
             progress.log("op model: vocabulary (record_function ranges named like the op "
                          "vocabulary)")
             res = _vocabulary(args, files, layout, out, progress, parsed)
         else:
-            progress.log("op model: general (no record_function ranges named like the op "
-                         "vocabulary: communication ops and the compute between them)")
+            progress.log("op model: general (" + (
+                "--op-model general: annotations ignored" if model == "general" else
+                "no record_function ranges named like the op vocabulary") +
+                ": communication ops and the compute between them)")
             return _general(args, events, layout, out, progress)
     _print_vocabulary(res, out)
     return 0
@@ -187,7 +199,8 @@ def _general(args, events, layout, out, progress) -> int:
         r = res.report
         progress(f"op model: {r['ops']:,} communication ops in {r['groups']:,} cross-rank "
                  "groups; simulating the what-if")
-        wi = whatif_general(res.ops, compute_ideal=args.compute_ideal)
+        wi = whatif_general(res.ops, compute_ideal=args.compute_ideal, report=r,
+                            force=getattr(args, "force", False))
     except (ValueError, KeyError, IndexError, TypeError) as e:  # a trace shape not foreseen
         raise InputError(f"the general op model could not be built from these traces "
                          f"({type(e).__name__}: {one_line(e, 200)}); please report it with the "
@@ -215,12 +228,26 @@ def _general(args, events, layout, out, progress) -> int:
 
 def print_general_whatif(wi, notes: list[str]) -> None:
     """The summary of a general what-if (`analysis.whatif_general.GeneralWhatIf`) on stdout."""
+    from stragglerlab.cli.common import verdict_words
+
     ideal = "" if wi.compute_ideal == "mean" else f", {wi.compute_ideal} compute ideal"
-    print(f"what-if: S = {wi.S:.4f}{ideal} (T {1e3 * wi.T:.3f} ms, "
+    model = "" if wi.validity.valid else "the model's "
+    print(f"what-if: {model}S = {wi.S:.4f}{ideal} "
+          f"({verdict_words(wi.straggling, wi.validity)}; T {1e3 * wi.T:.3f} ms, "
           f"T_ideal {1e3 * wi.T_ideal:.3f} ms, "
           f"traced {1e3 * wi.actual_step_s:.3f} ms, discrepancy {100 * wi.discrepancy:+.2f}%), "
           f"waste {round(100 * wi.waste, 1) + 0.0:.1f}%")
-    print("  by kind: " + ", ".join(f"{k} {v:.4f}" for k, v in wi.by_kind.items()))
+    if banner := wi.validity.banner():
+        print(f"  {banner}")
+    for line in wi.validity.detail[len(wi.validity.reasons):]:
+        print(f"  {line}")
+    parts = ""
+    if wi.by_segment_part:
+        parts = (f" (of which host {wi.by_segment_part['host']:.4f}, device "
+                 f"{wi.by_segment_part['device']:.4f}; GPU busy "
+                 f"{100 * wi.gpu_busy_share:.0f}% of the segments)")
+    print("  by kind: " + ", ".join(f"{k} {v:.4f}" + (parts if k == "compute" else "")
+                                    for k, v in wi.by_kind.items()))
     top = sorted(wi.by_rank.items(), key=lambda kv: -kv[1])[:8]
     print("  by rank (top): " + ", ".join(f"rank {k} {v:.4f}" for k, v in top))
     m_s = "n/a" if wi.M_S is None else f"{wi.M_S:.3f}"

@@ -66,6 +66,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
                    help="statistic idealizing compute ops: mean (the paper's) or median "
                         "(robust for jobs with few workers)")
+    p.add_argument("--force", action="store_true",
+                   help="assert the straggling verdict even where the simulation does not "
+                        "reproduce the trace within 5%% (the paper's cut); marked FORCED")
     return p
 
 
@@ -116,6 +119,8 @@ def run(args) -> int:
                     compute_ideal=ComputeIdeal(args.compute_ideal),
                     other_ideals=list(ComputeIdeal))
     result = wr.result
+    for r in (result, *result.variants.values()):
+        r.force = args.force
     name = meta.trial_name or Path(args.trace).stem
     with staged_folder(out, owns=OUTPUTS) as tmp:  # every output or none; stale ones removed
         atomic_write_json(tmp / "whatif.json", result.to_json())
@@ -156,8 +161,13 @@ def _general(args, run_dir: Path) -> int:
     again = f"re-import the traces (`stragglerlab import kineto --traces ... --out {run_dir}`)"
     path = run_dir / OPS_PARQUET
     ops = read_ops(path, again)
+    report = {}
+    if (run_dir / "import.json").is_file():
+        doc = load_json(run_dir / "import.json", "import.json", again)
+        report = doc if isinstance(doc, dict) else {}
     try:
-        wi = whatif_general(ops, compute_ideal=args.compute_ideal)
+        wi = whatif_general(ops, compute_ideal=args.compute_ideal, report=report,
+                            force=args.force)
     except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError) as e:
         raise InputError(f"the op table could not be simulated ({type(e).__name__}: "
                          f"{str(e)[:160]}); {again}", str(path)) from None
@@ -165,9 +175,8 @@ def _general(args, run_dir: Path) -> int:
         raise InputError(f"the op table simulates to S = {wi.S} (T {wi.T} s, T_ideal "
                          f"{wi.T_ideal} s); {again}", str(path))
     notes = []
-    if (run_dir / "import.json").is_file():
-        doc = load_json(run_dir / "import.json", "import.json", again)
-        raw = doc.get("notes") if isinstance(doc, dict) else None
+    if report:
+        raw = report.get("notes")
         notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
     notes = list(dict.fromkeys(notes + wi.notes))
     out = out_folder(args.out) if args.out else run_dir
@@ -211,19 +220,24 @@ def _outside_unit(result) -> list[str]:
 
 def summary(result, out: Path) -> str:
     """A short human summary of the what-if result."""
+    from stragglerlab.cli.common import verdict_words
+
     j = result.to_json()
+    validity = result.validity
     lines = [
         f"what-if: {result.job_meta.trial_name or 'job'} "
         f"(dp={result.job_meta.dp_size}, pp={result.job_meta.pp_size}, "
         f"{len(result.steps)} steps, {result.n_ops:,} ops)",
         f"  slowdown S          {result.slowdown:.3f}   "
-        f"({'straggling' if j['straggling'] else 'not straggling'}, threshold 1.1)",
+        f"({verdict_words(j['straggling'], validity)}, threshold 1.1)",
         f"  waste               {round(100 * result.waste, 1) + 0.0:.1f}% of resources",
         f"  step time           actual {j['t_actual_s']:.4f}s, simulated {j['t_nodelay_s']:.4f}s,"
         f" ideal {j['t_ideal_s']:.4f}s",
         f"  sim. discrepancy    {100 * (result.simulation_discrepancy - 1):+.2f}% "
         "(paper drops jobs above 5%)",
     ]
+    if banner := validity.banner():
+        lines.append(f"  {banner}")
     top_types = sorted(j["slowdown_by_optype"].items(), key=lambda kv: -kv[1])[:3]
     lines.append("  top op types        " + ", ".join(f"{k} {v:.3f}" for k, v in top_types))
     workers = ", ".join(

@@ -91,6 +91,10 @@ KEPT_CPU_PREFIXES = ("ProfilerStep#", ACTIVITY_PREFIX) + LABEL_PREFIXES
 SKIP = EventSkip(ph="X", cat="cpu_op", keep_names=KEPT_CPU_PREFIXES,
                  keep_exact=("record_param_comms",))
 """What read_rank's loop drops, dropped before parsing (the loop still checks)."""
+AT_LAUNCH_TOL_US = 3.0
+"""A GPU op that starts within this of its launch call returning (µs) ran as soon as it was
+launched: its stream was idle, waiting for the host. A queued op starts when the ops ahead
+of it end, ms after its launch in a device-bound job."""
 NUMBER = (int, float)
 """Types a time may have (bool excluded: type() is exact)."""
 
@@ -161,6 +165,11 @@ class RankEvents:
     """What was inferred (e.g. the rank from the file name)."""
     duplicates: int = 0
     """Exact copies of an earlier event (same ph, cat, name, pid, tid, ts, dur) dropped."""
+    gpu_launched: int = 0
+    """GPU ops (kernels, memcpys, memsets, NCCL kernels) whose launch call is traced."""
+    gpu_at_launch: int = 0
+    """Of those, the ones that started within AT_LAUNCH_TOL_US of their launch call
+    returning: the GPU was waiting for the host (a launch-bound stretch)."""
 
 
 def _num(v) -> bool:
@@ -184,6 +193,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
     launches, kernels, activity = array("d"), array("d"), array("d")
+    launch_ends = array("d")
     vocab = bad = 0
     keys, comm_keys = array("q"), set()  # event hashes (copies counted), comm ones seen
     names: set[str] = set()
@@ -227,6 +237,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 corr = args.get("correlation")
                 if isinstance(corr, int):
                     launches.extend((float(corr), float(ts), float(_tid(e))))
+                    launch_ends.append(float(end))
             elif cat == "kernel":
                 corr = args.get("correlation", args.get("External id", -1))
                 stream = args.get("stream")
@@ -288,8 +299,12 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     check_step_order(steps, where)
     launch = np.frombuffer(launches, dtype=np.float64).reshape(-1, 3)
     kern = np.frombuffer(kernels, dtype=np.float64).reshape(-1, 3).copy()
-    kern[:, 2] = _launch_times(launch, kern[:, 2])
     nccl_corr = np.fromiter((r.corr for r in nccl), dtype=np.float64, count=len(nccl))
+    nccl_start = np.fromiter((r.start for r in nccl), dtype=np.float64, count=len(nccl))
+    ends = np.frombuffer(launch_ends, dtype=np.float64)
+    launched, at_launch = _at_launch(launch, ends, np.r_[kern[:, 2], nccl_corr],
+                                     np.r_[kern[:, 0], nccl_start])
+    kern[:, 2] = _launch_times(launch, kern[:, 2])
     launch = launch[np.isin(launch[:, 0], nccl_corr)].copy()  # only NCCL launches are needed
     del launches, kernels
     return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
@@ -300,6 +315,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       activity=_by_start(activity),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
+                      gpu_launched=launched, gpu_at_launch=at_launch,
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
@@ -314,6 +330,20 @@ def _launch_times(launch: np.ndarray, corr: np.ndarray) -> np.ndarray:
     hit = (keys[i] == corr) & (corr >= 0)
     out[hit] = times[i[hit]]
     return out
+
+
+def _at_launch(launch: np.ndarray, ends: np.ndarray, corr: np.ndarray,
+               start: np.ndarray) -> tuple[int, int]:
+    """(GPU ops with a traced launch, those that started within AT_LAUNCH_TOL_US of their
+    launch call's end) for ops of correlation `corr` starting at `start` (µs)."""
+    if not launch.size or not corr.size:
+        return 0, 0
+    order = np.argsort(launch[:, 0], kind="stable")
+    keys, done = launch[order, 0], ends[order]
+    i = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
+    hit = (keys[i] == corr) & (corr >= 0)
+    lag = start[hit] - done[i[hit]]
+    return int(hit.sum()), int((lag <= AT_LAUNCH_TOL_US).sum())
 
 
 def _by_start(flat: array) -> np.ndarray:

@@ -63,7 +63,7 @@ from stragglerlab.importers.general_ranks import (
     rank_roles,
 )
 from stragglerlab.importers.kineto_clocks import match_tolerance_us
-from stragglerlab.importers.kineto_events import RankEvents, read_rank
+from stragglerlab.importers.kineto_events import AT_LAUNCH_TOL_US, RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
 from stragglerlab.op_model import P2P_KINDS, STEP_END, gap_ends, previous_points
@@ -304,4 +304,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "json_bytes": int(sum(e.bytes_read for e in events)),
         "reader_peak_rss_mb": float(max(e.peak_rss_mb for e in events)),
     }
+    launched = sum(e.gpu_launched for e in events)
+    if use_gpu and launched:
+        report["gpu_ops_launched"] = int(launched)
+        report["kernels_at_launch_share"] = sum(e.gpu_at_launch for e in events) / launched
+        report["at_launch_tol_us"] = AT_LAUNCH_TOL_US
     return GeneralImport(ops=out, report=report, notes=notes)

@@ -6,6 +6,7 @@ Metric names follow the Prometheus conventions (`stragglerlab_` prefix, base
 units, `_total` for counters). Slowdowns are ratios (1 = no straggling):
 
     stragglerlab_job_slowdown                          S of the latest window
+    stragglerlab_whatif_valid                          1: that S reproduces its trace (5 %)
     stragglerlab_worker_slowdown{dp_rank,stage}        min(S_dp, S_stage) per worker
     stragglerlab_stage_slowdown{stage}                 S_stage
     stragglerlab_optype_slowdown{optype}               attribution by op type
@@ -73,6 +74,11 @@ def metrics_text(window: dict | None, steps_analysed: int, errors: int) -> str:
     w.family("stragglerlab_job_slowdown", "gauge",
              "Job slowdown S = T / T_ideal of the latest window (1 = no straggling).",
              [({}, window.get("slowdown"))])
+    valid = window.get("valid")
+    w.family("stragglerlab_whatif_valid", "gauge",
+             "1 when the latest window's simulation reproduces its trace within 5 % (the "
+             "paper's cut), 0 when it does not: its S is then the model's, not the job's.",
+             [({}, None if valid is None else int(bool(valid)))])
     grid = window.get("worker_slowdown") or []
     w.family("stragglerlab_worker_slowdown", "gauge",
              "Worker score min(S_dp, S_stage) of the latest window.",

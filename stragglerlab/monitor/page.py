@@ -122,7 +122,7 @@ function drawHeat(){
 function renderWindow(){
   const w0=st.windows[st.sel],sl=$("slider");sl.max=Math.max(0,st.windows.length-1);sl.value=Math.max(0,st.sel);
   if(!w0)return;
-  $("wlabel").textContent=`window ${st.sel+1}/${st.windows.length}: steps ${w0.steps[0]}-${w0.step}, S ${fmt(w0.slowdown)}`+(st.sel===st.windows.length-1?" (latest, following)":"");
+  $("wlabel").textContent=`window ${st.sel+1}/${st.windows.length}: steps ${w0.steps[0]}-${w0.step}, S ${fmt(w0.slowdown)}`+(st.sel===st.windows.length-1?" (latest, following)":"")+(w0.valid===false?` | ${w0.validity}`:"");
   const fs=w0.findings||[];
   $("findings").innerHTML=fs.length?"<table><tr><th>cause</th><th>ranks (DP/stage)</th><th>steps</th><th>est. cost (job S)</th><th>detector</th></tr>"+
     fs.map(f=>`<tr><td><b>${esc(f.cause)}</b></td><td>${f.ranks.map(r=>`rank ${r.rank} (DP ${r.dp_rank}, stage ${r.stage})`).join("<br>")||"whole job"}${f.n_ranks>f.ranks.length?` ... ${f.n_ranks} in all`:""}</td><td>${f.first_step}-${f.last_step}</td><td>${fmt(f.estimated_slowdown)}</td><td>${esc(f.detector)}</td></tr>`).join("")+"</table>":"none in this window";
@@ -133,7 +133,7 @@ function renderHeader(){
   const s=st.summary,w=st.windows[st.windows.length-1];$("run").textContent=s.run||"";
   const state=s.finished?(s.run_ended?"run ended":"monitor stopped"):"live";
   $("status").innerHTML=[`<span>${state}</span>`,`<span>windows: ${st.windows.length}</span>`,
-   `<span>last step: ${w?w.step:"-"}</span>`,`<span>S: ${w?fmt(w.slowdown):"-"}</span>`,
+   `<span>last step: ${w?w.step:"-"}</span>`,`<span>S: ${w?fmt(w.slowdown):"-"}${w&&w.valid===false?" (NO VERDICT: not reproduced)":""}</span>`,
    `<span>layout: ${s.layout?`DP ${s.layout[0]} x PP ${s.layout[1]}`:"-"}</span>`,
    `<span>lag: ${w?fmt(w.lag_from_step_end_s??w.lag_s,2)+" s":"-"}</span>`].join("")+
    (st.down?"<span class='muted'>(connection lost: reconnecting)</span>":"");

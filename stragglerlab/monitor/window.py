@@ -104,6 +104,8 @@ def analyse_window(df: pd.DataFrame, meta: JobMeta, detectors: dict[str, Detecto
         "dp_size": meta.dp_size, "pp_size": meta.pp_size,
         "slowdown": _r(result.slowdown),
         "simulation_discrepancy": _r(result.simulation_discrepancy),
+        "valid": result.validity.valid,
+        "validity": result.validity.banner(),
         "t_ideal_s": _r(result.t_ideal, 7),
         "step_time_s": _r(float(np.mean(result.step_time_base.values)), 7),
         "worker_slowdown": [[_r(v, 4) for v in row] for row in grid.tolist()],

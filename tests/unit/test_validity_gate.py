@@ -1,0 +1,130 @@
+"""The reproduction gate (stragglerlab.validity), the step definition the discrepancy uses,
+and the known-answer GPU traces of benchmarks/kineto_gpu_synth.py through the general path."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stragglerlab.validity import MAX_DISCREPANCY, Finding, Reason, judge
+from tests.unit.bench_modules import load_benchmark
+
+synth = load_benchmark("kineto_gpu_synth")
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "slow-worker"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stragglerlab", *args], capture_output=True,
+                          text=True)
+
+
+def test_within_the_cut_is_a_verdict_beyond_it_is_none():
+    ok = judge(0.049)
+    assert ok.valid and ok.verdict(1.2) is True and ok.verdict(1.05) is False
+    for d in (0.051, -0.06, math.nan):
+        v = judge(d)
+        assert not v.valid and v.verdict(1.5) is None and v.reasons == ["discrepancy"]
+        assert "NO VERDICT" in v.banner()
+    assert judge(MAX_DISCREPANCY).valid  # the paper's cut is inclusive
+
+
+def test_a_gating_finding_withholds_the_verdict_and_force_marks_it():
+    f = Finding(reason=Reason.LAUNCH_BOUND, detail="launch-bound: busy 9%", gates=True)
+    v = judge(0.0, [f, Finding(reason=Reason.ENTRY_SKEW, detail="skew 7 ms")])
+    assert not v.valid and v.verdict(1.3) is None
+    assert v.reasons == ["launch-bound", "step-entry-skew"]
+    forced = judge(0.0, [f], force=True)
+    assert forced.forced and forced.verdict(1.3) is True and "FORCED" in forced.banner()
+    caveat = judge(0.01, [Finding(reason=Reason.ENTRY_SKEW, detail="skew 7 ms")])
+    assert caveat.valid and caveat.reasons == [] and caveat.detail == ["caveat: skew 7 ms"]
+    assert judge(0.0, force=True).forced is False  # nothing to force
+
+
+@pytest.mark.parametrize("kind", sorted(synth.KINDS))
+def test_known_answer_gpu_traces(kind, tmp_path):
+    """Every kind: S within 2 % of the method's analytic S, the gate's outcome and reason,
+    the part (host or device) the slowdown belongs to, and the victims ranked first."""
+    case = synth.KINDS[kind]
+    want = synth.analytic(case)
+    # Where the chain model's answer is not the host-device one, the gate must say so.
+    hd = synth.host_device_ideal(case)
+    assert case.gated or hd["S"] == pytest.approx(want["S"], rel=0.02)
+    traces = synth.write_job(kind, tmp_path / "traces")
+    out = tmp_path / "out"
+    proc = run_cli("import", "kineto", "--traces", str(traces), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    wi = json.loads((out / "whatif.json").read_text())
+    assert wi["S"] == pytest.approx(want["S"], rel=0.02)
+    assert abs(wi["discrepancy"]) < 0.01  # the traced step, measured as T is
+    v = wi["validity"]
+    assert v["valid"] is (not case.gated)
+    if case.gated:
+        assert case.reason in v["reasons"] and wi["straggling"] is None
+        assert "no verdict" in proc.stdout and "NO VERDICT" in proc.stdout
+    else:
+        assert wi["straggling"] is (want["S"] >= 1.1)
+    parts = wi["by_segment_part"]
+    if case.part:
+        other = "device" if case.part == "host" else "host"
+        assert parts[case.part] > 1.05 and parts[other] < 1.01
+    else:
+        assert max(parts.values()) < 1.01
+    if case.victims:
+        top = sorted(wi["by_rank"], key=lambda r: -wi["by_rank"][r])
+        assert [int(r) for r in top[:len(case.victims)]] == list(case.victims)
+
+
+def test_step_entry_skew_is_reported_and_not_a_discrepancy(tmp_path):
+    traces = synth.write_job("entry-skew", tmp_path / "traces")
+    out = tmp_path / "out"
+    proc = run_cli("import", "kineto", "--traces", str(traces), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    wi = json.loads((out / "whatif.json").read_text())
+    skew = synth.KINDS["entry-skew"].entry_skew_us
+    for r, us in skew.items():
+        assert wi["entry_skew_s"][str(r)] == pytest.approx(us / 1e6, abs=1e-6)
+    assert wi["entry_skew_s"]["1"] == pytest.approx(0.0, abs=1e-9)
+    assert abs(wi["discrepancy"]) < 1e-3  # measured from the last rank's start
+    assert any("step-entry skew: rank 0" in d for d in wi["validity"]["detail"])
+    assert "step-entry skew" in proc.stdout
+
+
+def test_force_asserts_the_verdict_marked(tmp_path):
+    traces = synth.write_job("launch-bound-host-slow", tmp_path / "traces")
+    out = tmp_path / "out"
+    assert run_cli("import", "kineto", "--traces", str(traces), "--out", str(out)).returncode == 0
+    forced = run_cli("whatif", "--run", str(out), "--force")
+    assert forced.returncode == 0, forced.stderr
+    wi = json.loads((out / "whatif.json").read_text())
+    assert wi["straggling"] is True and wi["validity"]["forced"] is True
+    assert "FORCED" in forced.stdout
+    again = run_cli("whatif", "--run", str(out))
+    assert again.returncode == 0 and json.loads((out / "whatif.json").read_text())[
+        "straggling"] is None
+
+
+def test_the_picture_of_a_gated_result_carries_the_banner(tmp_path):
+    traces = synth.write_job("launch-bound", tmp_path / "traces")
+    out = tmp_path / "out"
+    assert run_cli("import", "kineto", "--traces", str(traces), "--out", str(out)).returncode == 0
+    proc = run_cli("plot", "--run", str(out), "--out", str(tmp_path / "plot"))
+    assert proc.returncode == 0, proc.stderr
+    side = json.loads((tmp_path / "plot" / "heatmap.json").read_text())
+    assert side["validity"]["valid"] is False and "launch-bound" in side["validity"]["reasons"]
+
+
+def test_the_vocabulary_path_records_its_gate(tmp_path):
+    """A testbed trace: validity in whatif.json, its discrepancy the file's own."""
+    out = tmp_path / "wi"
+    proc = run_cli("whatif", "--run", str(EXAMPLE), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "whatif.json").read_text())
+    v = doc["validity"]
+    assert v["discrepancy"] == pytest.approx(doc["simulation_discrepancy"] - 1.0)
+    assert v["valid"] is (abs(v["discrepancy"]) <= MAX_DISCREPANCY)
+    assert doc["straggling"] is (doc["slowdown"] >= 1.1 if v["valid"] else None)
