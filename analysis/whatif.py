@@ -30,6 +30,7 @@ import pandas as pd
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.launch import launch_decomposition
+from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 from stragglerlab.errors import InputError
@@ -159,13 +160,30 @@ def run_whatif(
         name: {k: StepSeries(steps, v) for k, v in getattr(launch, f"by_{name}").items()}
         for name in LAUNCH_TABLES}
     settling = settling_note(steps, t_base)
+    regime = _regime(df, steps, t_base, settling)
     for r in (result, *result.variants.values()):
         r.notes += [settling] if settling else []
+        r.regime_change = None if regime is None else regime.to_dict()
+        slow = list(r.step_slowdown().values())
+        r.notes += [n for n in (regime.note(steps, slow) if regime else None,
+                                low_step_note(steps, slow, regime)) if n]
         r.launch_by = launch_by
         r.fwd_bwd_correlation = correlation
         r.comm_excess_by_worker = excess
         r.n_ops = int(df.shape[0])
     return WhatIfRun(graph, frame, ideal, result)
+
+
+def _regime(df: pd.DataFrame, steps: list[int], t_base: np.ndarray,
+            settling: str | None):
+    """The trace's regime change (analysis.regime), None when none; leading steps that are
+    settling are that, not a regime. Per-kind times are summed only when there is one."""
+    rc = regime_change(steps, t_base)
+    if rc is None or (settling and rc.ratio < 1):
+        return None
+    kt = df.groupby(["step", "rank", "optype"], observed=True)["duration"].sum()
+    return regime_change(steps, t_base, kt.rename("time_s").reset_index().rename(
+        columns={"optype": "kind"}))
 
 
 def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,

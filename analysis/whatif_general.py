@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.general_sim import schedule, simulate, simulate_masks
+from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.op_model import COMPUTE, STEP_END, gap_ends
 from stragglerlab.validity import Finding, Reason, Validity, judge
@@ -124,6 +125,8 @@ class GeneralWhatIf:
     original (device: GPU-busy time; host: the rest). Empty for CPU traces."""
     gpu_busy_share: float | None = None
     """GPU traces: GPU-busy share of the compute segments (None for CPU traces)."""
+    regime_change: dict | None = None
+    """A job-wide change of the step time within the trace (analysis.regime), or None."""
 
     def to_dict(self) -> dict:
         """JSON-ready (keys as strings)."""
@@ -242,6 +245,22 @@ def _evidence(ops: pd.DataFrame, actual: pd.Series, skew: pd.Series, busy_share:
     return out
 
 
+def _regime(ops: pd.DataFrame, actual: pd.Series, settling: str | None):
+    """The regime change of the traced steps (analysis.regime), with the time per step of
+    each communication kind (transfers) and of `compute` (the segments) per rank."""
+    rc = regime_change(list(actual.index), actual.to_numpy())
+    if rc is None or (settling and rc.ratio < 1):
+        return None
+    comm = ops["kind"].to_numpy() != STEP_END
+    kt = pd.concat([
+        pd.DataFrame({"step": ops["step"], "rank": ops["rank"], "kind": COMPUTE,
+                      "time_s": ops["gap_s"].clip(lower=0.0)}),
+        pd.DataFrame({"step": ops["step"][comm], "rank": ops["rank"][comm],
+                      "kind": ops["kind"][comm], "time_s": ops["transfer_s"][comm]})])
+    kt = kt.groupby(["step", "rank", "kind"])["time_s"].sum().reset_index()
+    return regime_change(list(actual.index), actual.to_numpy(), kt)
+
+
 def _share(s: dict) -> dict:
     excess = {k: max(v - 1.0, 0.0) for k, v in s.items()}
     total = sum(excess.values())
@@ -347,6 +366,11 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     settling = settling_note(list(actual_by_step.index), actual_by_step.to_numpy())
     if settling:  # as on our own traces (analysis/whatif.py): reported, still averaged in
         notes.append(settling)
+    per_step = [float(steps[i, col["orig"]] / steps[i, col["ideal"]])
+                if steps[i, col["ideal"]] > 0 else 1.0 for i in range(len(sched.steps))]
+    regime = _regime(ops, actual_by_step, settling)
+    notes += [n for n in (regime.note(list(actual_by_step.index), per_step) if regime else None,
+                          low_step_note(list(actual_by_step.index), per_step, regime)) if n]
     return GeneralWhatIf(
         T=T, T_ideal=T_ideal, S=S, waste=1.0 - 1.0 / S if S > 0 else 0.0,
         straggling=validity.verdict(S), actual_step_s=actual,
@@ -365,4 +389,5 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
         worker_coords={int(r): [int(coords.at[r, "dp_rank"]), int(coords.at[r, "stage"])]
                        for r in ranks} if has_layout else {},
         entry_skew_s={int(r): float(v) for r, v in skew.items()},
+        regime_change=None if regime is None else regime.to_dict(),
         by_segment_part=by_part, gpu_busy_share=busy_share)

@@ -67,6 +67,15 @@ class Case:
     """The segment part the slowdown belongs to ('host' or 'device'; '' for a clean job)."""
     victims: tuple[int, ...] = ()
     """The ranks the what-if must rank first."""
+    ar_factor: float = 1.0
+    """Factor on every member's all-reduce transfer from step `ar_from` on (a link every
+    member waits on)."""
+    ar_from: int = 0
+    """The first step (1-based) of `ar_factor`."""
+    steps: int = 3
+    """Traced steps."""
+    regime_step: int | None = None
+    """The answer: the step a job-wide regime change begins at (None: no change)."""
 
 
 KINDS = {
@@ -79,6 +88,8 @@ KINDS = {
                                    gated=True, reason="launch-bound", part="host",
                                    victims=(1,)),
     "entry-skew": Case(host_us=10.0, kernel_us=300.0, entry_skew_us={0: 4000.0, 3: 2500.0}),
+    "shared-link": Case(host_us=10.0, kernel_us=300.0, ar_factor=20.0, ar_from=4, steps=6,
+                        regime_step=4),
 }
 """The known-answer kinds (see the module doc)."""
 
@@ -120,7 +131,7 @@ def plan(case: Case, world: int, steps: int) -> dict:
             h += LAUNCH_US
             nccl_start[r] = max(h, free)
             host_after[r], gpu_free[r] = h, free
-        nccl_end = max(nccl_start.values()) + AR_US
+        nccl_end = max(nccl_start.values()) + _ar(case, i)
         step_end = {}
         for r in range(world):
             hs, ds = case.slow_host.get(r, 1.0), case.slow_device.get(r, 1.0)
@@ -164,27 +175,40 @@ def plan(case: Case, world: int, steps: int) -> dict:
     return {"events": events, "seg_fwd": seg_fwd, "seg_tail": seg_tail}
 
 
-def analytic(case: Case, world: int = 4, steps: int = 3) -> dict:
+def _ar(case: Case, i: int) -> float:
+    """The all-reduce's transfer time in step index i (0-based), µs."""
+    return AR_US * (case.ar_factor if case.ar_factor != 1.0 and i + 1 >= case.ar_from else 1)
+
+
+def analytic(case: Case, world: int = 4, steps: int | None = None) -> dict:
     """The method's answer on the plan (design.md section 4): every rank's chain starts
     together; the all-reduce starts at the latest forward segment's end; T and T_ideal from
     the traced segments and from their mean over the ranks. {"S", "T_us", "T_ideal_us"}."""
+    steps = steps or case.steps
     p = plan(case, world, steps)
+    ars = [_ar(case, i) for i in range(steps)]
+    ar_ideal = sorted(ars)[(steps - 1) // 2] if steps % 2 else \
+        (sorted(ars)[steps // 2 - 1] + sorted(ars)[steps // 2]) / 2  # the median transfer
     ts, ideals = [], []
     for i in range(steps):
         fwd = [p["seg_fwd"][r][i] for r in range(world)]
         tail = [p["seg_tail"][r][i] for r in range(world)]
-        ts.append(max(fwd) + AR_US + max(tail))
-        ideals.append(sum(fwd) / world + AR_US + sum(tail) / world)
+        ts.append(max(fwd) + ars[i] + max(tail))
+        ideals.append(sum(fwd) / world + ar_ideal + sum(tail) / world)
     t, ideal = sum(ts) / steps, sum(ideals) / steps
     return {"S": t / ideal, "T_us": t, "T_ideal_us": ideal}
 
 
-def host_device_ideal(case: Case, world: int = 4, steps: int = 3) -> dict:
+def host_device_ideal(case: Case, world: int = 4, steps: int | None = None) -> dict:
     """The answer of a host–device model: the job re-planned with every rank's host and
     device factors replaced by their mean over the ranks (each host segment and each kernel
     at the mean of the same work), hosts and devices still linked by launches and waits.
     {"S", "T_us", "T_ideal_us"}; where it differs from `analytic`, the chain model of the
     segments between collectives does not represent the job (a launch-bound one)."""
+    steps = steps or case.steps
+    if case.ar_factor != 1.0:  # transfers at their median over the steps, as the method's
+        return analytic(case, world, steps)
+
     def step_time(c: Case) -> float:
         p = plan(c, world, steps)
         ends = [max(p["seg_fwd"][r][i] for r in range(world)) + AR_US
@@ -198,10 +222,10 @@ def host_device_ideal(case: Case, world: int = 4, steps: int = 3) -> dict:
     return {"S": t / t_ideal, "T_us": t, "T_ideal_us": t_ideal}
 
 
-def write_job(kind: str, out: Path, world: int = 4, steps: int = 3) -> Path:
+def write_job(kind: str, out: Path, world: int = 4, steps: int | None = None) -> Path:
     """rank<N>.json.gz of the kind's job in `out`; returns `out`."""
     case = KINDS[kind]
-    p = plan(case, world, steps)
+    p = plan(case, world, steps or case.steps)
     out.mkdir(parents=True, exist_ok=True)
     for r in range(world):
         doc = {"schemaVersion": 1, "traceEvents": sorted(p["events"][r], key=lambda e: e["ts"]),
@@ -216,7 +240,7 @@ def main() -> None:
     ap.add_argument("--kind", choices=sorted(KINDS))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, help="traced steps (default: the kind's)")
     ap.add_argument("--list", action="store_true", help="print every kind and its answer")
     a = ap.parse_args()
     if a.list or not a.kind:

@@ -124,6 +124,9 @@ class WhatIfResult:
     """Per worker [pp, dp]: its comm ops' transfer time over their op type's median, s."""
     force: bool = False
     """Assert the straggling verdict even where the reproduction gate withholds it."""
+    regime_change: dict | None = None
+    """A job-wide change of the step time within the trace (analysis.regime.RegimeChange's
+    dict), None when there is none."""
     launch_by: dict[str, dict] | None = None
     """Launch-delay attribution, computed when the launch slowdown is >= 1.03 (else None):
     {"optype" | "stage" | "dp_rank": {group: StepSeries of the no-delay frame with that
@@ -224,6 +227,7 @@ class WhatIfResult:
             "fwd_bwd_correlation": self.fwd_bwd_correlation,
             "sequence_imbalance": (self.fwd_bwd_correlation or 0.0) >= 0.9,
             "notes": self.notes,
+            "regime_change": self.regime_change,
             "compute_ideal": self.compute_ideal,
             "compute_ideals": {name: ideals[name].ideal_json()
                                for name in sorted(ideals, key=_ideal_order)},

@@ -77,6 +77,33 @@ def test_known_answer_gpu_traces(kind, tmp_path):
     if case.victims:
         top = sorted(wi["by_rank"], key=lambda r: -wi["by_rank"][r])
         assert [int(r) for r in top[:len(case.victims)]] == list(case.victims)
+    rc = wi["regime_change"]
+    if case.regime_step is None:
+        assert rc is None
+    else:  # a link every member waits on: seen over time, named with its kind and step
+        assert rc["step"] == case.regime_step
+        assert rc["kinds"]["all_reduce"] > 10 and rc["every_rank"]["all_reduce"]
+        assert any(n.startswith(f"regime change at step {case.regime_step}")
+                   for n in wi["notes"])
+
+
+def test_a_job_wide_change_is_named_on_the_vocabulary_path(tmp_path):
+    """Every worker 4x slower from step 5: no straggler, a regime change on every rank."""
+    run = tmp_path / "jw"
+    slow = [a for d in (0, 1) for p in (0, 1) for a in ("--slow", f"{d},{p},4,5")]
+    assert run_cli("synth", "--out", str(run), "--dp", "2", "--pp", "2", "--steps", "8",
+                   "--quiet", *slow).returncode == 0
+    proc = run_cli("whatif", "--run", str(run))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((run / "whatif" / "whatif.json").read_text())
+    rc = doc["regime_change"]
+    assert rc["step"] == 5 and rc["ratio"] > 3
+    assert rc["every_rank"]["forward-compute"] and rc["kinds"]["forward-compute"] > 3
+    assert "regime change at step 5" in proc.stdout
+    clean = tmp_path / "clean"
+    assert run_cli("synth", "--out", str(clean), "--quiet").returncode == 0
+    assert run_cli("whatif", "--run", str(clean)).returncode == 0
+    assert json.loads((clean / "whatif" / "whatif.json").read_text())["regime_change"] is None
 
 
 def test_step_entry_skew_is_reported_and_not_a_discrepancy(tmp_path):
@@ -128,3 +155,14 @@ def test_the_vocabulary_path_records_its_gate(tmp_path):
     assert v["discrepancy"] == pytest.approx(doc["simulation_discrepancy"] - 1.0)
     assert v["valid"] is (abs(v["discrepancy"]) <= MAX_DISCREPANCY)
     assert doc["straggling"] is (doc["slowdown"] >= 1.1 if v["valid"] else None)
+
+
+def test_regime_change_is_sustained_and_beyond_the_noise():
+    from stragglerlab.analysis.regime import regime_change
+
+    steps = list(range(1, 9))
+    assert regime_change(steps, [1.0, 1.02, 0.99, 1.01, 3.0, 3.1, 2.9, 3.0]).step == 5
+    assert regime_change(steps, [1.0, 1.02, 0.99, 5.0, 1.0, 1.01, 0.98, 1.0]) is None  # outlier
+    assert regime_change(steps, [1.0, 1.02, 0.99, 1.01, 1.3, 1.31, 1.29, 1.3]) is None  # < 1.5x
+    assert regime_change(steps, [3.0, 3.1, 1.0, 1.0, 1.01, 0.99, 1.0, 1.02]).step == 3  # faster
+    assert regime_change([1, 2, 3], [1.0, 5.0, 5.0]) is None  # too few steps a side
