@@ -105,7 +105,7 @@ def analyze(
 MAX_DISCREPANCY = 2.0
 """Traced over simulated step time (or its inverse) past which the trace is refused: the
 simulation replays the trace's own durations on its dependencies, so a factor of 2 is
-no noise (the artifact's samples, ../shared/differential and testbed runs: <= 1.06)."""
+no noise (the artifact's samples, the differential traces and testbed runs: <= 1.06)."""
 
 
 def _one_run(discrepancy: float, where: str) -> None:

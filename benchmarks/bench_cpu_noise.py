@@ -8,7 +8,7 @@ per repeat: mean, CV, min and max (the first 5 repeats are warm-up, left out).
 
     .venv/bin/python benchmarks/bench_cpu_noise.py [--rows 1024] [--hidden 256] [--repeats 60]
 
-Measured 2026-11-26 on this project's 2-vCPU host: idle (load 0.4), CPU per repeat mean
+Measured on this project's 2-vCPU host: idle (load 0.4), CPU per repeat mean
 58.3 ms, CV 0.113, min 45.9, max 68.7 ms; an hour later, a test run on the other vCPU,
 mean 36.0 ms, CV 0.059, min 33.0, max 44.0 ms (the host's speed itself moved 1.6x).
 Wall time tracks CPU time in both.

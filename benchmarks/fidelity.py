@@ -67,8 +67,8 @@ GROUPS: dict[Group, tuple[str, ...]] = {
 }
 DEFAULT_GROUPS = (Group.S6, Group.CLEAN, Group.MITIGATIONS)
 
-# Seconds per run (train + what-if) before any run of this suite was timed here, from the
-# runs of 2026-11-23 under load 2-13 (so upper bounds): 16 ranks: Ray start + rank launch
+# Seconds per run (train + what-if) before any run of this suite is timed here, from runs
+# under load 2-13 (so upper bounds): 16 ranks: Ray start + rank launch
 # ~40 s and step 0 ~10 s, then ~2.9 s per step with 1024-token microbatches (clean; the
 # slow levels x S); 4-rank runs ~12 s of start-up plus their steps (gc 31 x 0.3 s, stage
 # 31 x 0.7 s, seq 31 x 0.2 s, clean-dp2-pp2 31 x ~0.75 s).

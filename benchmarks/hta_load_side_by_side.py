@@ -1,10 +1,10 @@
 """Load time and peak memory of the general Kineto importer beside Holistic Trace Analysis
 (HTA) loading the same 8-rank traces, at several sizes per rank (issue 31, item 4).
 
-    python3 -m venv /work/hta-venv && /work/hta-venv/bin/pip install \\
+    python3 -m venv .hta-venv && .hta-venv/bin/pip install \\
         HolisticTraceAnalysis==0.5.0 pandas==2.3.3       # HTA 0.5.0 breaks on pandas 3
     nice -n 10 .venv/bin/python benchmarks/hta_load_side_by_side.py \\
-        --hta-python /work/hta-venv/bin/python --sizes 25 50 100 --repeats 2
+        --hta-python .hta-venv/bin/python --sizes 25 50 100 --repeats 2
 
 Traces come from benchmarks/kineto_synth.py (a DDP transformer job's events
 as torch.profiler writes them, gzipped, rank 3 computing 1.25x slower),

@@ -7,7 +7,7 @@
 #   bash benchmarks/rescore_split.sh results/dev /tmp/dev-none none
 #
 # -> OUT/scores.json and OUT.score.txt (the leaderboard); detector errors in OUT.err.
-# Stop 58 compared the shipped floor with the one it replaced this way (docs/detectors.md).
+# docs/detectors.md compares the shipped floor with a 1024-token-only floor this way.
 set -euo pipefail
 if [ $# -ne 3 ]; then
   echo "usage: $0 RESULTS_DIR OUT_DIR FLOOR (a noise-floor file, default or none)" >&2; exit 2

@@ -6,7 +6,7 @@ A run folder is what `stragglerlab train` writes (`trace.parquet`, `meta.yaml`,
 here; the trace itself only when a figure asks for it (`RunSummary.trace()`).
 
     from stragglerlab.figures.data import load_figure_data
-    data = load_figure_data(["results/clean-dp2-pp2/0"], "/work/shared/reference-traces")
+    data = load_figure_data(["results/clean-dp2-pp2/0"], "../shared/reference-traces")
     for run in data.analysed_runs():
         print(run.scenario, run.seed, run.whatif["slowdown"], run.mean_step_time_s())
 

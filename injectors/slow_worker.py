@@ -161,7 +161,7 @@ class SlowWorker(Injector):
         if ctx.paced_to_rate:
             # The pacer is the device, and the factor its rate: the CPU stays, as a slow
             # GPU's host CPU does. A cut under it starved the op past its nominal time for
-            # the steps the steering took (a 2.36x victim ran 3.4-4x; stop 40).
+            # the steps the steering took (a 2.36x victim ran 3.4-4x).
             if ctx.state.get("slowed", False):
                 _write_quota(ctx.cgroup, ctx.cgroup["cores"])
                 ctx.state["slowed"] = False

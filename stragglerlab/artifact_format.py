@@ -1,7 +1,7 @@
 """The what-if result in the OSDI'25 artifact's own JSON layout (result.json, mw.json, ms.json).
 
 Anyone can diff these files against the paper's tool output, e.g. with
-`../shared/tools/compare_results.py EXPECTED ACTUAL`. Keys and conventions are
+the artifact's `tools/compare_results.py EXPECTED ACTUAL`. Keys and conventions are
 the artifact's: "blocking" is the straggler slowdown S, "launch" the
 actual/no-delay ratio; "noblk" is the ideal; blocking decompositions are only
 filled when S >= 1.03, launch decompositions when the launch slowdown is >= 1.03

@@ -102,8 +102,8 @@ def mean_ideal_shortfall(slowdown: float, *, pp: int, microbatches: int, workers
 
 FIXED_S_PER_TOKEN = 3.0e-6
 """Per-token time of one block (hidden 32, 2 heads, forward + backward, one thread),
-`benchmarks/bench_attention.py --tokens 2048 --hidden 32`, 2026-11-23 (load ~4 on 2
-cores; hidden 64: 6.4e-6)."""
+`benchmarks/bench_attention.py --tokens 2048 --hidden 32` (load ~4 on 2 cores; hidden 64:
+6.4e-6)."""
 SQ_S_PER_TOKEN2 = 4.0e-9
 """Per-token^2 attention time of the same block and run (sum(s^2) term; hidden 64: 6.4e-9)."""
 

@@ -30,7 +30,7 @@ class PaceRate(str, enum.Enum):
     # over ranks and stages: every rank runs at one fixed rate, as GPUs do; a stage's
     # compute follows the partition's modelled cost, a microbatch's its attention's sum(s^2).
     WARMUP = "warmup"
-    # warmup (kept as the default's name; until stop 46 it meant cpu on varlen data).
+    # The default: the same as warmup, under a name a config can leave unchanged.
     AUTO = "auto"
 
 

@@ -207,7 +207,7 @@ def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
     lies inside every worker's span; a worker that starts a step after another finished
     it has a clock of its own (an offset rank, corrupted start_ts), and the what-if would
     time the job by it. Measured: the common overlap is at least 31 % of the median
-    worker step span on the artifact's samples, ../shared/differential and dev runs."""
+    worker step span on the artifact's samples, the differential traces and dev runs."""
     ncell = meta.dp_size * meta.pp_size
     key = step_idx.astype(np.int64) * ncell + cell
     lo = np.full(len(steps) * ncell, np.inf)
@@ -266,8 +266,8 @@ def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, dur:
     is off by less than a step keeps its spans overlapping (`_check_one_clock`) but
     reverses some pairs, and the what-if would read the shift as waiting. Measured
     (recv end - send start): at least +0.2 ms on every pair of the artifact's two samples
-    and of 165 traces with a pipeline, ../shared/differential's and testbed runs of stops
-    51-54 (2026-11-28). `send`, `recv`: the rows of each pair."""
+    and of 165 traces with a pipeline, from the differential traces and testbed runs.
+    `send`, `recv`: the rows of each pair."""
     # A recv of no measurable length (a tracer that records the posting only, durations
     # too small to move the clock) says nothing about when its data came.
     timed = start[recv] + dur[recv] > start[recv]

@@ -32,7 +32,7 @@ of variable-length data their attention's sum(s^2), as on a GPU (paper §5.3), w
 matmul hides most of it. `device_factor` is the slow-worker injector's factor while it
 acts (exact), and host stalls inside the op (`stall_s`: the rank's GC pauses) come on top,
 as a stalled launch delays a device's kernels, instead of vanishing into the padding. Why
-once, and why not the first step (measured on clean dp2-pp4, stop 40, docs/faults.md):
+once, and why not the first step (measured on clean dp2-pp4, docs/faults.md):
 with the cold step in, stage 0's rate came out 1.07-1.19x the others' (steady:
 1.01-1.03x) and 2 of 5 seeds got a false stage-imbalance finding; re-agreed every step on
 the latest two, the rate followed the host's contention, and the bystanders drifted 4-10 %
@@ -78,7 +78,7 @@ def one_rate_per_work(rate: list[float], pp: int) -> list[float]:
     kind's stages measured. Slots are `stage + pp * kind` (forward, backward); a slot
     with no measured rate (0) keeps none.
 
-    Why (measured, stop 45): a stage's warm-up wall time carries its own share of CFS
+    Why (measured): a stage's warm-up wall time carries its own share of CFS
     carry-in, which 1F1B gives each stage differently, so per-stage rates put a constant
     offset between equal stages for the whole run (clean pure PP 2: forward 25 ms on stage
     0 against 18.5 ms on stage 1 for the same work), which reads as a heavy partition.

@@ -30,7 +30,7 @@ class FsdpTrainer(TorchRankTrainer):
         m = self.sc.model
         model = MlpStack(m.hidden, m.n_layers, self.sc.run.seed).to(self.device)
         # The rank's own device type: fully_shard's default mesh is CUDA wherever CUDA is
-        # there, which put CPU (gloo) ranks on a GPU machine's cuda:0 (seen 2026-11-27).
+        # there, which would put CPU (gloo) ranks on a GPU machine's cuda:0.
         mesh = init_device_mesh(self.device.type, (self.sc.world_size,))
         for block in model.blocks:
             fully_shard(block, mesh=mesh)

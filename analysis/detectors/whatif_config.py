@@ -34,16 +34,16 @@ class WhatIfDetectorConfig:
     seq_len_correlation: float = 0.5
     """Correlation, within (stage, step), of a microbatch's compute time with its
     sum(seq_len^2) (`signatures.seq_len_correlation`) that makes long sequences the cause.
-    r = 0.5: sum(seq_len^2) explains a quarter of the per-microbatch variation. Set on dev
-    (2026-11-23): the three sequence-imbalanced runs measure 0.70, 0.79, 0.90 (the pooled
-    forward-only correlation it replaced: 0.37, 0.53, 0.75); no other dev run varies its
+    r = 0.5: sum(seq_len^2) explains a quarter of the per-microbatch variation. Set on dev:
+    the three sequence-imbalanced runs measure 0.70, 0.79, 0.90 (a correlation pooled
+    over the run, forward only, reads 0.37, 0.53, 0.75 on them); no other dev run varies its
     lengths (None)."""
     seq_min_slowdown: float = 1.03
     """Job slowdown from which a clear sum(seq_len^2) signal (`seq_len_correlation`) names
     sequence imbalance: the method's own attribution threshold (design.md, App. A: the
     attributions are computed when S >= 1.03); the fwd-bwd signature alone keeps
     `straggling_slowdown`. The Σs² signal exists only where lengths vary, so it cannot fire
-    on fixed-length jobs. Dev (2026-11-23): the pure-PP sequence run measures S 1.042 at
+    on fixed-length jobs. Dev: the pure-PP sequence run measures S 1.042 at
     r = 0.90; the others 1.105 and 1.108."""
     step_threshold: float = 1.15
     """A step counts toward a straggler when the worker's score is this much over the best's."""
@@ -51,17 +51,15 @@ class WhatIfDetectorConfig:
     """Mean score over the best worker's, across the flagged window, that names a straggler."""
     stage_ratio: float = 1.1
     """The heaviest stage's S_stage over the lightest's that names a heavy stage (the stage
-    rule, `whatif_stage.stage_imbalance`). Until 2026-11-25 the rule read
-    `worker_threshold` for it; its own field since, at the same value, so that each
-    threshold means one thing."""
+    rule, `whatif_stage.stage_imbalance`). A field of its own, at `worker_threshold`'s
+    value, so that each threshold means one thing."""
     min_steps: int = 3
     """Counted steps a straggler needs (one or two slow steps are noise)."""
     compute_ratio: float = 1.1
     """A straggler whose own compute over its peers' (`Signals.compute_over_peers`: GC-free,
     work-normalized, over the median of its stage's other DP ranks), median over its
-    straggling window, is at least this is a slow worker. Until 2026-11-25 (stop 37) it
-    was read against raw compute over the fastest DP peer; since, against the one measure
-    every rule reads, at the same value: findings unchanged on the 60 kept dev runs."""
+    straggling window, is at least this is a slow worker: the one compute measure every
+    rule reads."""
     peer_share: float = 0.6
     """Stage peers are named too when their excess is at least this share of the worst's."""
     link_share: float = 0.1
@@ -74,11 +72,11 @@ class WhatIfDetectorConfig:
     quartile of the other senders' pairs in its place (same step, and with DP peers same
     stage and direction; receiver waiting; by chance about a quarter are); a worker is,
     where that share of the pairs it sends or receives are (`whatif_links.py`). Set on dev
-    (2026-11-23, windows of >= `link_min_pairs` pairs): the delayed or throttled senders
+    (windows of >= `link_min_pairs` pairs): the delayed or throttled senders
     measure 1.00 in 6 of 9, 0.92 in 2 (3 ms and 11 ms delays), 0.83 in one (a throttle
     named by another rule); every other sender at most 0.92 (a sequence-imbalanced run,
     costing 2.0 % of a step; the both-ways throttle's neighbour, 1.00, is resolved as
-    one link), then 0.83. Worker test (2026-11-24, dev, the extra dev cases, 17 more
+    one link), then 0.83. Worker test (dev, the extra dev cases, 17 more
     pure-layout network cases from other sampler seeds and the default suite): every
     throttled worker 1.00, every delayed one at most 0.83; other workers over 0.85 are a
     link's other end (resolved as one link) or touch a worker named slow."""
@@ -100,54 +98,44 @@ class WhatIfDetectorConfig:
     device_compute_ratio: float = 1.1
     """A worker is a slow device when its work-normalized compute (GC pauses out) over the
     median of its stage's other DP ranks holds at least this over `min_steps`
-    consecutive steps (`whatif_device.py`), whether or not it straggles. 1.1 since
-    2026-11-26 (stop 42), when compute paced to the warm-up rate became the default and
-    the splits were paced: on the paced dev split (44 runs, 170 workers with DP peers) every
-    worker that is not a slow device holds at most 1.081 (a GC victim, which the GC rule
-    names; sequence imbalance, on the CPU rule, 1.077; clean runs 1.022), the slow devices
-    1.105-2.83 (and 1.036 for one of 1.24x over a 4-step window); held out, the stop-41
-    built-ins and clean runs (108 runs, 342 workers) hold at most 1.067 elsewhere and
-    1.398 on their slow devices. The `paced-rate` noise floor of clean runs is 1.004; dev
-    F1 0.864 -> 0.883 at precision 1.0 (`/work/runs/s42`). Until then 1.2, set on unpaced
-    dev material (2026-11-24: dev, the other-layout, extra network and hand-written dev cases;
-    74 runs with DP peers, 450 workers): every worker that is not a slow device holds at
-    most 1.114 (a slow worker's stage peer; clean runs up to 1.110, sequence-imbalance
-    runs 1.113 once each rank's lengths are modelled; a GC victim, which the GC rule
-    names, 1.163); the 27 slow devices 1.07-3.7, 25 of them at 1.247 or more. 1.2 sits in
-    that gap; under it stay a 1.15x device beside GC (1.195) and a 1.25x one beside GC in
-    DP 3 x PP 3 (1.07)."""
+    consecutive steps (`whatif_device.py`), whether or not it straggles. Set for compute
+    paced to the warm-up rate (the default, and how the splits run): on the paced dev split
+    (44 runs, 170 workers with DP peers) every worker that is not a slow device holds at
+    most 1.081 (a GC victim, which the GC rule names; sequence imbalance, on the CPU rule,
+    1.077; clean runs 1.022), the slow devices 1.105-2.83 (and 1.036 for one of 1.24x over
+    a 4-step window); held out, the built-ins and clean runs (108 runs, 342 workers) hold
+    at most 1.067 elsewhere and 1.398 on their slow devices. The `paced-rate` noise floor
+    of clean runs is 1.004. Unpaced, CPU noise widens the spread (dev material, 74 runs
+    with DP peers: workers that are not slow devices up to 1.163, most slow devices 1.247
+    or more), where 1.2 would sit in the gap."""
     shift_ratio: float = 1.2
     """A stage whose own compute rose mid-run with no unslowed DP peer (`whatif_shift.py`:
     pure PP, or every DP rank of a stage slowed) is named when it rose by this much, over
-    its other steps and over the other stages'. Until 2026-11-25 the rule read
-    `device_compute_ratio`; its own field since, at the same value. On dev material
-    (2026-11-24, stop 29: dev, other-layout, extra network and hand-written cases; 117 runs
-    with stages, 319 stages) no stage without a slowed device rose over 1.060; the 13 whole
-    stages slowed rose 0.87-2.43, the 7 slowed after 2+ clean steps by a 1.5x device or
-    more 1.56-2.43. Unchanged when the reading changed (2026-11-26, stop 44: each stage's
-    rise over its own steps, then over the other stages' rise on the same window; the
-    first traced step kept unless settling, one reference step;
-    `benchmarks/stage_shift_floor.py`): no stage without a slowed device reads over 1.057
-    (dev split 1.016; 24 fresh paced clean runs with stages 1.013, but 1.057 for pure PP 2
-    at 256-token microbatches), the dev split's pure-PP slow devices 1.22-2.82."""
+    its other steps and over the other stages'. A field of its own, at
+    `device_compute_ratio`'s value. A stage's rise is read over its own steps, then over
+    the other stages' rise on the same window (the first traced step kept unless settling,
+    one reference step). `benchmarks/stage_shift_floor.py`: no stage without a slowed
+    device reads over 1.057 (dev split 1.016; 24 fresh paced clean runs with stages
+    1.013, but 1.057 for pure PP 2 at 256-token microbatches), the dev split's pure-PP
+    slow devices 1.22-2.82."""
     ring_step_share: float = 0.05
     """In a DP group of >= 3 ranks, a rank is a slow link when its ring neighbours' signed
     transfer excess (`whatif_ring.py`: reduce-scatter before it late and after it early,
     all-gather the other way) holds at least this share of a step over `min_steps`
-    consecutive steps. Set on dev (2026-11-24; the pure-DP runs with >= 3 ranks of dev,
+    consecutive steps. Set on dev (the pure-DP runs with >= 3 ranks of dev,
     paced dev, the extra network cases, the other-layout cases and the default suite, 33
     runs): the five throttled runs (68-143 Mbit/s, DP 3 and 4) measure 0.096-0.150, each
     on its victim; every other run at most 0.023 (sequence imbalance), clean runs at most
     0.014, delays at most 0.010. 0.05 sits in the gap, about twice the highest other.
-    Read since in every stage's DP group too, unchanged, after checking it on the dev
-    material with stages and >= 3 DP ranks (2026-11-24, 25 runs, 208 workers): the
+    Read in every stage's DP group too, at the same value: on the dev material with
+    stages and >= 3 DP ranks (25 runs, 208 workers) the
     throttled ranks 0.077-0.170 (and 0.031 for one beside a heavy stage in DP 4 x PP 4,
     which the P2P worker test names), every other worker at most 0.026."""
     two_rank_step_share: float = 0.05
     """With two DP ranks and no stages (one link, named with both ends), the least share of
     a step its transfers must stay over the run's quietest window (`whatif_ring.
-    two_rank_link`). The value of `ring_step_share`, which it read until 2026-11-25; on
-    the dev material's 11 pure DP-2 runs: the five throttles (23-131 Mbit/s) 0.51-1.23,
+    two_rank_link`). At `ring_step_share`'s value; on the dev material's 11 pure DP-2
+    runs: the five throttles (23-131 Mbit/s) 0.51-1.23,
     three 8-14 ms delays 0.059-0.063 (named: a slow link), a 5 ms delay 0.024, the clean,
     GC and hang runs at most 0.012."""
     late_arrival_ratio: float = 1.05
@@ -155,12 +143,12 @@ class WhatIfDetectorConfig:
     launch delays restored, over the no-delay step, is at least this over the median of
     the other DP ranks' for `min_steps` consecutive steps: its untraced wait alone costs
     the step 5 % more than the other ranks' own. Set from the noise, before any dev case
-    was scored with it (2026-11-26, stop 43; `benchmarks/late_arrival_floor.py`, which
+    was scored with it (`benchmarks/late_arrival_floor.py`, which
     computes the attribution whatever the job's launch slowdown): fresh paced clean runs of
     pure DP 2 and 4, DP 2 x PP 2, DP 2 x PP 4 and DP 4 x PP 4 (seeds 101-104, 20 runs; job
     launch slowdown 1.003-1.012, so none has the table) and the six §6 slow-worker runs of
     seeds 95-96 hold at most 1.011 (90th percentile 1.008); the
-    eight unpaced testbed traces of `../shared/differential` at most 1.039 (a throttled
+    eight unpaced testbed traces of the differential set at most 1.039 (a throttled
     link; a clean DP 2 x PP 2 1.033, which 1.03, the method's attribution threshold, would
     have named), besides 1.076 on the slow worker of `slow-worker-3`, whose CPU quota
     slows its untraced work too (a slow-worker finding names it first). 1.05 stands over
@@ -170,7 +158,7 @@ class WhatIfDetectorConfig:
     in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top
     workers whose own compute is slow when no step stood out (`whatif_rules/worker_issue`; the §6
     level-1 job of the default suite: S 1.153, M_W 0.86, victim 1.14x the best worker, under
-    `step_threshold`). Unchanged dev and test scores when it was added.
+    `step_threshold`).
     Not read against a sum(seq_len^2) signal when there is one DP rank: then the top
     ⌈3%⌉ workers are a whole stage, and M_W cannot tell one worker from lengths that slow
     every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""
@@ -189,7 +177,7 @@ class WhatIfDetectorConfig:
     """A stage whose forward and backward ops, on every DP rank, take this much over the
     other stages' in at least 90 % of the steps is heavy by its own compute
     (`whatif_stage.stage_by_compute`), whatever else slows the job: a link or a slow worker
-    can dominate S and hide it from the S-based check. Set on dev (2026-11-24, 102 runs
+    can dominate S and hide it from the S-based check. Set on dev (102 runs
     with pp >= 2: dev, the extra dev cases, the other-layout dev cases, the default
     suite): the 11 stage-imbalance runs' heavy stage measures 1.20-3.21 (the lowest beside
     a 21 Mbit/s throttle), every other run's heaviest stage <= 1.03 (clean runs <= 1.01);
@@ -198,7 +186,7 @@ class WhatIfDetectorConfig:
     """A stage-imbalance candidate is sequence imbalance instead when at least this share of
     forward-time variance is per microbatch within a worker-step (not a per-stage offset)
     and compute time follows sum(seq_len^2) at `seq_len_correlation`. Untuned: 0.5 is the
-    midpoint of the two mechanisms' shares. Dev (2026-11-23): stage-imbalance runs 0.03, 0.28,
+    midpoint of the two mechanisms' shares. Dev: stage-imbalance runs 0.03, 0.28,
     0.60 (with a throttle), seq-imbalance runs 0.79-1.0; their seq_len correlation (None
     for fixed lengths, 0.70-0.90 for seq runs) decided every case, so 0.5 was not moved."""
 

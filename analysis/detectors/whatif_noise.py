@@ -94,7 +94,7 @@ PER_STEP = ("link_share", "link_step_share", "ring_step_share", "two_rank_step_s
             "gc_min_share")
 """Statistics that are a time over the step's (a rank's comm excess, a link's cost, GC
 pauses). Their clean noise is host jitter, about the same time per step however long the
-step at one layout (measured, stop 56: a rank's top comm excess 15-42 ms per step in clean
+step at one layout (measured: a rank's top comm excess 15-42 ms per step in clean
 DP 2 x PP 2 runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and 0.02-0.03 of the
 step), though not across layouts (DP 4 x PP 4 on 2 cores, of far longer steps, read 0.5 s).
 So the floor keeps them in seconds per step per layout too and holds a run of a measured

@@ -2,13 +2,13 @@
 
 A fault beside a larger one hides behind it: the larger one carries the job's S, the
 per-step worker scores and its stage's medians, and the first match of the rules names
-it alone (the lesser of two faults was the one miss class of every unseen set through
-stop 49). The method's own answer is the what-if: simulate the job with the stragglers
-removed (design.md §4). Here only the faults already found are removed; every other op
-keeps its traced duration, transfer and launch delay, and the simulated job, the
-*residual*, is diagnosed by the same rules under the same thresholds. What it names
-that was not named is a fault of its own. Rounds repeat while one names a new
-removable fault (at most `MAX_ROUNDS`).
+it alone (the lesser of two faults is the miss this pass exists for). The method's own
+answer is the what-if: simulate the job with the stragglers removed (design.md §4).
+Here only the faults already found are removed; every other op keeps its traced
+duration, transfer and launch delay, and the simulated job, the *residual*, is
+diagnosed by the same rules under the same thresholds. What it names that was not named
+is a fault of its own. Rounds repeat while one names a new removable fault (at most
+`MAX_ROUNDS`).
 
 Removal of a finding, on its ranks and in its steps (`ResidualJob.without`):
 

@@ -15,23 +15,22 @@ pauses out, per unit of modelled work) is read over time:
 * the rise **over the other stages' own rise on the same window** (their median), so a
   busy host, which lifts every stage at once, is not a shift. Reading each stage
   against its own reference first keeps a second slowed stage from hiding the first: a
-  per-step ratio over the other stages (the reading until 2026-11-26) mixes both
+  per-step ratio over the other stages mixes both
   faults' windows, and on dev it read 1.07 for a 1.31x device beside a 1.24x one.
 
 A stage is slowed over [a, b] when both reach `shift_ratio`. Its DP ranks no other
 finding named are then `slow-worker` over that window.
 
 Leading steps still settling (`analysis.settling`, read on the job's step times) are
-left out. Until 2026-11-26 the first traced step was always left out, and a rise needed
-two reference steps: on unpaced runs with one warm-up step it alone read 1.47 on a clean
-run. Paced, with three warm-up steps, it is settled. This statistic, with the first
+left out (on unpaced runs with one warm-up step the first traced step alone read 1.47 on
+a clean run; paced, with three warm-up steps, it is settled). This statistic, with the first
 step in and one reference step (`benchmarks/stage_shift_floor.py`), reads at most 1.016
 on every stage of the dev split's runs that held no slowed device; at most 1.013 on 20
 fresh paced clean runs with stages at 1024-token microbatches (DP 2 x PP 2, DP 2 x PP 4,
 DP 4 x PP 4, pure PP 2 and 4; seeds 101-104) and 1.057 on 4 of pure PP 2 at 256 tokens;
-at most 1.032 on the eight unpaced `../shared/differential` traces and the artifact's two
-samples; while the dev split's pure-PP slow devices read 1.22-2.82. The old reading could not see a
-device slowed from the second or third traced step (one reference step, or none), which
+at most 1.032 on the eight unpaced differential traces and the artifact's two samples;
+while the dev split's pure-PP slow devices read 1.22-2.82. One reference step, with the
+first step in, lets it see a device slowed from the second or third traced step, which
 the splits' first steps (traced from step 3, faults from step 4) draw often.
 
 What it cannot see: a device slowed from the first kept step (nothing before it; only

@@ -90,7 +90,7 @@ def rank_roles(ops: pd.DataFrame) -> np.ndarray:
     kinds (P2P split by peer direction) that most of the rank's steps issue, a tie going to
     the multiset more (rank, step)s of the job issue. Per rank, not per step: a step that
     lost events (a sampled or damaged trace) put a rank in another stage's role for that
-    step, and a clean pipeline read S 0.92 (stop 52's fuzz)."""
+    step, and a clean pipeline would read S below 1 (the damaged-trace fuzz tests)."""
     label = np.where(ops["kind"].isin(P2P_KINDS),
                      ops["kind"] + np.where(ops["peer"] > ops["rank"], "+", "-"), ops["kind"])
     sig = pd.Series(label, index=ops.index).groupby([ops["rank"], ops["step"]]).transform(

@@ -19,7 +19,7 @@ from stragglerlab.workflow.splits import Case, all_cases, failing_timeout_s
 
 STARTUP_S = (1.6, 2.55)
 """Run start-up, s = a + b * ranks (Ray, actors, isolation, warm-up step): fitted on two
-short runs on the 2-core machine, 2026-11-23, shared with two other sessions: dp2-pp1
+short runs on a 2-core machine shared with other jobs: dp2-pp1
 (7.1 s, 6 steps of ~70 ms) and dp4-pp4 (47.8 s, 6 steps of ~0.9 s)."""
 
 STEP_UNIT_S = 0.028

@@ -74,10 +74,9 @@ LAYOUTS: tuple[tuple[int, int], ...] = ((2, 1), (4, 1), (1, 2), (1, 4), (2, 2), 
 CLEAN_STEPS_BEFORE: tuple[int, int] = (3, 6)
 """Inclusive range of the clean traced steps before a targeted fault's first step: at
 least `fault_control.MIN_BASELINE_STEPS` (3), so its slowdown is measured within the run.
-The first step is the cases' warm-up steps (not traced) plus this. Until stop 44 it was
-drawn as steps 4-7 outright, written when one warm-up step was step 0; with three since
-stop 41, traced steps start at 3 and most faults had fewer than 3 clean steps before
-them (the fresh seed-15 test draw: a measured slowdown for 7 of its 47 faults)."""
+The first step is the cases' warm-up steps (not traced) plus this, so the clean steps
+before a fault do not depend on how many warm-up steps a run has (a first step drawn
+outright would leave most faults without 3 clean traced steps before them)."""
 
 MIN_STEPS_AFTER_START = 6
 """Steps `splits.steps` leaves after the latest first step: a window of >= 3 steps that
@@ -120,8 +119,8 @@ def failing_timeout_s(world_size: int) -> float:
     """collective_timeout_s of a hang or crash case: FAILING_TIMEOUT_S per 4 ranks, at
     least FAILING_TIMEOUT_S. A recv waits out up to a whole step, and the cold first step
     grows with the ranks sharing the host's cores: DP 4 x PP 4 (16 ranks on 2 cores) took
-    11-16 s here, so 10 s failed its stage 0 in the first step, before the fault (seed-17
-    draw, stop 46); 40 s covers it with a margin."""
+    11-16 s here, so 10 s fails its stage 0 in the first step, before the fault; 40 s
+    covers it with a margin."""
     return FAILING_TIMEOUT_S * max(1.0, world_size / 4)
 
 SEED_OFFSET = {Split.DEV: 0, Split.TEST: 1000}
@@ -298,14 +297,12 @@ class SplitsConfig:
     steps: int = 16
     """run.steps of every case: at least warm-up + 6 + `MIN_STEPS_AFTER_START` (15 with
     the defaults' three warm-up steps), so a fault's window and the clean steps around
-    it fit. 14 until stop 44; with the first steps moved by 2, 16 draws the same cases,
-    each fault 2 steps later."""
+    it fit."""
     pace_compute: bool = True
     """run.pace_compute of every case (workloads/pacing.py), with the scenario defaults'
     `pace_rate: auto`: compute ops at the job's warm-up rate per unit of their modelled
-    work, as on a device (since stop 46 on varlen data too). Pacing changes no draw, only
-    how the cases run. (Until 2026-11-26 off: CPU-time pacing kept the vCPU's own noise,
-    and dev so paced scored whatif F1 0.945 against 0.954 unpaced.)"""
+    work, as on a device, varlen data included. Pacing changes no draw, only how the
+    cases run. (Not CPU-time pacing: that keeps the vCPU's own noise in every op.)"""
     counts: dict[Split, int]
     """Cases per split."""
     run: tuple[Split, ...] = ()

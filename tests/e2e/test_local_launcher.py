@@ -45,10 +45,10 @@ def test_clean_run_traces_without_ray(tmp_path):
 
 def test_torch_wrapper_slow_worker_without_isolation_is_paced_and_measured(tmp_path):
     """No quota to cut: the pacer is the slow device, and faults.json measures it (a
-    stretch at the step's end read 1.00 for a 2x victim on a lent machine, 2026-11-27).
+    stretch at the step's end reads 1.00 for a 2x victim on a GPU machine).
 
     The measured factor is the victim's compute span over its peer's. On 16 cores it read
-    1.985; on a 2-vCPU host 1.74-1.76 (CI, 2026-11-28), because the peer's Linears ran past
+    1.985; on a 2-vCPU host 1.74-1.76 (CI), because the peer's Linears ran past
     their target (44 of 192 ops; margin 1.3) and norms, GELU and the optimizer are unpaced.
     So the bound here is generous; the pacer's own record shows who it slowed."""
     out = tmp_path / "run"

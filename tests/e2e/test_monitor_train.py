@@ -119,7 +119,7 @@ def test_train_monitor_names_the_slow_worker_alerts_once_and_clears(tmp_path, we
     # While the fault lasts and until it has left the window: one alert names the victim
     # when it appears, and the finding clears once the
     # fault's steps left the window. (After that, this loaded host's noise may name
-    # workers again; measured 2026-11-25: 1 of 3 runs re-named the victim at the last
+    # workers again; measured: 1 of 3 runs re-named the victim at the last
     # step, 21, and net-throttle on (1, 0) at steps 16 and 21. Printed, not asserted.)
     horizon = LAST + WINDOW + 2
     early = [(a["event"], a["step"], a["finding"]["cause"]) for a in received
@@ -142,7 +142,7 @@ def test_train_monitor_on_a_clean_run_raises_no_alert(tmp_path, webhook):
     # The false-alert rate is measured where it can be, over many runs
     # (benchmarks/monitor_window_replay.py, benchmarks/README.md): under the shipped floor,
     # read at both workload sizes, 0 of 44 held-out clean runs of this job replayed and 0 of
-    # 23 fresh monitored ones (stops 57-58; 5 of 44 under the 1024-token floor before it).
+    # 23 fresh monitored ones (5 of 44 under a floor read at 1024-token microbatches only).
     # One run here is a check, not that measurement: a second clean run is trained only when
     # the first alerted, and both must alert to fail, so host noise that crosses the floor
     # once in dozens of runs does not fail CI, while a monitor that alerts on clean runs as a

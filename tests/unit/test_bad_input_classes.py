@@ -1,4 +1,4 @@
-"""Classes of bad input a stranger's fuzz run found escaping as tracebacks (stop 42).
+"""Classes of bad input a stranger's fuzz run found escaping as tracebacks.
 
 Each test writes one mistake of its class and asserts the one clear error (or that the
 input is read as it should be): numbers JSON cannot hold, a garbled pandas metadata key in

@@ -1,4 +1,4 @@
-"""Outputs that would destroy inputs, and inputs counted twice (fuzz round s46).
+"""Outputs that would destroy inputs, and inputs counted twice.
 
 Each test writes one mistake and asserts one clear error (exit 2, the path named) and
 that nothing the command read was changed: an input named like an output in the --out

@@ -1,4 +1,4 @@
-"""Classes of bad input a stranger's fuzz run found escaping (stop 45, 2026-11-27).
+"""Classes of bad input a stranger's fuzz run found escaping.
 
 Each test writes one mistake of its class and asserts one clear error, not a traceback,
 a hang or an absurd result: event labels that are containers, step numbers past an

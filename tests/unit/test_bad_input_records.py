@@ -1,4 +1,4 @@
-"""One file name, two records; outputs among inputs (fuzz round s47).
+"""One file name, two records; outputs among inputs.
 
 whatif.json is both the what-if's result and the whatif detector's findings; a wrong
 --out replaced one with the other. An import's outputs written among its rank traces were

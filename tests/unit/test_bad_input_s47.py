@@ -1,4 +1,4 @@
-"""Absurd numbers a stranger's fuzz round (s47) found, each now refused or said plainly:
+"""Absurd numbers a stranger's fuzz round found, each now refused or said plainly:
 a "slow" worker that is not slower, a synthetic trace its own whatif refuses, M_W of a
 job with no waste, a fault past its run's steps, a targeted fault with no target."""
 

@@ -167,8 +167,8 @@ def test_nvrx_individual_score_sees_a_rank_slowing_without_faster_peers():
 
 
 def test_a_failing_case_waits_out_its_cold_first_step():
-    # A hang or crash case's collective timeout grows with its ranks: 10 s failed a
-    # DP 4 x PP 4 case's stage 0 in its cold first step, before the fault (stop 46).
+    # A hang or crash case's collective timeout grows with its ranks: 10 s fails a
+    # DP 4 x PP 4 case's stage 0 in its cold first step, before the fault.
     from stragglerlab.workflow.splits import FAILING_TIMEOUT_S, failing_timeout_s
 
     assert failing_timeout_s(2) == failing_timeout_s(4) == FAILING_TIMEOUT_S

@@ -1,4 +1,4 @@
-"""Detector settings out of the range their math needs (fuzz round s46, 2026-11-27).
+"""Detector settings out of the range their math needs (found by a fuzz round).
 
 `detect --set` took any finite number >= 0 for every threshold, so bocd divided by zero
 (hazard_lambda=0, noise_sd=0), overflowed (noise_sd=1e300) or went NaN silently

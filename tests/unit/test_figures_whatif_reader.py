@@ -1,4 +1,4 @@
-"""`figures` and `report` read whatif.json through the one strict reader (fuzz round s46).
+"""`figures` and `report` read whatif.json through the one strict reader.
 
 They had a loose reader of their own (a schema prefix, tables checked as mappings but
 not their values): a table's number made a string was a figure's traceback (fig04,

@@ -1,4 +1,4 @@
-"""Fuzz round s47, items 19-20: a rank trace that is a JSON scalar, a zip named .json.gz, or
+"""Fuzz: a rank trace that is a JSON scalar, a zip named .json.gz, or
 an empty file gets one error naming what it is, on both readers (load_json and the
 streaming TraceReader) and through `stragglerlab import kineto`."""
 

@@ -1,4 +1,4 @@
-"""Fuzz round s47, item 27: a run folder whose meta.yaml is a dangling or looping symbolic
+"""Fuzz: a run folder whose meta.yaml is a dangling or looping symbolic
 link is refused with the link named, not analysed silently with the trace's embedded meta.
 (world_size: 0 stays accepted: JobMeta documents 0 as "compute it from the sizes".)"""
 

@@ -1,4 +1,4 @@
-"""Fuzz round s47, items 21, 22 and 28: the monitor refuses to resume a history analysed
+"""Fuzz: the monitor refuses to resume a history analysed
 with other settings, says why nothing was analysed (naming the missing rank parts, the
 warm-up that leaves out every step), and refuses --poll <= 0, a webhook without a host and a
 slowdown alert that can never fire."""

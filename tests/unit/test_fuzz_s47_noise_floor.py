@@ -1,4 +1,4 @@
-"""Fuzz round s47, item 25: a noise-floor file naming no family, or a list where a mapping
+"""Fuzz: a noise-floor file naming no family, or a list where a mapping
 belongs, is refused (a floor with no family is no floor), and `--noise-floor ""` says the
 path is empty."""
 

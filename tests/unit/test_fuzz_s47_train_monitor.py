@@ -1,4 +1,4 @@
-"""Fuzz round s47, item 23: `train --monitor-args` is checked before any training: without
+"""Fuzz: `train --monitor-args` is checked before any training: without
 --monitor it is an error, and flags the monitor would refuse (parsed by the monitor verb's
 own parser and checks) are one error line naming --monitor-args; a monitor that exits with
 an error during the run is said on stderr. No run is launched here: the residue cleanup and

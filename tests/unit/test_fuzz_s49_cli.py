@@ -1,4 +1,4 @@
-"""Bad input the stop-49 fuzz round found accepted in silence: a run folder's meta.yaml or
+"""Bad input a fuzz round found accepted in silence: a run folder's meta.yaml or
 whatif.json that is something else than a file, a trace whose rank column disagrees with
 its workers, `monitor --once` on a folder with no run, `list --config` for what it does not
 read. Each is one error naming the input."""

@@ -1,4 +1,4 @@
-"""Fuzz round s49 (faults and scenarios): each bad input is one clear InputError.
+"""Fuzz (faults and scenarios): each bad input is one clear InputError.
 
 A2 two faults of one kind on one worker in overlapping steps; A4 faults.json magnitudes
 of impossible sign and duplicate records; A6 model.vocab 1; M2 faults.json messages point

@@ -1,4 +1,4 @@
-"""Fuzz round s49, Kineto import: duplicated events (A1), misleading messages for a string
+"""Fuzz, Kineto import: duplicated events (A1), misleading messages for a string
 rank and an empty profile (M6), rank "files" that are folders, dead symlinks or FIFOs (I3)
 and an empty --layout (I4)."""
 

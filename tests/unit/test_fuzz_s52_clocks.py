@@ -1,4 +1,4 @@
-"""Fuzz round s52, traces that name no host (torch 2.11's CPU traces): generated jobs with
+"""Fuzz, traces that name no host (torch 2.11's CPU traces): generated jobs with
 host names removed, rank clocks skewed and events dropped. `import kineto` gives a result
 or one clear error, never a traceback, and a clean job never reads as faster than itself
 (S under 1: an ideal slower than the traced job)."""

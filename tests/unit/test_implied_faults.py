@@ -74,7 +74,7 @@ def test_a_heavy_vocabulary_the_balanced_partition_absorbs_is_not_a_fault(tmp_pa
 
 
 def test_uniform_lengths_are_a_sequence_imbalance_that_stays_uniform(tmp_path):
-    # Paced to sum(seq_len^2) since stop 46, uniform lengths run imbalanced too; the
+    # Paced to sum(seq_len^2), uniform lengths run imbalanced too; the
     # implied fault must keep them uniform rather than reshape the job to long-tailed.
     s = load_scenario("un", _user(tmp_path, un={
         "parallel": {"dp": 2, "pp": 1}, "data": {"length_distribution": "uniform"}}))

@@ -186,7 +186,7 @@ def test_error_single_rank(tmp_path, capsys):
 
 def test_error_no_traces_through_the_api():
     # the CLI finds no files first; the library, called on an empty list, said max() of an
-    # empty sequence (found by a fuzz of stop 52)
+    # empty sequence
     with pytest.raises(InputError, match="no rank traces to import"):
         build_general(load_ranks([]))
     from stragglerlab.importers.kineto import import_kineto
@@ -373,7 +373,7 @@ def test_transfers_idealize_within_the_same_work_not_the_whole_kind(sized):
 def test_an_unmatched_ops_wait_does_not_lengthen_matched_transfers(sized):
     # A local op's transfer is its whole duration, its wait for unseen peers included;
     # pooled with the matched ops of the same work, its 30 ms would have been the ideal of
-    # the 2 ms ones in a 2-of-3 median (a clean pipeline read S 0.87 so; stop 52).
+    # the 2 ms ones in a 2-of-3 median (a clean pipeline would read S 0.87 so).
     ops = _transfer_rows(sized)
     k1 = (ops["k"] == 1).to_numpy()
     local = k1 & (ops["step"] >= 6).to_numpy()

@@ -205,7 +205,7 @@ def test_without_host_names_skewed_clocks_are_aligned_on_the_collectives(tmp_pat
 def test_a_step_that_lost_its_p2p_keeps_each_rank_in_its_own_role(tmp_path):
     # DP 1's pipeline (ranks 1 and 3) lost its send and recv events in the second step:
     # read per step, both ranks' patterns were "all_reduce" there, one role across two
-    # stages, and averaging their compute read a clean job at S 0.92 (stop 52's fuzz).
+    # stages, and averaging their compute read a clean job at S 0.92.
     from stragglerlab.analysis.whatif_general import whatif_general
 
     docs = {r: _pipeline_doc(r, all_reduce=True) for r in range(DP * PP)}

@@ -35,8 +35,8 @@ def test_nccl_without_a_gpu_per_rank_is_refused(world, gpus):
 def test_torch_wrappers_sharing_a_gpu_are_refused_but_run_on_the_cpu(workload):
     with pytest.raises(InputError, match="backend: gloo"):
         check_shared_gpu(workload, *local_devices(2, 1, Backend.AUTO))
-    # gloo asked for on a GPU machine: CPU ranks, as on a machine without one (seen on
-    # a lent GPU machine, 2026-11-27: this was refused as "sharing 1 GPU")
+    # gloo asked for on a GPU machine: CPU ranks, as on a machine without one (not
+    # refused as "sharing 1 GPU")
     check_shared_gpu(workload, *local_devices(2, 1, Backend.GLOO))
     check_shared_gpu(Workload.MEGATRON, *local_devices(4, 1, Backend.AUTO))
 

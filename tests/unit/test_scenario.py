@@ -318,8 +318,8 @@ def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, c
 
 
 def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
-    # Since stop 46 a varlen microbatch is paced to its own modelled work (its attention's
-    # sum(s^2)), so variable lengths no longer fall back to the CPU rule.
+    # A varlen microbatch is paced to its own modelled work (its attention's sum(s^2)),
+    # so variable lengths do not fall back to the CPU rule.
     from stragglerlab.scenario import load_scenario
     from stragglerlab.scenario_vocab import PaceRate
 
@@ -330,7 +330,7 @@ def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
         longtail = load_scenario("clean-dp2-pp2", overrides={
             **over, "data": {"length_distribution": "longtail"}})
         assert longtail.varlen and longtail.paced_to_warmup_rate
-    clean = load_scenario("clean-dp2-pp2")  # the built-ins' default since stop 41
+    clean = load_scenario("clean-dp2-pp2")  # the built-ins' default
     assert not clean.varlen and clean.paced_to_warmup_rate
     assert clean.run.pace_rate is PaceRate.AUTO
     assert clean.run.warmup_steps == 3 and clean.run.pace_margin == 1.2

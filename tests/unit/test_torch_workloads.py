@@ -162,8 +162,8 @@ def test_linear_pacer_paces_each_linear_to_its_flops_at_the_warmup_rate():
 def test_without_isolation_the_linear_pacer_is_the_slow_device():
     """No quota to cut (local launcher, no root): the slow worker's factor goes through
     the pacer, so the Linears that faults.json measures take `factor` times their target
-    (a stretch at the step's end was invisible there: measured 1.00 for a 2x victim on a
-    lent machine, 2026-11-27)."""
+    (a stretch at the step's end is invisible there: it measures 1.00 for a 2x victim on a
+    GPU machine)."""
     torch_pacing = pytest.importorskip("stragglerlab.workloads.torch_pacing")
     torch_model = pytest.importorskip("stragglerlab.workloads.torch_model")
     import time

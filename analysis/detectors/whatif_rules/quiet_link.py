@@ -31,7 +31,7 @@ def rule(s: Signals, board: Board) -> list[Finding]:
                     confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
                     # At least 1, as every rule's: a throttle over most of a pure-PP run
                     # is its own optype's median, so the ideal takes it in and S reads
-                    # under 1 (0.91 where steps went 1.1 s -> 3.4 s; held-back, stop 52).
+                    # under 1 (0.91 where steps went 1.1 s -> 3.4 s).
                     estimated_slowdown=max(s.view.slowdown, 1.0),
                     detail={"comm_excess_share": share,
                             "comm_excess_over_median": over_median})]
