@@ -138,23 +138,46 @@ def schedule(ops: pd.DataFrame) -> Schedule:
                     serial=ser if ser.any() else None)
 
 
-def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarray:
+HOST_PARTS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "gate_back_s",
+              "gate_tail_s")
+"""The host model's per-row inputs (stragglerlab.importers.general_host); with them, `gap`
+is the row's device work (`device_s`)."""
+
+
+def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
+             host: dict[str, np.ndarray] | None = None,
+             step_end: np.ndarray | None = None) -> np.ndarray:
     """Step times, (n_steps, n_scenarios), from per-row gap and transfer (n_rows,
-    n_scenarios) seconds."""
+    n_scenarios) seconds. With `host` (HOST_PARTS -> (n_rows, n_scenarios), NaN where the
+    trace shows none) each chain also runs its host: the host advances by its segments,
+    resumes after a sync at the later of itself and the device, a row arrives no earlier
+    than the host reached its last gating launch plus what ran after it, and the step ends
+    (`step_end` rows) when the host does."""
     n_s = gap.shape[1]
     end = np.zeros((sched.n_chains, n_s))
     asy, ser = sched.asynchronous, sched.serial
     aend = np.zeros((sched.n_chains, n_s)) if asy is not None else None
     cend = np.zeros((sched.n_chains, n_s)) if ser is not None else None
+    h = np.zeros((sched.n_chains, n_s)) if host is not None else None
     for rows, sets, n_sets in sched.rounds:
         c = sched.chain[rows]
         if asy is None:
-            arrive = end[c] + gap[rows]
+            point = end[c]
         else:  # the step end also waits for the chain's async ops
-            arrive = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]),
-                              end[c]) + gap[rows]
+            point = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]), end[c])
+        arrive = point + gap[rows]
         if ser is not None:  # queued behind the chain's earlier ops on its stream
             arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
+        if h is not None:
+            prev = h[c]
+            at = prev + host["host_s"][rows]
+            done = np.fmax(point + host["sync_s"][rows],  # NaN: no sync, no wait
+                           prev + host["sync_gate_s"][rows] + host["sync_tail_s"][rows])
+            at = np.fmax(at, done) + host["host_after_s"][rows]
+            arrive = np.fmax(arrive, at - host["gate_back_s"][rows] + host["gate_tail_s"][rows])
+            known = np.isfinite(at)
+            arrive = np.where(step_end[rows, None] & known, at, arrive)
+            h[c] = np.where(known, at, h[c])
         if n_sets == rows.size:
             start = arrive
         else:
@@ -177,14 +200,19 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray) -> np.ndarr
 
 def simulate_masks(sched: Schedule, gap: tuple[np.ndarray, np.ndarray],
                    transfer: tuple[np.ndarray, np.ndarray], keep_gap: np.ndarray,
-                   keep_transfer: np.ndarray) -> np.ndarray:
+                   keep_transfer: np.ndarray,
+                   host: dict[str, tuple[np.ndarray, np.ndarray]] | None = None,
+                   step_end: np.ndarray | None = None) -> np.ndarray:
     """Step times of scenarios given as boolean masks (n_rows, n_scenarios): True = the
-    row keeps its original gap (keep_gap) / transfer (keep_transfer), False = the ideal
-    one. gap and transfer are (original, ideal) per row. SCENARIO_CHUNK at a time."""
+    row keeps its original gap (keep_gap; the host parts too) / transfer (keep_transfer),
+    False = the ideal one. gap, transfer and each host part are (original, ideal) per row.
+    SCENARIO_CHUNK at a time."""
     out = []
     for j in range(0, keep_gap.shape[1], SCENARIO_CHUNK):
         sl = slice(j, j + SCENARIO_CHUNK)
         g = np.where(keep_gap[:, sl], gap[0][:, None], gap[1][:, None])
         t = np.where(keep_transfer[:, sl], transfer[0][:, None], transfer[1][:, None])
-        out.append(simulate(sched, g, t))
+        hp = None if host is None else {
+            k: np.where(keep_gap[:, sl], v[0][:, None], v[1][:, None]) for k, v in host.items()}
+        out.append(simulate(sched, g, t, hp, step_end))
     return np.concatenate(out, axis=1) if out else np.zeros((sched.steps.size, 0))

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.general_sim import schedule, simulate, simulate_masks
+from stragglerlab.analysis.general_sim import HOST_PARTS, schedule, simulate, simulate_masks
 from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.op_model import COMPUTE, STEP_END, gap_ends
@@ -50,6 +50,9 @@ reported: its cause lies in an untraced step before, which the what-if cannot se
 LOCAL_OPS_SHARE = 0.25
 """Share of communication ops with no traced peer over which a reader is told: their waits
 for the untraced peers are taken as work."""
+HOST_SIDE = frozenset({"host_s", "host_after_s", "gate_back_s", "sync_gate_s"})
+"""The host model's parts that are host time (the rest, sync_s, sync_tail_s and
+gate_tail_s, and the device work, are device time)."""
 HOST, DEVICE = "host", "device"
 """The parts of a GPU trace's compute segment: GPU-busy time (device) and the rest (host:
 launches, CPU ops, the Python around them, or a dataloader stall)."""
@@ -127,6 +130,10 @@ class GeneralWhatIf:
     """GPU traces: GPU-busy share of the compute segments (None for CPU traces)."""
     regime_change: dict | None = None
     """A job-wide change of the step time within the trace (analysis.regime), or None."""
+    host_model: bool = False
+    """True: the host and the device were modelled apart (stragglerlab.importers.
+    general_host: launches, waits, gating ops); False: the chain of the device timeline
+    alone (CPU traces, or a GPU trace whose launches or waits are not all traced)."""
 
     def to_dict(self) -> dict:
         """JSON-ready (keys as strings)."""
@@ -186,6 +193,34 @@ def _traced_steps(ops: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return actual, skew
 
 
+def _host_parts(ops: pd.DataFrame, length: pd.Series, stat: str
+                ) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """The host model's inputs (stragglerlab.importers.general_host), each (original,
+    ideal) per row in seconds, the ideal over the same work as a gap's (NaN where the trace
+    showed no sync or gating op there, or not on every rank doing the work); None where the
+    host cannot be modelled: no host columns (CPU traces, tables written before them), a
+    rank whose launches are not traced, or a rank's step with no wait for the device."""
+    if "host_s" not in ops or not np.isfinite(ops["host_s"].to_numpy(float)).all():
+        return None
+    # The host model needs to see where the host rejoins the device: a step of a rank with
+    # no wait for the device in the trace (its syncs not collected, or dropped from a
+    # sampled file) would read as host time alone.
+    joined = ops["sync_s"].notna().groupby([ops["rank"], ops["step"]]).any()
+    if not joined.all():
+        return None
+    keys = [ops["role"], ops["step"], ops["k"], length]
+    cols = ["device_s", *HOST_PARTS]
+    orig = ops[cols].astype(float)
+    orig["device_s"] = orig["device_s"].fillna(ops["gap_s"].astype(float))
+    grouped = orig.groupby(keys)
+    ideal = grouped.transform(stat)
+    # A bound the ideal job keeps is one every rank doing the work shows: a sync or a
+    # gating launch seen on some ranks only (the slow host's) bound only those ranks.
+    everywhere = orig.notna().astype(np.int8).groupby(keys).transform("min")
+    return {c: (orig[c].to_numpy(), np.where(everywhere[c].to_numpy(bool),
+                                              ideal[c].to_numpy(), np.nan)) for c in cols}
+
+
 def _segment_parts(ops: pd.DataFrame, length: pd.Series, stat: str
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """GPU traces: (host, device, ideal host, ideal device) part of every row's gap, s; the
@@ -203,7 +238,7 @@ def _segment_parts(ops: pd.DataFrame, length: pd.Series, stat: str
 
 
 def _evidence(ops: pd.DataFrame, actual: pd.Series, skew: pd.Series, busy_share: float | None,
-              released: int, split: int, report: dict) -> list[Finding]:
+              released: int, split: int, report: dict, host_model: bool) -> list[Finding]:
     """What the op table and the import saw that the model does not represent
     (stragglerlab.validity)."""
     out = []
@@ -215,10 +250,14 @@ def _evidence(ops: pd.DataFrame, actual: pd.Series, skew: pd.Series, busy_share:
             and (at is None or at >= AT_LAUNCH_SHARE):
         said = ("" if at is None else f"; {100 * at:.0f}% of the GPU ops started within "
                 f"{report.get('at_launch_tol_us', 0):g} µs of their launch returning")
-        out.append(Finding(reason=Reason.LAUNCH_BOUND, gates=True, detail=(
+        out.append(Finding(reason=Reason.LAUNCH_BOUND, gates=not host_model, detail=(
             f"launch-bound: the GPU is busy {100 * busy_share:.0f}% of the compute segments "
-            f"(under {100 * LAUNCH_BOUND_BUSY:.0f}%){said}; the segments are host time the "
-            "GPU waited for, which the model idealizes as if it were GPU work")))
+            f"(under {100 * LAUNCH_BOUND_BUSY:.0f}%){said}; " + (
+                "the segments are mostly host time, which the host model idealizes apart "
+                "from the device's work" if host_model else
+                "the segments are host time the GPU waited for, which the model idealizes "
+                "as if it were GPU work (the launches are not in the trace, so the host "
+                "model cannot run)"))))
     step = float(actual.max()) if len(actual) else 0.0
     worst = float(skew.max()) if len(skew) else 0.0
     if step > 0 and worst > ENTRY_SKEW_SHARE * step:
@@ -277,8 +316,12 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
     sched = schedule(ops)
     length = _chain_length(ops)
-    gap = (ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length, compute_ideal))
+    hd = _host_parts(ops, length, compute_ideal)
+    gap = ((ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length, compute_ideal))
+           if hd is None else hd.pop("device_s"))
     transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops, length))
+    step_end = ops["kind"].to_numpy() == STEP_END
+    sim_kw = {} if hd is None else {"host": hd, "step_end": step_end}
     n = len(ops)
     kind = ops["kind"].to_numpy()
     rank = ops["rank"].to_numpy()
@@ -307,7 +350,7 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     for p in stages:
         m = ops["stage"].to_numpy() == p
         add(("stage", p), m, m)
-    steps = simulate_masks(sched, gap, transfer, np.stack(kg, 1), np.stack(kt, 1))
+    steps = simulate_masks(sched, gap, transfer, np.stack(kg, 1), np.stack(kt, 1), **sim_kw)
     col = {nm: i for i, nm in enumerate(names)}
     mean = steps.mean(axis=0)
     T, T_ideal = float(mean[col["orig"]]), float(mean[col["ideal"]])
@@ -329,17 +372,26 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     if has_layout and len(stages) > 1:
         fix_names.append("fixS")
         fg.append(ops["stage"].to_numpy() != stages[-1])
-    fix = simulate_masks(sched, gap, transfer, np.stack(fg, 1), np.stack(fg, 1)).mean(axis=0)
+    fix = simulate_masks(sched, gap, transfer, np.stack(fg, 1), np.stack(fg, 1),
+                         **sim_kw).mean(axis=0)
     parts = _segment_parts(ops, length, compute_ideal)
     by_part, busy_share = {}, None
-    if parts is not None and T_ideal > 0:
+    if hd is not None and T_ideal > 0:  # host parts original / device parts original
+        t = np.repeat(transfer[1][:, None], 2, axis=1)
+        both = {k: np.stack([v[0] if k in HOST_SIDE else v[1],
+                             v[1] if k in HOST_SIDE else v[0]], 1) for k, v in hd.items()}
+        g = np.stack([gap[1], gap[0]], 1)
+        part_T = simulate(sched, g, t, both, step_end).mean(axis=0)
+        by_part = {HOST: float(part_T[0] / T_ideal), DEVICE: float(part_T[1] / T_ideal)}
+    if parts is not None and T_ideal > 0 and hd is None:
         host, dev, ideal_host, ideal_dev = parts
         g = np.stack([host + ideal_dev, ideal_host + dev], 1)
         t = np.repeat(transfer[1][:, None], 2, axis=1)
         part_T = simulate(sched, g, t).mean(axis=0)
         by_part = {HOST: float(part_T[0] / T_ideal), DEVICE: float(part_T[1] / T_ideal)}
+    if parts is not None:
         total = np.maximum(ops["gap_s"].to_numpy(float), 0.0).sum()
-        busy_share = float(dev.sum() / total) if total > 0 else None
+        busy_share = float(parts[1].sum() / total) if total > 0 else None
     excess = T - T_ideal
 
     def m_of(t_fix: float) -> float:
@@ -352,7 +404,8 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     S = T / T_ideal if T_ideal > 0 else 1.0
     discrepancy = actual / T - 1.0 if T > 0 else 0.0
     validity = judge(discrepancy, _evidence(ops, actual_by_step, skew, busy_share,
-                                            sched.released, sched.split_steps, report or {}),
+                                            sched.released, sched.split_steps, report or {},
+                                            hd is not None),
                      force=force)
     notes = []
     if sched.released:
@@ -389,5 +442,5 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
         worker_coords={int(r): [int(coords.at[r, "dp_rank"]), int(coords.at[r, "stage"])]
                        for r in ranks} if has_layout else {},
         entry_skew_s={int(r): float(v) for r, v in skew.items()},
-        regime_change=None if regime is None else regime.to_dict(),
+        regime_change=None if regime is None else regime.to_dict(), host_model=hd is not None,
         by_segment_part=by_part, gpu_busy_share=busy_share)

@@ -19,9 +19,11 @@ collective args torch writes, a `cudaStreamWaitEvent` before the tail, a
   device synchronize; the step ends when it returns.
 
 `KINDS` names the cases, each with the analytic answer the what-if must give:
-its S (the method's: the simulation of the traced segments against their mean
-over ranks), whether the gate withholds the verdict, and the part (host or
-device) and ranks the slowdown belongs to.
+its S (`host_device_ideal`: the job re-planned with every host and device at
+the ranks' mean speed; `analytic` gives the chain model's answer from the
+traced segments, the same wherever the job is not launch-bound), whether the
+gate withholds the verdict, and the part (host or device) and ranks the
+slowdown belongs to.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ class Case:
     """Traced steps."""
     regime_step: int | None = None
     """The answer: the step a job-wide regime change begins at (None: no change)."""
+    drop_launches: bool = False
+    """Write no runtime calls (a trace whose CUDA runtime events were not collected): the
+    host cannot be modelled, and a launch-bound job must be gated."""
 
 
 KINDS = {
@@ -83,10 +88,12 @@ KINDS = {
     "device-slow": Case(host_us=10.0, kernel_us=300.0, slow_device={2: 1.5}, part="device",
                         victims=(2,)),
     "host-slow-hidden": Case(host_us=10.0, kernel_us=300.0, slow_host={1: 1.5}),
-    "launch-bound": Case(host_us=250.0, kernel_us=20.0, gated=True, reason="launch-bound"),
+    "launch-bound": Case(host_us=250.0, kernel_us=20.0),
     "launch-bound-host-slow": Case(host_us=250.0, kernel_us=20.0, slow_host={1: 1.3},
-                                   gated=True, reason="launch-bound", part="host",
-                                   victims=(1,)),
+                                   part="host", victims=(1,)),
+    "launch-bound-no-launches": Case(host_us=250.0, kernel_us=20.0, slow_host={1: 1.3},
+                                     drop_launches=True, gated=True, reason="launch-bound",
+                                     part="host", victims=(1,)),
     "entry-skew": Case(host_us=10.0, kernel_us=300.0, entry_skew_us={0: 4000.0, 3: 2500.0}),
     "shared-link": Case(host_us=10.0, kernel_us=300.0, ar_factor=20.0, ar_from=4, steps=6,
                         regime_step=4),
@@ -228,7 +235,9 @@ def write_job(kind: str, out: Path, world: int = 4, steps: int | None = None) ->
     p = plan(case, world, steps or case.steps)
     out.mkdir(parents=True, exist_ok=True)
     for r in range(world):
-        doc = {"schemaVersion": 1, "traceEvents": sorted(p["events"][r], key=lambda e: e["ts"]),
+        events = [e for e in p["events"][r]
+                  if not (case.drop_launches and e["cat"] == "cuda_runtime")]
+        doc = {"schemaVersion": 1, "traceEvents": sorted(events, key=lambda e: e["ts"]),
                "host_name": "node0", "baseTimeNanoseconds": 1_700_000_000_000_000_000,
                "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world}}
         (out / f"rank{r}.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))

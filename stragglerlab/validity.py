@@ -95,8 +95,8 @@ class Validity:
         if self.valid:
             return ""
         why = "; ".join(self.detail[: len(self.reasons)]) or ", ".join(self.reasons)
-        head = ("FORCED: the model does not reproduce this trace" if self.forced else
-                "NO VERDICT: the model does not reproduce this trace")
+        head = ("FORCED: the what-if's model does not hold for this trace" if self.forced
+                else "NO VERDICT: the what-if's model does not hold for this trace")
         return f"{head} ({', '.join(self.reasons)}): {why}"
 
     def to_dict(self) -> dict:

@@ -239,6 +239,8 @@ def print_general_whatif(wi, notes: list[str]) -> None:
           f"waste {round(100 * wi.waste, 1) + 0.0:.1f}%")
     if banner := wi.validity.banner():
         print(f"  {banner}")
+    if wi.host_model:
+        print("  model: host and device apart (launches, waits for the device, gating ops)")
     for line in wi.validity.detail[len(wi.validity.reasons):]:
         print(f"  {line}")
     parts = ""

@@ -164,7 +164,7 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
     labels = _Labels(ev.labels)
     rows = []
     if use_gpu:
-        launch = {int(c): (t, int(tid)) for c, t, tid in ev.launches} \
+        launch = {int(c): (t, int(tid)) for c, t, tid in ev.launches[:, :3]} \
             if len(ev.launches) else {}
         for rec in ev.nccl:
             cpu_ts, tid = launch.get(rec.corr, (rec.start, None))

@@ -91,6 +91,15 @@ KEPT_CPU_PREFIXES = ("ProfilerStep#", ACTIVITY_PREFIX) + LABEL_PREFIXES
 SKIP = EventSkip(ph="X", cat="cpu_op", keep_names=KEPT_CPU_PREFIXES,
                  keep_exact=("record_param_comms",))
 """What read_rank's loop drops, dropped before parsing (the loop still checks)."""
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy", "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
+              "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize",
+              "hipMemcpy")
+"""Runtime calls in which the host waits for the device (a blocking copy included; the
+asynchronous copy, `...MemcpyAsync`, is not one)."""
+LONG_CALL_US = 10.0
+"""A runtime call this long (µs) may have waited for the device (a launch normally takes a
+few µs)."""
 AT_LAUNCH_TOL_US = 3.0
 """A GPU op that starts within this of its launch call returning (µs) ran as soon as it was
 launched: its stream was idle, waiting for the host. A queued op starts when the ops ahead
@@ -146,11 +155,16 @@ class RankEvents:
     labels: list[tuple[float, float, int, str]]
     """(start, end, tid, name) of nccl:/gloo:/c10d:: ranges and record_param_comms."""
     launches: np.ndarray
-    """(n, 3) float64: correlation, start, tid of the CUDA runtime calls that launched
-    NCCL kernels."""
+    """(n, 4) float64: correlation, start, tid and end of the CUDA runtime calls that
+    launched NCCL kernels."""
     kernels: np.ndarray
-    """(n, 3) float64: start, end and CPU launch time (NaN: no launch traced) of compute
-    kernels / memcpys / memsets."""
+    """(n, 4) float64: start, end, CPU launch call start and end (NaN: no launch traced) of
+    compute kernels / memcpys / memsets."""
+    syncs: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    """(n, 3) float64, by start: start, end and 1 for a sync call (SYNC_CALLS) else 0, of
+    the runtime calls on a thread that launches GPU work that are a sync call or last
+    LONG_CALL_US or more (a launch that waited for a full queue, an allocation that
+    synchronized): the host's candidate waits for the device."""
     activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
     """(n, 3) float64: start, end, tid of the backward ops (ACTIVITY_PREFIX), by start."""
     vocab_ranges: int = 0
@@ -193,7 +207,7 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
     launches, kernels, activity = array("d"), array("d"), array("d")
-    launch_ends = array("d")
+    launch_ends, syncs = array("d"), array("d")
     vocab = bad = 0
     keys, comm_keys = array("q"), set()  # event hashes (copies counted), comm ones seen
     names: set[str] = set()
@@ -238,6 +252,9 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 if isinstance(corr, int):
                     launches.extend((float(corr), float(ts), float(_tid(e))))
                     launch_ends.append(float(end))
+                if name in SYNC_CALLS or dur >= LONG_CALL_US:
+                    syncs.extend((float(ts), float(end), float(_tid(e)),
+                                  float(name in SYNC_CALLS)))
             elif cat == "kernel":
                 corr = args.get("correlation", args.get("External id", -1))
                 stream = args.get("stream")
@@ -304,14 +321,20 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
     ends = np.frombuffer(launch_ends, dtype=np.float64)
     launched, at_launch = _at_launch(launch, ends, np.r_[kern[:, 2], nccl_corr],
                                      np.r_[kern[:, 0], nccl_start])
-    kern[:, 2] = _launch_times(launch, kern[:, 2])
+    launch = np.c_[launch, ends]  # correlation, start, tid, end
+    corr = kern[:, 2].copy()
+    kern = np.c_[kern, _launch_times(launch, corr, col=3)]
+    kern[:, 2] = _launch_times(launch, corr)
+    sync = np.frombuffer(syncs, dtype=np.float64).reshape(-1, 4)
+    work = launch[np.isin(launch[:, 0], np.r_[corr, nccl_corr]), 2]  # threads launching GPU ops
+    sync = sync[np.isin(sync[:, 2], work)][:, [0, 1, 3]]
     launch = launch[np.isin(launch[:, 0], nccl_corr)].copy()  # only NCCL launches are needed
     del launches, kernels
     return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
                       pg_config=info.get("pg_config") or [], base_us=base, steps=steps,
                       nccl=nccl, cpu_comms=cpu_comms, labels=labels,
                       launches=launch,
-                      kernels=kern,
+                      kernels=kern, syncs=sync[np.argsort(sync[:, 0], kind="stable")],
                       activity=_by_start(activity),
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
@@ -319,13 +342,14 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def _launch_times(launch: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """The CPU launch time of each correlation id in `corr` (NaN where none was traced)."""
+def _launch_times(launch: np.ndarray, corr: np.ndarray, col: int = 1) -> np.ndarray:
+    """The CPU launch call's start (col 1) or end (col 3) of each correlation id in `corr`
+    (NaN where none was traced)."""
     out = np.full(corr.size, np.nan)
     if not launch.size or not corr.size:
         return out
     order = np.argsort(launch[:, 0], kind="stable")
-    keys, times = launch[order, 0], launch[order, 1]
+    keys, times = launch[order, 0], launch[order, col]
     i = np.clip(np.searchsorted(keys, corr), 0, keys.size - 1)
     hit = (keys[i] == corr) & (corr >= 0)
     out[hit] = times[i[hit]]

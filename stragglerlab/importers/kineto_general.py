@@ -56,6 +56,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
+from stragglerlab.importers.general_host import HOST_COLUMNS, gpu_ops, host_columns
 from stragglerlab.importers.general_ranks import (
     check_ranks,
     common_steps,
@@ -166,6 +167,42 @@ def _note_longer_than_step(c: pd.DataFrame, events: list, steps: list[int],
                      "duration, or a GPU far behind its CPU)")
 
 
+def _host_of(e: RankEvents, rows: pd.DataFrame, p0: np.ndarray, ready: np.ndarray,
+             shift: float, base_us: float) -> dict[str, np.ndarray]:
+    """The host columns (stragglerlab.importers.general_host) of one rank's rows (chain
+    order), µs on the rank's own clock (`shift`: what the aligned times add to it; launch
+    times were shifted by its base alone); all NaN where a communication op's launch call
+    is not in the trace."""
+    is_end = (rows["kind"] == STEP_END).to_numpy()
+    cpu = rows["cpu_ts"].to_numpy(float) - base_us
+    launches = e.launches[np.argsort(e.launches[:, 1], kind="stable")] if len(e.launches) \
+        else np.zeros((0, 4))
+    i = np.clip(np.searchsorted(launches[:, 1], cpu - 0.01), 0, max(len(launches) - 1, 0))
+    found = len(launches) > 0 and bool((np.abs(launches[i, 1] - cpu) <= 0.01)[~is_end].all())
+    if not found:
+        return {c: np.full(len(rows), np.nan) for c in HOST_COLUMNS}
+    step_start = rows["step_start"].to_numpy(float) - shift
+    hp = np.where(is_end, rows["start"].to_numpy(float) - shift, cpu)
+    first = (rows["k"] == 0).to_numpy()
+    hp0 = np.where(first, step_start, np.r_[np.nan, hp[:-1]])
+    nccl = np.array([(r.start, r.end) for r in e.nccl], dtype=float).reshape(-1, 2)
+    nccl_launch = _nccl_launches(e)
+    ops = gpu_ops(e.kernels, np.c_[nccl, nccl_launch] if len(nccl) else np.zeros((0, 4)))
+    return host_columns(p0, ready, hp0, hp, is_end, ops, e.syncs)
+
+
+def _nccl_launches(e: RankEvents) -> np.ndarray:
+    """(n, 2) launch call start and end of each NCCL kernel of e.nccl (NaN: not traced)."""
+    out = np.full((len(e.nccl), 2), np.nan)
+    if not len(e.launches):
+        return out
+    by = {int(c): (s, t) for c, s, _tid, t in e.launches}
+    for i, r in enumerate(e.nccl):
+        if r.corr in by:
+            out[i] = by[r.corr]
+    return out
+
+
 def build_general(events: list[RankEvents], layout: Layout | None = None,
                   timing: str = "auto", align: str = "auto",
                   allow_partial: bool = False) -> GeneralImport:
@@ -251,12 +288,17 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     gap_end = gap_ends(timed)  # the op model's rule, as ops_table checks it
     ops["gap"] = gap_end - prev_end.fillna(ops["step_start"])
     ops["busy_s"] = np.nan
+    host = {c: np.full(len(ops), np.nan) for c in HOST_COLUMNS} if use_gpu else None
     for e in events:
         m = (ops["rank"] == e.rank).to_numpy()
+        shift = base[e.rank] + off[e.rank]
         # float: a rank with no communication op leaves the concatenated columns object
-        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - base[e.rank] - off[e.rank]
-        b = gap_end.astype(float)[m] - base[e.rank] - off[e.rank]
+        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - shift
+        b = gap_end.astype(float)[m] - shift
         ops.loc[m, "busy_s"] = busy_union(e.kernels, a, b) / 1e6
+        if host is not None:
+            for col, v in _host_of(e, ops[m], a, b, shift, base[e.rank]).items():
+                host[col][m] = v / 1e6
     t0 = ops["start"].min()
     out = pd.DataFrame({
         "rank": ops["rank"].astype(np.int64), "step": ops["step"].astype(np.int64),
@@ -272,6 +314,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "async": ops["async"].to_numpy(bool), "ready_s": (ops["ready"] - t0) / 1e6,
         "serial": ops["serial"].to_numpy(bool),
     })
+    if host is not None and np.isfinite(host["host_s"]).any():
+        for col, v in host.items():
+            out[col] = v
     comm = out[out["kind"] != STEP_END]
     if lay is not None and lay.pp > 1 and not comm["kind"].isin(P2P_KINDS).any():
         # Stages pass activations point to point; without P2P each "stage" is idealized
