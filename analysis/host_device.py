@@ -248,8 +248,13 @@ class _Index:
 
     launch: np.ndarray
     """Per op: index of its launch call, -1 none."""
-    call_ops: list[np.ndarray]
-    """Per call: the ops it launched, by start."""
+    by_call: np.ndarray
+    """The ops grouped by launch call (calls in time order; no-launch ops first), by start
+    within a call."""
+    split: np.ndarray
+    """(n_calls + 1): call c launched by_call[split[c]:split[c + 1]]."""
+    corr_order: np.ndarray
+    """The calls by correlation id (for looking a call up by its correlation)."""
     pred: np.ndarray
     """Per op: the op before it on its stream (by traced start), -1 none."""
     op_end: np.ndarray
@@ -285,9 +290,10 @@ class _Index:
     wait_op: np.ndarray
     """Per stream-wait call whose event the trace does not name: the source-stream op taken
     as its event (see _infer_links), -1 none."""
-    by_stream: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
-    """stream -> (launch times sorted, running max of those ops' ends, the ops in that order):
-    the traced end of the work given to the stream before a time."""
+    by_stream: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    """stream -> (launch times sorted, running max of those ops' ends, the ops in that order,
+    the earliest start of each op and those after it): the traced end of the work given to
+    the stream before a time, and when its work given after a time began."""
 
 
 def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
@@ -302,7 +308,6 @@ def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
     launch = np.where(hit, corr_order[i] if keys.size else -1, -1)
     by_call = np.argsort(launch, kind="stable")  # ops already sorted by start
     split = np.searchsorted(launch[by_call], np.arange(n_calls + 1))
-    call_ops = [by_call[split[c]:split[c + 1]] for c in range(n_calls)]
     order = np.lexsort((t.op_ts, t.op_stream))
     pred = np.full(n_ops, -1, dtype=np.int64)
     same = t.op_stream[order[1:]] == t.op_stream[order[:-1]]
@@ -321,10 +326,12 @@ def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
     for s in np.unique(t.op_stream):
         m = t.op_stream == s
         o = np.argsort(op_enq[m], kind="stable")
+        starts = t.op_ts[m][o]
         by_stream[int(s)] = (op_enq[m][o], np.maximum.accumulate(op_end[m][o]),
-                             np.flatnonzero(m)[o])
-    gate, cost = _queue_gates(t, call_ops, op_enq, queue_depth)
-    ix = _Index(launch=launch, call_ops=call_ops, pred=pred, op_end=op_end, op_enq=op_enq,
+                             np.flatnonzero(m)[o], np.minimum.accumulate(starts[::-1])[::-1])
+    gate, cost = _queue_gates(t, by_call, split, op_enq, queue_depth)
+    ix = _Index(launch=launch, by_call=by_call, split=split, corr_order=corr_order,
+                pred=pred, op_end=op_end, op_enq=op_enq,
                 prev_stream=prev_s, next_stream=next_s, streams=np.unique(t.op_stream),
                 by_stream=by_stream, sync_stream=t.call_stream.copy(),
                 event_stream=t.call_event_stream.copy(),
@@ -336,8 +343,8 @@ def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
     return ix
 
 
-def _queue_gates(t: HostDeviceTrace, call_ops: list[np.ndarray], op_enq: np.ndarray,
-                 depth: int) -> tuple[np.ndarray, np.ndarray]:
+def _queue_gates(t: HostDeviceTrace, by_call: np.ndarray, split: np.ndarray,
+                 op_enq: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
     """Per call, the op whose start lets it return when the launch queue is full (-1 none)
     and its own cost (see _Index); vectorized over the trace."""
     n_calls = t.call_ts.size
@@ -347,8 +354,9 @@ def _queue_gates(t: HostDeviceTrace, call_ops: list[np.ndarray], op_enq: np.ndar
     order = np.lexsort((t.op_ts, op_enq))
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)
-    first = np.array([o[0] if o.size else -1 for o in call_ops], dtype=np.int64)
-    has = first >= 0
+    has = split[1:] > split[:-1]
+    first = np.where(has, by_call[np.minimum(split[:-1], max(by_call.size - 1, 0))], -1) \
+        if by_call.size else np.full(n_calls, -1, dtype=np.int64)
     j = np.where(has, rank[np.maximum(first, 0)] - depth, -1)
     ok = has & (j >= 0)
     gate[ok] = order[j[ok]]
@@ -378,12 +386,15 @@ def _infer_links(t: HostDeviceTrace, ix: _Index) -> None:
         src, at = int(ix.prev_stream[c]), float(t.call_ts[c])
         if k[c] == STREAM_WAIT:
             dst = int(ix.next_stream[c])
-            later = (t.op_stream == dst) & (ix.op_enq > at)
-            if dst == NO_STREAM or not later.any():
+            if dst == NO_STREAM:
                 continue
-            went_on = float(t.op_ts[later].min()) + REFUTE_TOL_US
+            times, _, _, first_start = ix.by_stream[dst]
+            after = int(np.searchsorted(times, at, side="right"))  # its ops launched after
+            if after == times.size:
+                continue
+            went_on = float(first_start[after]) + REFUTE_TOL_US
             best, best_end = -1, -np.inf
-            for s, (times, ends, ops) in ix.by_stream.items():
+            for s, (times, ends, ops, _) in ix.by_stream.items():
                 if s == dst:
                     continue  # its own order already holds it
                 n = min(int(np.searchsorted(times, at, side="left")),
@@ -432,7 +443,7 @@ def _neighbours(tid: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def _traced_work_end(ix: _Index, stream: int, before_us: float) -> float:
     """Traced end of the work given to `stream` by calls that started before `before_us`."""
-    times, ends, _ = ix.by_stream.get(stream, (None, None, None))
+    times, ends, _, _ = ix.by_stream.get(stream, (None, None, None, None))
     if times is None:
         return -np.inf
     k = np.searchsorted(times, before_us, side="left")
@@ -489,15 +500,21 @@ def simulate_steps(trace: HostDeviceTrace, *, infer_links: bool = True,
 def _replay(t: HostDeviceTrace, ix: _Index, number: int, t0: float, t1: float, step_tid: int,
             stream_waits: bool) -> StepReplay:
     """One step's replay and evidence (see the module doc)."""
-    lo, hi = np.searchsorted(t.call_ts, [t0, t1], side="left")
-    calls = range(int(lo), int(hi))
-    # Python floats and ints: the replay is a max-plus recurrence along each host thread
-    # and stream, sequential by nature; a step holds 10^3-10^4 calls.
-    ts, dur = t.call_ts.tolist(), t.call_dur.tolist()
-    tid, kind = t.call_tid.tolist(), t.call_kind.tolist()
-    op_dur, op_stream = t.op_dur.tolist(), t.op_stream.tolist()
-    pred, traced_end = ix.pred.tolist(), ix.op_end.tolist()
-    blocking = t.op_blocking
+    lo, hi = (int(x) for x in np.searchsorted(t.call_ts, [t0, t1], side="left"))
+    # The replay is a max-plus recurrence along each host thread and stream, sequential by
+    # nature: one pass over the step's calls, on Python lists of the step's own slice (a
+    # step holds 10^3-10^4 calls), keyed by global op index where ops of earlier steps
+    # (which keep their traced times) are looked up.
+    ts, dur = t.call_ts[lo:hi].tolist(), t.call_dur[lo:hi].tolist()
+    tid, kind = t.call_tid[lo:hi].tolist(), t.call_kind[lo:hi].tolist()
+    gate, own = ix.gate[lo:hi].tolist(), ix.launch_cost[lo:hi].tolist()
+    base = int(ix.split[lo])
+    mine = ix.by_call[base:int(ix.split[hi])]
+    cut = (ix.split[lo:hi + 1] - base).tolist()
+    win_ops, op_dur = mine.tolist(), t.op_dur[mine].tolist()
+    op_stream, pred = t.op_stream[mine].tolist(), ix.pred[mine].tolist()
+    fills, kernel = ix.fills[mine].tolist(), ix.kernel[mine].tolist()
+    blocking = t.op_blocking[mine].tolist()
     shift: dict[int, float] = {}
     sim_start: dict[int, float] = {}
     sim_end: dict[int, float] = {}
@@ -505,42 +522,42 @@ def _replay(t: HostDeviceTrace, ix: _Index, number: int, t0: float, t1: float, s
     floor: dict[int, float] = {}  # stream -> completion of the events it waits on
     records: dict[int, float] = {}  # cudaEventRecord correlation -> event completion
     record_stream = _record_streams(t, lo, hi)
-    fills, kernel = ix.fills.tolist(), ix.kernel.tolist()
-    gate, own, op_start = ix.gate.tolist(), ix.launch_cost.tolist(), t.op_ts.tolist()
     full = _filling_before(t, ix, t0)  # stream -> ([starts], [ends]) of GPU-filling kernels
     syncs, sync_wait = 0, 0.0
     inferred = int(ix.inferred[lo:hi].sum())
     held = ix.launch_cost[lo:hi] < t.call_dur[lo:hi]
-    for c in calls:
-        th = tid[c]
-        start = ts[c] + shift.get(th, 0.0)
-        ops = ix.call_ops[c]
-        blocks = bool(ops.size) and bool(blocking[ops].any())
-        g = gate[c]
+    for i in range(hi - lo):
+        c = lo + i
+        th = tid[i]
+        start = ts[i] + shift.get(th, 0.0)
+        first, last = cut[i], cut[i + 1]
+        blocks = any(blocking[first:last])
+        g = gate[i]
         if g >= 0 and not blocks:  # a full launch queue holds the call (LAUNCH_QUEUE_DEPTH)
-            freed = sim_start.get(g, op_start[g]) + QUEUE_RETURN_US
-            back = max(start + own[c], freed)
-            shift[th] = back - (ts[c] + dur[c])
+            freed = sim_start.get(g, float(t.op_ts[g])) + QUEUE_RETURN_US
+            back = max(start + own[i], freed)
+            shift[th] = back - (ts[i] + dur[i])
             ready = back
         else:
-            ready = start if blocks else start + dur[c]
+            ready = start if blocks else start + dur[i]
         op_done = -np.inf
-        for o in ops.tolist():
-            s = op_stream[o]
-            p = pred[o]
-            prev = -np.inf if p < 0 else sim_end.get(p, traced_end[p])
+        for j in range(first, last):
+            o, s, p = win_ops[j], op_stream[j], pred[j]
+            prev = -np.inf if p < 0 else sim_end.get(p)
+            if prev is None:  # launched before the step: as traced
+                prev = float(ix.op_end[p])
             begin = max(ready, prev, floor.get(s, -np.inf))
-            if kernel[o]:
+            if kernel[j]:
                 begin = _after_filling(full, s, begin)
-            end = begin + op_dur[o]
-            if fills[o]:
+            end = begin + op_dur[j]
+            if fills[j]:
                 starts, ends = full.setdefault(s, ([], []))
                 starts.append(begin)
                 ends.append(end)
             sim_start[o], sim_end[o] = begin, end
             given[s] = max(given.get(s, -np.inf), end)
             op_done = max(op_done, end)
-        k = kind[c]
+        k = kind[i]
         waits = blocks or k in SYNC_KINDS
         target = -np.inf  # a sync with nothing to wait for: only its own cost
         if blocks or k == MEMCPY_SYNC:
@@ -555,7 +572,7 @@ def _replay(t: HostDeviceTrace, ix: _Index, number: int, t0: float, t1: float, s
         elif k == STREAM_WAIT and stream_waits:
             w = int(ix.wait_op[c])
             done = _event_done(t, ix, c, given, records) if w < 0 else \
-                sim_end.get(w, traced_end[w])
+                sim_end.get(w, float(ix.op_end[w]))
             waiter = int(ix.sync_stream[c])
             if done is not None and waiter != NO_STREAM:
                 floor[waiter] = max(floor.get(waiter, -np.inf), done)
@@ -563,9 +580,9 @@ def _replay(t: HostDeviceTrace, ix: _Index, number: int, t0: float, t1: float, s
             records[int(t.call_corr[c])] = given.get(s, -np.inf)
         if waits:
             syncs += 1
-            sync_wait += max(0.0, dur[c] - SYNC_CALL_US)
-            end = max(start + min(dur[c], SYNC_CALL_US), target + SYNC_RETURN_US)
-            shift[th] = end - (ts[c] + dur[c])
+            sync_wait += max(0.0, dur[i] - SYNC_CALL_US)
+            end = max(start + min(dur[i], SYNC_CALL_US), target + SYNC_RETURN_US)
+            shift[th] = end - (ts[i] + dur[i])
     traced = float(t1 - t0)
     simulated = traced + float(shift.get(step_tid, 0.0))
     ev = _evidence(t, ix, lo, hi, t0, t1, sim_start)
@@ -625,9 +642,9 @@ def _event_done(t: HostDeviceTrace, ix: _Index, c: int, given: dict[int, float],
     if s == NO_STREAM:
         return None
     if rc >= 0:  # recorded before the step: its traced completion
-        at = t.call_ts[t.call_corr == rc]
-        if at.size:
-            return _traced_work_end(ix, s, float(at[0]))
+        k = int(np.searchsorted(t.call_corr, rc, sorter=ix.corr_order))
+        if k < ix.corr_order.size and t.call_corr[ix.corr_order[k]] == rc:
+            return _traced_work_end(ix, s, float(t.call_ts[ix.corr_order[k]]))
     return given.get(s, -np.inf)
 
 
@@ -635,8 +652,7 @@ def _evidence(t: HostDeviceTrace, ix: _Index, lo: int, hi: int, t0: float, t1: f
               sim_start: dict[int, float]) -> dict:
     """The launch-bound evidence of a step (traced, vectorized) and the replay's early and
     late ops."""
-    mine = (ix.launch >= lo) & (ix.launch < hi)
-    ops = np.flatnonzero(mine)
+    ops = ix.by_call[int(ix.split[lo]):int(ix.split[hi])]
     ret = t.call_ts[ix.launch[ops]] + t.call_dur[ix.launch[ops]]
     waited = (t.op_ts[ops] - ret) <= LAUNCH_BOUND_TOL_US
     share = float(waited.mean()) if ops.size else 0.0
