@@ -165,7 +165,8 @@ class StepReplay:
     late_ops: int
     """Ops the replay starts more than DEVICE_DELAY_TOL_US after their traced start."""
     inferred_links: int
-    """Syncs and waits whose stream the trace did not name (inferred, see the module doc)."""
+    """Syncs (linked) and waits (fitted) whose streams the trace does not name (see the
+    module doc)."""
     queue_held: int
     """Launch calls the full launch queue held in the trace (LAUNCH_QUEUE_DEPTH)."""
     queue_wait_s: float
@@ -260,7 +261,8 @@ class _Index:
     op_end: np.ndarray
     """Per op: traced end."""
     op_enq: np.ndarray
-    """Per op: traced time its launch call started (its own start when none traced)."""
+    """Per op: traced time its launch call started (-inf when none is traced: it was queued
+    before the trace began)."""
     prev_stream: np.ndarray
     """Per call: stream of the last op its thread launched before it, NO_STREAM none."""
     next_stream: np.ndarray
@@ -302,10 +304,11 @@ def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
     n_calls, n_ops = t.call_ts.size, t.op_ts.size
     corr_order = np.argsort(t.call_corr, kind="stable")
     keys = t.call_corr[corr_order]
-    i = np.clip(np.searchsorted(keys, t.op_corr), 0, max(keys.size - 1, 0))
-    hit = (t.op_corr >= 0) & (keys.size > 0) & (keys[i] == t.op_corr) if keys.size else \
-        np.zeros(n_ops, dtype=bool)
-    launch = np.where(hit, corr_order[i] if keys.size else -1, -1)
+    launch = np.full(n_ops, -1, dtype=np.int64)
+    if keys.size:
+        i = np.clip(np.searchsorted(keys, t.op_corr), 0, keys.size - 1)
+        hit = (t.op_corr >= 0) & (keys[i] == t.op_corr)
+        launch[hit] = corr_order[i[hit]]
     by_call = np.argsort(launch, kind="stable")  # ops already sorted by start
     split = np.searchsorted(launch[by_call], np.arange(n_calls + 1))
     order = np.lexsort((t.op_ts, t.op_stream))
@@ -313,8 +316,10 @@ def _index(t: HostDeviceTrace, queue_depth: int = 0) -> _Index:
     same = t.op_stream[order[1:]] == t.op_stream[order[:-1]]
     pred[order[1:][same]] = order[:-1][same]
     op_end = t.op_ts + t.op_dur
-    # An op with no traced launch was launched before the trace began (Kineto's GPU buffer
-    # holds work queued before its CPU window): given to its stream before any call.
+    # An op with no traced launch was queued before the trace began (Kineto's GPU buffer
+    # holds work queued before its CPU window; training-nccl-5steps has 872 such ops, all
+    # with correlation ids below the first traced call's): given to its stream before any
+    # call.
     op_enq = np.where(launch >= 0, t.call_ts[np.maximum(launch, 0)], -np.inf)
     # Per call, the stream of its first op (NO_STREAM: it launched none); then, per thread
     # in time order, the last such stream strictly before and the next strictly after.
