@@ -19,6 +19,11 @@ traces"): --out then gets `ops.parquet` (stragglerlab.op_model), `import.json`
 model: S, per-step S, attribution to kinds and ranks, M_W, M_S), and the
 summary prints S. Which model was used is said on stderr and in import.json.
 
+One GPU rank's trace alone has no what-if (it compares ranks): its steps are replayed with
+the host-device model instead (stragglerlab/analysis/host_device.py, docs "Unannotated
+traces"); --out gets `import.json` with "model": "host-device" and a "host_device" section,
+and the summary prints each step's traced and modelled time and their discrepancy.
+
 --out must be new, empty, or a folder `import` wrote before (its import.json is the
 writer's record; a re-import replaces it): another job's trace, meta or records there
 are refused, never overwritten, and so is a trace file of --traces that an output would
