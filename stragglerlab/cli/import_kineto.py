@@ -19,6 +19,11 @@ traces"): --out then gets `ops.parquet` (stragglerlab.op_model), `import.json`
 model: S, per-step S, attribution to kinds and ranks, M_W, M_S), and the
 summary prints S. Which model was used is said on stderr and in import.json.
 
+One GPU rank's trace alone has no what-if (it compares ranks): its steps are replayed with
+the host-device model instead (stragglerlab/analysis/host_device.py, docs "Unannotated
+traces"); --out gets `import.json` with "model": "host-device" and a "host_device" section,
+and the summary prints each step's traced and modelled time and their discrepancy.
+
 --out must be new, empty, or a folder `import` wrote before (its import.json is the
 writer's record; a re-import replaces it): another job's trace, meta or records there
 are refused, never overwritten, and so is a trace file of --traces that an output would
@@ -139,6 +144,8 @@ def run(args) -> int:
                          "vocabulary)")
             res = _vocabulary(args, files, layout, out, progress, parsed)
         else:
+            if len(events) == 1 and (events[0].kernels.size or events[0].nccl):
+                return _host_device(files[0], out, progress)  # one GPU rank: no what-if
             progress.log("op model: general (" + (
                 "--op-model general: annotations ignored" if model == "general" else
                 "no record_function ranges named like the op vocabulary") +
@@ -223,6 +230,52 @@ def _general(args, events, layout, out, progress) -> int:
     print(f"clock alignment ({r['align']}): {offsets}")
     print_general_whatif(wi, notes)
     print(f"wrote {out}/ops.parquet, import.json, whatif.json")
+    return 0
+
+
+HOST_DEVICE_WRITES = ("import.json",)
+"""The files an import of one GPU rank's trace (the host-device model) writes into --out."""
+ONE_RANK = ("the what-if compares ranks; one rank's trace checks the host-device model only; "
+            "pass every rank's trace for the what-if")
+"""Why an import of one rank's trace stops after the host-device replay."""
+
+
+def _host_device(path, out, progress) -> int:
+    """One GPU rank's trace: replay its steps with the host-device model
+    (stragglerlab/analysis/host_device.py), write import.json, print per-step discrepancy."""
+    from stragglerlab.analysis.host_device import MAX_DISCREPANCY, simulate_steps
+    from stragglerlab.atomic import atomic_write_json, staged_folder
+    from stragglerlab.importers.host_device_events import read_host_device
+
+    progress.log("op model: host-device (one rank's GPU trace: its host thread and GPU "
+                 "streams replayed step by step)")
+    trace = read_host_device(path)
+    rep = simulate_steps(trace)
+    notes = trace.notes + rep.notes
+    not_another_run(out, HOST_DEVICE_WRITES, _import_wrote, "import")
+    with staged_folder(out) as tmp:
+        atomic_write_json(tmp / "import.json", {
+            "schema": IMPORT_SCHEMA, "model": "host-device", "files": [str(path)],
+            "host_device": rep.to_dict(), "notes": notes, "stopped": ONE_RANK})
+    # The result: stdout, --quiet or not.
+    for s in rep.steps:
+        name = "whole trace" if s.step < 0 else f"step {s.step}"
+        print(f"{name}: traced {1e3 * s.traced_s:.3f} ms, model {1e3 * s.simulated_s:.3f} ms, "
+              f"discrepancy {100 * s.discrepancy:+.2f}% ({s.classification}: GPU busy "
+              f"{s.gpu_busy_share:.0%}, {s.launch_wait_share:.0%} of {s.ops:,} GPU ops start "
+              f"as their launch returns, host waits {1e3 * s.sync_wait_s:.3f} ms in "
+              f"{s.host_syncs} syncs and {1e3 * s.queue_wait_s:.3f} ms in {s.queue_held} "
+              "launches held by the full launch queue)")
+    print(f"rank: {rep.classification} (GPU busy {rep.gpu_busy_share:.0%} of the steps, "
+          f"{rep.launch_wait_share:.0%} of GPU ops start as their launch returns, the host "
+          f"waits for the device {rep.host_wait_share:.0%} of the steps)")
+    if not rep.reproduced:
+        print(f"the model misses some step by more than {MAX_DISCREPANCY:.0%}: its numbers "
+              "for those steps are the model's, not the job's")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"stopped: {ONE_RANK}")
+    print(f"wrote {out}/import.json")
     return 0
 
 

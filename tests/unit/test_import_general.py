@@ -180,7 +180,8 @@ def test_error_one_rank_without_collectives_while_the_others_have_them(tmp_path,
 
 
 def test_error_single_rank(tmp_path, capsys):
-    err = _err(tmp_path, capsys, write_docs(tmp_path / "t", {0: ddp_doc(0)}))
+    # a GPU rank's trace alone gets the host-device replay instead (test_host_device.py)
+    err = _err(tmp_path, capsys, write_docs(tmp_path / "t", {0: ddp_doc(0, gpu=False)}))
     assert "one rank's trace only" in err
 
 
