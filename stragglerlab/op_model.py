@@ -98,9 +98,25 @@ OPTIONAL_COLUMNS: dict[str, str] = {
                "queued on the GPU behind the rank's earlier collectives); the gap ends here",
     "serial": "the op waits for the rank's earlier communication ops of the step (one "
               "in-order NCCL stream)",
+    "host_s": "GPU traces, the host model (importers/general_host.py): host time from the "
+              "previous row's launch call (or the step start) to this row's (or the CPU step "
+              "end), up to its last wait for the device; NaN: no host model for the rank",
+    "host_after_s": "host time after that wait (0 without one)",
+    "sync_s": "device work from the previous row's point to that wait's return (NaN: none)",
+    "sync_gate_s": "host time to the last launch the device waited for before that wait's "
+                   "return (NaN: none)",
+    "sync_tail_s": "time from that launch to the wait's return (NaN: none)",
+    "device_s": "the segment without the GPU's idle time before ops that started as their "
+                "launch returned",
+    "gate_back_s": "host time from the segment's last such launch to this row's launch "
+                   "(NaN: none)",
+    "gate_tail_s": "time from that launch to the row's ready time (NaN: none)",
 }
 """Columns of ops.parquet that tables written before them lack (read as their default:
-async False, ready_s = start_s, serial False)."""
+async False, ready_s = start_s, serial False, no host model)."""
+HOST_COLUMNS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "device_s",
+                "gate_back_s", "gate_tail_s")
+"""The host model's columns (in OPTIONAL_COLUMNS; stragglerlab.importers.general_host)."""
 
 
 def previous_points(ops: pd.DataFrame) -> np.ndarray:

@@ -19,7 +19,14 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.errors import InputError
-from stragglerlab.op_model import OP_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
+from stragglerlab.op_model import (
+    HOST_COLUMNS,
+    OP_COLUMNS,
+    P2P_KINDS,
+    STEP_END,
+    gap_ends,
+    previous_points,
+)
 
 INT_COLUMNS = ("rank", "step", "k", "group", "in_nelems", "out_nelems", "peer", "role",
                "dp_rank", "stage")
@@ -74,6 +81,10 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
     if not pd.api.types.is_numeric_dtype(ops["busy_s"]) or np.isinf(busy).any() or \
             (busy < 0).any():
         fail("column 'busy_s' holds values that are not seconds >= 0 (NaN: not traced)")
+    for col in HOST_COLUMNS:  # the host model's inputs: seconds, NaN where none
+        if col in ops.columns and (not pd.api.types.is_numeric_dtype(ops[col]) or np.isinf(
+                pd.to_numeric(ops[col], errors="coerce").to_numpy(dtype=float)).any()):
+            fail(f"column {col!r} holds values that are not seconds (NaN: none)")
     if not pd.api.types.is_string_dtype(ops["kind"]) and ops["kind"].dtype != object:
         fail("column 'kind' does not hold names")
     rank = ops["rank"].to_numpy()

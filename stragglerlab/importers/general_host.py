@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from stragglerlab.op_model import HOST_COLUMNS
+
 GATE_TOL_US = 5.0
 """A GPU op that started within this of its launch call returning (µs; it may start before
 the call returns) ran as soon as the host launched it."""
@@ -53,9 +55,7 @@ RETURN_TOL_US = 20.0
 """Another long runtime call (a launch that found the queue full, an allocation that
 synchronized) waited for the device when it returned within this (µs) of a GPU op's end;
 one that returned at no GPU event was slow on the host (a slow or contended CPU)."""
-HOST_COLUMNS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "device_s",
-                "gate_back_s", "gate_tail_s")
-"""The columns host_columns returns (ops.parquet holds them in seconds)."""
+
 
 
 def gpu_ops(kernels: np.ndarray, nccl: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ from stragglerlab.errors import InputError
 from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
-from stragglerlab.importers.general_host import HOST_COLUMNS, gpu_ops, host_columns
+from stragglerlab.importers.general_host import gpu_ops, host_columns
 from stragglerlab.importers.general_ranks import (
     check_ranks,
     common_steps,
@@ -67,7 +67,7 @@ from stragglerlab.importers.kineto_clocks import match_tolerance_us
 from stragglerlab.importers.kineto_events import AT_LAUNCH_TOL_US, RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
-from stragglerlab.op_model import P2P_KINDS, STEP_END, gap_ends, previous_points
+from stragglerlab.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
 
 PARALLEL_MIN_BYTES = 16 << 20
 """Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""

@@ -66,6 +66,10 @@ def test_known_answer_gpu_traces(kind, tmp_path):
     assert abs(wi["discrepancy"]) < 0.01  # the traced step, measured as T is
     v = wi["validity"]
     assert v["valid"] is (not case.gated)
+    assert wi["host_model"] is (not case.drop_launches)  # launches and waits traced
+    again = run_cli("whatif", "--run", str(out))  # the op table read back: the same model
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "whatif.json").read_text())["S"] == pytest.approx(wi["S"])
     if case.gated:
         assert case.reason in v["reasons"] and wi["straggling"] is None
         assert "no verdict" in proc.stdout and "NO VERDICT" in proc.stdout
