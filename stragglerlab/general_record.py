@@ -57,10 +57,11 @@ def whatif_doc(result: dict, notes: list[str]) -> dict:
 def general_detect_message(folder: str | Path) -> str:
     """What `detect` says for a general import (detectors read the op-level trace)."""
     return (f"{folder} is an unannotated import (the general op model: {OPS_PARQUET}, no "
-            "trace.parquet); the detectors read the testbed's op-level trace, whose ops carry "
-            "the Megatron op vocabulary. Its what-if names the straggling ranks: see "
+            "trace.parquet); the detectors but `whatif` read the testbed's op-level trace, "
+            "whose ops carry the Megatron op vocabulary. Its what-if names the straggling "
+            f"ranks: `stragglerlab detect --run {folder} --detector whatif`, "
             f"{Path(folder) / 'whatif.json'} (top_workers, worker_score), or "
-            f"`stragglerlab plot --run {folder}`; for detectors, annotate the job "
+            f"`stragglerlab plot --run {folder}`; for the other detectors, annotate the job "
             "(docs/own-job.md) and import it again")
 
 

@@ -82,6 +82,10 @@ def run(args) -> int:
     inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],
                            out.parent, [out.name])
     not_another_record(out, ("stragglerlab.findings/",), "a detector's findings")
+    from stragglerlab.general_record import is_general_import
+
+    if is_general_import(args.run):
+        return _general(args, out)
     from stragglerlab.analysis.detectors import get_detector, load_run
     from stragglerlab.findings import FindingsDocument, write_findings
 
@@ -108,6 +112,46 @@ def run(args) -> int:
         print("  " + floor_line(report))
     if line := _validity_line(args.run):
         print("  " + line)
+    return 0
+
+
+def _general(args, out) -> int:
+    """`detect` on an unannotated import: the `whatif` detector from its what-if
+    (analysis/general_findings.py); the others read the op-level trace it lacks."""
+    from pathlib import Path
+
+    from stragglerlab.analysis.general_findings import general_findings
+    from stragglerlab.filecheck import load_json
+    from stragglerlab.findings import FindingsDocument, write_findings
+    from stragglerlab.general_record import GeneralRecord
+    from stragglerlab.validity import validity_of
+
+    if args.detector != "whatif":
+        raise InputError(f"the {args.detector} detector reads the op-level trace "
+                         "(trace.parquet: per-op durations named by the Megatron op "
+                         "vocabulary), which an unannotated import does not have; use "
+                         "`--detector whatif` (it reads the import's what-if), or annotate the "
+                         "job (docs/own-job.md) and import it again", str(args.run))
+    if args.online:
+        raise InputError("--online replays the op-level trace step by step, which an "
+                         "unannotated import does not have; drop --online", str(args.run))
+    path = Path(args.run) / "whatif.json"
+    GeneralRecord.read(path)  # checked: one clear error for a damaged file
+    doc = load_json(path, "whatif.json", f"`stragglerlab whatif --run {args.run}`")
+    t0 = time.perf_counter()
+    findings = general_findings(doc)
+    write_findings(out, FindingsDocument(detector=args.detector, run=str(args.run),
+                                         online=False, findings=findings))
+    print(f"{args.detector} (offline, unannotated import) on {args.run}: {len(findings)} "
+          f"finding(s) in {time.perf_counter() - t0:.1f}s -> {out}")
+    for f in findings:
+        ranks = ", ".join(f"rank {r.rank}" for r in f.ranks) or "whole job"
+        print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
+              f"confidence {f.confidence:.2f}, est. slowdown {f.estimated_slowdown:.2f}  "
+              f"({f.detail['kind']})")
+    validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
+    if not validity.valid:
+        print(f"  what-if: {validity.banner()}")
     return 0
 
 

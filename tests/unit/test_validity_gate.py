@@ -173,3 +173,36 @@ def test_regime_change_is_sustained_and_beyond_the_noise():
     assert regime_change(steps, [1.0, 1.02, 0.99, 1.01, 1.3, 1.31, 1.29, 1.3]) is None  # < 1.5x
     assert regime_change(steps, [3.0, 3.1, 1.0, 1.0, 1.01, 0.99, 1.0, 1.02]).step == 3  # faster
     assert regime_change([1, 2, 3], [1.0, 5.0, 5.0]) is None  # too few steps a side
+
+
+@pytest.mark.parametrize("workload", ["torch-ddp", "torch-fsdp", "torch-pipelining"])
+def test_detect_whatif_on_an_unannotated_torch_workload(workload, tmp_path):
+    """The torch workloads' traces (no annotations; one slow rank from a known step): the
+    `whatif` detector names the victim, its cause and its window; the detectors that read
+    the op-level trace say so."""
+    example = EXAMPLE.parent / workload
+    truth = json.loads((example / "faults.json").read_text())[0]
+    out = tmp_path / "imp"
+    assert run_cli("import", "kineto", "--traces", str(example / "kineto"),
+                   "--out", str(out)).returncode == 0
+    proc = run_cli("detect", "--run", str(out), "--detector", "whatif")
+    assert proc.returncode == 0, proc.stderr
+    (f,) = json.loads((out / "detect" / "whatif.json").read_text())["findings"]
+    assert [r["rank"] for r in f["ranks"]] == [t["rank"] for t in truth["targets"]]
+    assert f["root_cause"] == truth["kind"] and f["first_step"] == truth["first_step"]
+    refused = run_cli("detect", "--run", str(out), "--detector", "rank-score")
+    assert refused.returncode == 2 and "op-level trace" in refused.stderr
+
+
+@pytest.mark.parametrize("kind", ["device-bound", "launch-bound", "launch-bound-no-launches",
+                                  "device-slow"])
+def test_detect_whatif_on_known_answer_gpu_traces(kind, tmp_path):
+    """Nothing on a clean job or a gated one; the victim on a straggling one."""
+    case = synth.KINDS[kind]
+    out = tmp_path / "imp"
+    traces = synth.write_job(kind, tmp_path / "traces")
+    assert run_cli("import", "kineto", "--traces", str(traces), "--out", str(out)).returncode == 0
+    assert run_cli("detect", "--run", str(out), "--detector", "whatif").returncode == 0
+    found = json.loads((out / "detect" / "whatif.json").read_text())["findings"]
+    want = list(case.victims) if not case.gated else []
+    assert [r["rank"] for f in found for r in f["ranks"]] == want

@@ -1,0 +1,62 @@
+"""Findings of the `whatif` detector on an unannotated import (the general op model).
+
+The vocabulary `whatif` detector reads per-op evidence named by the Megatron
+op vocabulary; an unannotated import has none. Its own what-if
+(analysis/whatif_general.py) still says which ranks cost the job how much and
+in what: compute (split into host and device time on GPU traces) or a
+communication kind. Findings follow from that result and the method alone:
+
+* no finding where the reproduction gate withholds the verdict (the numbers
+  are the model's, not the job's), nor on a job whose S is under the paper's
+  straggling threshold (1.1);
+* else every rank whose S_rank (the job with only that rank left original)
+  reaches a share MIN_RANK_SHARE of the job's excess (S - 1) is named, with
+  S_rank as its estimated slowdown;
+* the cause is the kind that carries most of the excess: compute (host or
+  device) -> slow-worker; a communication kind -> net-throttle (a slow link
+  and a delayed one read alike here);
+* the steps are those whose per-step S reaches the threshold (all steps when
+  none alone does).
+
+    findings = general_findings(json.load(open("out/whatif.json")))
+"""
+
+from __future__ import annotations
+
+from stragglerlab.findings import Finding, RankRef, RootCause
+from stragglerlab.op_model import COMPUTE
+from stragglerlab.validity import STRAGGLING_S, validity_of
+
+MIN_RANK_SHARE = 0.5
+"""A rank is named when leaving it alone original recovers at least this share of the job's
+excess slowdown (S_rank - 1 >= share x (S - 1)): with one straggler S_rank ~ S, a rank that
+only waited for it reads ~1."""
+
+
+def general_findings(doc: dict) -> list[Finding]:
+    """The findings of a general import's whatif.json (module doc)."""
+    validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
+    s = float(doc["S"])
+    if validity.verdict(s) is not True:
+        return []
+    by_rank = {int(r): float(v) for r, v in doc.get("by_rank", {}).items()}
+    coords = {int(r): v for r, v in doc.get("worker_coords", {}).items()}
+    named = sorted((r for r, v in by_rank.items() if v - 1.0 >= MIN_RANK_SHARE * (s - 1.0)),
+                   key=lambda r: -by_rank[r])
+    if not named:
+        return []
+    kinds = {k: float(v) for k, v in doc.get("by_kind", {}).items()}
+    top = max(kinds, key=lambda k: kinds[k]) if kinds else COMPUTE
+    cause = RootCause.SLOW_WORKER if top == COMPUTE else RootCause.NET_THROTTLE
+    per_step = {int(k): float(v) for k, v in doc.get("per_step", {}).items()}
+    hot = sorted(k for k, v in per_step.items() if v >= STRAGGLING_S) or sorted(per_step)
+    parts = doc.get("by_segment_part") or {}
+    return [Finding(
+        ranks=[RankRef(rank=r, dp_rank=int(coords.get(r, [r, 0])[0]),
+                       stage=int(coords.get(r, [r, 0])[1]))],
+        first_step=hot[0], last_step=hot[-1], root_cause=cause,
+        confidence=min(1.0, (by_rank[r] - 1.0) / (s - 1.0)),
+        estimated_slowdown=by_rank[r],
+        detail={"kind": top, "by_kind": kinds, "by_segment_part": parts,
+                "model": "general", "host_model": bool(doc.get("host_model", False))})
+        for r in named]
