@@ -10,7 +10,10 @@ arrival, since the rank went on from the launch; the step-end row also waits
 for the chain's async ops: stragglerlab.op_model); a group starts at its
 members' latest arrival (a local row at its own arrival); each member ends at
 that start plus its transfer duration. A step's time is the latest chain end
-of the step.
+of the step. With the host model (GPU traces, `simulate(..., host=...)`) each
+chain also keeps a host clock: a row arrives no earlier than the host allows,
+and the step-end row ends when the host does (stragglerlab.importers.
+general_host).
 
 The schedule is computed once from the structure: rows are put in rounds, a
 row in a later round than its chain predecessor and a group's members in one

@@ -18,6 +18,15 @@
 * Workers: S_w = min(S_dp, S_stage) with a layout, else S_rank. M_W = (T -
   T_fixW) / (T - T_ideal) with W the top ceil(3%) workers by S_w; M_S the
   same fixing the last stage (0 without PP, None without a layout).
+* GPU traces with their launches and waits traced: the host model
+  (stragglerlab.importers.general_host) runs beside each chain, its host
+  segments and device parts idealized apart; `by_segment_part` splits the
+  compute attribution into host and device time.
+* The traced step is measured as the simulation measures T (last rank's step
+  start to last rank's step end); `validity` (stragglerlab.validity) withholds
+  the straggling verdict where the simulation misses it by more than 5 % or a
+  launch-bound trace could not get the host model; `regime_change`
+  (analysis.regime) names a change every rank shares over time.
 """
 
 from __future__ import annotations
