@@ -83,21 +83,25 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+GIVEN_FLAGS = "_stragglerlab_given_flags"
+"""Attribute of the namespace being filled that holds the `store` actions given so far:
+the given-twice check's state lives in the one parse it belongs to (never on the parser
+or an action, which a program may use for any number of parses), and the parser removes
+it before handing the namespace back."""
+
+
 class _StoreOnce(argparse.Action):
     """argparse's `store`, refusing a flag given twice: `--out a ... --out b` would keep
     `b` silently, and a second value is a typo or a pasted command more often than intent.
     Repeatable flags say so with `action="append"`."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._given_in: set[int] = set()
-
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if option_string is not None:
-            if id(namespace) in self._given_in:
+            given = namespace.__dict__.setdefault(GIVEN_FLAGS, set())
+            if self in given:
                 parser.error(f"{'/'.join(self.option_strings)} is given twice (the second is "
                              f"{values!r}); give it once")
-            self._given_in.add(id(namespace))
+            given.add(self)
         setattr(namespace, self.dest, values)
 
 
@@ -108,6 +112,13 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, without the given-twice check's record in the namespace returned
+        (a sub-verb's namespace is copied into its caller's, so each level removes it)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.__dict__.pop(GIVEN_FLAGS, None)
+        return namespace, extras
 
 
 def docstring_examples(doc: str | None) -> str:
@@ -127,7 +138,7 @@ def docstring_examples(doc: str | None) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per verb, each with `--quiet`, the
     defaults-showing HelpFormatter and an `examples:` epilog."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
     )
