@@ -207,6 +207,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         import errno
 
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            # A folder that turned read-only (or lost its permissions) after the checks.
+            where = f"{e.filename}: " if e.filename else ""
+            try:
+                print(f"stragglerlab {args.verb}: error: {where}{e.strerror}; a read-only "
+                      "input is fine, but --out must name a folder you can write",
+                      file=sys.stderr)
+            except OSError:
+                pass
+            return EXIT_BAD_INPUT
         if e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
             raise
         # A full disk or a dead device: under stdout (`> file`) or a file of ours alike.
