@@ -7,6 +7,7 @@ that writes several files stages them in a temporary sibling folder
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from stragglerlab.folder_lock import LOCK_NAME, only_the_lock
 
 
 def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
@@ -124,12 +127,34 @@ def staged_folder(out: str | Path, owns: Iterable[str] = ()) -> Iterator[Path]:
             os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders
             os.replace(tmp, target)
             return
+        if only_the_lock(target):  # new but for the writer's lock: still all at once
+            os.chmod(tmp, 0o777 & ~umask)
+            _replace_keeping_the_lock(tmp, target)
+            return
         written = {p.relative_to(tmp) for p in tmp.rglob("*")}
         _merge_into(tmp, target)
         remove_stale(target, owns, written)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _replace_keeping_the_lock(tmp: Path, target: Path) -> None:
+    """Replace `target`, empty but for its lock file, by `tmp` in one rename: the lock file
+    moves into `tmp` first (its inode, so the flock on it, goes along), leaving `target`
+    empty, which rename may replace. Should another writer make `target` its own in
+    between (it found no lock file there), the rename fails and so does this writer,
+    leaving that writer's files alone."""
+    from stragglerlab.errors import InputError
+
+    os.rename(target / LOCK_NAME, tmp / LOCK_NAME)
+    try:
+        os.replace(tmp, target)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise InputError(f"another writer began writing {target} as this one finished; "
+                         "nothing of this run was written there, so run it again") from None
 
 
 def remove_stale(out: Path, owns: Iterable[str], written: set[Path]) -> list[Path]:

@@ -18,6 +18,10 @@ Every verb follows one convention:
 * `--help` shows every default and at least one example.
 * Bad input prints one clear message (`stragglerlab VERB: error: ...`) on
   stderr and exits 2.
+* A writing verb holds the lock of the folder it writes (stragglerlab/folder_lock.py,
+  the monitor's too) from the check of its --out to its end: a second writer of the
+  same folder is refused at once, exit 2, naming the first's verb and pid (it does not
+  wait: a what-if that waited would then replace the one just written).
 
     stragglerlab --version
     stragglerlab list scenarios
@@ -182,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
     install_sigterm_handler()
+    from stragglerlab.folder_lock import release_at_end
+
     try:
-        return _verb(args.verb).run(args) or 0
+        with release_at_end():  # the folder lock a writing verb takes ends with its run
+            return _verb(args.verb).run(args) or 0
     except InputError as e:
         try:
             print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)

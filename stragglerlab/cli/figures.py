@@ -38,6 +38,7 @@ from stragglerlab.cli.common import (
 )
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -91,6 +92,7 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = list(dict.fromkeys(find_module(n).NAME for n in args.only))  # each once
     out = out_folder(args.out)
+    lock_folder(out, "figures")  # one writer of the folder at a time
     distinct_runs(args.runs)  # one error here, as score and report give for the same list
     inputs_not_overwritten(
         run_inputs(args.runs, (*RUN_INPUTS, "gc/*.jsonl", "cpu/*.jsonl"))

@@ -37,6 +37,7 @@ from stragglerlab.cli.common import (
     out_folder,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
@@ -107,6 +108,7 @@ def run(args) -> int:
     from stragglerlab.importers.layout import Layout
 
     out = out_folder(args.out)
+    lock_folder(out, "import")  # one writer of the folder at a time
     # `--layout ""` is a mistake to report, not the flag left out
     layout = Layout.parse(args.layout) if args.layout is not None else None
     files = find_traces(args.traces)

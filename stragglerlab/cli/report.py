@@ -22,6 +22,7 @@ from stragglerlab.cli.common import (
     run_inputs,
 )
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 OUTPUTS = ("report.md", "report.html")
 """The files the verb writes into --out."""
@@ -50,6 +51,7 @@ def run(args) -> int:
     from stragglerlab.figures.report import write_report
 
     out = out_folder(args.out)
+    lock_folder(out, "report")  # one writer of the folder at a time
     distinct_runs(args.runs)  # provenance would count a run twice ("3 run folders")
     inputs_not_overwritten(run_inputs([args.figures], ["*.json", "*.png"], "--figures")
                            + [("--scores", args.scores)] + run_inputs(args.runs), out, OUTPUTS)

@@ -30,6 +30,7 @@ from stragglerlab.cli.common import (
     run_out,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
@@ -105,6 +106,7 @@ def run(args) -> int:
         raise InputError("--meta is empty; name the job meta YAML, or leave --meta out to "
                          "use the one written into the trace")
     out = out_folder(args.out, default_of=defaulted)
+    lock_folder(out, "whatif")  # one writer of the folder at a time
     # Before the work: an input named like an output (ow/whatif.json) would be replaced.
     inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
     not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
@@ -174,6 +176,7 @@ def _general(args, run_dir: Path) -> int:
         notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
     notes = list(dict.fromkeys(notes + wi.notes))
     out = out_folder(args.out or str(run_dir), default_of=None if args.out else run_dir)
+    lock_folder(out, "whatif")
     inputs_not_overwritten([("--run", run_dir / OPS_PARQUET),
                             ("--run", run_dir / "import.json")], out, ["whatif.json"])
     not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
