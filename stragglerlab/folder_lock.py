@@ -103,9 +103,14 @@ def hold(folder: str | Path, verb: str, *, name: str = LOCK_NAME,
     except InputError:
         _remove_empty(made)
         raise
+    key = _key(folder)
+    _HELD[key] = _HELD.get(key, 0) + 1
     try:
         yield path
     finally:
+        _HELD[key] -= 1
+        if not _HELD[key]:
+            del _HELD[key]
         try:  # unlinked while held (see _acquire), and only while it is this lock's file
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 path.unlink()
@@ -113,6 +118,20 @@ def hold(folder: str | Path, verb: str, *, name: str = LOCK_NAME,
             pass
         os.close(fd)
         _remove_empty(made)
+
+
+_HELD: dict[str, int] = {}
+"""The folders whose lock this process holds (real paths), with how many holds."""
+
+
+def _key(folder: str | Path) -> str:
+    return os.path.realpath(folder)
+
+
+def holds(folder: str | Path) -> bool:
+    """Whether this process holds `folder`'s lock: then no other writer is at work there,
+    and what a killed writer left (staging folders, temporary files) may be removed."""
+    return _key(folder) in _HELD
 
 
 def _acquire(path: Path, folder: Path, verb: str, hint: str) -> int:

@@ -225,3 +225,33 @@ def test_two_concurrent_whatifs_never_mix_their_files(base, tmp_path):
         assert any(code == 0 for code, _ in done)
         assert _snapshot(out) == expected
     print(f"{refused} of {2 * TRIES} whatif runs refused as second writers")
+
+
+def test_a_folder_of_the_verbs_own_is_replaced_whole_and_another_is_merged(tmp_path):
+    """Outputs replace a folder holding only the verb's files in one step; a folder also
+    holding someone else's file or folder is merged into, and those are kept."""
+    from stragglerlab.atomic import staged_folder
+
+    def write(out: Path, text: str) -> None:
+        with hold(out, "whatif"), staged_folder(out, owns=["a", "sub/*.json"]) as tmp:
+            (tmp / "sub").mkdir()
+            (tmp / "a").write_text(text)
+            (tmp / "sub" / "b.json").write_text(text)
+
+    own = tmp_path / "own"
+    write(own, "1")
+    inode = own.stat().st_ino
+    write(own, "2")
+    assert own.stat().st_ino != inode  # swapped whole
+    assert (own / "a").read_text() == (own / "sub" / "b.json").read_text() == "2"
+    for foreign in ("notes.txt", "empty-folder"):
+        other = tmp_path / foreign.split(".")[0]
+        write(other, "1")
+        if "folder" in foreign:
+            (other / foreign).mkdir()
+        else:
+            (other / foreign).write_text("x")
+        inode = other.stat().st_ino
+        write(other, "2")
+        assert other.stat().st_ino == inode and (other / foreign).exists()  # merged
+        assert (other / "a").read_text() == "2"
