@@ -91,6 +91,7 @@ def hold(folder: str | Path, verb: str, *, name: str = LOCK_NAME,
     folder = Path(folder)
     made = _made(folder)
     path = folder / name
+    _TAKEN.append(_key(folder))  # before the lock: a full disk may refuse even that
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = _acquire(path, folder, verb, hint)
@@ -122,10 +123,19 @@ def hold(folder: str | Path, verb: str, *, name: str = LOCK_NAME,
 
 _HELD: dict[str, int] = {}
 """The folders whose lock this process holds (real paths), with how many holds."""
+_TAKEN: list[str] = []
+"""The folders locked since the last `release_at_end` scope began (see `taken`)."""
 
 
 def _key(folder: str | Path) -> str:
     return os.path.realpath(folder)
+
+
+def taken() -> list[str]:
+    """The folders whose lock this process took, or tried to take (real paths, in order),
+    since the last `release_at_end` scope began, released or not: what a message about a
+    failed write names when the error does not."""
+    return list(_TAKEN)
 
 
 def holds(folder: str | Path) -> bool:
@@ -158,8 +168,13 @@ def _acquire(path: Path, folder: Path, verb: str, hint: str) -> int:
             os.close(fd)
             continue
         record = json.dumps({"pid": os.getpid(), "verb": verb}).encode() + b"\n"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record, 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)  # a full disk refuses even this
+        except OSError:
+            path.unlink(missing_ok=True)  # this lock's own file: checked just above
+            os.close(fd)
+            raise
         return fd
     raise InputError(f"cannot hold the {verb}'s lock file in {folder}: it was replaced "
                      f"{_OPEN_TRIES} times while being taken; {hint}")
@@ -185,6 +200,7 @@ def release_at_end() -> Iterator[None]:
     """A scope whose `lock_folder` locks are released when it ends (the CLI's main wraps
     a verb's run in one, so a verb takes its lock with one call once its --out is
     checked, and a program calling main many times never holds a stale one)."""
+    _TAKEN.clear()
     with ExitStack() as stack:
         _SCOPES.append(stack)
         try:

@@ -224,19 +224,72 @@ def main(argv: list[str] | None = None) -> int:
             except OSError:
                 pass
             return EXIT_BAD_INPUT
-        if e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+        if e.errno not in DISK_ERRNOS:
             raise
-        # A full disk or a dead device: under stdout (`> file`) or a file of ours alike.
-        import os
+        return _disk_failed(args.verb, e)
+    except Exception as e:
+        disk = disk_error(e)
+        if disk is None:
+            raise
+        # A library failing in its own way once the disk was full (matplotlib's PDF
+        # writer raises AttributeError from its clean-up): the full disk is the cause.
+        return _disk_failed(args.verb, disk)
 
+
+DISK_ERRNOS = (28, 5, 122)
+"""ENOSPC, EIO, EDQUOT: a full disk, a dead device, a quota reached."""
+
+
+def disk_error(e: BaseException) -> OSError | None:
+    """The full-disk OSError that `e` was raised from or while handling, if any."""
+    seen = 0
+    while e is not None and seen < 32:  # a bounded walk: chains can loop
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+def _disk_failed(verb: str, e: OSError) -> int:
+    """One error line for a write that a full disk (or a dead device) refused, naming the
+    file or the folder being written and the room left there; exit 2. Under stdout
+    (`> file`) or a file of ours alike."""
+    import os
+    import shutil
+
+    from stragglerlab.folder_lock import taken
+
+    try:  # what stdout still buffers would fail again at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        where = f" to {e.filename}" if e.filename else ""
+    except (OSError, ValueError):
+        pass  # not a file (a caller's StringIO): nothing to fail at exit
+    folders = taken()
+    where = e.filename or (folders[-1] if folders else None)
+    room = ""
+    if where is not None:
         try:
-            print(f"stragglerlab {args.verb}: error: a write{where} failed ({e.strerror}); "
-                  "free space or write the output elsewhere", file=sys.stderr)
+            probe = where if os.path.isdir(where) else os.path.dirname(where) or "."
+            free = shutil.disk_usage(probe).free
+            room = f"; {_size(free)} free there, less than the output needs"
         except OSError:
             pass
-        return EXIT_BAD_INPUT
+    target = f" to {where}" if where else ""
+    try:
+        print(f"stragglerlab {verb}: error: a write{target} failed ({e.strerror}){room}: free "
+              "space or write the output elsewhere", file=sys.stderr)
+    except OSError:
+        pass
+    return EXIT_BAD_INPUT
+
+
+def _size(n: int) -> str:
+    """`n` bytes in the largest unit that keeps a number >= 1 (KiB, MiB, ...)."""
+    value, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
 
 
 def _escape_unencodable_output() -> None:

@@ -29,6 +29,7 @@ import argparse
 import sys
 import traceback
 
+from stragglerlab.cli import disk_error
 from stragglerlab.cli.common import (
     RUN_INPUTS,
     examples,
@@ -117,6 +118,8 @@ def run(args) -> int:
                 except InputError:
                     raise
                 except Exception as e:  # one broken figure must not cost the others
+                    if disk_error(e) is not None:
+                        raise  # a full disk costs them all: the CLI's one error
                     failed.append(name)
                     lines.append(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}")
                     progress.error(traceback.format_exc().rstrip())
