@@ -147,7 +147,7 @@ def _vocabulary(args, files, layout, out, progress, parsed):
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
     not_another_run(out, VOCABULARY_WRITES, _import_wrote, "import")
-    with staged_folder(out) as tmp:  # all three files or none
+    with staged_folder(out, owns=VOCABULARY_WRITES) as tmp:  # all three files or none
         write_trace(res.df, res.meta, tmp / "trace.parquet")
         res.meta.dump(tmp / "meta.yaml")
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **res.report,
@@ -197,7 +197,7 @@ def _general(args, events, layout, out, progress) -> int:
                          "own job')") from None
     notes = res.notes + wi.notes
     not_another_run(out, GENERAL_WRITES, _import_wrote, "import")
-    with staged_folder(out) as tmp:
+    with staged_folder(out, owns=GENERAL_WRITES) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,
                                                 "ops_schema": OPS_SCHEMA, "notes": notes})

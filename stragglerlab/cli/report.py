@@ -55,7 +55,8 @@ def run(args) -> int:
     distinct_runs(args.runs)  # provenance would count a run twice ("3 run folders")
     inputs_not_overwritten(run_inputs([args.figures], ["*.json", "*.png"], "--figures")
                            + [("--scores", args.scores)] + run_inputs(args.runs), out, OUTPUTS)
-    with staged_folder(out) as tmp:  # both files or neither; links are relative to a sibling
+    # Both files or neither; links are relative to a sibling.
+    with staged_folder(out, owns=OUTPUTS) as tmp:
         md, page = write_report(Path(args.figures), args.scores, args.runs, tmp)
     md, page = out / md.name, out / page.name
     print(f"report: {md}\nreport: {page}")  # the result: stdout, --quiet or not

@@ -166,7 +166,7 @@ def run(args) -> int:
     from stragglerlab.atomic import staged_folder
 
     try:
-        with staged_folder(out) as tmp:  # all three files or none
+        with staged_folder(out, owns=WRITES) as tmp:  # all three files or none
             faults = write_run(cfg, tmp)
     except ValueError as e:
         raise InputError(str(e)) from None

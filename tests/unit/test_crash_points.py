@@ -76,6 +76,8 @@ VERBS = {
     "whatif": _whatif,
     "detect": lambda run, out: ["detect", "--run", str(run), "--out", str(out), "--quiet"],
     "plot": lambda run, out: ["plot", "--run", str(run), "--out", str(out), "--quiet"],
+    "synth": lambda run, out: ["synth", "--out", str(out), "--steps", "3", "--seed",
+                               "1" if run.name == "run" else "2", "--quiet"],
 }
 """argv of each verb the kill points cover, reading run folder `run`, writing `out`."""
 
@@ -126,12 +128,17 @@ def _kill_at_each_rename(runs, tmp_path, verb: str) -> list[str]:
 def test_whatif_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_path):
     seen = _kill_at_each_rename(runs, tmp_path, "whatif")
     assert len(seen) > 4 and "old" in seen  # every rename of the write path was a kill point
+    print(f"whatif: {len(seen)} kill points, {seen.count('old')} left the old outputs, "
+          f"{seen.count('new')} the new, 0 a mix")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verb", ["detect", "plot"])
+@pytest.mark.parametrize("verb", ["detect", "plot", "synth"])
 def test_a_verb_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_path, verb):
-    assert _kill_at_each_rename(runs, tmp_path, verb)
+    seen = _kill_at_each_rename(runs, tmp_path, verb)
+    assert seen
+    print(f"{verb}: {len(seen)} kill points, {seen.count('old')} left the old outputs, "
+          f"{seen.count('new')} the new, 0 a mix")
 
 
 KILLS = int(os.environ.get("STRAGGLERLAB_CRASH_KILLS", "50"))
