@@ -34,6 +34,7 @@ Ray or matplotlib, and `--help` imports none of the analysis.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -212,8 +213,6 @@ def main(argv: list[str] | None = None) -> int:
         # stdout is fine, so stderr broke, mid-way through the work: it did not finish.
         return 1
     except OSError as e:
-        import errno
-
         if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             # A folder that turned read-only (or lost its permissions) after the checks.
             where = f"{e.filename}: " if e.filename else ""
@@ -236,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return _disk_failed(args.verb, disk)
 
 
-DISK_ERRNOS = (28, 5, 122)
-"""ENOSPC, EIO, EDQUOT: a full disk, a dead device, a quota reached."""
+DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT)
+"""A full disk, a dead device, a quota reached."""
 
 
 def disk_error(e: BaseException) -> OSError | None:
