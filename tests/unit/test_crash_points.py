@@ -20,7 +20,10 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.folder_lock import LOCK_NAME
+from stragglerlab.run_folder import RunFolder
+from stragglerlab.run_record import RunRecord
 from tests.unit.fuzz_corpus import make_base
+from tests.unit.general_fixtures import ddp_job
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL_AT = """
@@ -57,6 +60,10 @@ def runs(tmp_path_factory):
     assert main(["synth", "--quiet", "--out", str(new), "--dp", "2", "--pp", "2", "--steps",
                  "3", "--microbatches", "2", "--seed", "5"]) == 0
     assert main(["whatif", "--quiet", "--run", str(new)]) == 0  # what detect and plot read
+    assert main(["detect", "--quiet", "--run", str(new)]) == 0  # what score reads
+    RunFolder(path=new).write_record(RunRecord(outcome="ok"))  # what figures reads
+    for run, slow in ((base.run, 2.0), (new, 3.0)):  # an import's traces beside each run
+        ddp_job(run.parent / f"{run.name}-traces", slow={3: slow}, steps=(5, 6, 7))
     return base.run, new
 
 
@@ -76,6 +83,13 @@ VERBS = {
     "whatif": _whatif,
     "detect": lambda run, out: ["detect", "--run", str(run), "--out", str(out), "--quiet"],
     "plot": lambda run, out: ["plot", "--run", str(run), "--out", str(out), "--quiet"],
+    "score": lambda run, out: ["score", "--runs", str(run), "--detector", "whatif",
+                               "--offline-only", "--out", str(out), "--quiet"],
+    "figures": lambda run, out: ["figures", "--runs", str(run), "--only", "fig03_waste_cdf",
+                                 "--out", str(out), "--quiet"],
+    "import": lambda run, out: ["import", "kineto", "--traces",
+                                str(run.parent / f"{run.name}-traces"), "--out", str(out),
+                                "--quiet"],
     "synth": lambda run, out: ["synth", "--out", str(out), "--steps", "3", "--seed",
                                "1" if run.name == "run" else "2", "--quiet"],
 }
@@ -133,7 +147,7 @@ def test_whatif_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verb", ["detect", "plot", "synth"])
+@pytest.mark.parametrize("verb", ["detect", "plot", "score", "figures", "import", "synth"])
 def test_a_verb_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_path, verb):
     seen = _kill_at_each_rename(runs, tmp_path, verb)
     assert seen
