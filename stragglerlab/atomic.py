@@ -187,8 +187,11 @@ def _only_ours(target: Path, owns: Iterable[str]) -> bool:
     try:
         if not owns or target.stat().st_uid != os.geteuid():
             return False  # a swap would make the folder this user's
+        here, real = Path.cwd().resolve(), target.resolve()
     except OSError:
         return False
+    if here == real or real in here.parents:
+        return False  # `--out .`: a swap would leave this process in the old, removed folder
     owned = {p for pattern in owns for p in target.glob(pattern)}
     folders = {target / d for pattern in owns for d in Path(pattern).parents if str(d) != "."}
     for path in target.rglob("*"):

@@ -255,3 +255,20 @@ def test_a_folder_of_the_verbs_own_is_replaced_whole_and_another_is_merged(tmp_p
         write(other, "2")
         assert other.stat().st_ino == inode and (other / foreign).exists()  # merged
         assert (other / "a").read_text() == "2"
+
+
+def test_the_working_folder_is_merged_into_not_swapped(tmp_path, monkeypatch):
+    """`--out .`: a swap would leave the process (and a shell there) in the removed folder."""
+    from stragglerlab.atomic import staged_folder
+
+    out = tmp_path / "here"
+
+    def write(text: str) -> None:
+        with hold(out, "report"), staged_folder(out, owns=["a"]) as tmp:
+            (tmp / "a").write_text(text)
+
+    write("1")
+    monkeypatch.chdir(out)
+    inode = out.stat().st_ino
+    write("2")
+    assert out.stat().st_ino == inode and (out / "a").read_text() == "2"
