@@ -272,3 +272,20 @@ def test_the_working_folder_is_merged_into_not_swapped(tmp_path, monkeypatch):
     inode = out.stat().st_ino
     write("2")
     assert out.stat().st_ino == inode and (out / "a").read_text() == "2"
+
+
+@pytest.mark.parametrize("verb", ["synth", "import", "whatif", "report"])
+def test_a_killed_writers_lock_file_is_no_other_runs_record(base, tmp_path, capsys, verb,
+                                                            writers):
+    """A folder holding only a lock file left by a killed writer counts as empty: the
+    checks that refuse another job's folder pass it, and the verb writes there."""
+    out = tmp_path / "out"
+    writers(out, "import").kill()
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+    argv = [*_argvs(base, out)[verb], "--quiet"]
+    if verb == "import":
+        from tests.unit.general_fixtures import ddp_job
+
+        argv[3] = str(ddp_job(tmp_path / "traces", slow={3: 2.0}, steps=(5, 6, 7)))
+    assert main(argv) == 0, capsys.readouterr().err
+    assert LOCK_NAME not in {p.name for p in out.iterdir()}
