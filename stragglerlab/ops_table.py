@@ -43,16 +43,20 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
     """The op table at `path`, checked; InputError naming the first broken rule, with
     `again` (how to write it anew) as the fix."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stragglerlab.trace_io import frame_from_columns
 
     where = str(path)
 
     def fail(what: str) -> None:
         raise InputError(f"the op table {what}; {again}", where)
 
-    try:
-        ops = pd.read_parquet(path)
+    try:  # the columns alone: another writer's pandas metadata is not trusted
+        ops = frame_from_columns(pq.read_table(path, use_pandas_metadata=False))
     except (OSError, ValueError, pa.ArrowException) as e:
-        fail(f"cannot be read ({type(e).__name__}: {str(e)[:160]})")
+        fail(f"cannot be read ({type(e).__name__}: {str(e)[:160]}; the file or its metadata, "
+             "e.g. the arrow schema stored in it, is damaged)")
     missing = [c for c in OP_COLUMNS if c not in ops.columns]
     if missing:
         fail(f"lacks column(s) {', '.join(missing[:6])}")

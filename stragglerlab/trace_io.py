@@ -19,6 +19,7 @@ artifact's traces need the YAML meta beside them (`meta_path`).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,24 @@ MAX_TRACE_ROWS = 200_000_000
 MAX_TRACE_COLUMNS = 1_000
 """Most columns (schema columns plus extras) read_trace loads."""
 _INT_COLUMNS = frozenset(c.name for c in TRACE_COLUMNS if c.kind == "int")
+PANDAS_INDEX_COLUMN = re.compile(r"__index_level_\d+__")
+"""Name pyarrow gives a stored unnamed pandas index: known by its name alone, so a frame
+written with its index reads as the frame without trusting the file's pandas metadata."""
+
+
+def frame_from_columns(table: pa.Table, **to_pandas: object) -> pd.DataFrame:
+    """The frame of `table`'s columns alone (`to_pandas`: more of pyarrow's options).
+
+    The b'pandas' metadata another writer stored (index columns, dtypes, column
+    names) is dropped, not only ignored: pyarrow parses it even when told to ignore it,
+    and a damaged one (`index_columns` a number, invalid JSON, columns of the wrong
+    types) raised from inside the conversion or hid a real column as an index. A stored
+    unnamed index (PANDAS_INDEX_COLUMN) is dropped; a named one stays a column."""
+    keep = [i for i, n in enumerate(table.schema.names) if not PANDAS_INDEX_COLUMN.fullmatch(n)]
+    if len(keep) < table.num_columns:
+        table = table.select(keep)
+    table = table.replace_schema_metadata(None)
+    return table.to_pandas(ignore_metadata=True, **to_pandas)
 
 
 def _open(path: str) -> pq.ParquetFile:
@@ -68,7 +87,8 @@ def _open(path: str) -> pq.ParquetFile:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise InputError(
-            f"not a readable parquet file ({_short(e)}); pass a trace .parquet written by "
+            f"not a readable parquet file ({_short(e)}; its footer or its metadata, e.g. the "
+            "arrow schema stored in it, is damaged); pass a trace .parquet written by "
             "stragglerlab or the OSDI'25 artifact",
             path,
         ) from None
@@ -163,8 +183,7 @@ def read_trace(
             "split the trace (e.g. fewer steps) or drop extra columns",
             path,
         )
-    index_cols = _pandas_index_columns(pf)
-    columns = [n for n in pf.schema_arrow.names if n not in index_cols]
+    columns = [n for n in pf.schema_arrow.names if not PANDAS_INDEX_COLUMN.fullmatch(n)]
     try:
         table = pf.read(columns=columns, use_threads=True)
     except (pa.ArrowException, OSError, ValueError) as e:
@@ -174,12 +193,9 @@ def read_trace(
             path,
         ) from None
     table = _arrow_types(table, path)
-    # ignore_metadata: stored pandas dtypes/index are not trusted; validation judges values.
+    # Stored pandas dtypes/index are not trusted; validation judges values.
     # self_destruct frees each arrow column once converted: halves the peak on big traces.
-    # Dropped, not only ignored: pyarrow still parses the pandas metadata's JSON (a garbled
-    # one raised from inside to_pandas).
-    table = table.replace_schema_metadata(None)
-    df = table.to_pandas(ignore_metadata=True, split_blocks=True, self_destruct=True)
+    df = frame_from_columns(table, split_blocks=True, self_destruct=True)
     del table
     try:
         validate_trace(df, meta, path)
@@ -238,17 +254,6 @@ def _arrow_types(table: pa.Table, path: str) -> pa.Table:
             raise InputError(f"column {field.name!r} holds {t} values, not op type names; "
                              "write the op type as text", path)
     return table
-
-
-def _pandas_index_columns(pf: pq.ParquetFile) -> set[str]:
-    raw = (pf.schema_arrow.metadata or {}).get(b"pandas")
-    if raw is None:
-        return set()
-    try:
-        cols = json.loads(raw).get("index_columns", [])
-    except (ValueError, AttributeError, RecursionError):
-        return set()
-    return {c for c in cols if isinstance(c, str)}
 
 
 def write_trace(df: pd.DataFrame, meta: JobMeta, path: str | Path) -> None:

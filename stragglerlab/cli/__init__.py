@@ -18,6 +18,10 @@ Every verb follows one convention:
 * `--help` shows every default and at least one example.
 * Bad input prints one clear message (`stragglerlab VERB: error: ...`) on
   stderr and exits 2.
+* A writing verb holds the lock of the folder it writes (stragglerlab/folder_lock.py,
+  the monitor's too) from the check of its --out to its end: a second writer of the
+  same folder is refused at once, exit 2, naming the first's verb and pid (it does not
+  wait: a what-if that waited would then replace the one just written).
 
     stragglerlab --version
     stragglerlab list scenarios
@@ -30,6 +34,7 @@ Ray or matplotlib, and `--help` imports none of the analysis.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -83,21 +88,25 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
+GIVEN_FLAGS = "_stragglerlab_given_flags"
+"""Attribute of the namespace being filled that holds the `store` actions given so far:
+the given-twice check's state lives in the one parse it belongs to (never on the parser
+or an action, which a program may use for any number of parses), and the parser removes
+it before handing the namespace back."""
+
+
 class _StoreOnce(argparse.Action):
     """argparse's `store`, refusing a flag given twice: `--out a ... --out b` would keep
     `b` silently, and a second value is a typo or a pasted command more often than intent.
     Repeatable flags say so with `action="append"`."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._given_in: set[int] = set()
-
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         if option_string is not None:
-            if id(namespace) in self._given_in:
+            given = namespace.__dict__.setdefault(GIVEN_FLAGS, set())
+            if self in given:
                 parser.error(f"{'/'.join(self.option_strings)} is given twice (the second is "
                              f"{values!r}); give it once")
-            self._given_in.add(id(namespace))
+            given.add(self)
         setattr(namespace, self.dest, values)
 
 
@@ -108,6 +117,13 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, without the given-twice check's record in the namespace returned
+        (a sub-verb's namespace is copied into its caller's, so each level removes it)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.__dict__.pop(GIVEN_FLAGS, None)
+        return namespace, extras
 
 
 def docstring_examples(doc: str | None) -> str:
@@ -127,7 +143,7 @@ def docstring_examples(doc: str | None) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per verb, each with `--quiet`, the
     defaults-showing HelpFormatter and an `examples:` epilog."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
     )
@@ -171,8 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
     install_sigterm_handler()
+    from stragglerlab.folder_lock import release_at_end
+
     try:
-        return _verb(args.verb).run(args) or 0
+        with release_at_end():  # the folder lock a writing verb takes ends with its run
+            return _verb(args.verb).run(args) or 0
     except InputError as e:
         try:
             print(f"stragglerlab {args.verb}: error: {e}", file=sys.stderr)
@@ -194,21 +213,82 @@ def main(argv: list[str] | None = None) -> int:
         # stdout is fine, so stderr broke, mid-way through the work: it did not finish.
         return 1
     except OSError as e:
-        import errno
-
-        if e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+        if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            # A folder that turned read-only (or lost its permissions) after the checks.
+            where = f"{e.filename}: " if e.filename else ""
+            try:
+                print(f"stragglerlab {args.verb}: error: {where}{e.strerror}; a read-only "
+                      "input is fine, but --out must name a folder you can write",
+                      file=sys.stderr)
+            except OSError:
+                pass
+            return EXIT_BAD_INPUT
+        if e.errno not in DISK_ERRNOS:
             raise
-        # A full disk or a dead device: under stdout (`> file`) or a file of ours alike.
-        import os
+        return _disk_failed(args.verb, e)
+    except Exception as e:
+        disk = disk_error(e)
+        if disk is None:
+            raise
+        # A library failing in its own way once the disk was full (matplotlib's PDF
+        # writer raises AttributeError from its clean-up): the full disk is the cause.
+        return _disk_failed(args.verb, disk)
 
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT)
+"""A full disk, a dead device, a quota reached."""
+
+
+def disk_error(e: BaseException) -> OSError | None:
+    """The full-disk OSError that `e` was raised from or while handling, if any."""
+    seen = 0
+    while e is not None and seen < 32:  # a bounded walk: chains can loop
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+def _disk_failed(verb: str, e: OSError) -> int:
+    """One error line for a write that a full disk (or a dead device) refused, naming the
+    file or the folder being written and the room left there; exit 2. Under stdout
+    (`> file`) or a file of ours alike."""
+    import os
+    import shutil
+
+    from stragglerlab.folder_lock import taken
+
+    try:  # what stdout still buffers would fail again at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        where = f" to {e.filename}" if e.filename else ""
+    except (OSError, ValueError):
+        pass  # not a file (a caller's StringIO): nothing to fail at exit
+    folders = taken()
+    where = e.filename or (folders[-1] if folders else None)
+    room = ""
+    if where is not None:
         try:
-            print(f"stragglerlab {args.verb}: error: a write{where} failed ({e.strerror}); "
-                  "free space or write the output elsewhere", file=sys.stderr)
+            probe = where if os.path.isdir(where) else os.path.dirname(where) or "."
+            free = shutil.disk_usage(probe).free
+            room = f"; {_size(free)} free there, less than the output needs"
         except OSError:
             pass
-        return EXIT_BAD_INPUT
+    target = f" to {where}" if where else ""
+    try:
+        print(f"stragglerlab {verb}: error: a write{target} failed ({e.strerror}){room}: free "
+              "space or write the output elsewhere", file=sys.stderr)
+    except OSError:
+        pass
+    return EXIT_BAD_INPUT
+
+
+def _size(n: int) -> str:
+    """`n` bytes in the largest unit that keeps a number >= 1 (KiB, MiB, ...)."""
+    value, unit = float(n), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{n} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
 
 
 def _escape_unencodable_output() -> None:

@@ -9,6 +9,7 @@ starts, the default `--out` of a `--run` verb, and the `examples:` epilog of --h
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -20,12 +21,15 @@ MAX_PATH_CHARS = 4096
 """Longest --out accepted (Linux PATH_MAX)."""
 
 
-def out_folder(path: str | None, flag: str = "--out") -> Path:
+def out_folder(path: str | None, flag: str = "--out", *, default_of: str | Path | None = None
+               ) -> Path:
     """`path` as an output folder that exists or can be created and written.
 
     Refuses an empty name, an existing file, a path below a file, an over-long
     name and a folder that cannot be written, each with one message saying what
-    to pass instead.
+    to pass instead. `default_of`: the `--run` folder when `--out` was left out and
+    `path` is its default inside that run; a run folder that cannot be written (a shared
+    dataset mounted read-only) then gets a message saying to pass --out elsewhere.
     """
     if path is None or not str(path).strip():
         raise InputError(f"{flag} is empty: give the output folder, e.g. {flag} results/job1")
@@ -48,14 +52,37 @@ def out_folder(path: str | None, flag: str = "--out") -> Path:
     if not probe.is_dir():
         raise InputError(f"{flag} {out}: {probe} is a file, so no folder can be made below it")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"{flag} {out}: {probe} is not writable; choose a folder you can write")
+        raise _not_writable(out, probe, flag, default_of, _why_not_writable(probe))
     try:  # os.access says yes on /proc or /sys as root: only making something there tells
         os.rmdir(tempfile.mkdtemp(prefix=".stragglerlab-probe.", dir=probe))
     except OSError as e:
+        if e.errno in (errno.EROFS, errno.EACCES):
+            raise _not_writable(out, probe, flag, default_of, e.strerror) from None
         raise InputError(f"{flag} {out}: nothing can be written in {probe} ({e.strerror}; a "
                          "pseudo-filesystem such as /proc or /sys?); choose a folder on a "
                          "disk") from None
     return out
+
+
+def _why_not_writable(folder: Path) -> str:
+    """Why `folder` refuses writes, in words: a read-only file system or permissions."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "a read-only file system"
+    except OSError:
+        pass
+    return "no write permission"
+
+
+def _not_writable(out: Path, probe: Path, flag: str, default_of: str | Path | None,
+                  why: str) -> InputError:
+    """The one message for an output folder that cannot be written."""
+    if default_of is not None:
+        return InputError(f"{flag} {out} (its default, inside --run {default_of}): {probe} "
+                          f"is not writable ({why}); the run folder is only read, so pass "
+                          f"{flag} DIR to write the results elsewhere")
+    return InputError(f"{flag} {out}: {probe} is not writable ({why}); choose a folder you "
+                      "can write")
 
 
 RUN_RECORDS = ("trace.parquet", "meta.yaml", "faults.json", "run.json", "trace-parts",
@@ -149,10 +176,11 @@ def inputs_not_overwritten(inputs: Iterable[tuple[str, str | Path | None]], out:
                                  "the input out of it)")
 
 
-def out_file(path: str | None, name: str, flag: str = "--out") -> Path:
+def out_file(path: str | None, name: str, flag: str = "--out", *,
+             default_of: str | Path | None = None) -> Path:
     """The fixed file `name` inside the output folder `path` (checked as `out_folder`),
     refused when something that is not a file already takes the name."""
-    target = out_folder(path, flag) / name
+    target = out_folder(path, flag, default_of=default_of) / name
     if target.exists() and not target.is_file():
         raise InputError(f"{flag} {path}: {target} exists and is not a file (a folder?), so "
                          f"{name} cannot be written there; remove it or choose another folder")
@@ -191,6 +219,12 @@ def run_out(out: str | None, run: str | None, verb: str) -> str | None:
     if out is not None:
         return out
     return str(Path(run) / verb) if run else out
+
+
+def defaulted_run(out: str | None, run: str | None) -> str | None:
+    """The `--run` folder whose default `--out` is used (`--out` left out), else None: what
+    out_folder's `default_of` takes."""
+    return run if out is None and run else None
 
 
 def examples(*commands: str) -> str:

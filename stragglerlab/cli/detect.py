@@ -16,6 +16,7 @@ import argparse
 import time
 
 from stragglerlab.cli.common import (
+    defaulted_run,
     examples,
     inputs_not_overwritten,
     not_another_record,
@@ -24,6 +25,7 @@ from stragglerlab.cli.common import (
     run_out,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -76,7 +78,9 @@ def findings_name(detector: str, online: bool) -> str:
 
 def run(args) -> int:
     """Detect and write the findings."""
-    out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online))
+    out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online),
+                   default_of=defaulted_run(args.out, args.run))
+    lock_folder(out.parent, "detect")  # one writer of the folder at a time
     # e.g. --detector whatif --out RUN/whatif would write over the what-if it reads.
     floor = None if args.noise_floor in ("default", "none") else args.noise_floor
     inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],

@@ -29,6 +29,7 @@ import argparse
 import sys
 import traceback
 
+from stragglerlab.cli import disk_error
 from stragglerlab.cli.common import (
     RUN_INPUTS,
     examples,
@@ -38,6 +39,7 @@ from stragglerlab.cli.common import (
 )
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -91,6 +93,7 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = list(dict.fromkeys(find_module(n).NAME for n in args.only))  # each once
     out = out_folder(args.out)
+    lock_folder(out, "figures")  # one writer of the folder at a time
     distinct_runs(args.runs)  # one error here, as score and report give for the same list
     inputs_not_overwritten(
         run_inputs(args.runs, (*RUN_INPUTS, "gc/*.jsonl", "cpu/*.jsonl"))
@@ -115,6 +118,8 @@ def run(args) -> int:
                 except InputError:
                     raise
                 except Exception as e:  # one broken figure must not cost the others
+                    if disk_error(e) is not None:
+                        raise  # a full disk costs them all: the CLI's one error
                     failed.append(name)
                     lines.append(f"[{i}/{len(names)}] {name}: FAILED: {type(e).__name__}: {e}")
                     progress.error(traceback.format_exc().rstrip())

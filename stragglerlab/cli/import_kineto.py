@@ -42,6 +42,7 @@ from stragglerlab.cli.common import (
     out_folder,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
@@ -119,6 +120,7 @@ def run(args) -> int:
     from stragglerlab.importers.layout import Layout
 
     out = out_folder(args.out)
+    lock_folder(out, "import")  # one writer of the folder at a time
     # `--layout ""` is a mistake to report, not the flag left out
     layout = Layout.parse(args.layout) if args.layout is not None else None
     files = find_traces(args.traces)
@@ -164,7 +166,7 @@ def _vocabulary(args, files, layout, out, progress, parsed):
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
     not_another_run(out, VOCABULARY_WRITES, _import_wrote, "import")
-    with staged_folder(out) as tmp:  # all three files or none
+    with staged_folder(out, owns=VOCABULARY_WRITES) as tmp:  # all three files or none
         write_trace(res.df, res.meta, tmp / "trace.parquet")
         res.meta.dump(tmp / "meta.yaml")
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **res.report,
@@ -215,7 +217,7 @@ def _general(args, events, layout, out, progress) -> int:
                          "own job')") from None
     notes = res.notes + wi.notes
     not_another_run(out, GENERAL_WRITES, _import_wrote, "import")
-    with staged_folder(out) as tmp:
+    with staged_folder(out, owns=GENERAL_WRITES) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,
                                                 "ops_schema": OPS_SCHEMA, "notes": notes})

@@ -28,6 +28,7 @@ from stragglerlab.cli.common import (
 )
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
 
@@ -56,6 +57,7 @@ def run(args) -> int:
     from stragglerlab.run_folder import RunFolder
 
     path = out_file(args.out, NOISE_FLOOR_YAML)  # checked before any work starts
+    lock_folder(path.parent, "noise-floor")  # one writer of the folder at a time
     distinct_runs(args.runs)  # a run twice would be counted twice in the floor's n_runs
     inputs_not_overwritten(run_inputs(args.runs), path.parent, [path.name])
 

@@ -26,6 +26,7 @@ import argparse
 from pathlib import Path
 
 from stragglerlab.cli.common import (
+    defaulted_run,
     examples,
     inputs_not_overwritten,
     out_folder,
@@ -33,6 +34,7 @@ from stragglerlab.cli.common import (
     run_out,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 from stragglerlab.run_folder import PLOT_DIR
 
 OUTPUTS = tuple(f"{name}.{ext}" for name in ("heatmap", "step-slowdown")
@@ -90,7 +92,8 @@ def run(args) -> int:
     out_arg = run_out(args.out, args.run, PLOT_DIR)
     if not out_arg:
         raise InputError("plot --trace / --whatif needs --out DIR (the output folder)")
-    out = out_folder(out_arg)
+    out = out_folder(out_arg, default_of=defaulted_run(args.out, args.run))
+    lock_folder(out, "plot")  # one writer of the folder at a time
     # e.g. --whatif DIR/heatmap.json --out DIR: the picture's numbers would replace it.
     inputs_not_overwritten(
         [("--whatif", args.whatif), ("--trace", args.trace), ("--meta", args.meta)]

@@ -22,6 +22,7 @@ from stragglerlab.cli.common import (
     run_inputs,
 )
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 OUTPUTS = ("report.md", "report.html")
 """The files the verb writes into --out."""
@@ -50,10 +51,12 @@ def run(args) -> int:
     from stragglerlab.figures.report import write_report
 
     out = out_folder(args.out)
+    lock_folder(out, "report")  # one writer of the folder at a time
     distinct_runs(args.runs)  # provenance would count a run twice ("3 run folders")
     inputs_not_overwritten(run_inputs([args.figures], ["*.json", "*.png"], "--figures")
                            + [("--scores", args.scores)] + run_inputs(args.runs), out, OUTPUTS)
-    with staged_folder(out) as tmp:  # both files or neither; links are relative to a sibling
+    # Both files or neither; links are relative to a sibling.
+    with staged_folder(out, owns=OUTPUTS) as tmp:
         md, page = write_report(Path(args.figures), args.scores, args.runs, tmp)
     md, page = out / md.name, out / page.name
     print(f"report: {md}\nreport: {page}")  # the result: stdout, --quiet or not

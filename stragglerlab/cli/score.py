@@ -35,6 +35,7 @@ from stragglerlab.cli.common import (
 )
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import distinct_runs
+from stragglerlab.folder_lock import lock_folder
 
 SCORES_NAME = "scores.json"
 """The file `score` writes inside its --out folder."""
@@ -219,6 +220,7 @@ def run(args) -> int:
     from stragglerlab.figures.scores import SCORES_SCHEMA
 
     out = out_file(args.out, SCORES_NAME)
+    lock_folder(out.parent, "score")  # one writer of the folder at a time
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:
         if name not in detector_names():

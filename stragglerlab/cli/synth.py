@@ -21,6 +21,7 @@ import argparse
 
 from stragglerlab.cli.common import examples, not_another_run, out_folder
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 from stragglerlab.trace_checks import MAX_OPS_PER_STEP
 
 MAX_WORKERS = 65_536
@@ -158,13 +159,14 @@ def run(args) -> int:
         raise InputError(f"--seed must be an integer from 0 to 2**63 - 1, got {args.seed}")
     _one_slow_per_worker(args.slow, args.steps)
     out = not_another_run(out_folder(args.out), WRITES, _synth_wrote, "synth")
+    lock_folder(out, "synth")  # one writer of the folder at a time
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
                           n_steps=args.steps, seed=args.seed, jitter=args.jitter,
                           slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)
     from stragglerlab.atomic import staged_folder
 
     try:
-        with staged_folder(out) as tmp:  # all three files or none
+        with staged_folder(out, owns=WRITES) as tmp:  # all three files or none
             faults = write_run(cfg, tmp)
     except ValueError as e:
         raise InputError(str(e)) from None

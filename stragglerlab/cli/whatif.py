@@ -22,6 +22,7 @@ from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
+    defaulted_run,
     examples,
     inputs_not_overwritten,
     not_another_record,
@@ -29,6 +30,7 @@ from stragglerlab.cli.common import (
     run_out,
 )
 from stragglerlab.errors import InputError
+from stragglerlab.folder_lock import lock_folder
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
@@ -83,6 +85,7 @@ def run(args) -> int:
     from stragglerlab.run_folder import RunFolder
     from stragglerlab.trace_io import read_trace
 
+    defaulted = None  # the --run folder whose default --out is used
     if args.run is not None:
         if not args.run.strip():
             raise InputError("--run is empty; name a run folder (trace.parquet and meta.yaml)")
@@ -96,6 +99,7 @@ def run(args) -> int:
         args.trace = str(run_dir / "trace.parquet")
         if args.meta is None and RunFolder(path=run_dir).has_meta:  # a dangling link: refused
             args.meta = str(run_dir / "meta.yaml")  # else the meta written into the parquet
+        defaulted = defaulted_run(args.out, args.run)
         args.out = run_out(args.out, args.run, "whatif")
     elif args.trace is not None and not args.trace.strip():
         raise InputError("--trace is empty; name the trace's .parquet file")
@@ -104,7 +108,8 @@ def run(args) -> int:
     if args.meta is not None and not args.meta.strip():
         raise InputError("--meta is empty; name the job meta YAML, or leave --meta out to "
                          "use the one written into the trace")
-    out = out_folder(args.out)
+    out = out_folder(args.out, default_of=defaulted)
+    lock_folder(out, "whatif")  # one writer of the folder at a time
     # Before the work: an input named like an output (ow/whatif.json) would be replaced.
     inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
     not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
@@ -179,7 +184,8 @@ def _general(args, run_dir: Path) -> int:
         raw = report.get("notes")
         notes = [n for n in raw if isinstance(n, str)] if isinstance(raw, list) else []
     notes = list(dict.fromkeys(notes + wi.notes))
-    out = out_folder(args.out) if args.out else run_dir
+    out = out_folder(args.out or str(run_dir), default_of=None if args.out else run_dir)
+    lock_folder(out, "whatif")
     inputs_not_overwritten([("--run", run_dir / OPS_PARQUET),
                             ("--run", run_dir / "import.json")], out, ["whatif.json"])
     not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")

@@ -331,29 +331,14 @@ class Monitor:
                              "it); the history written so far went with it", str(self.cfg.run))
 
     def _lock(self):
-        """monitor/monitor.lock, held while this monitor runs: a second monitor on the same
-        run would write the same history twice; it is refused (InputError)."""
-        import fcntl
-        import os
+        """monitor/monitor.lock, held while this monitor runs (stragglerlab.folder_lock, the
+        verbs' one lock): a second monitor on the same run would write the same history
+        twice; it is refused (InputError). Returns what `close()` releases."""
+        from contextlib import ExitStack
 
-        try:
-            self.cfg.monitor_dir.mkdir(exist_ok=True)
-            f = open(self.cfg.monitor_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until end
-        except OSError as e:  # monitor/ a file, monitor.lock a folder, no write permission
-            raise InputError(f"cannot hold the monitor's lock file in {self.cfg.monitor_dir} "
-                             f"({e.strerror}); the monitor keeps its history in a `monitor/` "
-                             "folder of the run: move away what is in its place",
-                             str(self.cfg.run)) from None
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            f.close()
-            raise InputError(f"another monitor (pid {holder}) is watching this run; stop it "
-                             "first, or open its page", str(self.cfg.run)) from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        return f
+        from stragglerlab.folder_lock import hold
+
+        held = ExitStack()
+        held.enter_context(hold(self.cfg.monitor_dir, "monitor", name=LOCK_FILE,
+                                hint="stop it first, or open its page"))
+        return held
