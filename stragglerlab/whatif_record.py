@@ -244,6 +244,16 @@ def _check_fields(chk, doc: dict, where: str = "", versioned: bool = True) -> No
                      f"{float(doc['simulation_discrepancy']) - 1.0}: the file's parts disagree")
         for i, r in enumerate(chk.listing(v.get("reasons", []), where + "validity.reasons")):
             chk.string(r, f"{where}validity.reasons[{i}]")
+    if has("regime_change") and doc["regime_change"] is not None:
+        rc = chk.mapping(doc["regime_change"], where + "regime_change")
+        chk.integer(rc.get("step"), where + "regime_change.step", 0)
+        for key in ("before_s", "after_s", "ratio"):
+            chk.number(rc.get(key), f"{where}regime_change.{key}", minimum=0.0)
+        for k, v in chk.mapping(rc.get("kinds", {}), where + "regime_change.kinds").items():
+            chk.number(v, f"{where}regime_change.kinds.{k}", minimum=0.0)
+        for k, v in chk.mapping(rc.get("every_rank", {}),
+                                where + "regime_change.every_rank").items():
+            chk.boolean(v, f"{where}regime_change.every_rank.{k}")
     if has("n_ops"):
         chk.integer(doc["n_ops"], where + "n_ops", 0)
     steps = [chk.integer(s, f"{where}steps[{i}]", minimum=0)
