@@ -22,7 +22,7 @@ Or train the runs first (engine scenarios with `run: {profiler: kineto}`):
         --config benchmarks/two-path-scenarios.yaml --runs-dir /tmp/diff-runs --json out.json
 
 Outputs of the imports go to RUN/two-path/{vocab,general} (for a bare trace folder:
---work, default a temporary folder).
+--work, default a temporary folder); --reuse keeps those already there.
 """
 
 from __future__ import annotations
@@ -52,15 +52,17 @@ def _verdict(valid: bool, straggling: bool) -> str:
     return "straggling" if straggling else "not straggling"
 
 
-def vocabulary(traces: Path, out: Path) -> dict:
-    imp = _cli("import", "kineto", "--op-model", "vocabulary", "--traces", str(traces),
-               "--out", str(out), "--quiet")
-    if imp.returncode:
-        return {"error": imp.stderr.strip()[-500:]}
-    wi = _cli("whatif", "--run", str(out), "--quiet")
+def vocabulary(traces: Path, out: Path, reuse: bool = False) -> dict:
     path = out / "whatif" / "whatif.json"
-    if not path.exists():
-        return {"error": wi.stderr.strip()[-500:]}
+    if not (reuse and path.exists()):
+        path.unlink(missing_ok=True)
+        imp = _cli("import", "kineto", "--op-model", "vocabulary", "--traces", str(traces),
+                   "--out", str(out), "--quiet")
+        if imp.returncode:
+            return {"error": imp.stderr.strip()[-500:]}
+        wi = _cli("whatif", "--run", str(out), "--quiet")
+        if not path.exists():
+            return {"error": wi.stderr.strip()[-500:]}
     j = json.loads(path.read_text())
     kept = json.loads((out / "import.json").read_text()).get("kept_ranks", {})
     trace = pd.read_parquet(out / "trace.parquet", columns=["rank", "dp_rank", "stage"])
@@ -79,12 +81,14 @@ def vocabulary(traces: Path, out: Path) -> dict:
             "verdict": _verdict(bool(v["valid"]), bool(j["straggling"]))}
 
 
-def general(traces: Path, out: Path) -> dict:
-    imp = _cli("import", "kineto", "--op-model", "general", "--traces", str(traces),
-               "--out", str(out), "--quiet")
+def general(traces: Path, out: Path, reuse: bool = False) -> dict:
     path = out / "whatif.json"
-    if not path.exists():
-        return {"error": imp.stderr.strip()[-500:]}
+    if not (reuse and path.exists()):
+        path.unlink(missing_ok=True)
+        imp = _cli("import", "kineto", "--op-model", "general", "--traces", str(traces),
+                   "--out", str(out), "--quiet")
+        if not path.exists():
+            return {"error": imp.stderr.strip()[-500:]}
     j = json.loads(path.read_text())
     meta = json.loads((out / "import.json").read_text())
     ws = {int(r): s for r, s in j["worker_score"].items()}
@@ -100,7 +104,7 @@ def general(traces: Path, out: Path) -> dict:
             "implausible_groups": meta.get("implausible_groups_unmatched")}
 
 
-def compare(run: Path, work: Path | None = None) -> dict:
+def compare(run: Path, work: Path | None = None, reuse: bool = False) -> dict:
     traces = run / "kineto" if (run / "kineto").is_dir() else run
     if work is None:
         work = run / "two-path" if traces != run else Path(tempfile.mkdtemp(prefix="two-path-"))
@@ -112,7 +116,8 @@ def compare(run: Path, work: Path | None = None) -> dict:
         row["faults"] = [f["kind"] for f in scen["faults"]]
     except (OSError, KeyError):
         pass
-    voc, gen = vocabulary(traces, work / "vocab"), general(traces, work / "general")
+    voc = vocabulary(traces, work / "vocab", reuse)
+    gen = general(traces, work / "general", reuse)
     row["vocabulary"], row["general"] = voc, gen
     if "error" in voc or "error" in gen:
         return row
@@ -172,11 +177,13 @@ def main() -> int:
     ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/two-path-runs"))
     ap.add_argument("--work", type=Path, help="import outputs for a bare trace folder")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the imports' outputs already in the work folders")
     args = ap.parse_args()
     runs = list(args.runs) + train(args.train, args.config, args.runs_dir)
     if not runs:
         ap.error("no runs: give run folders or --train")
-    rows = [compare(r, args.work / r.name if args.work else None) for r in runs]
+    rows = [compare(r, args.work / r.name if args.work else None, args.reuse) for r in runs]
     summ = summary(rows)
     print(table(rows))
     print(f"\n{summ['compared']} of {summ['runs']} runs compared: {summ['within_2pct']} within "
