@@ -75,7 +75,7 @@ def vocabulary(traces: Path, out: Path, reuse: bool = False) -> dict:
     return {"S": j["slowdown"], "discrepancy": v["discrepancy"],
             "top_workers": [to_rank[(w["dp_rank"], w["stage"])] for w in j["top_workers"]],
             "top_workers_coords": [[w["dp_rank"], w["stage"]] for w in j["top_workers"]],
-            "max_score_rank": to_rank[(int(dp), int(stage))],
+            "max_score_rank": to_rank[(int(dp), int(stage))], "max_score": float(ws.max()),
             "valid": bool(v["valid"]), "reasons": v["reasons"],
             "straggling": bool(j["straggling"]),
             "verdict": _verdict(bool(v["valid"]), bool(j["straggling"]))}
@@ -95,7 +95,7 @@ def general(traces: Path, out: Path, reuse: bool = False) -> dict:
     v = j["validity"]
     return {"S": j["S"], "discrepancy": v["discrepancy"],
             "top_workers": [int(r) for r in j["top_workers"]],
-            "max_score_rank": max(ws, key=ws.get),
+            "max_score_rank": max(ws, key=ws.get), "max_score": max(ws.values()),
             "valid": bool(v["valid"]), "reasons": v["reasons"],
             "straggling": bool(j["straggling"]),
             "verdict": _verdict(bool(v["valid"]), bool(j["straggling"])),
@@ -111,7 +111,7 @@ def compare(run: Path, work: Path | None = None, reuse: bool = False) -> dict:
     row: dict = {"run": str(run)}
     try:
         scen = json.loads((run / "run.json").read_text())["scenario"]
-        row["scenario"] = scen["name"]
+        row["scenario"] = f"{scen['name']} seed {scen['run']['seed']}"
         row["layout"] = f"dp{scen['parallel']['dp']}-pp{scen['parallel']['pp']}"
         row["faults"] = [f["kind"] for f in scen["faults"]]
     except (OSError, KeyError):
@@ -137,9 +137,14 @@ def summary(rows: list[dict]) -> dict:
             "max_abs_rel_diff": max((abs(r["S_rel_diff"]) for r in ok), default=None)}
 
 
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) or "-"
+
+
 def table(rows: list[dict]) -> str:
-    head = ("| run | S vocab | S general | diff | top vocab | top general | gate vocab "
-            "| gate general | general: matched / local comm ops |")
+    head = ("| run | S vocab | S general | diff | top ranks vocab (max score) | top ranks "
+            "general (max score) | gate vocab | gate general | general: matched / local "
+            "comm ops |")
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         v, g = r["vocabulary"], r["general"]
@@ -150,7 +155,9 @@ def table(rows: list[dict]) -> str:
             continue
         lines.append(
             f"| {name} | {v['S']:.4f} | {g['S']:.4f} | {100 * r['S_rel_diff']:+.2f} % | "
-            f"{v['top_workers']} | {g['top_workers']} | {v['verdict']} | {g['verdict']} | "
+            f"{_ranks(v['top_workers'])} ({v['max_score']:.3f}) | "
+            f"{_ranks(g['top_workers'])} ({g['max_score']:.3f}) | {v['verdict']} | "
+            f"{g['verdict']} | "
             f"{g['matched_ops']} / {g['local_ops']} |")
     return "\n".join(lines)
 
