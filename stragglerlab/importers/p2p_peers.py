@@ -13,6 +13,12 @@ lists the groups each rank belongs to, so each op has a few candidate global pee
    left: that is the peer;
 3. none or still several: unknown (-1), and the op stays local.
 
+A send/recv that names no peer at all (no `Src`/`Dst Rank` in its args and no
+`c10d::send` / `c10d::recv_` launch with its scalar args: a trace profiled
+without record_shapes, or trimmed to its `gloo:*` / `user_annotation` ranges)
+stays local too, with a note that says so: on a pipeline that is every P2P op,
+and its waits are then taken as work.
+
 Without pg_config every rank is taken to be in the default group, where a group
 rank is the global rank.
 
@@ -40,7 +46,14 @@ def resolve_group_peers(c: pd.DataFrame, pg_configs: dict[int, list],
     """The `peer` column with each P2P op's global peer filled in from its `group_peer`
     where the module doc's rules settle it; other rows unchanged."""
     peer = c["peer"].copy()
-    todo = c["kind"].isin(OPPOSITE.keys()) & (c["peer"] < 0) & (c["group_peer"] >= 0)
+    p2p = c["kind"].isin(OPPOSITE.keys()) & (c["peer"] < 0)
+    nameless = int((p2p & (c["group_peer"] < 0)).sum())
+    if nameless:
+        notes.append(f"{nameless} send/recv op(s) name no peer: the trace holds no "
+                     "`c10d::send` / `c10d::recv_` launch with its arguments for them (profile "
+                     "with record_shapes=True; a trimmed trace must keep the `c10d::` ops) "
+                     "and no `Src`/`Dst Rank`: they are local ops")
+    todo = p2p & (c["group_peer"] >= 0)
     if not todo.any():
         return peer
     groups = {r: [g for g in rank_lists(cfg) if r in g] for r, cfg in pg_configs.items()}

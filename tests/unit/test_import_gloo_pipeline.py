@@ -67,6 +67,18 @@ def test_an_unsettled_peer_stays_local_and_is_noted():
     assert "1 send/recv op(s)" in notes[0]
 
 
+def test_a_p2p_op_that_names_no_peer_stays_local_and_says_why():
+    # A trace trimmed to its gloo:send / gloo:recv ranges (examples/kineto-dp2-pp2: 96 of
+    # 144 ops) keeps no c10d::send launch, so no group rank either: nothing to resolve.
+    c = _frame([(0, "send", -1), (2, "recv", -1), (0, "send", 2), (2, "recv", 0),
+                (0, "all_reduce", -1)])
+    notes: list[str] = []
+    peer = resolve_group_peers(c, {0: [], 2: []}, notes)
+    assert peer.tolist() == [-1, -1, 2, 0, -1]
+    assert len(notes) == 1 and notes[0].startswith("2 send/recv op(s) name no peer")
+    assert "record_shapes=True" in notes[0]
+
+
 def _pipeline_doc(rank: int, steps=(3, 4), all_reduce: bool = False) -> dict:
     """One rank of a 2-stage pipeline step as torch 2.13's gloo traces it with
     record_shapes: stage 0 sends an activation at 10 ms, stage 1 receives it; the

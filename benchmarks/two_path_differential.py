@@ -1,0 +1,205 @@
+"""The two analysis paths of `import kineto` side by side on the same traces.
+
+A trace annotated with our `record_function` ranges is read with the vocabulary op
+model (`--op-model vocabulary`, then `stragglerlab whatif --run`); `--op-model
+general` ignores the annotations and analyses only the communication ops and the
+compute between them. On one job both should tell the same story. For each run this
+imports its Kineto traces both ways (the CLI, as a user would) and reports, per path:
+the slowdown S, the top workers as global ranks (the vocabulary path's (dp_rank,
+stage) mapped through the imported trace's own rank column), the validity gate
+(`validity.valid` and its reasons) and the straggling verdict; per run, the relative
+difference S_general / S_vocab - 1 and the general import's matching (communication
+ops matched across ranks vs left local). The summary counts the runs within 2 % in S,
+with the same top worker and with the same gate outcome (same validity and verdict).
+
+Run folders (with `kineto/rank<r>.json.gz`) or bare folders of per-rank traces:
+
+    python benchmarks/two_path_differential.py RUN_DIR... [--json out.json] [--work DIR]
+
+Or train the runs first (engine scenarios with `run: {profiler: kineto}`):
+
+    python benchmarks/two_path_differential.py --train tp-clean-dp2-pp2:0 tp-slow-dp2-pp1:0 \
+        --config benchmarks/two-path-scenarios.yaml --runs-dir /tmp/diff-runs --json out.json
+
+Outputs of the imports go to RUN/two-path/{vocab,general} (for a bare trace folder:
+--work, default a temporary folder); --reuse keeps those already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+PY = sys.executable
+S_TOL = 0.02
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "stragglerlab", *args], capture_output=True, text=True,
+                          check=False)
+
+
+def _verdict(valid: bool, straggling: bool) -> str:
+    if not valid:
+        return "gated"
+    return "straggling" if straggling else "not straggling"
+
+
+def vocabulary(traces: Path, out: Path, reuse: bool = False) -> dict:
+    path = out / "whatif" / "whatif.json"
+    if not (reuse and path.exists()):
+        path.unlink(missing_ok=True)
+        imp = _cli("import", "kineto", "--op-model", "vocabulary", "--traces", str(traces),
+                   "--out", str(out), "--quiet")
+        if imp.returncode:
+            return {"error": imp.stderr.strip()[-500:]}
+        wi = _cli("whatif", "--run", str(out), "--quiet")
+        if not path.exists():
+            return {"error": wi.stderr.strip()[-500:]}
+    j = json.loads(path.read_text())
+    kept = json.loads((out / "import.json").read_text()).get("kept_ranks", {})
+    trace = pd.read_parquet(out / "trace.parquet", columns=["rank", "dp_rank", "stage"])
+    coords = trace.drop_duplicates()
+    to_rank = {(int(d), int(s)): int(kept.get(str(int(r)), int(r)))
+               for r, d, s in coords.itertuples(index=False)}
+    ws = np.asarray(j["worker_score"])  # [stage][dp_rank]
+    stage, dp = np.unravel_index(int(np.argmax(ws)), ws.shape)
+    v = j["validity"]
+    return {"S": j["slowdown"], "discrepancy": v["discrepancy"],
+            "top_workers": [to_rank[(w["dp_rank"], w["stage"])] for w in j["top_workers"]],
+            "top_workers_coords": [[w["dp_rank"], w["stage"]] for w in j["top_workers"]],
+            "max_score_rank": to_rank[(int(dp), int(stage))], "max_score": float(ws.max()),
+            "valid": bool(v["valid"]), "reasons": v["reasons"],
+            "straggling": bool(j["straggling"]),
+            "verdict": _verdict(bool(v["valid"]), bool(j["straggling"]))}
+
+
+def general(traces: Path, out: Path, reuse: bool = False) -> dict:
+    path = out / "whatif.json"
+    if not (reuse and path.exists()):
+        path.unlink(missing_ok=True)
+        imp = _cli("import", "kineto", "--op-model", "general", "--traces", str(traces),
+                   "--out", str(out), "--quiet")
+        if not path.exists():
+            return {"error": imp.stderr.strip()[-500:]}
+    j = json.loads(path.read_text())
+    meta = json.loads((out / "import.json").read_text())
+    ws = {int(r): s for r, s in j["worker_score"].items()}
+    v = j["validity"]
+    return {"S": j["S"], "discrepancy": v["discrepancy"],
+            "top_workers": [int(r) for r in j["top_workers"]],
+            "max_score_rank": max(ws, key=ws.get), "max_score": max(ws.values()),
+            "valid": bool(v["valid"]), "reasons": v["reasons"],
+            "straggling": bool(j["straggling"]),
+            "verdict": _verdict(bool(v["valid"]), bool(j["straggling"])),
+            "comm_ops": meta["ops"], "matched_ops": meta["matched_ops"],
+            "local_ops": meta["local_ops"], "released_groups": j.get("released_groups"),
+            "implausible_groups": meta.get("implausible_groups_unmatched")}
+
+
+def compare(run: Path, work: Path | None = None, reuse: bool = False) -> dict:
+    traces = run / "kineto" if (run / "kineto").is_dir() else run
+    if work is None:
+        work = run / "two-path" if traces != run else Path(tempfile.mkdtemp(prefix="two-path-"))
+    row: dict = {"run": str(run)}
+    try:
+        scen = json.loads((run / "run.json").read_text())["scenario"]
+        row["scenario"] = f"{scen['name']} seed {scen['run']['seed']}"
+        row["layout"] = f"dp{scen['parallel']['dp']}-pp{scen['parallel']['pp']}"
+        row["faults"] = [f["kind"] for f in scen["faults"]]
+    except (OSError, KeyError):
+        pass
+    voc = vocabulary(traces, work / "vocab", reuse)
+    gen = general(traces, work / "general", reuse)
+    row["vocabulary"], row["general"] = voc, gen
+    if "error" in voc or "error" in gen:
+        return row
+    row["S_rel_diff"] = gen["S"] / voc["S"] - 1
+    row["within_2pct"] = abs(row["S_rel_diff"]) <= S_TOL
+    row["same_top_worker"] = set(voc["top_workers"]) == set(gen["top_workers"])
+    row["same_gate"] = voc["valid"] == gen["valid"] and voc["verdict"] == gen["verdict"]
+    return row
+
+
+def summary(rows: list[dict]) -> dict:
+    ok = [r for r in rows if "S_rel_diff" in r]
+    return {"runs": len(rows), "compared": len(ok),
+            "within_2pct": sum(r["within_2pct"] for r in ok),
+            "same_top_worker": sum(r["same_top_worker"] for r in ok),
+            "same_gate": sum(r["same_gate"] for r in ok),
+            "max_abs_rel_diff": max((abs(r["S_rel_diff"]) for r in ok), default=None)}
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) or "-"
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| run | S vocab | S general | diff | top ranks vocab (max score) | top ranks "
+            "general (max score) | gate vocab | gate general | general: matched / local "
+            "comm ops |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        v, g = r["vocabulary"], r["general"]
+        name = r.get("scenario", r["run"])
+        if "S_rel_diff" not in r:
+            lines.append(f"| {name} | {v.get('S', v.get('error'))} | {g.get('S', g.get('error'))}"
+                         " | | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {v['S']:.4f} | {g['S']:.4f} | {100 * r['S_rel_diff']:+.2f} % | "
+            f"{_ranks(v['top_workers'])} ({v['max_score']:.3f}) | "
+            f"{_ranks(g['top_workers'])} ({g['max_score']:.3f}) | {v['verdict']} | "
+            f"{g['verdict']} | "
+            f"{g['matched_ops']} / {g['local_ops']} |")
+    return "\n".join(lines)
+
+
+def train(specs: list[str], config: Path, runs_dir: Path) -> list[Path]:
+    out = []
+    for spec in specs:
+        name, _, seed = spec.partition(":")
+        seed = seed or "0"
+        run = runs_dir / name / seed
+        if not (run / "kineto").is_dir():
+            subprocess.run([PY, "-m", "stragglerlab", "train", "--scenario", name, "--seed", seed,
+                            "--config", str(config), "--out", str(run), "--launcher", "local",
+                            "--allow-failed-run", "--quiet"], check=True)
+        out.append(run)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="*", type=Path, help="run folders or trace folders")
+    ap.add_argument("--train", nargs="+", default=[], metavar="SCENARIO[:SEED]")
+    ap.add_argument("--config", type=Path, default=Path("benchmarks/two-path-scenarios.yaml"))
+    ap.add_argument("--runs-dir", type=Path, default=Path("/tmp/two-path-runs"))
+    ap.add_argument("--work", type=Path, help="import outputs for a bare trace folder")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the imports' outputs already in the work folders")
+    args = ap.parse_args()
+    runs = list(args.runs) + train(args.train, args.config, args.runs_dir)
+    if not runs:
+        ap.error("no runs: give run folders or --train")
+    rows = [compare(r, args.work / r.name if args.work else None, args.reuse) for r in runs]
+    summ = summary(rows)
+    print(table(rows))
+    print(f"\n{summ['compared']} of {summ['runs']} runs compared: {summ['within_2pct']} within "
+          f"2 % in S, {summ['same_top_worker']} with the same top worker, {summ['same_gate']} "
+          f"with the same gate outcome; max |diff| {summ['max_abs_rel_diff']}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": rows, "summary": summ}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
