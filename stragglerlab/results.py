@@ -174,7 +174,8 @@ class WhatIfResult:
 
     def slowdown_by(self, table: dict) -> dict:
         """Turn a table of variant step times into mean slowdowns S_x."""
-        return {k: v.mean() / self.t_ideal for k, v in table.items()}
+        t = self.t_ideal  # once, not per entry: a table holds one entry per DP rank
+        return {k: v.mean() / t for k, v in table.items()}
 
     def step_slowdown(self) -> dict[str, float]:
         """Per-step S."""
@@ -182,9 +183,16 @@ class WhatIfResult:
                 zip(self.steps, self.step_time_nodelay.values, self.step_time_ideal.values)}
 
     def _per_step_table(self, table: dict) -> dict:
-        ideal = self.step_time_ideal.values
-        return {str(s): {str(k): float(v.values[i] / ideal[i]) for k, v in table.items()}
-                for i, s in enumerate(self.steps)}
+        """{step: {entry: its step time / the ideal step time}}. One array division for
+        the whole [entries x steps] table (a table holds one entry per DP rank): the
+        same quotients, in the same dtype, as dividing value by value."""
+        if not table:
+            return {str(s): {} for s in self.steps}
+        keys = [str(k) for k in table]
+        ratios = (np.array([np.asarray(v.values) for v in table.values()])
+                  / np.asarray(self.step_time_ideal.values))
+        return {str(s): dict(zip(keys, column))
+                for s, column in zip(self.steps, ratios.T.tolist())}
 
     def ideal_json(self) -> dict:
         """The metrics that depend on the compute ideal (one `compute_ideals` entry)."""

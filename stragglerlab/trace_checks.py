@@ -69,6 +69,17 @@ def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float
               "fix the tracer or drop these rows")
 
 
+def _codes(names) -> list[int]:
+    return [OPTYPE_VALUES.index(n) for n in names]
+
+
+def _of_kind(opt: np.ndarray, codes: list[int]) -> np.ndarray:
+    """Rows whose optype code is one of `codes`: a table lookup (np.isin would sort)."""
+    table = np.zeros(len(OPTYPE_VALUES), dtype=bool)
+    table[codes] = True
+    return table[opt]
+
+
 def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], np.ndarray],
                     opt: np.ndarray, cell: np.ndarray, step_idx: np.ndarray,
                     steps: np.ndarray, meta: JobMeta, path: str, rows: Rows) -> None:
@@ -88,7 +99,8 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     _range(path, rows, "mc", mc, -1, meta.vpp_size - 1, f"vpp_size={meta.vpp_size}")
     _range(path, rows, "gmc", ints("gmc"), -1, meta.vpp_size * meta.pp_size - 1,
            f"vpp_size*pp_size={meta.vpp_size * meta.pp_size}")
-    compute = np.isin(opt, [OPTYPE_VALUES.index(o.value) for o in COMPUTE_OPS])
+    compute_codes = _codes(o.value for o in COMPUTE_OPS)
+    compute = _of_kind(opt, compute_codes)
     if meta.vpp_size > 1 and compute.any() and int(mc[compute].max()) != meta.vpp_size - 1:
         raise InputError(
             f"the job meta says vpp_size={meta.vpp_size} but the compute ops use model chunks "
@@ -100,19 +112,22 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     _range(path, rows, "start_ts", start, -MAX_SPAN_S, MAX_START_S,
            "seconds on one clock for the whole job")
     _range(path, rows, "duration", dur, 0, MAX_SPAN_S, "seconds; one day at most")
-    _check_ops_present(opt, compute, cell, dur, meta, path)
-    if not (dur[compute] > 0).any():  # compute ops exist: _check_ops_present
+    nopt = len(OPTYPE_VALUES)
+    rows_of = np.bincount(opt, minlength=nopt)  # rows of each op type
+    timed_of = np.bincount(opt[dur > 0], minlength=nopt)  # of them, taking time
+    _check_ops_present(rows_of, compute, cell, dur, meta, path)
+    if not timed_of[compute_codes].any():  # compute ops exist: _check_ops_present
         raise InputError("every forward/backward-compute duration is 0: the trace records no "
                          "compute time, so there is nothing to analyse; re-trace with the "
                          "op durations", path)
     for op in COMPUTE_OPS:  # one kind untimed would be idealized and attributed as free
-        mine = opt == OPTYPE_VALUES.index(op.value)
-        if mine.any() and not (dur[mine] > 0).any():
+        code = OPTYPE_VALUES.index(op.value)
+        if rows_of[code] and not timed_of[code]:
             raise InputError(f"every {op.value} duration is 0 while other compute ops take "
                              "time: that op kind was not timed; re-trace with its durations",
                              path)
 
-    nopt, ncell, nsteps = len(OPTYPE_VALUES), meta.dp_size * meta.pp_size, len(steps)
+    ncell, nsteps = meta.dp_size * meta.pp_size, len(steps)
     per_cell = np.bincount(step_idx.astype(np.int64) * ncell + cell, minlength=nsteps * ncell)
     if per_cell.max() > MAX_OPS_PER_STEP:
         at = int(np.argmax(per_cell))
@@ -153,36 +168,42 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"start_ts goes back as seq_id grows within a worker's optype in one step in "
             f"{rows(back, 'start_ts')}; ops of one type run in seq_id order: fix the clock "
             "or the seq_id of these rows", path)
-    # Each step's rows are contiguous in slot order: its span by reduceat, no scatter.
-    step_start = offset[::npair]
-    lo = np.minimum.reduceat(st, step_start)
-    hi = np.maximum.reduceat(st + dur[row_at], step_start)
-    span = hi - lo
+    # Each (step, worker)'s rows are contiguous in slot order (groups are numbered
+    # step-major, then worker-major): its first start and last end by reduceat, no
+    # scatter; a step's are those of its workers.
+    pairs_of_cell = used.reshape(ncell, nopt).sum(axis=1)  # >= 1: every step has every worker
+    cell_first = np.cumsum(pairs_of_cell) - pairs_of_cell
+    cell_start = offset[(np.arange(nsteps)[:, None] * npair + cell_first[None, :]).ravel()]
+    en = st + dur[row_at]  # each slot's end
+    cell_lo = np.minimum.reduceat(st, cell_start).reshape(nsteps, ncell)
+    cell_hi = np.maximum.reduceat(en, cell_start).reshape(nsteps, ncell)
+    span = cell_hi.max(axis=1) - cell_lo.min(axis=1)
     if (span > MAX_SPAN_S).any():
         s = int(np.argmax(span))
         raise InputError(
             f"step {int(steps[s])} spans {span[s]:.3g} s from its first start to its last "
             f"end, over the {MAX_SPAN_S:.0f} s limit: a clock jumped or a duration is wrong; "
             "fix start_ts/duration or drop the step", path)
-    span = _check_one_clock(start, dur, cell, step_idx, steps, meta, path)
+    span = _check_one_clock(cell_lo, cell_hi, steps, meta, path)
     if meta.pp_size > 1 and meta.vpp_size == 1:
         send, recv = _p2p_slots(used, count[:npair], offset, npair, nsteps, meta)
-        _check_p2p_order(row_at[send], row_at[recv], start, dur, span, cell, step_idx, steps,
-                         meta, path)
+        _check_p2p_order(send, recv, st, en, row_at, span, cell, step_idx, steps, meta, path)
 
 
-def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
+def _check_ops_present(rows_of: np.ndarray, compute: np.ndarray, cell: np.ndarray,
                        dur: np.ndarray, meta: JobMeta, path: str) -> None:
     """The ops the method needs: compute on every worker (it idealizes compute: with none,
     every other op would be read as the cost), timed on every worker, and with PP > 1 the
-    P2P between stages (without them each stage runs on its own)."""
+    P2P between stages (without them each stage runs on its own). `rows_of`: the trace's
+    row count of each op type (OPTYPE_VALUES order)."""
     if not compute.any():
         raise InputError("the trace holds no forward/backward-compute op: the what-if "
                          "idealizes compute, so there is nothing to analyse; trace the "
                          "training step's compute ops", path)
     ncell = meta.dp_size * meta.pp_size
-    timed = np.bincount(cell[compute], weights=dur[compute], minlength=ncell)
-    has = np.bincount(cell[compute], minlength=ncell) > 0
+    compute_cell = cell[compute]
+    timed = np.bincount(compute_cell, weights=dur[compute], minlength=ncell)
+    has = np.bincount(compute_cell, minlength=ncell) > 0
     untimed = np.flatnonzero(has & (timed <= 0))
     if untimed.size and untimed.size < has.sum():  # all of them: the message below says so
         who = ", ".join(f"(dp_rank {c // meta.pp_size}, stage {c % meta.pp_size})"
@@ -190,31 +211,23 @@ def _check_ops_present(opt: np.ndarray, compute: np.ndarray, cell: np.ndarray,
         raise InputError(f"every compute duration of worker(s) {who} is 0 while the others' "
                          "take time: those workers' compute was not timed; re-trace them",
                          path)
-    if meta.pp_size > 1 and not np.isin(opt, [OPTYPE_VALUES.index(o.value)
-                                              for o in P2P_OPS]).any():
+    if meta.pp_size > 1 and not rows_of[_codes(o.value for o in P2P_OPS)].any():
         raise InputError(f"the job meta says pp_size={meta.pp_size} but the trace holds no "
                          "P2P send/recv between stages: without them each stage would be "
                          "simulated alone; trace the pipeline's send/recv ops, or set pp_size "
                          "to what the trace holds", path)
 
 
-def _check_one_clock(start: np.ndarray, dur: np.ndarray, cell: np.ndarray,
-                     step_idx: np.ndarray, steps: np.ndarray, meta: JobMeta,
+def _check_one_clock(lo: np.ndarray, hi: np.ndarray, steps: np.ndarray, meta: JobMeta,
                      path: str) -> float:
     """Every worker's span of a step overlaps every other's; returns the median worker
-    step span, s. A synchronous step couples
+    step span, s. `lo`, `hi`: [step, worker] first start and last end (workers numbered
+    dp_rank * pp_size + stage). A synchronous step couples
     all of them (its DP collectives, its P2P chain), so in one job-wide clock some moment
     lies inside every worker's span; a worker that starts a step after another finished
     it has a clock of its own (an offset rank, corrupted start_ts), and the what-if would
     time the job by it. Measured: the common overlap is at least 31 % of the median
     worker step span on the artifact's samples, the differential traces and dev runs."""
-    ncell = meta.dp_size * meta.pp_size
-    key = step_idx.astype(np.int64) * ncell + cell
-    lo = np.full(len(steps) * ncell, np.inf)
-    hi = np.full(len(steps) * ncell, -np.inf)
-    np.minimum.at(lo, key, start)
-    np.maximum.at(hi, key, start + dur)
-    lo, hi = lo.reshape(len(steps), ncell), hi.reshape(len(steps), ncell)
     gap = lo.max(axis=1) - hi.min(axis=1)  # > 0: a worker began after another had ended
     tolerance = CLOCK_TOLERANCE * float(np.median(hi - lo))
     if (gap > tolerance).any():
@@ -258,31 +271,34 @@ def _p2p_slots(used: np.ndarray, per_step: np.ndarray, offset: np.ndarray, npair
     return np.concatenate(sends), np.concatenate(recvs)
 
 
-def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, dur: np.ndarray,
-                     span: float, cell: np.ndarray, step_idx: np.ndarray, steps: np.ndarray,
-                     meta: JobMeta, path: str) -> None:
+def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     row_at: np.ndarray, span: float, cell: np.ndarray, step_idx: np.ndarray,
+                     steps: np.ndarray, meta: JobMeta, path: str) -> None:
     """No recv ends before its send starts, beyond CLOCK_TOLERANCE of the median worker
     step span: on one clock the data cannot arrive before it is sent. A rank whose clock
     is off by less than a step keeps its spans overlapping (`_check_one_clock`) but
     reverses some pairs, and the what-if would read the shift as waiting. Measured
     (recv end - send start): at least +0.2 ms on every pair of the artifact's two samples
     and of 165 traces with a pipeline, from the differential traces and testbed runs.
-    `send`, `recv`: the rows of each pair."""
+    `send`, `recv`: the slots of each pair; `start`, `end`: every slot's start and end;
+    `row_at`: each slot's row."""
     # A recv of no measurable length (a tracer that records the posting only, durations
     # too small to move the clock) says nothing about when its data came.
-    timed = start[recv] + dur[recv] > start[recv]
-    send, recv = send[timed], recv[timed]
+    recv_end = end[recv]
+    timed = recv_end > start[recv]
+    send, recv, recv_end = send[timed], recv[timed], recv_end[timed]
     if not len(send):
         return
-    early = (start[send] - (start[recv] + dur[recv]))  # > 0: the recv ended first
+    early = start[send] - recv_end  # > 0: the recv ended first
     i = int(np.argmax(early))
     if early[i] <= CLOCK_TOLERANCE * span:
         return
     pp = meta.pp_size
-    s_cell, r_cell = int(cell[send[i]]), int(cell[recv[i]])
+    send_row, recv_row = int(row_at[send[i]]), int(row_at[recv[i]])
+    s_cell, r_cell = int(cell[send_row]), int(cell[recv_row])
     n = int((early > CLOCK_TOLERANCE * span).sum())
     raise InputError(
-        f"in step {int(steps[step_idx[send[i]]])} a P2P recv on worker (dp_rank "
+        f"in step {int(steps[step_idx[send_row]])} a P2P recv on worker (dp_rank "
         f"{r_cell // pp}, stage {r_cell % pp}) ends {early[i]:.6g} s before its send on "
         f"worker (dp_rank {s_cell // pp}, stage {s_cell % pp}) starts ({n} pair(s) like "
         "it): data cannot arrive before it is sent, so these workers' start_ts are not on "
@@ -303,7 +319,7 @@ def _check_pipeline_ends(opt: np.ndarray, stage: np.ndarray, meta: JobMeta, path
     for where, s, names in (("the first stage (0)", 0, _NOT_ON_FIRST),
                             (f"the last stage ({meta.pp_size - 1})", meta.pp_size - 1,
                              _NOT_ON_LAST)):
-        bad = (stage == s) & np.isin(opt, [OPTYPE_VALUES.index(n) for n in names])
+        bad = (stage == s) & _of_kind(opt, _codes(names))
         if bad.any():
             raise InputError(
                 f"{' / '.join(names)} ops on {where} in {rows(bad, 'optype')}: a pipeline's "

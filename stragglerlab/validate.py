@@ -259,7 +259,8 @@ def _check_clock_resolution(df: pd.DataFrame, path: str) -> None:
     start = df["start_ts"]
     if not (isinstance(start.dtype, np.dtype) and start.dtype == np.float32) or not len(df):
         return
-    top = float(np.nanmax(np.abs(start.to_numpy())))
+    values = start.to_numpy()
+    top = max(float(np.nanmax(values)), -float(np.nanmin(values)))  # max |start|, no |.| copy
     step = float(np.spacing(np.float32(top)))
     if step > COARSEST_CLOCK_S:
         raise InputError(

@@ -76,7 +76,6 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Analyse, write every output, print the summary."""
-    from stragglerlab.analysis.timeline import write_perfetto
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
     from stragglerlab.atomic import staged_folder
@@ -127,12 +126,15 @@ def run(args) -> int:
     for r in (result, *result.variants.values()):
         r.force = args.force
     name = meta.trial_name or Path(args.trace).stem
+    doc = result.to_json()  # built once: whatif.json and the summary read the same document
     with staged_folder(out, owns=OUTPUTS) as tmp:  # every output or none; stale ones removed
-        atomic_write_json(tmp / "whatif.json", result.to_json())
+        atomic_write_json(tmp / "whatif.json", doc)
         atomic_write_json(tmp / "artifact-format" / "result.json", result_json(result))
         atomic_write_json(tmp / "artifact-format" / "mw.json", fix_json(result.m_w, "Mw"))
         atomic_write_json(tmp / "artifact-format" / "ms.json", fix_json(result.m_s, "Ms"))
         if args.timelines:
+            from stragglerlab.analysis.timeline import write_perfetto  # opt-in: imported here
+
             # One file: the traced job and the simulated ideal beside it (a copy of the ideal
             # step at the start of each traced step), P2P flow arrows, S per step as a
             # counter. ideal-timeline.json.gz, the ideal alone, stays as in the artifact.
@@ -145,7 +147,7 @@ def run(args) -> int:
                            title=f"{name} (simulated ideal)", max_events=MAX_TIMELINE_EVENTS,
                            pp_size=meta.pp_size)
     progress("wrote whatif.json, artifact-format/" + (", timelines" if args.timelines else ""))
-    print(summary(result, out))  # the result: stdout, --quiet or not
+    print(summary(result, out, doc))  # the result: stdout, --quiet or not
     return 0
 
 
@@ -224,11 +226,13 @@ def _outside_unit(result) -> list[str]:
     return out
 
 
-def summary(result, out: Path) -> str:
-    """A short human summary of the what-if result."""
+def summary(result, out: Path, doc: dict | None = None) -> str:
+    """A short human summary of the what-if result. `doc` is its `to_json()` document
+    when the caller has built it already (at DP 1,024 building it costs as much as the
+    summary's whole rest)."""
     from stragglerlab.cli.common import verdict_words
 
-    j = result.to_json()
+    j = result.to_json() if doc is None else doc
     validity = result.validity
     lines = [
         f"what-if: {result.job_meta.trial_name or 'job'} "

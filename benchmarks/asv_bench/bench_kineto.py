@@ -1,0 +1,36 @@
+"""`stragglerlab import kineto` of synthetic torch.profiler traces shaped like a DDP
+job's (benchmarks/kineto_synth.py): 8 ranks of about 10 MB of JSON each, 6 steps, a
+reduced size of production files that runs in seconds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .bench_detect import _cli
+from .inputs import REPO
+
+
+class KinetoImport:
+    timeout = 600
+    number = 1
+    repeat = (1, 3, 60.0)
+
+    def setup_cache(self):
+        traces = Path("kineto-8x10mb").resolve()
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "kineto_synth.py"),
+                        "--ranks", "8", "--mb", "10", "--steps", "6", "--out", str(traces)],
+                       check=True, stdout=subprocess.DEVNULL)
+        return str(traces)
+
+    def time_import_kineto(self, traces):
+        with tempfile.TemporaryDirectory() as tmp:
+            _cli("import", "kineto", "--traces", traces, "--out", str(Path(tmp) / "run"),
+                 "--quiet")
+
+    def peakmem_import_kineto(self, traces):
+        with tempfile.TemporaryDirectory() as tmp:
+            _cli("import", "kineto", "--traces", traces, "--out", str(Path(tmp) / "run"),
+                 "--quiet")

@@ -1,0 +1,50 @@
+"""The what-if at DP 256, 1,024 and 4,096: time and peak memory.
+
+One benchmark is the work of `stragglerlab whatif` after its imports: read and
+validate the trace, run the analysis (every compute ideal), build whatif.json's
+document and encode it. Interpreter start-up and imports are the same for every
+size; `benchmarks/compare.sh` times whole processes, imports included.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .inputs import trace_at_dp
+
+SIZES = [256, 1024, 4096]
+
+
+class WhatIf:
+    params = SIZES
+    param_names = ["dp"]
+    timeout = 900  # DP 4,096 (13.9 M ops) takes tens of seconds a run on a 2-core machine
+    number = 1
+    repeat = (1, 5, 60.0)
+    rounds = 1
+
+    def setup_cache(self):
+        return {dp: trace_at_dp(dp, Path(f"dp{dp}")) for dp in SIZES}
+
+    def _run(self, inputs, dp):
+        from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
+        from stragglerlab.atomic import dumps_json
+        from stragglerlab.trace_io import read_trace
+
+        trace, meta = inputs[dp]
+        df, job = read_trace(trace, meta)
+        wr = run_whatif(df, job, where=trace, compute_ideal=ComputeIdeal.MEAN,
+                        other_ideals=list(ComputeIdeal))
+        return dumps_json(wr.result.to_json())
+
+    def time_whatif(self, inputs, dp):
+        self._run(inputs, dp)
+
+    def peakmem_whatif(self, inputs, dp):
+        self._run(inputs, dp)
+
+    def time_read_trace(self, inputs, dp):
+        """Reading and validating the trace alone (about a third of the what-if)."""
+        from stragglerlab.trace_io import read_trace
+
+        read_trace(*inputs[dp])
