@@ -80,7 +80,8 @@ def run(args) -> int:
     """Detect and write the findings."""
     out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online),
                    default_of=defaulted_run(args.out, args.run))
-    lock_folder(out.parent, "detect")  # one writer of the folder at a time
+    # one writer of the findings file at a time: the workflow runs detectors side by side
+    lock_folder(out.parent, "detect", name=f".{out.name}.lock")
     # e.g. --detector whatif --out RUN/whatif would write over the what-if it reads.
     floor = None if args.noise_floor in ("default", "none") else args.noise_floor
     inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],

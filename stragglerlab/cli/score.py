@@ -220,7 +220,8 @@ def run(args) -> int:
     from stragglerlab.figures.scores import SCORES_SCHEMA
 
     out = out_file(args.out, SCORES_NAME)
-    lock_folder(out.parent, "score")  # one writer of the folder at a time
+    # one writer of the scores file at a time: other scores may share the folder
+    lock_folder(out.parent, "score", name=f".{out.name}.lock")
     names = detector_names() if "all" in args.detector else list(dict.fromkeys(args.detector))
     for name in names:
         if name not in detector_names():

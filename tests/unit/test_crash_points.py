@@ -69,9 +69,12 @@ def runs(tmp_path_factory):
 
 def outputs(folder: Path) -> dict[str, bytes]:
     """The verb's files in `folder`: not its lock file, nor a killed write's temporary
-    file (a dot file the next run removes), and a PDF without its creation time."""
-    return {str(p.relative_to(folder)): re.sub(rb"/CreationDate \(D:[^)]*\)", b"",
-                                               p.read_bytes())
+    file (a dot file the next run removes), a PDF without its creation time, and an
+    import.json without the reader's peak memory (a measurement of the run)."""
+    def text(p: Path) -> bytes:
+        b = re.sub(rb"/CreationDate \(D:[^)]*\)", b"", p.read_bytes())
+        return re.sub(rb'"reader_peak_rss_mb": [-+.0-9eE]+', b"", b)
+    return {str(p.relative_to(folder)): text(p)
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")}
 
 

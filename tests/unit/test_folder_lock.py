@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 from stragglerlab.folder_lock import hold
-with hold(sys.argv[1], sys.argv[2]):
+with hold(sys.argv[1], sys.argv[2], **({"name": sys.argv[3]} if len(sys.argv) > 3 else {})):
     print("held", flush=True)
     time.sleep(600)
 """
@@ -31,8 +31,9 @@ with hold(sys.argv[1], sys.argv[2]):
 class Writer:
     """A process holding `folder`'s lock as `verb`, stopped by its pid."""
 
-    def __init__(self, folder: Path, verb: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), verb],
+    def __init__(self, folder: Path, verb: str, name: str | None = None) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), verb,
+                                      *([name] if name else [])],
                                      stdout=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert self.proc.stdout.readline().strip() == "held"
@@ -47,8 +48,8 @@ class Writer:
 def writers():
     started: list[Writer] = []
 
-    def start(folder: Path, verb: str) -> Writer:
-        started.append(Writer(folder, verb))
+    def start(folder: Path, verb: str, name: str | None = None) -> Writer:
+        started.append(Writer(folder, verb, name))
         return started[-1]
 
     yield start
@@ -106,11 +107,29 @@ def test_every_writing_verb_is_refused_while_another_writes_its_folder(base, tmp
     out = tmp_path / "shared-out"
     holder = writers(out, "detect")
     for verb, argv in _argvs(base, out).items():
+        if verb in FILE_WRITERS:
+            continue
         assert main([*argv, "--quiet"]) == 2, verb
         err = capsys.readouterr().err
         assert err.startswith(f"stragglerlab {verb}: error: another detect (`stragglerlab "
                               f"detect`, pid {holder.proc.pid}) is writing {out} now"), err
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+FILE_WRITERS = ("detect", "score")
+"""Verbs that write one file into a folder others share (the workflow runs detectors side by
+side into one detect/ folder): they lock that file, not the folder."""
+
+
+def test_two_detectors_write_one_folder_side_by_side_one_file_once(base, tmp_path, capsys,
+                                                                    writers):
+    out = tmp_path / "detect"
+    holder = writers(out, "detect", ".whatif.json.lock")  # a whatif detect writing
+    argv = ["detect", "--run", str(base.run), "--out", str(out), "--quiet"]
+    assert main([*argv, "--detector", "rank-score"]) == 0  # another file of the folder
+    capsys.readouterr()
+    assert main([*argv, "--detector", "whatif"]) == 2  # the same file
+    assert f"pid {holder.proc.pid}" in capsys.readouterr().err
 
 
 def test_a_lock_left_by_a_killed_writer_blocks_nobody(base, tmp_path, capsys, writers):
