@@ -93,7 +93,12 @@ def run(args) -> int:
         # Resolve early so a typo is one clear error before any work is done.
         names = list(dict.fromkeys(find_module(n).NAME for n in args.only))  # each once
     out = out_folder(args.out)
-    lock_folder(out, "figures")  # one writer of the folder at a time
+    # One writer of the folder at a time, for a run of every figure. The workflow builds
+    # named figures side by side into one folder (--only NAME each, each its own files), so
+    # those take no folder lock: its holder clears what killed writers left, which would
+    # be a concurrent writer's staging.
+    if not args.only:
+        lock_folder(out, "figures")
     distinct_runs(args.runs)  # one error here, as score and report give for the same list
     inputs_not_overwritten(
         run_inputs(args.runs, (*RUN_INPUTS, "gc/*.jsonl", "cpu/*.jsonl"))

@@ -150,7 +150,9 @@ def test_whatif_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verb", ["detect", "plot", "score", "figures", "import", "synth"])
+@pytest.mark.parametrize("verb", ["detect", "plot", "score", "import", "synth"])
+# Not `figures --only`: the workflow runs named figures side by side into one folder, so
+# they hold no folder lock, and no one clears a killed writer's staging there.
 def test_a_verb_killed_at_each_rename_leaves_old_or_new_and_reruns(runs, tmp_path, verb):
     seen = _kill_at_each_rename(runs, tmp_path, verb)
     assert seen

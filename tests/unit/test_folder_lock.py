@@ -116,9 +116,9 @@ def test_every_writing_verb_is_refused_while_another_writes_its_folder(base, tmp
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
 
 
-FILE_WRITERS = ("detect", "score")
-"""Verbs that write one file into a folder others share (the workflow runs detectors side by
-side into one detect/ folder): they lock that file, not the folder."""
+FILE_WRITERS = ("detect", "score", "figures")
+"""Verbs that write their own files into a folder others share (the workflow runs detectors and
+named figures side by side into one folder): they do not lock the folder."""
 
 
 def test_two_detectors_write_one_folder_side_by_side_one_file_once(base, tmp_path, capsys,
