@@ -131,6 +131,12 @@ def _key(folder: str | Path) -> str:
     return os.path.realpath(folder)
 
 
+def writing(folder: str | Path) -> None:
+    """Record `folder` as one this process writes without its lock (a verb whose writers may
+    share the folder), so a message about a failed write names it as `taken` does."""
+    _TAKEN.append(_key(folder))
+
+
 def taken() -> list[str]:
     """The folders whose lock this process took, or tried to take (real paths, in order),
     since the last `release_at_end` scope began, released or not: what a message about a

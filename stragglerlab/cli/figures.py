@@ -39,7 +39,7 @@ from stragglerlab.cli.common import (
 )
 from stragglerlab.errors import InputError
 from stragglerlab.filecheck import distinct_runs
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.folder_lock import lock_folder, writing
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -99,6 +99,8 @@ def run(args) -> int:
     # be a concurrent writer's staging.
     if not args.only:
         lock_folder(out, "figures")
+    else:
+        writing(out)
     distinct_runs(args.runs)  # one error here, as score and report give for the same list
     inputs_not_overwritten(
         run_inputs(args.runs, (*RUN_INPUTS, "gc/*.jsonl", "cpu/*.jsonl"))
