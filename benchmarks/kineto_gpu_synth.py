@@ -106,6 +106,23 @@ def _x(name, ts, dur, cat, tid, pid=1, **args) -> dict:
             "dur": round(dur, 3), "args": args}
 
 
+def _kernels(ev: list, n: int, name: str, h: float, free: float, host_us: float,
+             kernel_us: float, corr: int) -> tuple[float, float, int]:
+    """n compute kernels, each launched after host_us of host work and started at the later
+    of its launch returning and the stream's previous kernel; (host time, stream free time,
+    last correlation id) after them."""
+    for _ in range(n):
+        h += host_us
+        corr += 1
+        ev.append(_x("cudaLaunchKernel", h, LAUNCH_US, "cuda_runtime", 1, correlation=corr))
+        h += LAUNCH_US
+        k0 = max(h, free)
+        free = k0 + kernel_us
+        ev.append(_x(name, k0, kernel_us, "kernel", COMPUTE_STREAM, pid=0,
+                     stream=COMPUTE_STREAM, correlation=corr))
+    return h, free, corr
+
+
 def plan(case: Case, world: int, steps: int) -> dict:
     """Per rank and step, the times every event of the job (µs), and the analytic step times
     of the method: {"events": {rank: [...]}, "T": ..., "T_ideal": ...}."""
@@ -116,28 +133,19 @@ def plan(case: Case, world: int, steps: int) -> dict:
     for i in range(steps):
         enter = {r: t_step - case.entry_skew_us.get(r, 0.0) for r in range(world)}
         nccl_start, host_after = {}, {}
-        gpu_free = {}
         for r in range(world):
             hs, ds = case.slow_host.get(r, 1.0), case.slow_device.get(r, 1.0)
             h, free = enter[r], enter[r]
             ev = events[r]
-            for _ in range(N_FWD):
-                h += case.host_us * hs
-                corr[r] += 1
-                ev.append(_x("cudaLaunchKernel", h, LAUNCH_US, "cuda_runtime", 1,
-                             correlation=corr[r]))
-                h += LAUNCH_US
-                k0 = max(h, free)
-                free = k0 + case.kernel_us * ds
-                ev.append(_x("void gemm_kernel<float>()", k0, case.kernel_us * ds, "kernel",
-                             COMPUTE_STREAM, pid=0, stream=COMPUTE_STREAM, correlation=corr[r]))
+            h, free, corr[r] = _kernels(ev, N_FWD, "void gemm_kernel<float>()", h, free,
+                                        case.host_us * hs, case.kernel_us * ds, corr[r])
             h += case.host_us * hs
             corr[r] += 1
             ev.append(_x("cudaLaunchKernel", h, LAUNCH_US, "cuda_runtime", 1,
                          correlation=corr[r]))
             h += LAUNCH_US
             nccl_start[r] = max(h, free)
-            host_after[r], gpu_free[r] = h, free
+            host_after[r] = h
         nccl_end = max(nccl_start.values()) + _ar(case, i)
         step_end = {}
         for r in range(world):
@@ -157,16 +165,8 @@ def plan(case: Case, world: int, steps: int) -> dict:
             corr[r] += 1
             h += 2.0
             free = nccl_end
-            for _ in range(N_TAIL):
-                h += case.host_us * hs
-                corr[r] += 1
-                ev.append(_x("cudaLaunchKernel", h, LAUNCH_US, "cuda_runtime", 1,
-                             correlation=corr[r]))
-                h += LAUNCH_US
-                k0 = max(h, free)
-                free = k0 + case.kernel_us * ds
-                ev.append(_x("void add_kernel<float>()", k0, case.kernel_us * ds, "kernel",
-                             COMPUTE_STREAM, pid=0, stream=COMPUTE_STREAM, correlation=corr[r]))
+            h, free, corr[r] = _kernels(ev, N_TAIL, "void add_kernel<float>()", h, free,
+                                        case.host_us * hs, case.kernel_us * ds, corr[r])
             corr[r] += 1
             done = max(h, free) + SYNC_US
             ev.append(_x("cudaDeviceSynchronize", h, done - h, "cuda_runtime", 1,
