@@ -118,6 +118,9 @@ def clean_steps(steps: np.ndarray, faults: list[FaultRecord], first_traced: int)
 
 
 def run_step_times(run_dir: Path | RunFolder) -> pd.Series:
-    """Traced step time per step of a run folder's trace, s."""
+    """Traced step time per step of a run folder's trace (an unannotated import's: of its
+    spans, stragglerlab.step_view), s."""
     folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path=Path(run_dir))
+    if folder.is_general_import:
+        return step_times(folder.step_view()[["step", "start_ts", "duration"]])
     return step_times(folder.trace()[["step", "start_ts", "duration"]])

@@ -19,9 +19,12 @@ communication kind. Findings follow from that result and the method alone:
   none alone does).
 
     findings = general_findings(json.load(open("out/whatif.json")))
+    findings = import_findings("out")   # the same, read and checked from the folder
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.op_model import COMPUTE
@@ -31,6 +34,18 @@ MIN_RANK_SHARE = 0.5
 """A rank is named when leaving it alone original recovers at least this share of the job's
 excess slowdown (S_rank - 1 >= share x (S - 1)): with one straggler S_rank ~ S, a rank that
 only waited for it reads ~1."""
+
+
+def import_findings(folder: str | Path) -> list[Finding]:
+    """The findings of the import at `folder`, from its whatif.json (one clear error for a
+    damaged or missing file)."""
+    from stragglerlab.filecheck import load_json
+    from stragglerlab.general_record import GeneralRecord
+
+    path = Path(folder) / "whatif.json"
+    GeneralRecord.read(path)  # checked: one clear error for a damaged file
+    return general_findings(load_json(path, "whatif.json",
+                                      f"`stragglerlab whatif --run {folder}`"))
 
 
 def general_findings(doc: dict) -> list[Finding]:

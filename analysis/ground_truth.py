@@ -215,7 +215,8 @@ def load_truths(run_dirs: list[str | Path]) -> list[RunTruth]:
         faults = folder.faults
         # run.json is optional: traces from elsewhere (e.g. workloads.synthetic) have none.
         record = folder.record if folder.has_record else RunRecord(outcome="ok")
-        times = run_step_times(folder) if folder.has_trace else pd.Series()
+        times = (run_step_times(folder) if folder.has_trace or folder.is_general_import
+                 else pd.Series())
         _faults_inside(faults, times, record, folder)
         raw.append((folder, faults, record, times))
 

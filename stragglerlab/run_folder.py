@@ -266,8 +266,37 @@ class RunFolder:
         return self._trace_and_meta()[0]
 
     @property
+    def is_general_import(self) -> bool:
+        """An unannotated import (`import kineto`'s general op model): ops.parquet, no
+        trace.parquet."""
+        from stragglerlab.general_record import is_general_import
+
+        return is_general_import(self.path)
+
+    def ops(self) -> pd.DataFrame:
+        """An unannotated import's op table, checked (stragglerlab.ops_table.read_ops)."""
+        from stragglerlab.general_record import OPS_PARQUET
+        from stragglerlab.ops_table import read_ops
+
+        return self._cached("ops", lambda: read_ops(
+            self.path / OPS_PARQUET, again="import the traces again with `stragglerlab "
+            f"import kineto --traces ... --out {self.path}`"))
+
+    def step_view(self) -> pd.DataFrame:
+        """An unannotated import's per-rank compute and communication spans per step
+        (stragglerlab.step_view): what the detectors that need no op names read."""
+        from stragglerlab.step_view import step_view
+
+        return self._cached("step_view", lambda: step_view(self.ops()))
+
+    @property
     def meta(self) -> JobMeta:
-        """Job meta: meta.yaml, else the meta embedded in trace.parquet."""
+        """Job meta: meta.yaml, else the meta embedded in trace.parquet, else (an unannotated
+        import) the layout of its op table (stragglerlab.step_view.layout_of)."""
+        if not self.has_meta and not self.has_trace and self.is_general_import:
+            from stragglerlab.step_view import layout_of
+
+            return self._cached("meta", lambda: layout_of(self.ops()))
         if self.has_meta or not self.has_trace:
             return self._cached("meta", lambda: read_meta(self.meta_path))
         return self._trace_and_meta()[1]

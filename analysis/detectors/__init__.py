@@ -6,9 +6,10 @@ from stragglerlab.analysis.detectors.base import (
            RankRef,
            RootCause,
            Run,
+           TraceNeed,
            load_run,
 )
 from stragglerlab.analysis.detectors.registry import detector_names, get_detector
 
-__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run",
+__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "TraceNeed", "load_run",
            "detector_names", "get_detector"]

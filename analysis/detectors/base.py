@@ -19,6 +19,7 @@ Pure: no torch, no ray.
 from __future__ import annotations
 
 import abc
+import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -32,7 +33,22 @@ from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.meta import JobMeta
 from stragglerlab.run_folder import RunFolder
 
-__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "load_run", "named_cells"]
+__all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "TraceNeed", "load_run",
+           "named_cells"]
+
+
+class TraceNeed(str, enum.Enum):
+    """What a detector needs of a run's trace."""
+
+    STEP_TIMES = "step-times"
+    """Steps, ranks, whether a span is compute or communication, and times: any trace,
+    an unannotated import's included (its spans: stragglerlab.step_view)."""
+    WHATIF = "what-if"
+    """The run's what-if: the testbed's whatif/whatif.json and trace, or an unannotated
+    import's whatif.json (whose findings then come from the what-if alone)."""
+    OP_VOCABULARY = "op-vocabulary"
+    """Ops named by the Megatron op vocabulary (`forward-compute`, `grads-reduce-scatter`,
+    ...), compared by name across ranks: the testbed's trace, or an annotated import."""
 
 
 @dataclass
@@ -53,6 +69,9 @@ class Run:
     """Last step each rank finished, from the run's status files (tells a hung or dead rank)."""
     testbed: bool = False
     """The run has a run.json: this testbed trained it (on this kind of host)."""
+    vocabulary: bool = True
+    """The trace's ops carry the op vocabulary (False: an unannotated import's spans,
+    `optype` compute or communication only)."""
 
     @property
     def steps(self) -> np.ndarray:
@@ -76,6 +95,8 @@ def named_cells(findings: list[Finding]) -> set[tuple[int, int]]:
 def load_run(run_dir: str | Path) -> Run:
     """Read a run folder (trace.parquet, meta.yaml, run.json if present) through RunFolder."""
     folder = RunFolder(path=Path(run_dir))
+    if folder.is_general_import:
+        return Run(folder.step_view(), folder.meta, str(folder.path), vocabulary=False)
     run = Run(folder.trace(), folder.meta, str(folder.path))
     if folder.has_record:
         record = folder.record
@@ -93,6 +114,8 @@ class Detector(abc.ABC):
     """Registry key, e.g. `whatif`."""
     description: ClassVar[str] = ""
     """One line for `stragglerlab list detectors`."""
+    needs: ClassVar[TraceNeed] = TraceNeed.OP_VOCABULARY
+    """What it needs of the trace; STEP_TIMES runs on an unannotated import too."""
 
     @abc.abstractmethod
     def detect(self, run: Run) -> list[Finding]:
@@ -115,7 +138,8 @@ class Detector(abc.ABC):
         self._seen.append(step_trace)
         if self.online_window_steps is not None:
             del self._seen[:-self.online_window_steps]
-        seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path)
+        seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path,
+                   vocabulary=run.vocabulary)
         return self.detect(seen)
 
     def detect_online(self, run: Run) -> list[Finding]:

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, TraceNeed
 from stragglerlab.analysis.detectors.config_ranges import SD_MAX, SD_MIN, in_range
 from stragglerlab.analysis.detectors.rank_metrics import rank_step_metrics
 
@@ -104,6 +104,7 @@ class BocdDetector(Detector):
 
     name = "bocd"
     description = "Greyhound/Falcon-style BOCD change points on per-rank compute and comm time"
+    needs = TraceNeed.STEP_TIMES
 
     def __init__(self, config: BocdConfig | None = None) -> None:
         self.config = config or BocdConfig()

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, TraceNeed
 from stragglerlab.analysis.detectors.rank_metrics import METRICS, rank_step_metrics
 
 
@@ -59,6 +59,7 @@ class MinderDetector(Detector):
 
     name = "minder"
     description = "Minder-style: distance of each rank's metric vector to its peers', denoised"
+    needs = TraceNeed.STEP_TIMES
 
     def __init__(self, config: MinderConfig | None = None) -> None:
         self.config = config or MinderConfig()

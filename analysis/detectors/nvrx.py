@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, TraceNeed
 from stragglerlab.analysis.detectors.config_ranges import in_range
 from stragglerlab.analysis.detectors.rank_metrics import rank_step_metrics
 
@@ -79,6 +79,7 @@ class NvrxDetector(Detector):
 
     name = "nvrx"
     description = "NVRx straggler scores: relative (vs peers) and individual (vs own past)"
+    needs = TraceNeed.STEP_TIMES
 
     def __init__(self, config: NvrxConfig | None = None) -> None:
         self.config = config or NvrxConfig()

@@ -18,11 +18,13 @@ import pandas as pd
 
 from stragglerlab.meta import JobMeta
 from stragglerlab.schema import COMMUNICATION_OPS
+from stragglerlab.step_view import GENERAL_COMM, GENERAL_COMPUTE
 
-COMPUTE = ("forward-compute", "backward-compute")
-"""Optypes of a worker's own compute."""
-COMM = tuple(sorted(t.value for t in COMMUNICATION_OPS))
-"""Optypes of communication."""
+COMPUTE = ("forward-compute", "backward-compute", GENERAL_COMPUTE)
+"""Optypes of a worker's own compute (the op vocabulary's, and an unannotated import's
+compute segments)."""
+COMM = (*sorted(t.value for t in COMMUNICATION_OPS), GENERAL_COMM)
+"""Optypes of communication (the vocabulary's kinds, and an import's any kind)."""
 METRICS = ("iteration", "compute", "comm")
 """Metric names of `RankStepMetrics.values`."""
 

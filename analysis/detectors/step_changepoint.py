@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, TraceNeed
 from stragglerlab.analysis.detectors.baseline_common import step_times
 from stragglerlab.analysis.detectors.config_ranges import in_range
 from stragglerlab.meta import JobMeta
@@ -94,6 +94,7 @@ class StepChangepointDetector(Detector):
 
     name = "step-changepoint"
     description = "Falcon/Greyhound-style online change point (CUSUM) on job step time"
+    needs = TraceNeed.STEP_TIMES
 
     def __init__(self, config: StepChangepointConfig | None = None) -> None:
         self.config = config or StepChangepointConfig()

@@ -102,7 +102,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.analysis.detectors.base import Detector, Finding, Run
+from stragglerlab.analysis.detectors.base import Detector, Finding, Run, TraceNeed
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_arbitration import PRECEDENCE, arbitrate
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
@@ -115,6 +115,7 @@ from stragglerlab.analysis.detectors.whatif_noise import (
 )
 from stragglerlab.analysis.detectors.whatif_residual import residual_findings
 from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.analysis.general_findings import import_findings
 from stragglerlab.errors import InputError
 from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
 from stragglerlab.results import WhatIfResult
@@ -132,6 +133,7 @@ class WhatIfDetector(Detector):
 
     name = "whatif"
     description = "what-if analysis: worker/stage scores, fwd-bwd correlation, GC and network"
+    needs = TraceNeed.WHATIF
     reads_whatif = True
     """Offline it reads <run>/whatif/whatif.json (the workflow's detect job depends on it)."""
 
@@ -182,6 +184,8 @@ class WhatIfDetector(Detector):
     def detect(self, run: Run, result: WhatIfResult | None = None) -> list[Finding]:
         """Findings of the whole run, from its whatif/whatif.json (or the what-if `result`
         the caller already has) and its trace."""
+        if not run.vocabulary:  # an unannotated import: what its what-if names
+            return import_findings(run.path)
         findings = failure_findings(run)
         rules, self.noise_report = self._floored(run)
         if run.trace.empty or run.trace["step"].nunique() < self.config.min_steps:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from stragglerlab.cli.common import (
     defaulted_run,
@@ -121,43 +122,58 @@ def run(args) -> int:
 
 
 def _general(args, out) -> int:
-    """`detect` on an unannotated import: the `whatif` detector from its what-if
-    (analysis/general_findings.py); the others read the op-level trace it lacks."""
-    from pathlib import Path
-
-    from stragglerlab.analysis.general_findings import general_findings
+    """`detect` on an unannotated import: every detector that needs only steps, ranks and
+    span times (its `needs`), on the import's compute and communication spans
+    (stragglerlab.step_view); `whatif` names what the import's what-if names."""
+    from stragglerlab.analysis.detectors import TraceNeed, get_detector, load_run
     from stragglerlab.filecheck import load_json
     from stragglerlab.findings import FindingsDocument, write_findings
-    from stragglerlab.general_record import GeneralRecord
     from stragglerlab.validity import validity_of
 
-    if args.detector != "whatif":
-        raise InputError(f"the {args.detector} detector reads the op-level trace "
-                         "(trace.parquet: per-op durations named by the Megatron op "
-                         "vocabulary), which an unannotated import does not have; use "
-                         "`--detector whatif` (it reads the import's what-if), or annotate the "
-                         "job (docs/own-job.md) and import it again", str(args.run))
-    if args.online:
-        raise InputError("--online replays the op-level trace step by step, which an "
-                         "unannotated import does not have; drop --online", str(args.run))
-    path = Path(args.run) / "whatif.json"
-    GeneralRecord.read(path)  # checked: one clear error for a damaged file
-    doc = load_json(path, "whatif.json", f"`stragglerlab whatif --run {args.run}`")
+    detector = get_detector(args.detector, settings(args.set))
+    if detector.needs is TraceNeed.OP_VOCABULARY:
+        raise InputError(f"the {args.detector} detector compares ops by their names in the "
+                         "Megatron op vocabulary (forward-compute, grads-reduce-scatter, ...) "
+                         "across ranks, which an unannotated import does not have; use "
+                         "`--detector whatif` (the import's what-if) or one that needs only "
+                         "step times ("
+                         + ", ".join(d for d in _import_detectors() if d != "whatif")
+                         + "), or annotate the job (docs/own-job.md) and import it again",
+                         str(args.run))
+    if args.online and detector.needs is TraceNeed.WHATIF:
+        raise InputError("the import's what-if is of the whole trace, not replayed step by "
+                         "step; drop --online, or use a detector that replays step times "
+                         f"({', '.join(d for d in _import_detectors() if d != 'whatif')})",
+                         str(args.run))
+    run_data = load_run(args.run)
     t0 = time.perf_counter()
-    findings = general_findings(doc)
+    findings = detector.detect_online(run_data) if args.online else detector.detect(run_data)
     write_findings(out, FindingsDocument(detector=args.detector, run=str(args.run),
-                                         online=False, findings=findings))
-    print(f"{args.detector} (offline, unannotated import) on {args.run}: {len(findings)} "
+                                         online=args.online, findings=findings))
+    mode = "online" if args.online else "offline"
+    print(f"{args.detector} ({mode}, unannotated import) on {args.run}: {len(findings)} "
           f"finding(s) in {time.perf_counter() - t0:.1f}s -> {out}")
     for f in findings:
         ranks = ", ".join(f"rank {r.rank}" for r in f.ranks) or "whole job"
+        est = f", est. slowdown {f.estimated_slowdown:.2f}" if f.estimated_slowdown else ""
+        kind = f"  ({f.detail['kind']})" if "kind" in (f.detail or {}) else ""
         print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
-              f"confidence {f.confidence:.2f}, est. slowdown {f.estimated_slowdown:.2f}  "
-              f"({f.detail['kind']})")
-    validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
-    if not validity.valid:
-        print(f"  what-if: {validity.banner()}")
+              f"confidence {f.confidence:.2f}{est}{kind}")
+    path = Path(args.run) / "whatif.json"
+    if detector.needs is TraceNeed.WHATIF and path.is_file():
+        doc = load_json(path, "whatif.json", f"`stragglerlab whatif --run {args.run}`")
+        validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
+        if not validity.valid:
+            print(f"  what-if: {validity.banner()}")
     return 0
+
+
+def _import_detectors() -> list[str]:
+    """The registered detectors that run on an unannotated import."""
+    from stragglerlab.analysis.detectors import TraceNeed, detector_names, get_detector
+
+    return [n for n in detector_names()
+            if get_detector(n).needs is not TraceNeed.OP_VOCABULARY]
 
 
 def _validity_line(run: str) -> str:

@@ -50,6 +50,21 @@ VOCABULARY_WRITES = ("trace.parquet", "meta.yaml", "import.json")
 """The files an import with the vocabulary op model writes into --out."""
 GENERAL_WRITES = ("ops.parquet", "import.json", "whatif.json")
 """The files an import with the general op model writes into --out."""
+TRUTH_WRITES = ("faults.json",)
+"""Written (and owned: replaced on a re-import) only with --faults."""
+
+
+def _truth(args, meta):
+    """--faults read and checked against the imported job's layout (None without it)."""
+    from stragglerlab.faults import read_faults
+
+    if getattr(args, "faults", None) is None:
+        return None
+    return read_faults(args.faults, meta)
+
+
+def _owns(writes: tuple[str, ...], truth) -> tuple[str, ...]:
+    return writes + (TRUTH_WRITES if truth is not None else ())
 
 
 def _import_wrote(out) -> bool:
@@ -105,6 +120,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="unannotated traces: assert the straggling verdict even where the "
                         "simulation does not reproduce the trace (marked FORCED)")
+    p.add_argument("--faults", metavar="FILE",
+                   help="the traced job's ground truth (a faults.json, as `stragglerlab train` "
+                        "writes it; [] for a clean run), checked against the imported ranks "
+                        "and written into --out, so `stragglerlab score` scores detectors on "
+                        "the import")
     p.add_argument("--allow-partial", action="store_true",
                    help="accept missing steps (keep those every rank has) and missing ranks "
                         "(keep the DP replicas with every stage)")
@@ -126,8 +146,8 @@ def run(args) -> int:
     files = find_traces(args.traces)
     # Checked before parsing: a rank trace named like an output (e.g. --traces DIR --out DIR
     # with a rank's trace saved as DIR/import.json) would be replaced by what it became.
-    inputs_not_overwritten([("--traces", f) for f in files], out,
-                           VOCABULARY_WRITES + GENERAL_WRITES)
+    inputs_not_overwritten([("--traces", f) for f in files] + [("--faults", args.faults)], out,
+                           VOCABULARY_WRITES + GENERAL_WRITES + TRUTH_WRITES)
     if any(Path(f).resolve().parent == out.resolve() for f in files):
         # Its import.json / whatif.json would sit among the rank traces, and the next
         # import of that folder would read them as rank traces.
@@ -147,34 +167,42 @@ def run(args) -> int:
             res = _vocabulary(args, files, layout, out, progress, parsed)
         else:
             if len(events) == 1 and (events[0].kernels.size or events[0].nccl):
+                if args.faults is not None:
+                    raise InputError("--faults: one rank's trace gets the host-device check "
+                                     "only, no what-if or detectors to score; pass every "
+                                     "rank's trace, or drop --faults")
                 return _host_device(files[0], out, progress)  # one GPU rank: no what-if
             progress.log("op model: general (" + (
                 "--op-model general: annotations ignored" if model == "general" else
                 "no record_function ranges named like the op vocabulary") +
                 ": communication ops and the compute between them)")
             return _general(args, events, layout, out, progress)
-    _print_vocabulary(res, out)
+    _print_vocabulary(res, out, args.faults is not None)
     return 0
 
 
 def _vocabulary(args, files, layout, out, progress, parsed):
     from stragglerlab.atomic import atomic_write_json, staged_folder
+    from stragglerlab.faults import write_faults
     from stragglerlab.importers.kineto import import_kineto
     from stragglerlab.trace_io import write_trace
 
     res = import_kineto(files, layout=layout, timing=args.timing,
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
+    truth = _truth(args, res.meta)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
-    not_another_run(out, VOCABULARY_WRITES, _import_wrote, "import")
-    with staged_folder(out, owns=VOCABULARY_WRITES) as tmp:  # all three files or none
+    not_another_run(out, _owns(VOCABULARY_WRITES, truth), _import_wrote, "import")
+    with staged_folder(out, owns=_owns(VOCABULARY_WRITES, truth)) as tmp:  # all or none
         write_trace(res.df, res.meta, tmp / "trace.parquet")
+        if truth is not None:
+            write_faults(tmp / "faults.json", truth)
         res.meta.dump(tmp / "meta.yaml")
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **res.report,
                                                 "model": "vocabulary"})
     return res
 
 
-def _print_vocabulary(res, out) -> None:
+def _print_vocabulary(res, out, faults: bool) -> None:
     r = res.report
     # The result: stdout, --quiet or not.
     lay = r["layout"]
@@ -190,17 +218,20 @@ def _print_vocabulary(res, out) -> None:
         print(f"note: read {row['count']} range(s) named {name!r} as {row['optype']!r} "
               f"(rank(s) {', '.join(map(str, row['ranks']))}); name them exactly as the "
               "op vocabulary does")
-    print(f"wrote {out}/trace.parquet, meta.yaml, import.json")
+    print(f"wrote {out}/trace.parquet, meta.yaml, import.json"
+          + (", faults.json" if faults else ""))
 
 
 def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.atomic import atomic_write_json, staged_folder
     from stragglerlab.errors import InputError
+    from stragglerlab.faults import write_faults
     from stragglerlab.filecheck import one_line
     from stragglerlab.general_record import whatif_doc
     from stragglerlab.importers.kineto_general import build_general
     from stragglerlab.op_model import OPS_SCHEMA
+    from stragglerlab.step_view import layout_of
 
     try:
         res = build_general(events, layout=layout, timing=args.timing, align=args.align,
@@ -216,9 +247,12 @@ def _general(args, events, layout, out, progress) -> int:
                          "traces' torch version, or annotate the job (docs: 'Analyzing your "
                          "own job')") from None
     notes = res.notes + wi.notes
-    not_another_run(out, GENERAL_WRITES, _import_wrote, "import")
-    with staged_folder(out, owns=GENERAL_WRITES) as tmp:
+    truth = _truth(args, layout_of(res.ops))
+    not_another_run(out, _owns(GENERAL_WRITES, truth), _import_wrote, "import")
+    with staged_folder(out, owns=_owns(GENERAL_WRITES, truth)) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
+        if truth is not None:
+            write_faults(tmp / "faults.json", truth)
         atomic_write_json(tmp / "import.json", {"schema": IMPORT_SCHEMA, **r,
                                                 "ops_schema": OPS_SCHEMA, "notes": notes})
         atomic_write_json(tmp / "whatif.json", whatif_doc(wi.to_dict(), notes))
@@ -231,7 +265,8 @@ def _general(args, events, layout, out, progress) -> int:
                         list(r["clock_offsets_s"].items())[:8])
     print(f"clock alignment ({r['align']}): {offsets}")
     print_general_whatif(wi, notes)
-    print(f"wrote {out}/ops.parquet, import.json, whatif.json")
+    print(f"wrote {out}/ops.parquet, import.json, whatif.json"
+          + (", faults.json" if truth is not None else ""))
     return 0
 
 

@@ -213,11 +213,12 @@ def unmeasured_lines(why: dict[str, int]) -> list[str]:
 
 def run(args) -> int:
     """Score every requested detector over the runs."""
-    from stragglerlab.analysis.detectors import detector_names
+    from stragglerlab.analysis.detectors import TraceNeed, detector_names, get_detector
     from stragglerlab.analysis.ground_truth import load_truths
     from stragglerlab.analysis.suite_score import score_suite
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.scores import SCORES_SCHEMA
+    from stragglerlab.general_record import is_general_import
 
     out = out_file(args.out, SCORES_NAME)
     # one writer of the scores file at a time: other scores may share the folder
@@ -241,17 +242,31 @@ def run(args) -> int:
         progress(f"{len(scored)} runs scored, {len(truths) - len(scored)} skipped "
                  "(mitigation runs)")
         task = progress.task("score", total=len(names) * (len(scored) + 1))
+        imports = {t.run for t in scored if is_general_import(t.run)}
         for name in names:
+            needs = get_detector(name).needs
+            # an unannotated import has no op names; the import's what-if is of the whole run
+            apart = imports if needs is TraceNeed.OP_VOCABULARY else set()
+            whole = imports if needs is TraceNeed.WHATIF else set()
+            runs = [t for t in scored if t.run not in apart]
+            if not runs:
+                progress(f"{name}: not scored (it compares ops by their names in the op "
+                         "vocabulary; every run is an unannotated import)")
+                task.advance(len(scored) + 1, note=name)
+                continue
             offline, online = {}, {}
-            for t in scored:
+            for t in runs:
                 offline[t.run] = _findings(t, name, False, required=True)
-                found = _findings(t, name, True, required=not args.offline_only)
+                found = _findings(t, name, True,
+                                  required=not args.offline_only and t.run not in whole)
                 if found is not None:
                     online[t.run] = found
                 task.advance(note=f"{name}: {t.run}")
-            suite = score_suite(scored, offline, online if online else None)
+            task.advance(len(scored) - len(runs), note=name)
+            suite = score_suite(runs, offline, online if online else None)
             scores[name] = suite.to_json()
             scores[name]["skipped_runs"] = [t.run for t in truths if not t.scored]
+            scores[name]["not_applicable_runs"] = sorted(apart)
             task.advance(note=name)
             progress(f"scored {name}: F1 {_fmt(scores[name]['f1'])}, "
                      f"root cause {_fmt(scores[name]['root_cause_accuracy'])}")

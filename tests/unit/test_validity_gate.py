@@ -191,7 +191,7 @@ def test_detect_whatif_on_an_unannotated_torch_workload(workload, tmp_path):
     assert [r["rank"] for r in f["ranks"]] == [t["rank"] for t in truth["targets"]]
     assert f["root_cause"] == truth["kind"] and f["first_step"] == truth["first_step"]
     refused = run_cli("detect", "--run", str(out), "--detector", "rank-score")
-    assert refused.returncode == 2 and "op-level trace" in refused.stderr
+    assert refused.returncode == 2 and "op vocabulary" in refused.stderr
 
 
 @pytest.mark.parametrize("kind", ["device-bound", "launch-bound", "launch-bound-no-launches",
