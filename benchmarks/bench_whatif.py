@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO.parent / "shared" / "reference-traces"
+REFERENCE = REPO / "tests" / "data" / "reference-traces"
 REL_TOL = 1e-6
 
 

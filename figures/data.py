@@ -6,7 +6,7 @@ A run folder is what `stragglerlab train` writes (`trace.parquet`, `meta.yaml`,
 here; the trace itself only when a figure asks for it (`RunSummary.trace()`).
 
     from stragglerlab.figures.data import load_figure_data
-    data = load_figure_data(["results/clean-dp2-pp2/0"], "../shared/reference-traces")
+    data = load_figure_data(["results/clean-dp2-pp2/0"], "tests/data/reference-traces")
     for run in data.analysed_runs():
         print(run.scenario, run.seed, run.whatif["slowdown"], run.mean_step_time_s())
 
@@ -226,7 +226,7 @@ def load_figure_data(run_dirs: list[str | Path],
         if not any(ref.glob("trace-*.parquet")):
             raise InputError("--reference: no reference trace here (expected the artifact's "
                              "trace-<job>.parquet with meta-<job>.yaml and result-<job>.json, "
-                             "as in ../shared/reference-traces)", str(ref))
+                             "as in tests/data/reference-traces)", str(ref))
     return FigureData(runs=runs, reference_dir=ref,
                       reference_whatif_dir=(None if reference_whatif_dir is None
                                             else Path(reference_whatif_dir)),

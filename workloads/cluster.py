@@ -1,7 +1,8 @@
 """Run one training job on an existing Ray cluster (`stragglerlab train --ray-address ADDR`).
 
 What differs from the private local run of `workloads.launcher` (the rank
-actors, the wait for them and their summaries are the same: workloads.rank_actors):
+actors, the wait for them and their summaries are the same: workloads.rank_actors;
+so is the error-recording lifecycle: workloads.run_lifecycle):
 
 * Attach: `ray.init(address=ADDR)`; at the end only this driver disconnects
   (`ray.shutdown()`), after killing its own actors and removing its own
@@ -43,14 +44,11 @@ from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,
-    collect_summaries,
-    interrupted_error,
-    launch_error,
     rank_actor_class,
     rank_status,
     wait_for_ranks,
 )
-from stragglerlab.workloads.run_folder import write_run_folder
+from stragglerlab.workloads.run_lifecycle import Launch, recorded
 
 CLOCK_ROUND_TRIPS = 7
 HELPER_TIMEOUT_S = 30.0
@@ -177,14 +175,19 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
                      "strategy": scenario.run.placement.value}
     helpers: dict = {}
     actors: list = []
-    summaries: dict = {}
     pg = None
     clocks_start: dict = {}
     node_of: list[str] = []
     infos: dict = {}
     token = secrets.token_hex(8)
     (run_dir / ".driver-token").write_text(token)
-    try:
+    job = Launch(scenario=scenario, run_dir=run_dir, record=record, injectors=injectors,
+                    t_start=t_start)
+    job.on_teardown(lambda: (run_dir / ".driver-token").unlink(missing_ok=True))
+    # Late-bound: the teardown sees the helpers, placement group and clocks set up by then.
+    job.on_teardown(lambda: _teardown(ray, actors, helpers, pg, record, run_dir, node_of,
+                                         infos, clocks_start, say))
+    with recorded(job):
         record["ray"]["token_auth"] = os.environ.get("RAY_AUTH_MODE") == "token"
         _attach(ray, address)
         t_ray = time.time()
@@ -238,37 +241,22 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         record["network"] = {"namespaces": False, "reason": (
             "cluster run: per-rank network namespaces exist only in a private run; network "
             "faults use the in-process fallback") if net_faults else "no network fault"}
-        driver = {"pids": [w["pid"] for w in where], "isolation": None, "run_dir": run_dir,
-                  "say": say}
-        for inj in injectors:
-            inj.on_launch(driver)
+        job.launched({"pids": [w["pid"] for w in where], "isolation": None,
+                         "run_dir": run_dir, "say": say})
         futures = {a.run.remote(cgroups.get(rank), None): rank for rank, a in enumerate(actors)}
         remote = {}
         for rank, nid in enumerate(node_of):
             if not infos[nid]["shares_run_dir"]:
                 remote.setdefault(nid, []).append(rank)
         t_run = time.time()
-        record["error"] = wait_for_ranks(ray, futures, summaries, run_dir, scenario, say,
-                                         _status_reader(ray, helpers, remote, run_dir, world))
+        record["error"] = wait_for_ranks(ray, futures, job.summaries, run_dir, scenario,
+                                         say, _status_reader(ray, helpers, remote, run_dir,
+                                                             world))
         record["outcome"] = "failed" if record["error"] else "ok"
         if record["error"]:
             _name_lost(ray, helpers, record, say)
         record["wall_s"] = {"ray_start": t_ray - t_start, "train": time.time() - t_run}
-    except KeyboardInterrupt as e:
-        record["error"] = interrupted_error(e)
-        raise
-    except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
-        record["error"] = record["error"] or launch_error(e)
-    finally:
-        for inj in injectors:
-            inj.on_finish(locals().get("driver") or {})
-        _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_start, say)
-        (run_dir / ".driver-token").unlink(missing_ok=True)
-        record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
-        record.update(collect_summaries(summaries, scenario))
-        record["faults_requested"] = len(injectors)
-        record = write_run_folder(run_dir, scenario, record, injectors)
-    return record
+    return job.record
 
 
 def _setup_hosts(ray, scenario: Scenario, run_dir: Path, helpers: dict, node_of: list[str],

@@ -24,7 +24,6 @@ fails this rank within it instead of hanging. Used by `workloads.rank_actors`
 from __future__ import annotations
 
 import contextlib
-import datetime
 import gc
 import json
 import os
@@ -49,34 +48,26 @@ from stragglerlab.workloads.model import StageModel
 from stragglerlab.workloads.p2p import AsyncP2P
 from stragglerlab.workloads.pacing import ComputePacer, pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler
+from stragglerlab.workloads.rank_base import RankTrainerBase
 from stragglerlab.workloads.run_queue_monitor import RunQueueMonitor
 from stragglerlab.workloads.schedule import ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.stage_links import StageLinks, synchronize
 from stragglerlab.workloads.tracer import Tracer, now
 
 
-class RankTrainer:
-    """Training loop of one rank (global rank = stage * dp + dp_rank)."""
+class RankTrainer(RankTrainerBase):
+    """Training loop of one rank (global rank = stage * dp + dp_rank). Without an assigned
+    device the backend rule below decides (cuda:<rank> or cpu)."""
 
     def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str,
                  fault_specs: list[FaultSpec] | None = None, device: str | None = None):
-        self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
-        # The device Ray assigned (e.g. cuda:0 of the GPU it gave this actor); None: no GPU
-        # was asked for, the backend rule below decides (cuda:<rank> or cpu).
-        self.assigned_device = device
-        self.fault_specs = fault_specs or []
+        super().__init__(scenario, rank, run_dir, init_method, fault_specs, device)
         self.gc_monitor = GcMonitor(self.run_dir / "gc" / f"rank{rank}.jsonl")
         self.cpu_monitor = RunQueueMonitor(self.run_dir / "cpu" / f"rank{rank}.jsonl")
-        p = scenario.parallel
-        self.dp, self.pp = p.dp, p.pp
-        self.stage, self.dp_rank = divmod(rank, self.dp)
-        self.init_method = init_method
-        self.timeout = datetime.timedelta(seconds=scenario.run.collective_timeout_s)
         self.first, self.last = self.stage == 0, self.stage == self.pp - 1
         self.tracer = Tracer(self.run_dir / "trace-parts" / f"rank{rank}.bin",
                              enabled=scenario.run.trace,
                              ranges=scenario.run.profiler.value != "off")
-        self.status_path = self.run_dir / "status" / f"rank{rank}.json"
 
     # -- setup -------------------------------------------------------------------------
     def _backend(self) -> str:
@@ -321,13 +312,14 @@ class RankTrainer:
     def _train(self) -> dict:
         losses, checksums, step_times = {}, {}, {}
         data = [self._make_data(step) for step in range(self.sc.run.steps)]
+        reported = (None, None)  # the last finished step's (loss, time), for the status file
         self.profiler = KinetoProfiler.for_scenario(self.sc, self.rank, self.run_dir, self.device)
         if self.profiler is not None:
             self.profiler.start()
         for step in range(self.sc.run.steps):
             batches = data[step]
             self.faults.step_start(step)
-            self._write_status(step - 1, started=step)
+            self.write_status(step - 1, step, *reported)
             self.tracer.begin_step(step)
             self.gc_monitor.step = step
             self.cpu_monitor.begin()
@@ -361,21 +353,12 @@ class RankTrainer:
             if self.last:
                 losses[step] = loss
             # Reported with the next step's start (one status write per step).
-            self._last = (loss if self.last else None, step_times[step])
-        self._write_status(self.sc.run.steps - 1, started=self.sc.run.steps)
+            reported = (loss if self.last else None, step_times[step])
+        self.write_status(self.sc.run.steps - 1, self.sc.run.steps, *reported)
         if self.pacer.samples:
             (self.run_dir / "pacing").mkdir(exist_ok=True)
             atomic_write_text(self.run_dir / "pacing" / f"rank{self.rank}.json",
                               json.dumps(self.pacer.samples))
         self._gather_params()
         checksums[self.sc.run.steps] = self.opt.fingerprint()
-        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
-                "backend": self.backend, "losses": losses, "param_checksums": checksums,
-                "step_times_s": step_times, "pid": os.getpid()}
-
-    def _write_status(self, step: int, started: int) -> None:
-        """Progress for the launcher: last finished step (its loss and time), step under way."""
-        loss, step_time = getattr(self, "_last", (None, None))
-        atomic_write_text(self.status_path, json.dumps(
-            {"rank": self.rank, "step": step, "started": started, "loss": loss,
-             "step_time_s": step_time, "pid": os.getpid()}))
+        return self.summary(losses, checksums, step_times)

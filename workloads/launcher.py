@@ -15,7 +15,8 @@
   progress for longer than the collective timeout ends the run: every actor is
   killed, the cgroups are removed, and run.json says `failed`, which rank and
   why; the trace keeps every step all ranks finished. The rank actors and the
-  wait for them are workloads/rank_actors.py, shared with cluster runs.
+  wait for them are workloads/rank_actors.py, shared with cluster runs; the
+  error-recording lifecycle is workloads/run_lifecycle.py, shared by every launcher.
 
     outcome = launch(scenario, "results/clean-dp2-pp2/0", progress=print)
 """
@@ -45,13 +46,10 @@ from stragglerlab.workloads.ports import rendezvous_port
 from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,
     Progress,
-    collect_summaries,
-    interrupted_error,
-    launch_error,
     rank_actor_class,
     wait_for_ranks,
 )
-from stragglerlab.workloads.run_folder import write_run_folder
+from stragglerlab.workloads.run_lifecycle import Launch, recorded
 
 LOOPBACK = "127.0.0.1"
 """The only address a run's Ray processes and rank sockets listen on."""
@@ -141,8 +139,11 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         return run_on_cluster(scenario, run_dir, ray_address, specs, injectors, record, say,
                               t_start)
     mark_driver()
-    iso, summaries = None, {}
-    try:
+    job = Launch(scenario=scenario, run_dir=run_dir, record=record, injectors=injectors,
+                    t_start=t_start)
+    node_note = None
+    job.on_teardown(lambda: _shutdown_ray(ray, node_note))  # undone last
+    with recorded(job):
         # Private: every Ray server (GCS, raylet, object manager, agents, workers) binds the
         # node IP, here loopback; gloo/NCCL use `lo` unless a rank has its own namespace.
         with _loopback_node(ray), keep_sigterm_handler():
@@ -173,41 +174,31 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
         record["placement"] = pl.placement_map(list(range(world)), [node] * world,
                                                {node: LOOPBACK}, [w["device"] for w in where])
         iso, record["isolation"] = _isolate(scenario, run_dir.name, pids, say)
-        driver = {"pids": pids, "isolation": iso, "run_dir": run_dir, "say": say}
-        for inj in injectors:
-            inj.on_launch(driver)
+        if iso is not None:
+            job.on_teardown(iso.cleanup)
+        job.launched({"pids": pids, "isolation": iso, "run_dir": run_dir, "say": say})
         cgroups = [None if iso is None else {
             "cpu_dir": str(iso.rank_cpu_dir(r)), "period_us": record["isolation"]["period_us"],
             "cores": record["isolation"]["cores_per_rank"]} for r in range(world)]
         topo, net, record["network"] = _network(injectors, world, say)
+        if topo is not None:
+            job.on_teardown(topo.destroy)
         futures = {a.run.remote(cgroups[rank], net): rank for rank, a in enumerate(actors)}
         t_run = time.time()
-        record["error"] = wait_for_ranks(ray, futures, summaries, run_dir, scenario, say)
+        record["error"] = wait_for_ranks(ray, futures, job.summaries, run_dir, scenario, say)
         record["outcome"] = "failed" if record["error"] else "ok"
         if record["error"]:
             for a in actors:
                 ray.kill(a, no_restart=True)
         record["wall_s"] = {"ray_start": t_ray - t_start, "train": time.time() - t_run}
-    except KeyboardInterrupt as e:
-        record["error"] = interrupted_error(e)
-        raise
-    except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
-        record["error"] = record["error"] or launch_error(e)
-    finally:
-        for inj in injectors:
-            inj.on_finish(driver if "driver" in locals() else {})
-        if locals().get("topo") is not None:
-            topo.destroy()
-        if iso is not None:
-            iso.cleanup()
-        if ray.is_initialized():
-            ray.shutdown()
-            forget_ray_node(locals().get("node_note"))
-        record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
-        record.update(collect_summaries(summaries, scenario))
-        record["faults_requested"] = len(injectors)
-        record = write_run_folder(run_dir, scenario, record, injectors)
-    return record
+    return job.record
+
+
+def _shutdown_ray(ray, node_note) -> None:
+    """Disconnect from (and so stop) this run's private Ray, and forget its node."""
+    if ray.is_initialized():
+        ray.shutdown()
+        forget_ray_node(node_note)
 
 
 def _network(injectors: list, world: int, say: Progress):

@@ -4,7 +4,8 @@ The named fallback for a machine that has torch but no Ray (a GPU machine with o
 own CUDA torch, say): `stragglerlab train --launcher local`. It runs the same rank
 trainers as the Ray launcher (`workloads.launcher`), writes the same run folder and
 ground truth, and fails the same way (the first rank's error, or no step finished for
-longer than the collective timeout, ends the run; every rank process is then killed).
+longer than the collective timeout, ends the run; every rank process is then killed),
+in the launchers' one lifecycle (`workloads.run_lifecycle`).
 What it leaves out: Ray's placement and per-rank CPU quotas (cgroups) and network
 namespaces, so network faults take their in-process fallback.
 
@@ -36,13 +37,10 @@ from stragglerlab.workloads.rank_actors import (
     POLL_S,
     Progress,
     StepWatch,
-    collect_summaries,
-    interrupted_error,
     laggard,
-    launch_error,
     rank_status,
 )
-from stragglerlab.workloads.run_folder import write_run_folder
+from stragglerlab.workloads.run_lifecycle import Launch, recorded
 
 LOOPBACK = "127.0.0.1"
 RANK_ENV = {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning",
@@ -92,7 +90,7 @@ def _rank_main(scenario: Scenario, rank: int, run_dir: str, init_method: str, sp
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    from stragglerlab.workloads.torch_rank import trainer_class
+    from stragglerlab.workloads.trainers import trainer_class
 
     try:
         trainer = trainer_class(scenario.workload)(scenario, rank, run_dir, init_method, specs,
@@ -148,8 +146,11 @@ def launch_local(scenario: Scenario, out: str | Path, progress: Progress | None 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     init_method = f"tcp://{LOOPBACK}:{rendezvous_port(LOOPBACK)}"
-    procs, summaries = [], {}
-    try:
+    procs: list = []
+    job = Launch(scenario=scenario, run_dir=run_dir, record=record, injectors=injectors,
+                    t_start=t_start)
+    job.on_teardown(lambda: _stop(procs))
+    with recorded(job):
         say(f"local launcher: {world} ranks, backend {backend.value}, devices "
             f"{sorted(set(d or 'cpu' for d in devices))}; rank output in "
             f"{run_dir / STATUS_DIR}/rank<N>.log")
@@ -162,31 +163,21 @@ def launch_local(scenario: Scenario, out: str | Path, progress: Progress | None 
                 procs.append(p)
         record["placement"] = [{"rank": r, "node_id": "local", "node_ip": LOOPBACK,
                                 "device": devices[r] or "cpu"} for r in range(world)]
-        driver = {"pids": [p.pid for p in procs], "isolation": None, "run_dir": run_dir,
-                  "say": say}
-        for inj in injectors:
-            inj.on_launch(driver)
+        job.launched({"pids": [p.pid for p in procs], "isolation": None,
+                         "run_dir": run_dir, "say": say})
         t_run = time.time()
-        record["error"] = _wait(procs, results, summaries, run_dir, scenario, say)
+        record["error"] = _wait(procs, results, job.summaries, run_dir, scenario, say)
         record["outcome"] = "failed" if record["error"] else "ok"
         record["wall_s"] = {"train": time.time() - t_run}
-    except KeyboardInterrupt as e:
-        record["error"] = interrupted_error(e)
-        raise
-    except Exception as e:  # noqa: BLE001 - any launch failure is recorded, not lost
-        record["error"] = record["error"] or launch_error(e)
-    finally:
-        for inj in injectors:
-            inj.on_finish(locals().get("driver") or {})
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-            p.join(timeout=10)
-        record["wall_s"] = dict(record.get("wall_s", {}), total=time.time() - t_start)
-        record.update(collect_summaries(summaries, scenario))
-        record["faults_requested"] = len(injectors)
-        record = write_run_folder(run_dir, scenario, record, injectors)
-    return record
+    return job.record
+
+
+def _stop(procs: list) -> None:
+    """Kill the rank processes still running and reap them all."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=10)
 
 
 def _wait(procs: list, results, summaries: dict, run_dir: Path, scenario: Scenario,

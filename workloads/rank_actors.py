@@ -3,10 +3,10 @@
 `workloads.launcher` (one private Ray) and `workloads.cluster` (an existing
 cluster) place and set up ranks differently, then run them the same way, with
 what is here: the Ray actor class that holds one `RankTrainer`, the wait for
-every rank (the first failure or a hang is the run's error), the run.json
-fields collected from the ranks' summaries, and run.json `error` records of a
-launch that failed outside the ranks. Both drivers import this module and
-neither imports the other's internals (contracts in pyproject.toml).
+every rank (the first failure or a hang is the run's error) and the run.json
+fields collected from the ranks' summaries. Both drivers import this module and
+neither imports the other's internals (contracts in pyproject.toml); the
+lifecycle they run a launch in is workloads/run_lifecycle.py.
 
     actor_cls = rank_actor_class()
     error = wait_for_ranks(ray, futures, summaries, run_dir, scenario, say)
@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.interrupts import interrupt_message
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads.placement import rank_device
@@ -53,16 +52,6 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024),
               "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
 
 
-def interrupted_error(exc: KeyboardInterrupt) -> dict:
-    """run.json `error` of a run stopped by Ctrl-C or SIGTERM (message: which of them)."""
-    return {"rank": None, "kind": "interrupted", "message": interrupt_message(exc)}
-
-
-def launch_error(exc: Exception) -> dict:
-    """run.json `error` of a launch that failed outside the ranks."""
-    return {"rank": None, "kind": type(exc).__name__, "message": str(exc)[:2000]}
-
-
 def rank_actor_class():
     """The Ray actor class of one rank (Ray is imported only when a run starts)."""
     import ray
@@ -74,7 +63,7 @@ def rank_actor_class():
         def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
                      fault_specs: list, env: dict | None = None):
             # Here, in the rank's process: the driver never imports torch.
-            from stragglerlab.workloads.torch_rank import trainer_class
+            from stragglerlab.workloads.trainers import trainer_class
 
             os.environ.update(env or {})  # e.g. GLOO_SOCKET_IFNAME on a cluster node
             gpu_ids = ray.get_gpu_ids()

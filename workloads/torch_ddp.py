@@ -13,12 +13,13 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from stragglerlab.workloads.torch_model import MlpStack, loss_fn, parameter_fingerprint
+from stragglerlab.workloads.torch_model import MlpStack, parameter_fingerprint
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
 class DdpTrainer(TorchRankTrainer):
-    """One DDP rank."""
+    """One DDP rank; its step is the data-parallel one (TorchRankTrainer.train_step), with
+    the gradients' norm clipped."""
 
     def build(self) -> torch.nn.Module:
         m = self.sc.model
@@ -27,15 +28,6 @@ class DdpTrainer(TorchRankTrainer):
         self.opt = torch.optim.Adam(self.model.parameters(), lr=self.sc.run.lr)
         self.data = self.step_batches()
         return model
-
-    def train_step(self, step: int) -> float:
-        x, y = self.data[step]
-        loss = loss_fn(self.model(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.sc.run.clip_norm)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
 
     def fingerprint(self) -> str:
         return parameter_fingerprint(self.model)

@@ -18,13 +18,17 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from stragglerlab.workloads.torch_model import MlpStack, loss_fn
+from stragglerlab.workloads.torch_model import MlpStack
 from stragglerlab.workloads.torch_rank import TorchRankTrainer
 
 
 class FsdpTrainer(TorchRankTrainer):
-    """One FSDP2 rank. Its parameter fingerprint is left out: each rank holds shards,
-    not a replica (gathering them would add collectives to the trace)."""
+    """One FSDP2 rank; its step is the data-parallel one (TorchRankTrainer.train_step)
+    without clipping: the global norm of sharded gradients is one more all-reduce, not
+    FSDP's own work. Its parameter fingerprint is left out: each rank holds shards, not a
+    replica (gathering them would add collectives to the trace)."""
+
+    clip_grads = False
 
     def build(self) -> torch.nn.Module:
         m = self.sc.model
@@ -39,11 +43,3 @@ class FsdpTrainer(TorchRankTrainer):
         self.opt = torch.optim.Adam(model.parameters(), lr=self.sc.run.lr)
         self.data = self.step_batches()
         return model
-
-    def train_step(self, step: int) -> float:
-        x, y = self.data[step]
-        loss = loss_fn(self.model(x), y)
-        loss.backward()
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return float(loss.detach())

@@ -24,15 +24,13 @@ forward and backward (its in-process fallbacks). The wrappers issue their own
 collectives, so faults that hook our communication ops are refused by the
 scenario check (stragglerlab.scenario_vocab.TORCH_WORKLOAD_FAULTS).
 
-    trainer = trainer_class(scenario.workload)(scenario, rank, run_dir, init_method)
+    trainer = DdpTrainer(scenario, rank, run_dir, init_method)   # workloads.trainers picks it
     summary = trainer.run(cgroup, None)
 """
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -43,29 +41,21 @@ from stragglerlab.compute_log import ComputeLog
 from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenario import Scenario
-from stragglerlab.scenario_vocab import Workload
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.pacing import pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler
-from stragglerlab.workloads.torch_model import ComputeClock, batch
+from stragglerlab.workloads.rank_base import RankTrainerBase
+from stragglerlab.workloads.torch_model import ComputeClock, batch, loss_fn
 from stragglerlab.workloads.torch_pacing import LinearPacer
 from stragglerlab.workloads.tracer import now
 
 
-class TorchRankTrainer:
+class TorchRankTrainer(RankTrainerBase):
     """The training loop; subclasses build the wrapped model and run one step."""
 
     def __init__(self, scenario: Scenario, rank: int, run_dir: str | Path, init_method: str,
                  fault_specs: list[FaultSpec] | None = None, device: str | None = None):
-        self.sc, self.rank, self.run_dir = scenario, rank, Path(run_dir)
-        self.init_method = init_method
-        self.fault_specs = fault_specs or []
-        self.assigned_device = device
-        p = scenario.parallel
-        self.dp, self.pp = p.dp, p.pp
-        self.stage, self.dp_rank = divmod(rank, self.dp)  # rank = stage * dp + dp_rank
-        self.timeout = datetime.timedelta(seconds=scenario.run.collective_timeout_s)
-        self.status_path = self.run_dir / "status" / f"rank{rank}.json"
+        super().__init__(scenario, rank, run_dir, init_method, fault_specs, device)
         self.compute_log = ComputeLog.for_rank(self.run_dir, rank)
 
     # -- the subclass's part -------------------------------------------------------------
@@ -74,9 +64,23 @@ class TorchRankTrainer:
         ComputeClock times."""
         raise NotImplementedError
 
+    clip_grads = True
+    """Whether `train_step` clips the gradients' global norm to run.clip_norm."""
+
     def train_step(self, step: int) -> float | None:
-        """One step (forward, backward, optimizer); this rank's loss, None if it has none."""
-        raise NotImplementedError
+        """One step (forward, backward, optimizer); this rank's loss, None if it has none.
+
+        This one is data parallel's (DDP, FSDP): the whole model on this DP rank's batch,
+        the wrapper's hooks doing the communication; pipelining runs its schedule instead.
+        Needs `self.model`, `self.opt` and `self.data` (`step_batches`) from `build`."""
+        x, y = self.data[step]
+        loss = loss_fn(self.model(x), y)
+        loss.backward()
+        if self.clip_grads:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.sc.run.clip_norm)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
 
     def fingerprint(self) -> str | None:
         """Fingerprint of the parameters after a step (equal on DP replicas), or None."""
@@ -152,7 +156,7 @@ class TorchRankTrainer:
         last = (None, None)
         for step in range(self.sc.run.steps):
             self.faults.step_start(step)
-            self._write_status(step - 1, step, *last)
+            self.write_status(step - 1, step, *last)
             self.clock.take()
             start = now()
             with self.faults.compute(step):
@@ -174,37 +178,9 @@ class TorchRankTrainer:
             if loss is not None:
                 losses[step] = loss
             last = (loss, step_times[step])
-        self._write_status(self.sc.run.steps - 1, self.sc.run.steps, *last)
+        self.write_status(self.sc.run.steps - 1, self.sc.run.steps, *last)
         if self.pacer is not None:
             (self.run_dir / "pacing").mkdir(exist_ok=True)
             atomic_write_text(self.run_dir / "pacing" / f"rank{self.rank}.json",
                               json.dumps(self.pacer.summary()))
-        return {"rank": self.rank, "dp_rank": self.dp_rank, "stage": self.stage,
-                "backend": self.backend, "losses": losses, "param_checksums": checksums,
-                "step_times_s": step_times, "pid": os.getpid()}
-
-    def _write_status(self, step: int, started: int, loss: float | None,
-                      step_time: float | None) -> None:
-        """Progress for the launcher: last finished step (its loss and time), step under way."""
-        atomic_write_text(self.status_path, json.dumps(
-            {"rank": self.rank, "step": step, "started": started, "loss": loss,
-             "step_time_s": step_time, "pid": os.getpid()}))
-
-
-def trainer_class(workload: Workload):
-    """The rank trainer class of a workload (imported when a rank starts: torch only there)."""
-    if workload is Workload.DDP:
-        from stragglerlab.workloads.torch_ddp import DdpTrainer
-
-        return DdpTrainer
-    if workload is Workload.FSDP:
-        from stragglerlab.workloads.torch_fsdp import FsdpTrainer
-
-        return FsdpTrainer
-    if workload is Workload.PIPELINING:
-        from stragglerlab.workloads.torch_pipelining import PipeliningTrainer
-
-        return PipeliningTrainer
-    from stragglerlab.workloads.engine import RankTrainer
-
-    return RankTrainer
+        return self.summary(losses, checksums, step_times)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = REPO.parent / "shared" / "reference-traces"
+REFERENCE = REPO / "tests" / "data" / "reference-traces"
 
 
 def trace_at_dp(dp: int, folder: Path) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """`stragglerlab figures`: rebuild the paper's figures from run folders (and the reference traces).
 
-    stragglerlab figures --runs results/*/* [--reference ../shared/reference-traces] \
+    stragglerlab figures --runs results/*/* [--reference tests/data/reference-traces] \
         [--reference-whatif results/reference] [--scores results/scores.json] \
         [--only fig03_waste_cdf ...] --out results/figures
 
@@ -53,7 +53,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--runs", nargs="*", default=[], metavar="DIR",
                    help="run folders (results/<scenario>/<seed>/ with whatif/whatif.json)")
     p.add_argument("--reference", metavar="DIR",
-                   help="the artifact's reference traces folder (trace-AR/ST, result-*.json)")
+                   help="the artifact's reference traces folder (trace-AR/ST, result-*.json; "
+                        "the repository's tests/data/reference-traces)")
     p.add_argument("--reference-whatif", metavar="DIR",
                    help="what-if results of the reference traces, DIR/<job>/whatif.json "
                         "(e.g. results/reference/AR/whatif.json)")

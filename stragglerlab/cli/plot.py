@@ -49,8 +49,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
         name, help="draw one analysed job: worker heatmap and per-step slowdown",
         epilog=examples(
             "stragglerlab plot --run examples/slow-worker   # -> examples/slow-worker/plot/",
-            "stragglerlab plot --trace ../shared/reference-traces/trace-ST.parquet "
-            "--meta ../shared/reference-traces/meta-ST.yaml --out /tmp/plot-ST",
+            "stragglerlab plot --trace tests/data/reference-traces/trace-ST.parquet "
+            "--meta tests/data/reference-traces/meta-ST.yaml --out /tmp/plot-ST",
             "stragglerlab plot --whatif results/job1/whatif.json --out /tmp/plot-job1"))
     src = p.add_mutually_exclusive_group()
     src.add_argument("--run", metavar="DIR",

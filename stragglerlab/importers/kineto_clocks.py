@@ -5,15 +5,25 @@ the check that, once aligned, every rank starts each common step near rank 0's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from stragglerlab.errors import InputError
 from stragglerlab.schema import OpType
 
-if TYPE_CHECKING:
-    from stragglerlab.importers.kineto import RankTrace
+
+class RankTimes(Protocol):
+    """What the clock checks read of one rank's trace (stragglerlab.importers.kineto's
+    RankTrace has it): times in microseconds on the rank's own clock. A protocol, so that
+    this module needs nothing of the reader that builds it."""
+
+    path: str
+    rank: int
+    host: str
+    base_us: float
+    steps: dict[int, tuple[float, float]]
+    ops: list[tuple[str, float, float, int]]
 
 CLOCK_GAP_FRACTION = 0.5
 """A step starting further than this share of the median step time from rank 0's is a gap."""
@@ -28,7 +38,7 @@ def match_tolerance_us(step_durations_us: list[float]) -> float:
     return max(MATCH_TOLERANCE_US, MATCH_TOLERANCE_FRACTION * float(np.median(step_durations_us)))
 
 
-def clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
+def clip_ends(t: RankTimes, steps: list[int]) -> dict[int, float]:
     """End of the first optimizer-clip-main-grad of each common step on one rank."""
     ends: dict[int, float] = {}
     clip = OpType.OPTIMIZER_CLIP_MAIN_GRAD.value
@@ -40,7 +50,7 @@ def clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
     return ends
 
 
-def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tuple[str, dict]:
+def clock_offsets(traces: list[RankTimes], steps: list[int], align: str) -> tuple[str, dict]:
     """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock).
     `auto`: none when every trace names one host, collective when they name several; where
     a trace names none, collective only if the clip all-reduce's members, which leave it
@@ -71,7 +81,10 @@ def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tupl
     return align, {t.rank: ref.steps[first][0] - t.steps[first][0] for t in traces}
 
 
-def check_clock_gaps(traces, steps, offsets) -> None:
+def check_clock_gaps(traces: list[RankTimes], steps: list[int],
+                     offsets: dict[int, float]) -> None:
+    """InputError when, once aligned by `offsets`, a rank starts a common step further than
+    CLOCK_GAP_FRACTION of the median step time from rank 0's start of it."""
     ref = min(traces, key=lambda t: t.rank)
     durations = [e - s for t in traces for k in steps for s, e in [t.steps[k]]]
     tol = max(CLOCK_GAP_FRACTION * float(np.median(durations)), 1.0)

@@ -9,7 +9,7 @@ rule runs. Every problem is one InputError naming the key and the fix; the
 Snakefile prints it and stops. Keys (all optional except where noted):
 
     results: results                 # output root (relative to the working directory)
-    reference_traces: ../shared/reference-traces   # artifact traces for the figures; null = none
+    reference_traces: tests/data/reference-traces  # artifact traces for the figures; null = none
     detectors: [whatif, rank-score]  # detectors to run and score (must be registered)
     online: true                     # also run every detector online (<name>-online.json)
     fixed: {...}                     # paper jobs (see stragglerlab/workflow/population.py)

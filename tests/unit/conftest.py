@@ -2,8 +2,8 @@
 
 DP2 x PP2, 2 microbatches, 2 steps (7 and 8) of a 1F1B schedule with every op
 type except separate-grads-all-reduce and first-op; sends end when their peer
-recvs end, DP collectives end together across DP ranks. Unit tests never depend
-on ../shared for these basic cases.
+recvs end, DP collectives end together across DP ranks. The artifact's reference
+traces and the differential traces are in tests/data/ too (tests/unit/refdata.py).
 """
 
 from __future__ import annotations

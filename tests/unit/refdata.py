@@ -1,20 +1,29 @@
-"""Where the published reference traces live (../shared beside the repo).
+"""Where the published reference traces and the differential traces live: in the
+repository, under tests/data/ (their provenance and licence: NOTICE at the root).
 
-Tests that need them skip when ../shared is absent.
+`tests/data/reference-traces/` holds two of the OSDI'25 artifact's sample jobs with the
+artifact's own outputs for them; `tests/data/differential/` holds testbed traces with
+the artifact's tool's result on each. A clone with nothing beside it runs every test
+that reads them; a missing file is a failure, never a skip.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces"
+DATA = Path(__file__).resolve().parents[1] / "data"
+REFERENCE = DATA / "reference-traces"
+DIFFERENTIAL = DATA / "differential"
 
 
 def reference(name: str) -> Path:
-    """Path of a reference file, skipping the test when ../shared is absent."""
+    """Path of a reference file (it must be there: the repository keeps them)."""
     path = REFERENCE / name
-    if not path.exists():
-        pytest.skip(f"reference data not found at {path}")
+    assert path.exists(), f"reference data missing from the repository: {path}"
     return path
+
+
+def differential_cases() -> list[str]:
+    """The differential cases: folders holding a trace and the artifact's result on it."""
+    return sorted(p.name for p in DIFFERENTIAL.iterdir()
+                  if (p / "trace.parquet").exists() and (p / "result-artifact.json").exists())

@@ -43,7 +43,7 @@ def test_sigterm_runs_cleanup_and_exits_143(fake_verb, capsys):
 
 
 def test_ctrl_c_still_exits_130(fake_verb, capsys):
-    from stragglerlab.workloads.launcher import interrupted_error
+    from stragglerlab.workloads.run_lifecycle import interrupted_error
 
     def run(args):  # after an earlier SIGTERM in this process: main() forgets it
         assert interrupted_error(KeyboardInterrupt())["message"] == "Ctrl-C"
@@ -56,7 +56,7 @@ def test_ctrl_c_still_exits_130(fake_verb, capsys):
 
 def test_sigterm_replaced_by_a_plain_ctrl_c_on_the_way_still_exits_143(fake_verb, capsys):
     # Ray's blocking calls catch the handler's exception and raise KeyboardInterrupt anew.
-    from stragglerlab.workloads.launcher import interrupted_error
+    from stragglerlab.workloads.run_lifecycle import interrupted_error
 
     seen = {}
 

@@ -14,6 +14,7 @@ from stragglerlab.run_folder import RunFolder
 from stragglerlab.trace_io import write_trace
 from tests.unit.kineto_fixtures import rank_doc, write
 from tests.unit.monitor_helpers import synth
+from tests.unit.refdata import REFERENCE
 
 
 @pytest.fixture(scope="module")
@@ -170,10 +171,6 @@ def test_noise_floor_refuses_a_straggling_run_taken_as_clean(tmp_path, capsys):
     assert not (tmp_path / "f" / "noise-floor.yaml").exists()
 
 
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces"
-
-
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="needs ../shared/reference-traces")
 def test_fig14_refuses_a_reference_whatif_of_another_job(tmp_path, src, capsys):
     """Another job's whatif.json as trace-AR's: a TypeError traceback, and heatmaps left
     in --out without their JSON."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,8 +15,8 @@ from stragglerlab.meta import JobMeta
 from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
 from stragglerlab.trace_io import read_trace, write_trace
 from stragglerlab.validate import validate_trace
+from tests.unit.refdata import reference
 
-REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference-traces"
 INT_COLUMNS = [c.name for c in TRACE_COLUMNS if c.kind == "int"]
 
 
@@ -92,10 +91,8 @@ def test_plain_string_optype_and_stored_index(tmp_path, tiny_df, tiny_meta):
 
 @pytest.mark.parametrize("name, rows, dp, pp", [("AR", 117216, 4, 4), ("ST", 6784, 2, 4)])
 def test_reference_traces_load_unchanged(name, rows, dp, pp):
-    trace = REFERENCE / f"trace-{name}.parquet"
-    if not trace.exists():
-        pytest.skip(f"reference trace {trace} not available")
-    df, meta = read_trace(trace, REFERENCE / f"meta-{name}.yaml")
+    trace = reference(f"trace-{name}.parquet")
+    df, meta = read_trace(trace, reference(f"meta-{name}.yaml"))
     assert (meta.dp_size, meta.pp_size, meta.trial_name) == (dp, pp, name)
     assert len(df) == rows
     _assert_canonical(df)
@@ -109,9 +106,7 @@ def test_reference_traces_load_unchanged(name, rows, dp, pp):
 
 
 def test_reference_trace_without_meta_asks_for_meta():
-    trace = REFERENCE / "trace-ST.parquet"
-    if not trace.exists():
-        pytest.skip(f"reference trace {trace} not available")
+    trace = reference("trace-ST.parquet")
     with pytest.raises(InputError, match="--meta") as exc:
         read_trace(trace)
     assert str(trace) in str(exc.value)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,6 +25,7 @@ from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.trace_io import read_trace, write_trace
 from stragglerlab.whatif_record import WhatIfRecord
 from tests.unit.conftest import DATA
+from tests.unit.refdata import DIFFERENTIAL, differential_cases
 
 PURE_DP = DATA / "testbed" / "pure-dp"
 COLLECTIVE = "grads-reduce-scatter"
@@ -133,14 +133,12 @@ def test_no_finding_when_every_rank_is_as_late_too_short_no_table_or_already_nam
     assert len(rule(_signals(late), Board())) == 1
 
 
-DIFFERENTIAL = Path(__file__).resolve().parents[2].parent / "shared" / "differential"
-UNPACED = sorted(p.name for p in DIFFERENTIAL.glob("*") if (p / "trace.parquet").exists())
+UNPACED = differential_cases()
 
 
-@pytest.mark.skipif(not UNPACED, reason=f"differential traces not found at {DIFFERENTIAL}")
 @pytest.mark.parametrize("case", UNPACED)
 def test_no_late_arrival_on_the_unpaced_testbed_traces(tmp_path, case):
-    """The eight unpaced traces of ../shared/differential (none with a net delay) are part
+    """The eight unpaced traces of tests/data/differential (none with a net delay) are part
     of the noise `late_arrival_ratio` was set over: its default names none of them."""
     run = tmp_path / case
     run.mkdir()

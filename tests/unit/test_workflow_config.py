@@ -26,7 +26,8 @@ def test_default_config_validates():
     wf = load_workflow_config(config("workflow.yaml"), KNOWN)
     assert wf.results == "results"
     assert wf.detectors == tuple(KNOWN) and wf.online is True
-    assert wf.reference_traces == "../shared/reference-traces"
+    assert wf.reference_traces == "tests/data/reference-traces"
+    assert (ROOT / wf.reference_traces / "trace-ST.parquet").is_file()  # in every clone
     assert len(wf.runs) >= 24
 
 
