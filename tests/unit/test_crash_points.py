@@ -223,3 +223,39 @@ def test_a_verb_killed_at_random_delays_leaves_old_or_new_and_reruns(runs, tmp_p
             assert main(argv(new_run, out)) == 0 and outputs(out) == new
     print(f"{kills} kills of {verb}: {seen['old']} left the old outputs, {seen['new']} the "
           "new, 0 a mix")
+
+
+PAIRS = int(os.environ.get("STRAGGLERLAB_CONCURRENT_PAIRS", "2"))
+"""Pairs of concurrent writers per verb in the test suite; `benchmarks/crash_points.sh`
+runs 20 of each."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", ["whatif", "detect", "plot", "score", "import", "synth",
+                                  "report", "noise-floor"])
+def test_two_concurrent_writers_never_mix_their_files(runs, tmp_path, verb):
+    """Two processes of one verb started together on one output, PAIRS times: each exits 0
+    or is refused as the second writer (exit 2, naming the first), and the output is
+    always the complete result of an uninterrupted run."""
+    _, new_run = runs
+    argv = VERBS[verb]
+    ref = tmp_path / "ref"
+    assert main(argv(new_run, ref)) == 0
+    expected = outputs(ref)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "stragglerlab", *argv(new_run, out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    refused = 0
+    for _ in range(PAIRS):
+        procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(2)]
+        done = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+        for code, err in done:
+            assert code in (0, 2) and "Traceback" not in err, err
+            if code == 2:
+                refused += 1
+                assert "another" in err and "pid" in err, err
+        assert any(code == 0 for code, _ in done)
+        assert outputs(out) == expected
+    print(f"{PAIRS} pairs of {verb}: {refused} of {2 * PAIRS} runs refused as second "
+          "writers, 0 corrupt outputs")
