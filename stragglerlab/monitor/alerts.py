@@ -83,7 +83,8 @@ class AlertTracker:
     def _payload(self, event: str, window: dict, finding: dict | None) -> dict:
         steps = window.get("steps") or [window.get("step")]
         return {"schema": ALERT_SCHEMA, "id": uuid.uuid4().hex, "event": event,
-                "run": self.run, "job_name": self.job_name, "step": window.get("step"), "window": [steps[0], steps[-1]],
+                "run": self.run, "job_name": self.job_name, "step": window.get("step"),
+                "window": [steps[0], steps[-1]],
                 "job_slowdown": window.get("slowdown"), "threshold": self.threshold
                 if event.startswith("slowdown") else None, "finding": finding,
                 "time": round(time.time(), 3)}

@@ -29,7 +29,6 @@ from stragglerlab.monitor.config import (
     MonitorConfig,
 )
 from stragglerlab.monitor.gclog import GcTail
-from stragglerlab.monitor.jobs import job_name
 from stragglerlab.monitor.history import (
     append_line,
     last_step,
@@ -37,6 +36,7 @@ from stragglerlab.monitor.history import (
     resumable,
     settings_conflict,
 )
+from stragglerlab.monitor.jobs import job_name
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout
 from stragglerlab.monitor.tail import PartsTail

@@ -36,8 +36,8 @@ import threading
 from pathlib import Path
 
 from stragglerlab.errors import InputError
-from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
 from stragglerlab.monitor.jobs import Job, JobRegistry
+from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
 from stragglerlab.monitor.page import OVERVIEW, PAGE
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.run_folder import RunFolder
