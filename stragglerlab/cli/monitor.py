@@ -296,7 +296,8 @@ def monitor_argv(run: Path, scenario, monitor_args: str | None) -> list[str]:
     named = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
     if named & {"--run", "--runs", "--watch"}:
         raise InputError("--monitor-args: the monitor beside the job watches its --out; "
-                         "leave --run, --runs and --watch out")
+                         "leave --run out (and --runs, --watch: one monitor of several jobs "
+                         "runs on its own)")
     layout = [(flag, str(value)) for flag, value in (
         ("--dp", scenario.parallel.dp), ("--pp", scenario.parallel.pp),
         ("--warmup-steps", scenario.run.warmup_steps)) if flag not in named]

@@ -150,11 +150,7 @@ class Fleet:
             try:
                 mon._check_folder()
                 n += len(mon.poll())
-            except InputError as e:
-                mon.log(f"error: {e}; this job is no longer watched")
-                self._stop(name)
-                continue
-            except OSError as e:
+            except (InputError, OSError) as e:  # this job's folder went away: it alone stops
                 mon.log(f"error: {e}; this job is no longer watched")
                 self._stop(name)
                 continue
