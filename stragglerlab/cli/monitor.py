@@ -3,6 +3,7 @@
     stragglerlab monitor --run results/slow-worker-1/0
     stragglerlab monitor --run results/x/0 --webhook http://127.0.0.1:9000/hook --slowdown-alert 1.2
     stragglerlab monitor --run examples/slow-worker --once --no-serve
+    stragglerlab monitor --runs results/a/0 results/b/0 --watch results --webhook http://127.0.0.1:9000/hook
 
 Tails the run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks
 append them and, after every new complete step, analyses the last K complete
@@ -19,7 +20,14 @@ and/or --alert-command; delivered ones are kept in RUN/monitor/alerts.jsonl,
 failed ones in RUN/monitor/alerts-failed.jsonl. It stops when the run ends
 (run.json written), on Ctrl-C or SIGTERM, or, with --once, after analysing
 what is there; it prints a summary of the windows it analysed to stdout (with
---quiet too), progress on stderr. See docs/monitor.md.
+--quiet too), progress on stderr.
+
+With --runs DIR... and/or --watch DIR (new run folders below it are picked up
+as they appear), one monitor watches several jobs: each keeps its own history
+and alerts (which name its job), the root page lists the jobs by current S and
+findings and links each job's page (/jobs/NAME/), and /metrics serves every
+job's series labelled job_name, bounded by --max-jobs and --max-worker-series.
+See docs/monitor.md.
 """
 
 from __future__ import annotations
@@ -39,8 +47,20 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     module docstring's examples)."""
     p = sub.add_parser(name, help="watch a run live: rolling what-if, findings, page, "
                                   "Prometheus metrics, alerts")
-    p.add_argument("--run", required=True, metavar="DIR",
+    p.add_argument("--run", metavar="DIR",
                    help="run folder to watch (trace-parts/ written by `stragglerlab train`)")
+    p.add_argument("--runs", nargs="+", metavar="DIR",
+                   help="watch several run folders in one monitor: an overview page of the "
+                        "jobs, each job's page at /jobs/NAME/, /metrics labelled job_name")
+    p.add_argument("--watch", metavar="DIR",
+                   help="also watch every run folder that appears below DIR (up to 3 "
+                        "levels, e.g. results/SCENARIO/TRIAL), until stopped")
+    p.add_argument("--max-jobs", type=int, default=32, metavar="N",
+                   help="--runs/--watch: jobs watched at once; a new run beyond it takes "
+                        "the place of an ended job, or waits for one to end")
+    p.add_argument("--max-worker-series", type=int, default=1024, metavar="N",
+                   help="--runs/--watch: worker series per job in /metrics (a larger job "
+                        "exports its N highest-scored workers)")
     p.add_argument("--window-steps", type=int, default=8, metavar="K",
                    help="analyse the last K complete steps after each new one")
     p.add_argument("--detectors", nargs="+", default=["whatif"], metavar="NAME",
@@ -82,6 +102,11 @@ def run(args) -> int:
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.run_folder import RunFolder
 
+    if args.runs or args.watch:
+        return run_many(args)
+    if args.run is None:
+        raise InputError("name what to watch: --run DIR (one run), or --runs DIR... and/or "
+                         "--watch DIR (several jobs)")
     folder = RunFolder.open(args.run)
     cfg = config(args, folder.path)
     if args.once:
@@ -110,6 +135,68 @@ def run(args) -> int:
             print(f"warning: no window analysed: {args.run}: {reason}", file=sys.stderr)
     print(summary(monitor, n))  # the result: stdout, --quiet or not (a refusal has none)
     return 0
+
+
+def run_many(args) -> int:
+    """Watch several runs (--runs, --watch) with one monitor: one overview page, /metrics
+    of every job labelled job_name, alerts naming the job."""
+    from stragglerlab.cli.progress import Reporter
+    from stragglerlab.monitor.fleet import Fleet
+    from stragglerlab.monitor.jobs import FleetLimits
+    from stragglerlab.run_folder import RunFolder
+
+    if args.run is not None:
+        raise InputError("--run watches one run; with --runs/--watch, name it among --runs")
+    for flag, value in (("--dp", args.dp), ("--pp", args.pp)):
+        if value is not None:
+            raise InputError(f"{flag}: one layout for every job cannot be right; with "
+                             "--runs/--watch each job's comes from its meta.yaml, else is "
+                             "inferred from its trace parts")
+    runs, seen = [], set()
+    for r in args.runs or []:
+        path = RunFolder.open(r).path
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            runs.append(path)
+    watch = None
+    if args.watch is not None:
+        watch = Path(args.watch)
+        if not watch.is_dir():
+            raise InputError("--watch: not a folder (give the folder new run folders appear "
+                             "in, e.g. results)", str(watch))
+    limits = FleetLimits(max_jobs=args.max_jobs, max_worker_series=args.max_worker_series)
+    limits.check()
+    cfg = config(args, Path("."))  # every job's settings; each job gets its own run
+    serve = not (args.no_serve or args.once)
+    with Reporter(quiet=args.quiet) as progress:
+        fleet = Fleet(cfg, runs=runs, watch=watch, limits=limits, log=progress.log)
+        server = _server(None, cfg, progress, fleet.registry) if serve else None
+        try:
+            n = fleet.run(once=args.once)
+        finally:
+            if server is not None:
+                server.stop()
+    if fleet.failed and not fleet.all_monitors():
+        raise InputError("no run could be watched: " + "; ".join(
+            f"{r}: {why}" for r, why in fleet.failed.items()))
+    print(summary_many(fleet, n))
+    return 0
+
+
+def summary_many(fleet, n: int) -> str:
+    """The result lines of a monitor of several jobs: one per job, highest S first."""
+    rows = fleet.registry.overview()
+    out = [f"monitor of {len(rows)} job(s): {n} window(s) analysed now"
+           + (f", {len(fleet.failed)} run(s) not watched" if fleet.failed else "")
+           + (f", {len(fleet.waiting)} waiting for room (--max-jobs)" if fleet.waiting else "")]
+    for r in rows:
+        s = "-" if r["slowdown"] is None else f"{r['slowdown']:.3f}"
+        causes = ", ".join(sorted({f["cause"] for f in r["findings"]})) or "no finding"
+        out.append(f"  {r['name']:24s} S {s:6s} {causes}; {r['windows_analysed']} window(s), "
+                   f"{r['errors']} error(s), {r['status']} ({r['run']})")
+    for run, why in fleet.failed.items():
+        out.append(f"  not watched: {run}: {why}")
+    return "\n".join(out)
 
 
 def _a_run_to_read(run: Path) -> None:
@@ -150,8 +237,9 @@ def check_server_extra() -> None:
                          "'stragglerlab[monitor]', or pass --no-serve")
 
 
-def _server(monitor, cfg, progress):
-    """Start the web server (InputError when its extra is missing or the port is taken)."""
+def _server(monitor, cfg, progress, registry=None):
+    """Start the web server of `monitor`'s run, or of every job in `registry` (InputError
+    when its extra is missing or the port is taken)."""
     from stragglerlab.monitor.config import check_host
 
     check_server_extra()
@@ -160,6 +248,11 @@ def _server(monitor, cfg, progress):
     if check_host(cfg.host, cfg.allow_remote):
         progress.error(f"warning: serving on {cfg.host}, not loopback: anyone who reaches it "
                        "sees the run's page, history and metrics (no authentication)")
+    if registry is not None:
+        server = MonitorServer(None, None, cfg.host, cfg.port, registry=registry)
+        server.start()
+        progress.error(f"monitor page: {server.url}  (the jobs; metrics: {server.url}metrics)")
+        return server
     server = MonitorServer(monitor.state, cfg.run, cfg.host, cfg.port)
     server.start()
     progress.error(f"monitor page: {server.url}  (metrics: {server.url}metrics)")
@@ -201,9 +294,10 @@ def monitor_argv(run: Path, scenario, monitor_args: str | None) -> list[str]:
     except ValueError as e:
         raise InputError(f"--monitor-args {monitor_args!r}: {e}") from None
     named = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
-    if "--run" in named:
+    if named & {"--run", "--runs", "--watch"}:
         raise InputError("--monitor-args: the monitor beside the job watches its --out; "
-                         "leave --run out")
+                         "leave --run out (and --runs, --watch: one monitor of several jobs "
+                         "runs on its own)")
     layout = [(flag, str(value)) for flag, value in (
         ("--dp", scenario.parallel.dp), ("--pp", scenario.parallel.pp),
         ("--warmup-steps", scenario.run.warmup_steps)) if flag not in named]

@@ -16,6 +16,8 @@ One module per concept:
     history.py  windows.jsonl / alerts*.jsonl: atomic appends, read back on restart
     state.py    MonitorState: the history the server publishes
     runner.py   Monitor: the loop
+    jobs.py     JobRegistry: the jobs one monitor watches (page, overview, /metrics read it)
+    fleet.py    Fleet: one Monitor per run folder (--runs, --watch), polled in turn
     alerts.py   AlertTracker (events), AlertSender (webhook / command, retries)
     metrics.py  Prometheus text
     server.py   Starlette app + uvicorn on a thread (needs the `monitor` extra)

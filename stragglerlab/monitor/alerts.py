@@ -4,7 +4,7 @@
 after `clear_after_windows` windows in a row without it, so one flicker is no
 alert pair); `AlertSender` delivers each on a background thread: POST the JSON
 payload to the webhook (urllib) and/or run the alert command (payload on
-stdin, `STRAGGLERLAB_ALERT_EVENT` / `_STEP` / `_SLOWDOWN` in its environment),
+stdin, `STRAGGLERLAB_ALERT_EVENT` / `_JOB` / `_STEP` / `_SLOWDOWN` in its environment),
 each with bounded retries and doubling backoff. Nothing is lost silently: a
 delivered alert (or one with no target configured) is appended to
 `monitor/alerts.jsonl`, a failed one to `monitor/alerts-failed.jsonl` with the
@@ -13,7 +13,7 @@ errors, and logged.
 Payload (schema stragglerlab.monitor-alert/1):
 
     {"schema": "stragglerlab.monitor-alert/1", "id": "...", "event": "finding-appeared",
-     "run": "results/x/0", "step": 14, "window": [7, 14], "job_slowdown": 1.32,
+     "run": "results/x/0", "job_name": "x-0", "step": 14, "window": [7, 14], "job_slowdown": 1.32,
      "threshold": null, "finding": {"detector": "whatif", "cause": "slow-worker",
      "ranks": [{"rank": 3, "dp_rank": 1, "stage": 1}], ...}, "time": 1764100000.0}
 """
@@ -47,8 +47,10 @@ EVENTS = ("finding-appeared", "finding-cleared", "slowdown-above", "slowdown-bel
 class AlertTracker:
     """What changed from one window to the next, as alert payloads."""
 
-    def __init__(self, run: str, threshold: float | None, clear_after: int) -> None:
+    def __init__(self, run: str, threshold: float | None, clear_after: int,
+                 job_name: str | None = None) -> None:
         self.run = run
+        self.job_name = job_name
         self.threshold = threshold
         self.clear_after = clear_after
         self.active: dict[str, dict] = {}
@@ -81,7 +83,8 @@ class AlertTracker:
     def _payload(self, event: str, window: dict, finding: dict | None) -> dict:
         steps = window.get("steps") or [window.get("step")]
         return {"schema": ALERT_SCHEMA, "id": uuid.uuid4().hex, "event": event,
-                "run": self.run, "step": window.get("step"), "window": [steps[0], steps[-1]],
+                "run": self.run, "job_name": self.job_name, "step": window.get("step"),
+                "window": [steps[0], steps[-1]],
                 "job_slowdown": window.get("slowdown"), "threshold": self.threshold
                 if event.startswith("slowdown") else None, "finding": finding,
                 "time": round(time.time(), 3)}
@@ -100,6 +103,7 @@ def post_json(url: str, payload: dict, timeout: float) -> None:
 def run_command(command: str, payload: dict, timeout: float) -> None:
     """Run the alert command with the payload on stdin; raises when it fails."""
     env = dict(os.environ, STRAGGLERLAB_ALERT_EVENT=payload["event"],
+               STRAGGLERLAB_ALERT_JOB=str(payload.get("job_name") or ""),
                STRAGGLERLAB_ALERT_STEP=str(payload["step"]),
                STRAGGLERLAB_ALERT_SLOWDOWN=str(payload["job_slowdown"]))
     done = subprocess.run(command, shell=True, input=json.dumps(payload), text=True,  # noqa: S602
@@ -165,7 +169,8 @@ class AlertSender:
         try:
             if failed:
                 append_line(where / ALERTS_FAILED_JSONL, dict(record, errors=failed))
-                self.log(f"alert {payload['event']} at step {payload['step']}: delivery "
+                self.log(f"alert {payload['event']} of {payload.get('job_name')} at step "
+                         f"{payload['step']}: delivery "
                          f"failed ({'; '.join(f'{k}: {e}' for k, e in failed.items())}); kept "
                          f"in {where / ALERTS_FAILED_JSONL}")
             if not failed or len(failed) < len(targets):

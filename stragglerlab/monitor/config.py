@@ -36,6 +36,9 @@ class MonitorConfig:
 
     run: Path
     """The run folder watched (read-only except its monitor/ folder)."""
+    job_name: str | None = None
+    """The job's name in alerts (and, watching several runs, on the overview page and in
+    /metrics' `job_name` label); None: made from the run folder's path (jobs.job_name)."""
     window_steps: int = 8
     """K: each analysis covers the last K complete steps."""
     detectors: list[str] = field(default_factory=lambda: ["whatif"])

@@ -12,7 +12,13 @@ truth (faults.json) from `api/truth`, and again from the stream's last word
 (`event: end`, sent when the monitor stops: the page then stops listening and
 shows "run ended"). A lost stream shows one "reconnecting" note and is retried
 with a backoff up to 30 s. Tested in headless Chromium by
-tests/e2e/test_monitor_page.py (no console errors allowed).
+tests/e2e/test_monitor_page.py (no console errors allowed). Its URLs are relative,
+so the same page serves one job of several at /jobs/NAME/ (with a link back).
+
+`OVERVIEW` is the page of a monitor of several jobs (`--runs`, `--watch`): one
+table of the jobs, highest current S first, with their findings, each linking
+to its page; it reloads `api/jobs` every second. Tested by
+tests/e2e/test_monitor_jobs.py.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ border-radius:4px;font-size:12px;display:none}
 #legend{height:10px;margin-top:4px;border-radius:2px}
 </style></head>
 <body>
-<header><h1>stragglerlab monitor <span id="run" class="muted"></span></h1>
+<header><h1>stragglerlab monitor <span id="run" class="muted"></span>
+<a id="alljobs" href="../../" hidden style="color:#fff;font-size:13px;margin-left:12px">&larr; all jobs</a></h1>
 <div id="status">connecting...</div></header>
 <main>
 <section class="wide"><h2>Job slowdown S per window</h2><canvas id="chart" height="180"></canvas></section>
@@ -170,9 +177,64 @@ $("heat").addEventListener("mousemove",e=>{
   tip.textContent=`rank ${p*G.dp+d}: DP ${d}, stage ${p}: ${fmt(G.grid[p][d])}`;});
 $("heat").addEventListener("mouseleave",()=>{$("tip").style.display="none";});
 window.addEventListener("resize",later);
+if(/\/jobs\/[^/]+\/$/.test(location.pathname))$("alljobs").hidden=false;  // one job of several
 (async()=>{
   try{const j=await(await fetch("api/windows")).json();j.lines.forEach(add);st.summary=j.summary;}catch(e){}
   render();loadTruth();connect();
 })();
+</script></body></html>
+"""
+
+OVERVIEW = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>stragglerlab monitor: jobs</title>
+<link rel="icon" href="data:,">
+<style>
+body{font:14px system-ui,sans-serif;margin:0;background:#fafafa;color:#222}
+header{background:#263238;color:#fff;padding:10px 16px}
+header h1{font-size:18px;margin:0 0 4px 0}
+main{padding:12px}
+table{border-collapse:collapse;width:100%;font-size:13px;background:#fff}
+td,th{border-bottom:1px solid #eee;padding:4px 8px;text-align:left;vertical-align:top}
+tr.bad td{background:#fff3f0}
+.muted{color:#777}
+.err{color:#b71c1c}
+</style></head>
+<body>
+<header><h1>stragglerlab monitor: jobs</h1><div id="status">connecting...</div></header>
+<main><table><thead><tr><th>job</th><th>S</th><th>findings</th><th>last step</th>
+<th>windows</th><th>errors</th><th>layout</th><th>status</th></tr></thead>
+<tbody id="jobs"></tbody></table>
+<p class="muted">Highest current S first. S is the latest window's job slowdown (1 = no
+straggling); a job's row links to its own page. Metrics of every job: <a href="metrics">/metrics</a>
+(label <code>job_name</code>).</p></main>
+<script>
+"use strict";
+const $=id=>document.getElementById(id);
+const esc=s=>String(s).replace(/[&<>"]/g,c=>({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;"}[c]));
+const fmt=(x,d=3)=>x==null?"-":Number(x).toFixed(d);
+let fails=0;
+function finding(f){
+  const who=f.ranks.length?f.ranks.map(([d,p])=>`DP ${d}, stage ${p}`).join("; "):"whole job";
+  return `${esc(f.cause)}: ${who}${f.estimated_slowdown?` (est. ${fmt(f.estimated_slowdown,2)})`:""}`;
+}
+function render(j){
+  $("jobs").innerHTML=j.jobs.map(r=>`<tr class="${r.findings.length?"bad":""}" data-job="${esc(r.name)}">`+
+    `<td><a href="jobs/${encodeURIComponent(r.name)}/">${esc(r.name)}</a><div class="muted">${esc(r.run)}</div></td>`+
+    `<td>${fmt(r.slowdown)}${r.valid===false?" (not reproduced)":""}</td>`+
+    `<td>${r.findings.length?r.findings.map(finding).join("<br>"):"<span class='muted'>none</span>"}</td>`+
+    `<td>${r.last_step??"-"}</td><td>${r.windows_analysed}</td>`+
+    `<td class="${r.errors?"err":""}">${r.errors}</td>`+
+    `<td>${r.layout?`DP ${r.layout[0]} x PP ${r.layout[1]}`:"-"}</td><td>${esc(r.status)}</td></tr>`).join("");
+  $("status").textContent=`${j.jobs.length} job(s), ${j.jobs.filter(r=>r.findings.length).length} with findings`+
+    (j.refused?`, ${j.refused} run(s) not watched (--max-jobs)`:"");
+}
+async function look(){
+  try{const r=await fetch("api/jobs");render(await r.json());fails=0;}
+  catch(e){fails++;$("status").textContent="monitor not reachable: retrying";}
+  setTimeout(look,Math.min(30000,1000*2**Math.min(fails,5)));
+}
+look();
 </script></body></html>
 """

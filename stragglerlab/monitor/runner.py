@@ -36,6 +36,7 @@ from stragglerlab.monitor.history import (
     resumable,
     settings_conflict,
 )
+from stragglerlab.monitor.jobs import job_name
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout
 from stragglerlab.monitor.tail import PartsTail
@@ -68,7 +69,10 @@ class Monitor:
         self.last_step = last_step(lines)
         self.state = state or MonitorState(str(cfg.run))
         self.state.load(lines)
-        self.tracker = AlertTracker(str(cfg.run), cfg.slowdown_alert, cfg.clear_after_windows)
+        self.job_name = cfg.job_name or job_name(cfg.run)
+        """The job's name in its alerts."""
+        self.tracker = AlertTracker(str(cfg.run), cfg.slowdown_alert, cfg.clear_after_windows,
+                                    self.job_name)
         for w in lines:  # the alert state as it stood (no alert twice across a restart)
             if w.get("kind") == "window":
                 self.tracker.observe(w)
@@ -301,8 +305,7 @@ class Monitor:
         returns the windows analysed."""
         stop = stop or threading.Event()
         n = 0
-        self._check_folder()
-        lock = self._lock()
+        self.open()
         try:
             while True:
                 ended = self.ended
@@ -319,10 +322,23 @@ class Monitor:
                     break
                 stop.wait(max(self.cfg.poll_s, MIN_POLL_S))
         finally:
-            self.state.finish(self.ended)
-            self.sender.close()
-            lock.close()
+            self.close()
         return n
+
+    def open(self) -> None:
+        """Check the folder and take its monitor lock (InputError when another monitor
+        holds it); `close` releases it. `run` does both; a monitor of several jobs
+        (fleet.py) calls them around its own loop."""
+        self._check_folder()
+        self._held = self._lock()
+
+    def close(self) -> None:
+        """Publish that the loop stopped, deliver queued alerts, release the lock."""
+        self.state.finish(self.ended)
+        self.sender.close()
+        held, self._held = getattr(self, "_held", None), None
+        if held is not None:
+            held.close()
 
     def _check_folder(self) -> None:
         """InputError when the run folder went away while watched."""

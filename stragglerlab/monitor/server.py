@@ -12,6 +12,14 @@ monitor computed and its faults.json ground truth):
     /api/windows   {"summary": ..., "lines": [...]} the history (`?after=SEQ`)
     /api/truth     the run's ground truth (faults.json), when it has one
 
+Watching several runs (`--runs`, `--watch`; monitor/jobs.py's registry), the
+same routes serve each job below /jobs/NAME/ (its /events ends once that job's
+watch stops), and the root is the fleet's:
+
+    /              the overview page (page.OVERVIEW): the jobs, highest S first
+    /api/jobs      {"jobs": [...], "refused": N} (JobRegistry.overview's rows)
+    /metrics       every job's series, labelled job_name (metrics.jobs_metrics_text)
+
 Binds 127.0.0.1 by default; the socket is bound here before uvicorn starts, so
 a port in use is a clear InputError, not a log line from a thread.
 
@@ -28,8 +36,9 @@ import threading
 from pathlib import Path
 
 from stragglerlab.errors import InputError
+from stragglerlab.monitor.jobs import Job, JobRegistry
 from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
-from stragglerlab.monitor.page import PAGE
+from stragglerlab.monitor.page import OVERVIEW, PAGE
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.run_folder import RunFolder
 
@@ -63,28 +72,59 @@ def truth(run: Path) -> dict:
 
 
 def make_app(state: MonitorState, run: Path, closing: threading.Event | None = None):
-    """The ASGI app serving `state` (closing: set to end open event streams)."""
+    """The ASGI app serving one job's `state` at / (closing: set to end open event
+    streams): a registry of that one job, served as `make_jobs_app` serves one."""
+    registry = JobRegistry()
+    registry.add(Path(run), state)
+    return make_jobs_app(registry, closing, single=True)
+
+
+def make_jobs_app(registry: JobRegistry, closing: threading.Event | None = None,
+                  single: bool = False):
+    """The ASGI app serving the registry's jobs. single: its one job at / with today's
+    unlabelled /metrics; else the overview at /, each job at /jobs/NAME/ and /metrics
+    of every job labelled job_name."""
     from starlette.applications import Starlette
-    from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from starlette.exceptions import HTTPException
+    from starlette.responses import (
+        HTMLResponse,
+        JSONResponse,
+        RedirectResponse,
+        Response,
+        StreamingResponse,
+    )
     from starlette.routing import Route
 
     closing = closing or threading.Event()
 
+    def job_of(request) -> Job:
+        if single:
+            return registry.all()[0]
+        job = registry.get(request.path_params["name"])
+        if job is None:
+            raise HTTPException(404, "no such job (the overview at / lists them)")
+        return job
+
     async def page(request):
+        job_of(request)
         return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
 
     async def windows(request):
+        state = job_of(request).state
         return JSONResponse({"summary": state.summary(), "lines": state.since(_after(request))})
 
     async def truth_route(request):
-        return JSONResponse(truth(run))
+        return JSONResponse(truth(job_of(request).run))
 
-    async def metrics(request):
+    async def job_metrics(request):
+        state = job_of(request).state
         s = state.summary()
         return Response(metrics_text(state.latest_window(), s["windows_analysed"], s["errors"]),
                         media_type=CONTENT_TYPE)
 
     async def events(request):
+        job = job_of(request)
+        state, run = job.state, job.run
         after = _after(request)
         limit = _int(request, "limit", 0)  # stop after this many lines (0: never)
 
@@ -93,7 +133,8 @@ def make_app(state: MonitorState, run: Path, closing: threading.Event | None = N
             sent, idle, told = 0, 0.0, None
             yield "retry: 2000\n\n"
             while True:
-                stopping = closing.is_set()  # read first: what follows is then all there
+                stopping = closing.is_set() or (not single and state.summary()["finished"])
+                # (read first: what follows is then all there)
                 for line in state.since(after):
                     after = line["seq"]
                     yield f"event: line\nid: {after}\ndata: {json.dumps(line)}\n\n"
@@ -102,7 +143,8 @@ def make_app(state: MonitorState, run: Path, closing: threading.Event | None = N
                         return
                 summary = state.summary()
                 if stopping:  # the last word, with the ground truth the run's end wrote
-                    # (the server is going away: the page fetches nothing after this)
+                    # (the server is going away, or this job's watch stopped: the page
+                    # fetches nothing after this)
                     end = {"summary": summary, "truth": truth(run)}
                     yield f"event: end\ndata: {json.dumps(end)}\n\n"
                     return
@@ -122,9 +164,31 @@ def make_app(state: MonitorState, run: Path, closing: threading.Event | None = N
                                  headers={"Cache-Control": "no-store",
                                           "X-Accel-Buffering": "no"})
 
+    if single:
+        return Starlette(routes=[
+            Route("/", page), Route("/events", events), Route("/metrics", job_metrics),
+            Route("/api/windows", windows), Route("/api/truth", truth_route),
+        ])
+
+    async def overview(request):
+        return HTMLResponse(OVERVIEW, headers={"Cache-Control": "no-store"})
+
+    async def jobs(request):
+        return JSONResponse({"jobs": registry.overview(), "refused": registry.refused},
+                            headers={"Cache-Control": "no-store"})
+
+    async def all_metrics(request):
+        return Response(registry.metrics_text(), media_type=CONTENT_TYPE)
+
+    async def to_slash(request):  # the page's URLs are relative to /jobs/NAME/
+        job_of(request)
+        return RedirectResponse(f"/jobs/{request.path_params['name']}/", 308)
+
     return Starlette(routes=[
-        Route("/", page), Route("/events", events), Route("/metrics", metrics),
-        Route("/api/windows", windows), Route("/api/truth", truth_route),
+        Route("/", overview), Route("/api/jobs", jobs), Route("/metrics", all_metrics),
+        Route("/jobs/{name}", to_slash), Route("/jobs/{name}/", page),
+        Route("/jobs/{name}/events", events), Route("/jobs/{name}/metrics", job_metrics),
+        Route("/jobs/{name}/api/windows", windows), Route("/jobs/{name}/api/truth", truth_route),
     ])
 
 
@@ -157,13 +221,17 @@ def bind(host: str, port: int) -> socket.socket:
 class MonitorServer:
     """uvicorn serving `make_app` on its own thread."""
 
-    def __init__(self, state: MonitorState, run: Path, host: str, port: int) -> None:
+    def __init__(self, state: MonitorState | None, run: Path | None, host: str, port: int,
+                 registry: JobRegistry | None = None) -> None:
+        """Serves one job (`state`, `run`), or, given `registry`, every job in it."""
         import uvicorn
 
         self.closing = threading.Event()
         self.sock = bind(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
-        config = uvicorn.Config(make_app(state, Path(run), self.closing), log_level="warning",
+        app = make_app(state, Path(run), self.closing) if registry is None else \
+            make_jobs_app(registry, self.closing)
+        config = uvicorn.Config(app, log_level="warning",
                                 access_log=False, timeout_graceful_shutdown=2, lifespan="off")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},

@@ -1,9 +1,11 @@
-"""Shared by the monitor's slow browser and Prometheus tests: a run folder that grows a
+"""Shared by the monitor's slow browser and Prometheus tests (and the headless Chromium
+they drive: `browser_or_skip`, `chromium_page`): a run folder that grows a
 step at a time from a `synth` trace (DP 2 x PP 2, the victim DP 1 / stage 1 twice as slow
 from step FAULT_FIRST on), watched by `stragglerlab monitor` on 127.0.0.1, any free port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -38,6 +41,13 @@ def which(env: str, *names: str) -> str | None:
 def text(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
+
+
+def query(url: str, promql: str) -> list[dict]:
+    """A Prometheus server's instant query result (its /api/v1/query)."""
+    data = json.loads(text(url + "api/v1/query?" + urllib.parse.urlencode({"query": promql})))
+    assert data["status"] == "success", data
+    return data["data"]["result"]
 
 
 def wait_for(what: str, check, timeout: float, every: float = 0.1):
@@ -122,3 +132,34 @@ class LiveRun:
                 self.proc.kill()
                 self.proc.wait()
         return "".join(self.err)
+
+
+@contextlib.contextmanager
+def chromium_page(sync_playwright, chromium: str, problems: list[str]):
+    """A page of the system's headless Chromium, 1280 x 1000; console errors and page
+    errors are appended to `problems`. The browser closes on exit."""
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.on("console", lambda m: m.type == "error" and problems.append(
+                f"console error: {m.text} ({m.location})"))
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            yield page
+        finally:
+            browser.close()
+
+
+def browser_or_skip():
+    """(playwright's sync_playwright, the Chromium binary); a skip saying why when either
+    is absent."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
+    chromium = which("STRAGGLERLAB_CHROMIUM", "chromium", "chromium-browser", "google-chrome")
+    if chromium is None:
+        pytest.skip("no Chromium: none on PATH, and $STRAGGLERLAB_CHROMIUM unset or not "
+                    "executable (apt-get install chromium)")
+    return sync_playwright, chromium

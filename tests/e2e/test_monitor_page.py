@@ -27,7 +27,6 @@ The monitor is stopped by PID in the fixture's teardown.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
@@ -35,7 +34,9 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.monitor.state import MonitorState
-from tests.e2e.monitor_live import FAULT_FIRST, STEPS, VICTIM, wait_for, which
+from tests.e2e.monitor_live import FAULT_FIRST, STEPS, VICTIM, wait_for
+from tests.e2e.monitor_live import browser_or_skip as _browser_or_skip
+from tests.e2e.monitor_live import chromium_page as _chromium_page
 
 pytestmark = pytest.mark.slow
 
@@ -79,35 +80,6 @@ def _until(page, condition: str, problems: list[str], timeout_s: float = 15) -> 
     except Exception as e:  # playwright's TimeoutError
         pytest.fail(f"{condition} not met in {timeout_s:.0f} s ({type(e).__name__}); status: "
                     f"{page.evaluate(STATUS)!r}; problems: {problems}")
-
-
-@contextlib.contextmanager
-def _chromium_page(sync_playwright, chromium: str, problems: list[str]):
-    """A page of the system's headless Chromium, 1280 x 1000; console errors and page
-    errors are appended to `problems`. The browser closes on exit."""
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True,
-                                     args=["--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            page.on("console", lambda m: m.type == "error" and problems.append(
-                f"console error: {m.text} ({m.location})"))
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            yield page
-        finally:
-            browser.close()
-
-
-def _browser_or_skip():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
-    chromium = which("STRAGGLERLAB_CHROMIUM", "chromium", "chromium-browser", "google-chrome")
-    if chromium is None:
-        pytest.skip("no Chromium: none on PATH, and $STRAGGLERLAB_CHROMIUM unset or not "
-                    "executable (apt-get install chromium)")
-    return sync_playwright, chromium
 
 
 @pytest.fixture

@@ -218,3 +218,6 @@ def test_monitor_args_override_the_jobs_layout_flags_and_may_not_name_run(tmp_pa
     assert argv[-2:] == ["--port", "0"] and "--warmup-steps=5" in argv
     with pytest.raises(InputError, match="leave --run out"):
         monitor_argv(run, scenario, f"--run {tmp_path}")
+    for flag in ("--runs", "--watch"):  # several jobs: a monitor of its own, not train's
+        with pytest.raises(InputError, match="leave --run out"):
+            monitor_argv(run, scenario, f"{flag} {tmp_path}")
