@@ -1,4 +1,4 @@
-"""Benchmark: the what-if's cost curve from 1,024 to 16,384 workers, and the part that grows fastest.
+"""Benchmark: the what-if's cost curve, 1,024 to 16,384 workers, and its fastest-growing part.
 
 The job is `stragglerlab synth`'s DP x PP 16 (1F1B, 16 microbatches, 8 steps) at
 DP 64, 128, 256, 512 and 1,024 (1,024 to 16,384 workers). Each input is written
@@ -12,15 +12,15 @@ child's own ru_maxrss, from os.wait4). --repeats rounds run every size in turn
 (smallest first), so a slow spell of the shared machine touches every size;
 medians with min-max.
 
-Where the time goes: one extra run per size under cProfile, its total split into
-disjoint parts (cumulative times of the functions named in PARTS; the rest of a
-parent is its own part). The profiler inflates many-small-call parts, so the
-shares, not the seconds, are what it reports; the part whose time grows most from
-the smallest size to the largest is named.
+Where the time goes: every run prints its progress lines (one as each stage of the
+verb ends), and their arrival times split it into the parts of STAGES with no
+profiler in the way; medians per part and size, and the part whose time grows most
+from the smallest size to the largest (of those with at least 5 % of the largest
+run) is named.
 
     python benchmarks/bench_whatif_scale.py [--dp 64 128 256 512 1024] [--pp 16]
         [--microbatches 16] [--steps 8] [--repeats 3] [--data /tmp/whatif-scale]
-        [--no-profile] [--json OUT.json]
+        [--json OUT.json]
 
 Prints Markdown tables (pasted into benchmarks/README.md).
 """
@@ -29,33 +29,76 @@ from __future__ import annotations
 
 import argparse
 import json
-import pstats
+import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_whatif import run_measured  # noqa: E402  (a sibling script, not a package)
 
 REPO = Path(__file__).resolve().parents[1]
 
-PARTS = [  # (name, profiled function as "file:function", parent part or None, what)
-    ("total", None, None, "the whole process"),
-    ("start-up", None, "total", "interpreter start, imports, the CLI parser"),
-    ("whatif verb", "cli/whatif.py:run", "total", ""),
-    ("read parquet", "trace_io.py:read_trace", "whatif verb", "parquet read and casts"),
-    ("validate", "validate.py:validate_trace", "read parquet", "schema, completeness, "
-                                                              "plausibility"),
-    ("analysis", "analysis/whatif.py:run_whatif", "whatif verb",
-     "the rest of run_whatif: graph, ideals, masks, metrics, regime"),
-    ("build frame", "analysis/frame.py:build_frame", "analysis", "trace into [node, step, DP]"),
-    ("simulate", "analysis/simulate.py:simulate", "analysis", "every replay of the graph"),
-    ("outputs", None, "whatif verb", "whatif.json, artifact-format/"),
+STAGES = [  # (part, how the verb's progress line that closes it begins, what)
+    ("read + validate", "read ", "parquet read, casts, schema and plausibility checks"),
+    ("graph", "graph:", "the dependency graph from one worker-step"),
+    ("build frame", "frame:", "the trace into [op, step, DP rank] arrays"),
+    ("replay", "simulated base", "the traced and no-delay replays"),
+    ("ideal", "simulated the ideal", "each compute ideal's replay"),
+    ("by op type", "attributed to", "restore each op type (one replay each)"),
+    ("by stage", None, "restore each stage (one replay each)"),
+    ("by DP rank", None, "restore each DP rank (batched replays)"),
+    ("M_W, M_S", "computed M_W", "the fix metrics"),
+    ("launch", "attributed launch", "launch-delay attribution"),
+    ("outputs", "wrote", "regime, notes, whatif.json, artifact-format/"),
 ]
-"""The profile's disjoint parts: a named part's time is its function's cumulative time
-less its named children's; a part with no function is what its parent leaves."""
+"""The parts of one `stragglerlab whatif` process, timed by its own progress lines (on
+stderr, one as each stage ends; nothing else is added to the run). Three stages print
+"attributed to ...": op types, stages, DP ranks. Start-up (interpreter, imports, the
+CLI parser) is the time to the first line less the verb's own clock there, and exit is
+the time after the last line."""
+
+
+def _stage(message: str) -> str:
+    if message.startswith("attributed to "):
+        if "op types" in message:
+            return "by op type"
+        return "by stage" if message.endswith("stages") else "by DP rank"
+    for part, start, _what in STAGES:
+        if start and message.startswith(start):
+            return part
+    return "other"
+
+
+def run_measured(cmd: list[str], log: Path) -> tuple[int, float, float, float, dict]:
+    """Run cmd as a child; (exit code, wall s, CPU s = user + sys, peak RSS MiB, seconds per
+    part of STAGES), from the child's own rusage (os.wait4: RUSAGE_CHILDREN would be the
+    maximum over all children) and the arrival times of its progress lines."""
+    parts: dict[str, float] = {}
+    with open(log, "w") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.PIPE, text=True)
+        last = None
+        for line in proc.stderr:  # the child's stderr is line-buffered
+            now = time.perf_counter() - t0
+            out.write(line)
+            m = re.match(r"\[\s*([0-9.]+)s\] (.*)", line)
+            if not m:
+                continue
+            if last is None:  # the verb's clock starts after start-up
+                parts["start-up"] = now - float(m.group(1))
+                last = parts["start-up"]
+            part = _stage(m.group(2))
+            parts[part] = parts.get(part, 0.0) + now - last
+            last = now
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    if last is not None:
+        parts["exit"] = wall - last
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here
+    return (proc.returncode, wall, usage.ru_utime + usage.ru_stime,
+            usage.ru_maxrss / 1024, parts)  # Linux: KiB
 
 
 def synth(data: Path, dp: int, pp: int, mb: int, steps: int) -> tuple[Path, dict | None]:
@@ -67,7 +110,7 @@ def synth(data: Path, dp: int, pp: int, mb: int, steps: int) -> tuple[Path, dict
     data.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "stragglerlab", "synth", "--out", str(run), "--dp", str(dp),
            "--pp", str(pp), "--microbatches", str(mb), "--steps", str(steps), "--quiet"]
-    code, wall, peak = run_measured(cmd, REPO, data / f"synth-dp{dp}.log")
+    code, wall, _cpu, peak, _parts = run_measured(cmd, data / f"synth-dp{dp}.log")
     if code:
         sys.exit(f"synth failed ({code}); see {data / f'synth-dp{dp}.log'}")
     return run, {"wall_s": wall, "peak_mib": peak}
@@ -79,36 +122,17 @@ def n_ops(run: Path) -> int:
     return pq.ParquetFile(run / "trace.parquet").metadata.num_rows
 
 
-def whatif(run: Path, out: Path, log: Path, profile: Path | None = None) -> tuple[float, float]:
-    prefix = [sys.executable] + (["-m", "cProfile", "-o", str(profile)] if profile else [])
-    cmd = prefix + ["-m", "stragglerlab", "whatif", "--run", str(run), "--out", str(out),
-                    "--quiet"]
-    code, wall, peak = run_measured(cmd, REPO, log)
+def whatif(run: Path, out: Path, log: Path) -> tuple[float, float, float, dict]:
+    """One whole `stragglerlab whatif` process (progress lines on, for the stage times)."""
+    cmd = [sys.executable, "-m", "stragglerlab", "whatif", "--run", str(run), "--out", str(out)]
+    code, wall, cpu, peak, parts = run_measured(cmd, log)
     if code:
         sys.exit(f"whatif failed ({code}); see {log}")
-    return wall, peak
+    return wall, cpu, peak, parts
 
 
-def parts(profile: Path) -> dict[str, float]:
-    """Disjoint seconds per part of PARTS from one cProfile output."""
-    stats = pstats.Stats(str(profile)).stats  # (file, line, func) -> (cc, nc, tt, ct, callers)
-    cum: dict[str, float] = {}
-    for name, fn, _parent, _what in PARTS:
-        if fn is None:
-            continue
-        path, func = fn.split(":")
-        cum[name] = sum(v[3] for (file, _line, f), v in stats.items()
-                        if f == func and file.endswith("/" + path))
-    total = max(v[3] for v in stats.values())
-    own = {"total": total, **cum}
-    for name, _fn, parent, _what in PARTS:
-        if parent is not None and name in cum:
-            own[parent] -= cum[name]
-    for name, fn, parent, _what in PARTS:  # a part with no function: its parent's rest
-        if fn is None and parent is not None:
-            own[name], own[parent] = own[parent], 0.0
-    own["total"] = total
-    return own
+def _load(avg: tuple[float, float, float]) -> str:
+    return " / ".join(f"{a:.1f}" for a in avg)
 
 
 def fmt(values: list[float], digits: int) -> str:
@@ -127,7 +151,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "whatif-scale",
                     help="where the synthetic runs are written and kept")
-    ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
     ap.add_argument("--json", type=Path, help="also write every measurement here")
     args = ap.parse_args()
     sizes = sorted(args.dp)
@@ -137,62 +160,69 @@ def main() -> None:
         runs[dp], synth_cost[dp] = synth(args.data, dp, args.pp, args.microbatches, args.steps)
         print(f"input dp={dp}: {runs[dp]} ({n_ops(runs[dp]):,} ops)", file=sys.stderr)
     walls = {dp: [] for dp in sizes}
+    cpus = {dp: [] for dp in sizes}
     peaks = {dp: [] for dp in sizes}
+    stages = {dp: [] for dp in sizes}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for r in range(args.repeats):
             for dp in sizes:
-                wall, peak = whatif(runs[dp], work / f"out-{dp}", work / "whatif.log")
+                wall, cpu, peak, parts = whatif(runs[dp], work / f"out-{dp}",
+                                                work / "whatif.log")
+                stages[dp].append(parts)
                 walls[dp].append(wall)
+                cpus[dp].append(cpu)
                 peaks[dp].append(peak)
-                print(f"repeat {r + 1} dp={dp}: {wall:.2f} s, {peak:.0f} MiB", file=sys.stderr)
-        shares = {}
-        if not args.no_profile:
-            for dp in sizes:
-                prof = work / f"prof-{dp}.out"
-                whatif(runs[dp], work / f"out-{dp}", work / "whatif.log", prof)
-                shares[dp] = parts(prof)
+                print(f"repeat {r + 1} dp={dp}: {wall:.2f} s, CPU {cpu:.2f} s, {peak:.0f} MiB",
+                      file=sys.stderr)
+        load_after = os.getloadavg()
 
     print(f"\nDP x PP {args.pp}, {args.microbatches} microbatches, {args.steps} steps; "
           f"whole `stragglerlab whatif` processes, {args.repeats} runs a size, median "
-          "(min–max):\n")
-    print("| workers | DP | ops | wall (s) | peak RSS (MiB) | µs per op | synth wall (s) | "
-          "synth peak (MiB) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"(min–max); load average (1, 5, 15 min) {_load(load_before)} before, "
+          f"{_load(load_after)} after:\n")
+    print("| workers | DP | ops | wall (s) | CPU (s) | peak RSS (MiB) | CPU µs per op | "
+          "synth wall (s) | synth peak (MiB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for dp in sizes:
         ops = n_ops(runs[dp])
         sc = synth_cost[dp]
         print(f"| {dp * args.pp:,} | {dp:,} | {ops:,} | {fmt(walls[dp], 2)} | "
-              f"{fmt(peaks[dp], 0)} | {statistics.median(walls[dp]) / ops * 1e6:.2f} | "
+              f"{fmt(cpus[dp], 2)} | {fmt(peaks[dp], 0)} | "
+              f"{statistics.median(cpus[dp]) / ops * 1e6:.2f} | "
               f"{'–' if sc is None else format(sc['wall_s'], '.1f')} | "
               f"{'–' if sc is None else format(sc['peak_mib'], '.0f')} |")
-    if shares:
-        lo, hi = sizes[0], sizes[-1]
-        names = [n for n, *_ in PARTS if n not in ("total", "whatif verb")]
-        print(f"\nWhere the time goes (one cProfile run a size; seconds under the profiler, "
-              f"growth = DP {hi} over DP {lo}, workers ×{hi // lo}):\n")
-        print("| part | " + " | ".join(f"DP {dp}" for dp in sizes) + " | growth | what |")
-        print("|---|" + "---:|" * (len(sizes) + 1) + "---|")
-        growth = {}
-        for name in names:
-            vals = [shares[dp].get(name, 0.0) for dp in sizes]
-            growth[name] = vals[-1] / vals[0] if vals[0] > 0 else float("inf")
-            what = next(w for n, _f, _p, w in PARTS if n == name)
-            print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in vals)
-                  + f" | ×{growth[name]:.1f} | {what} |")
-        total = [shares[dp]["total"] for dp in sizes]
-        print("| total | " + " | ".join(f"{v:.2f}" for v in total)
-              + f" | ×{total[-1] / total[0]:.1f} | |")
-        big = {n: g for n, g in growth.items() if shares[hi].get(n, 0) >= 0.05 * total[-1]}
-        fastest = max(big, key=big.get)
-        print(f"\nFastest-growing part (of those with ≥ 5 % of the time at DP {hi}): "
-              f"**{fastest}**, ×{big[fastest]:.1f} for ×{hi // lo} workers, "
-              f"{100 * shares[hi][fastest] / total[-1]:.0f} % of the profiled run at DP {hi}.")
+    lo, hi = sizes[0], sizes[-1]
+    names = ["start-up"] + [p for p, *_ in STAGES] + ["other", "exit"]
+    med = {dp: {n: statistics.median(r.get(n, 0.0) for r in stages[dp]) for n in names}
+           for dp in sizes}
+    names = [n for n in names if any(med[dp][n] > 0 for dp in sizes)]
+    what = {p: w for p, _s, w in STAGES} | {
+        "start-up": "interpreter start, imports, the CLI parser", "exit": "after the last line"}
+    print(f"\nWhere the time goes (seconds, median of the runs above, from the verb's progress "
+          f"lines; growth = DP {hi} over DP {lo}, workers ×{hi // lo}):\n")
+    print("| part | " + " | ".join(f"DP {dp}" for dp in sizes) + " | growth | what |")
+    print("|---|" + "---:|" * (len(sizes) + 1) + "---|")
+    growth = {}
+    for name in names:
+        vals = [med[dp][name] for dp in sizes]
+        growth[name] = vals[-1] / vals[0] if vals[0] > 0 else float("inf")
+        print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in vals)
+              + f" | ×{growth[name]:.1f} | {what.get(name, '')} |")
+    total = statistics.median(walls[hi])
+    big = {n: g for n, g in growth.items() if med[hi][n] >= 0.05 * total}
+    fastest = max(big, key=big.get)
+    print(f"\nFastest-growing part (of those with ≥ 5 % of the wall time at DP {hi}): "
+          f"**{fastest}**, ×{big[fastest]:.1f} for ×{hi // lo} workers, "
+          f"{100 * med[hi][fastest] / total:.0f} % of the run at DP {hi}.")
     if args.json:
         args.json.write_text(json.dumps({
             "pp": args.pp, "microbatches": args.microbatches, "steps": args.steps,
-            "sizes": {dp: {"ops": n_ops(runs[dp]), "wall_s": walls[dp], "peak_mib": peaks[dp],
-                           "synth": synth_cost[dp], "profile_s": shares.get(dp)}
+            "load_before": load_before, "load_after": load_after,
+            "sizes": {dp: {"ops": n_ops(runs[dp]), "wall_s": walls[dp], "cpu_s": cpus[dp],
+                           "peak_mib": peaks[dp],
+                           "synth": synth_cost[dp], "stages_s": stages[dp]}
                       for dp in sizes}}, indent=1))
 
 
