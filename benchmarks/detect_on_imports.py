@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,7 @@ def main() -> int:
                 scenario = f"torch-{w}" + ("-slow" if kind == "slow" else "")
                 train(scenario, seed, run, args.reuse)
                 imp = run / "import-scored"
+                shutil.rmtree(imp, ignore_errors=True)  # a rerun over --reuse'd runs
                 cli("import", "kineto", "--traces", str(run / "kineto"), "--faults",
                     str(run / "faults.json"), "--out", str(imp), "--quiet")
                 for name in usable:
