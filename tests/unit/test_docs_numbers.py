@@ -1,6 +1,6 @@
 """Every number in the measured docs names a command a reader can run from the repository.
 
-Two checks over the pages whose numbers are measurements (`AUDITED`):
+Three checks over the pages whose numbers are measurements (`AUDITED`):
 
 * every command a page cites exists: a repository path (`benchmarks/bench_whatif.py`,
   `config/test.yaml`, `docs/detectors/test-seed20-s52-scores.json`, a glob such as
@@ -9,7 +9,9 @@ Two checks over the pages whose numbers are measurements (`AUDITED`):
   a `stragglerlab VERB` (with its first positional where that is a closed set, as in
   `stragglerlab list scenarios`) in the CLI's parser, a `python -m MODULE` that imports;
 * in the pages held to it (`SECTIONED`), every section with a table of numbers names a
-  command, in itself or in the section above it.
+  command, in itself or in the section above it;
+* no audited page, nor any page of docs/, names an absolute path on some machine
+  (`/tmp/...`, `/work/...`, a home): a command a reader runs writes under the checkout.
 
 A page that cites a removed script, a renamed verb or a config file that is gone fails here.
 """
@@ -37,6 +39,11 @@ AUDITED = [
     "examples/README.md",
 ]
 SECTIONED = ["docs/detectors.md", "benchmarks/README.md"]
+# An absolute path on some machine (a scratch folder, a home, the build machine's tree): a
+# reader's machine has none of them, so a page names a repository path, `results/...` or a
+# placeholder instead. URL paths (`/metrics`), system tools (`/usr/bin/time`) and `/proc`
+# are not such paths.
+OUTSIDE = re.compile(r"(?<![\w.~:/-])/(?:tmp|home|root|work|mnt|scratch|data|srv)/")
 # Files of other tools a page describes (not commands of this repository), with the tool.
 OTHER_TOOLS = {
     "compute_mw.py": "the paper's artifact (ByteDance-Seed/StragglerAnalysis)",
@@ -187,6 +194,19 @@ def test_every_cited_command_exists(rel: str) -> None:
     assert not problems, f"{rel} cites what the repository does not have:\n" + "\n".join(problems)
 
 
+def _pages() -> list[Path]:
+    """The audited pages and every Markdown page of docs/."""
+    return sorted({ROOT / rel for rel in AUDITED} | set((ROOT / "docs").rglob("*.md")))
+
+
+def test_no_page_names_a_path_outside_the_repository() -> None:
+    found = [f"{page.relative_to(ROOT)}:{n}: {line.strip()[:100]}"
+             for page in _pages()
+             for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+             if OUTSIDE.search(line)]
+    assert not found, "paths outside the repository (name results/... or a placeholder):\n" + "\n".join(found)
+
+
 @pytest.mark.parametrize("rel", SECTIONED)
 def test_every_table_of_numbers_names_its_command(rel: str) -> None:
     missing = sections_without_command((ROOT / rel).read_text(encoding="utf-8"))
@@ -207,6 +227,11 @@ def test_the_checks_catch_what_they_name() -> None:
     for needle in ("benchmarks/bench_gone.py", "whatiff", "sceanrios", "stragglerlab.nowhere",
                    "config/gone.yaml", "gone-*-scores.json", "gone_script.sh"):
         assert any(needle in p for p in problems), (needle, problems)
+    for text in ("--out /tmp/x", "see /work/runs/s52", "`/home/me/traces`"):
+        assert OUTSIDE.search(text), text
+    for text in ("GET /metrics", "/usr/bin/time", "results/tmp/x", "http://h/data/x",
+                 "../shared/x", "tests/data/differential"):
+        assert not OUTSIDE.search(text), text
     table = "## A\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n\n## B\n\n`benchmarks/bench_ring.py`\n\n| n |\n|---|\n| 4 |\n"
     assert sections_without_command(table) == ["A"]
     nested = "## A\n\n`stragglerlab detect --run R`\n\n### A1\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n"
