@@ -6,7 +6,8 @@ Three checks over the pages whose numbers are measurements (`AUDITED`):
   `config/test.yaml`, `docs/detectors/test-seed20-s52-scores.json`, a glob such as
   `docs/detectors/heldback-*-scores.json` matching at least one file), a bare script or
   module file name (`bench_residual.py`, `whatif_ring.py`) somewhere in the repository,
-  a `stragglerlab VERB` (with its first positional where that is a closed set, as in
+  a score file named bare (`test-seed20-s52-scores.json`) in docs/detectors/, a
+  `stragglerlab VERB` (with its first positional where that is a closed set, as in
   `stragglerlab list scenarios`) in the CLI's parser, a `python -m MODULE` that imports;
 * in the pages held to it (`SECTIONED`), every section with a table of numbers names a
   command, in itself or in the section above it;
@@ -61,6 +62,8 @@ _PATH = re.compile(r"(?<![\w./*<>-])((?:%s)/[\w./*-]*\.(?:py|sh|yaml|yml|json|md
                    r"(?![\w*<>-])" % "|".join(_TOP))
 # A bare file name of a script or module, as benchmarks/README.md names its scripts.
 _BARE = re.compile(r"(?<![\w./*<>{-])([a-z_][a-z0-9_]*\.(?:py|sh))(?![\w./-])")
+# A score file named bare, as docs/detectors.md's status table names them.
+_SCORES = re.compile(r"(?<![\w./*<>-])([\w-]+-scores\.json)\b")
 # In code: the CLI with its verb, and `python -m MODULE`.
 _VERB = re.compile(r"(?:^|[\s;(&|`$])(?:-m\s+)?stragglerlab\s+([a-z][\w-]*)(?:\s+([a-z][\w-]*))?")
 _MODULE = re.compile(r"-m\s+(stragglerlab(?:\.[a-z_][\w]*)+)")
@@ -145,6 +148,9 @@ def cited_problems(page: Path, text: str) -> list[str]:
     for name in sorted(set(_BARE.findall(text))):
         if name not in names and name not in OTHER_TOOLS:
             problems.append(f"{name}: no file of that name in the repository")
+    for name in sorted(set(_SCORES.findall(text))):
+        if not (ROOT / "docs" / "detectors" / name).is_file():
+            problems.append(f"{name}: no such score file in docs/detectors/")
     for code in _code(text):
         for verb, arg in _VERB.findall(code):
             problem = _verb_problem(verb, arg or None)
@@ -222,10 +228,12 @@ def test_the_checks_catch_what_they_name() -> None:
     assert cited_problems(page, good) == []
     bad = ("`benchmarks/bench_gone.py`; `stragglerlab whatiff --run R`; "
            "`stragglerlab list sceanrios`; `python -m stragglerlab.nowhere`; "
-           "config/gone.yaml; docs/detectors/gone-*-scores.json; gone_script.sh")
+           "config/gone.yaml; docs/detectors/gone-*-scores.json; gone_script.sh; "
+           "`test-seed99-scores.json`")
     problems = cited_problems(page, bad)
     for needle in ("benchmarks/bench_gone.py", "whatiff", "sceanrios", "stragglerlab.nowhere",
-                   "config/gone.yaml", "gone-*-scores.json", "gone_script.sh"):
+                   "config/gone.yaml", "gone-*-scores.json", "gone_script.sh",
+                   "test-seed99-scores.json"):
         assert any(needle in p for p in problems), (needle, problems)
     for text in ("--out /tmp/x", "see /work/runs/s52", "`/home/me/traces`"):
         assert OUTSIDE.search(text), text
