@@ -56,10 +56,10 @@ OTHER_TOOLS = {
 # A repository path: a top-level folder of the repository, then a file name with an
 # extension (globs allowed); not preceded by a path character (so `../shared/x` and
 # `/usr/bin/x` are not read as repository paths).
-_TOP = ("benchmarks", "config", "tests", "docs", "examples", "analysis", "figures",
-        "workloads", "injectors", "stragglerlab", "rules", "asv_bench")
-_PATH = re.compile(r"(?<![\w./*<>-])((?:%s)/[\w./*-]*\.(?:py|sh|yaml|yml|json|md|smk|toml))"
-                   r"(?![\w*<>-])" % "|".join(_TOP))
+_TOP = "|".join(("benchmarks", "config", "tests", "docs", "examples", "analysis", "figures",
+                 "workloads", "injectors", "stragglerlab", "rules"))
+_PATH = re.compile(rf"(?<![\w./*<>-])((?:{_TOP})/[\w./*-]*\.(?:py|sh|yaml|yml|json|md|smk|toml))"
+                   r"(?![\w*<>-])")
 # A bare file name of a script or module, as benchmarks/README.md names its scripts.
 _BARE = re.compile(r"(?<![\w./*<>{-])([a-z_][a-z0-9_]*\.(?:py|sh))(?![\w./-])")
 # A score file named bare, as docs/detectors.md's status table names them.
@@ -210,7 +210,8 @@ def test_no_page_names_a_path_outside_the_repository() -> None:
              for page in _pages()
              for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
              if OUTSIDE.search(line)]
-    assert not found, "paths outside the repository (name results/... or a placeholder):\n" + "\n".join(found)
+    assert not found, ("paths outside the repository (name results/... or a placeholder):\n"
+                       + "\n".join(found))
 
 
 @pytest.mark.parametrize("rel", SECTIONED)
@@ -240,7 +241,9 @@ def test_the_checks_catch_what_they_name() -> None:
     for text in ("GET /metrics", "/usr/bin/time", "results/tmp/x", "http://h/data/x",
                  "../shared/x", "tests/data/differential"):
         assert not OUTSIDE.search(text), text
-    table = "## A\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n\n## B\n\n`benchmarks/bench_ring.py`\n\n| n |\n|---|\n| 4 |\n"
+    table = ("## A\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n\n"
+             "## B\n\n`benchmarks/bench_ring.py`\n\n| n |\n|---|\n| 4 |\n")
     assert sections_without_command(table) == ["A"]
-    nested = "## A\n\n`stragglerlab detect --run R`\n\n### A1\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n"
+    nested = ("## A\n\n`stragglerlab detect --run R`\n\n"
+              "### A1\n\n| n | s |\n|---|---|\n| 8 | 0.25 |\n")
     assert sections_without_command(nested) == []
