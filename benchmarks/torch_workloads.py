@@ -1,4 +1,4 @@
-"""Issue 31's acceptance on the torch-wrapper workloads (DDP, FSDP, pipelining).
+"""The acceptance bars of the torch-wrapper workloads (DDP, FSDP, pipelining).
 
 For each workload and repeat (seed): a clean run (`torch-<w>`) and a run with one
 slow worker from step 6 (`torch-<w>-slow`), both traced by torch.profiler alone;
