@@ -38,7 +38,9 @@ PY = sys.executable
 def train(scenario: str, seed: int, out: Path, reuse: bool = False,
           config: Path | None = None, launcher: str = "ray") -> dict:
     if reuse and (out / "run.json").exists():  # --reuse: score the runs already there
-        return json.loads((out / "run.json").read_text())
+        run = json.loads((out / "run.json").read_text())
+        if run.get("outcome") == "ok":  # a failed one is trained again
+            return run
     extra = ["--config", str(config)] if config else []
     subprocess.run(["nice", "-n", "5", PY, "-m", "stragglerlab", "train", "--scenario",
                     scenario, "--seed", str(seed), "--out", str(out), "--quiet", "--overwrite",
