@@ -3,6 +3,7 @@ well-linked front page (every relative link resolves to something in the reposit
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -73,6 +74,18 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     assert (tmp_path / "site" / "index.html").is_file()
+    # The asv history beside the site (benchmarks/asv_site.py): asv's pages where the
+    # results' commits are in this clone's history, else a page that says why not.
+    history = tmp_path / "site" / "benchmarks-history"
+    assert (history / "index.html").is_file()
+    commits = [json.loads(p.read_text())["commit_hash"]
+               for p in (ROOT / "benchmarks" / "asv-results").glob("*/*.json")
+               if p.name != "machine.json"]
+    known = commits and all(subprocess.run(["git", "cat-file", "-e", f"{c}^{{commit}}"],
+                                           cwd=ROOT, capture_output=True).returncode == 0
+                            for c in commits)
+    if known and pytest.importorskip("asv"):
+        assert (history / "index.json").is_file(), (history / "index.html").read_text()
 
 
 def test_readme_relative_links_resolve() -> None:
