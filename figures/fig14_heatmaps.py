@@ -36,7 +36,7 @@ from stragglerlab.figures.style import figure_style, new_figure, save_figure, so
 from stragglerlab.figures.trace_common import runs_with_fault
 from stragglerlab.filecheck import Checker, echo, load_json
 from stragglerlab.meta import JobMeta
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.whatif_reader import read_whatif_summary
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"
@@ -86,7 +86,7 @@ def read_artifact_cells(path: Path) -> np.ndarray:
 
 def reference_cells(whatif_json: Path) -> np.ndarray:
     """Our worker scores [pp, dp] of a reference trace, from its whatif.json (mean ideal)."""
-    return WhatIfRecord.read(whatif_json).ideal("mean").worker_score
+    return read_whatif_summary(whatif_json, "mean").workers.grid()
 
 
 def whatif_command(ref_dir: Path, job: str, data: FigureData) -> str:
