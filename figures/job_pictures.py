@@ -63,9 +63,6 @@ BANNER_CHARS, BANNER_LINES = 110, 4
 MARKERS_UP_TO = 60
 """Steps drawn with a marker each up to this many steps (a line only above)."""
 
-_FIX = "rerun `stragglerlab whatif` on the job to rewrite its whatif.json"
-
-
 @dataclass(frozen=True)
 class JobSeries:
     """What the pictures draw, from a WhatIfResult or a whatif.json alike."""
@@ -109,8 +106,8 @@ def job_series(summary: WhatIfSummary) -> JobSeries:
     if not st.has_times:
         folder = Path(summary.path).parent if summary.path else "DIR"
         raise InputError("the what-if result lacks the per-step times the pictures draw "
-                         f"(written by an older stragglerlab); {_FIX} (`stragglerlab whatif "
-                         f"--run {folder}`)", summary.path or None)
+                         "(written by an older stragglerlab); rewrite it with `stragglerlab "
+                         f"whatif --run {folder}`", summary.path or None)
     w = summary.workers
     return JobSeries(
         name=summary.job_name, compute_ideal=summary.compute_ideal, slowdown=summary.S,
