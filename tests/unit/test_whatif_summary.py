@@ -229,3 +229,18 @@ def test_the_docs_table_names_every_field_of_the_block(vocabulary):
     fields = set(block) | {f"workers.{k}" for k in block["workers"]} | {
         f"steps.{k}" for k in block["steps"]}
     assert fields <= named, sorted(fields - named)
+
+
+CONSUMERS = ("figures/job_pictures.py", "figures/fig14_heatmaps.py", "stragglerlab/api.py",
+             "stragglerlab/cli/plot.py", "stragglerlab/cli/detect.py",
+             "stragglerlab/monitor/window.py", "analysis/general_findings.py")
+"""Modules that take a what-if result: they read it as a WhatIfSummary."""
+
+
+@pytest.mark.parametrize("module", CONSUMERS)
+def test_the_consumers_take_the_summary_not_a_record_kind(module):
+    text = (ROOT / module).read_text()
+    for kind in ("WhatIfRecord", "GENERAL_WHATIF_SCHEMA", "validity_of(", '["S"]',
+                 '["slowdown"]', '"simulation_discrepancy"]'):
+        assert kind not in text, f"{module} reads a what-if result by its kind ({kind})"
+    assert "WhatIfSummary" in text or "read_whatif_summary" in text
