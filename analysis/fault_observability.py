@@ -13,8 +13,8 @@ collective, so in pure DP every rank's collective lengthened alike."""
 def observability(fault: FaultRecord, pp_size: int) -> tuple[bool, str]:
     """Whether op-level traces can place the fault at all, and why not. A record may say
     so itself (`measured.observable`); a net delay slept inside the victim's traced
-    collective (the old fallback) has no trace of its own in pure DP, where a collective
-    is all the victim's communication."""
+    collective (the mechanism `UNOBSERVABLE_DELAY` names) has no trace of its own in pure
+    DP, where a collective is all the victim's communication."""
     said = fault.measured.get("observable")
     if isinstance(said, bool):
         return said, str(fault.measured.get("observable_note", ""))

@@ -1,7 +1,7 @@
 """Leading steps that are still settling: a run's first traced steps running long.
 
-Even after warm-up steps, a run's first traced step can run well over the rest (issue 34:
-a clean DP 4 x PP 4 run's first traced step took 15.98 s against ~11 s), and the what-if
+Even after warm-up steps, a run's first traced step can run well over the rest (a
+clean DP 4 x PP 4 run's first traced step took 15.98 s against ~11 s), and the what-if
 averages it into S like any other step. Such steps are detected here and reported (the
 what-if result's notes); the analysis itself keeps every step, so results stay comparable
 with the artifact's.

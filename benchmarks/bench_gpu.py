@@ -3,7 +3,7 @@
 For each factor, a compute op (a chain of square matmuls) is timed with CUDA events
 plain and stretched by `GpuStretch(factor)`, interleaved so clock drift hits both
 alike; the ratio of the two is the factor the victim's GPU actually ran at. Goal:
-within +-10 % of the requested factor (issue 17). With `--run DIR` it also prints a
+within +-10 % of the requested factor. With `--run DIR` it also prints a
 finished run's victim compute (its own steps before and inside the fault window,
 from the run's trace) and the ground truth faults.json recorded.
 

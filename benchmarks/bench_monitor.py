@@ -1,4 +1,4 @@
-"""Benchmark: the live monitor's analysis lag per window vs job size (issue 32).
+"""Benchmark: the live monitor's analysis lag per window vs job size.
 
 For each layout, a `synth` trace (with a slow worker from the middle step) is
 replayed into a fresh run folder's trace parts one step at a time

@@ -1,4 +1,4 @@
-"""Benchmark: what one more job, and one more worker, cost a monitor of several jobs (issue 61).
+"""Benchmark: what one more job, and one more worker, cost a monitor of several jobs.
 
 For each layout, `--jobs` copies of a `synth` trace (a slow worker from the
 middle step) are replayed into as many run folders step by step and watched by

@@ -1,4 +1,4 @@
-"""Benchmark: what the live monitor costs a real training job beside it (issue 32).
+"""Benchmark: what the live monitor costs a real training job beside it.
 
 Trains the same clean scenario with and without `stragglerlab monitor` watching the run
 folder, alternating the two arms within each repeat (off, on; then on, off: host drift

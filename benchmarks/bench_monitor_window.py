@@ -1,4 +1,4 @@
-"""Benchmark: the live monitor's CPU per window on a finished run folder (issue 32).
+"""Benchmark: the live monitor's CPU per window on a finished run folder.
 
 The monitor analyses the last K complete steps after each new one
 (`stragglerlab.monitor.window.analyse_window`: the what-if, then the detectors). This

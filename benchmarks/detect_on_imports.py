@@ -11,13 +11,14 @@ RUN/faults.json --out RUN/import-scored`); every detector that runs on an import
 `stragglerlab score --detector all` over all imports prints the leaderboard.
 
     .venv/bin/python benchmarks/detect_on_imports.py [--seeds 0 1 2] [--reuse]
-        [--out /tmp/torch-workloads] [--json results.json]
+        [--out results/torch-workloads] [--json results.json] [--launcher local]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +40,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", default=["ddp", "fsdp", "pipelining"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--out", type=Path, default=Path("/tmp/torch-workloads"))
+    ap.add_argument("--out", type=Path, default=Path("results/torch-workloads"))
     ap.add_argument("--reuse", action="store_true", help="keep run folders already there")
+    ap.add_argument("--launcher", choices=["ray", "local"], default="ray",
+                    help="train's launcher (local: plain processes, no Ray)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     needs = {n: get_detector(n).needs for n in detector_names()}
@@ -51,8 +54,9 @@ def main() -> int:
             for kind in ("clean", "slow"):
                 run = args.out / f"{w}-{kind}-{seed}"
                 scenario = f"torch-{w}" + ("-slow" if kind == "slow" else "")
-                train(scenario, seed, run, args.reuse)
+                train(scenario, seed, run, args.reuse, launcher=args.launcher)
                 imp = run / "import-scored"
+                shutil.rmtree(imp, ignore_errors=True)  # a rerun over --reuse'd runs
                 cli("import", "kineto", "--traces", str(run / "kineto"), "--faults",
                     str(run / "faults.json"), "--out", str(imp), "--quiet")
                 for name in usable:

@@ -1,4 +1,4 @@
-"""Fidelity suite of issue 13: §6 at DP 4 x PP 4, clean runs, mitigation gains, with repeats.
+"""Fidelity suite: §6 at DP 4 x PP 4, clean runs, mitigation gains, with repeats.
 
 Runs, each `--repeats` times (seed = repeat index; a slow run pairs with the
 clean run of its seed):

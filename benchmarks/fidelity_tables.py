@@ -4,7 +4,7 @@
   median ideal, errors, spread, victim hottest), plus its acceptance checks
   (error <= 5% with the default ideal, measured within ±0.07 of the paper's);
 * clean runs: per layout, what-if S (mean and median ideal) over the repeats,
-  the worst run, and the median simulation discrepancy (issue 13: S <= 1.04 in
+  the worst run, and the median simulation discrepancy (acceptance: S <= 1.04 in
   every run, aim 1.03; discrepancy median <= 2%);
 * mitigations: the `table_mitigation` figure (gain per seed, mean and spread
   beside the paper's) and the baselines' own S (seq-imbalance should reach 1.2).
@@ -26,7 +26,7 @@ from stragglerlab.figures.tables import Spread, markdown_table, paired_ratio
 
 CLEAN_LAYOUTS = ("clean-dp2-pp2", "clean-dp4-pp4")
 CLEAN_S_MAX = 1.04
-"""Acceptance: every clean run's S at most this (issue 13; the aim is 1.03)."""
+"""Acceptance: every clean run's S at most this (the aim is 1.03)."""
 CLEAN_DISCREPANCY_MEDIAN_PCT = 2.0
 """Acceptance: median simulation discrepancy of the clean runs, % (paper: 1.3%)."""
 S6_ERROR_PCT = 5.0

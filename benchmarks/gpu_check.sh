@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA path on a lent GPU machine (issue 17), in one pass: what that machine has, the
+# The CUDA path on a GPU machine, in one pass: what that machine has, the
 # gpu-marked tests, the gpu_sleep factor at 1.5 and 2.0, a world-1 NCCL run, DP 2 x PP 2
 # sharing the GPU (clean and with a 2x slow GPU, REPEATS times each) through the what-if
 # and the whatif detector, and the tracer's overhead. No Ray there: `--launcher local`.

@@ -1,5 +1,5 @@
 """Load time and peak memory of the general Kineto importer beside Holistic Trace Analysis
-(HTA) loading the same 8-rank traces, at several sizes per rank (issue 31, item 4).
+(HTA) loading the same 8-rank traces, at several sizes per rank.
 
     python3 -m venv .hta-venv && .hta-venv/bin/pip install \\
         HolisticTraceAnalysis==0.5.0 pandas==2.3.3       # HTA 0.5.0 breaks on pandas 3

@@ -7,7 +7,7 @@ both, plus the step time of the run (run.json) for the overhead comparison.
 
     .venv/bin/python benchmarks/kineto_crosscheck.py RUN_DIR... [--json out.json]
 
-Acceptance: |S_imported / S_ours - 1| <= 2% (issue 31; 3 % before) and the same top
+Acceptance: |S_imported / S_ours - 1| <= 2% and the same top
 worker and stage.
 """
 

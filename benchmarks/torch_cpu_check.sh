@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31's torch-wrapper workloads on a lent machine's CPUs (gloo through
+# The torch-wrapper workloads on a many-core machine's CPUs (gloo through
 # benchmarks/torch-gloo.yaml, `--launcher local`: no Ray there), one seed at a time until
 # BUDGET_S has passed: benchmarks/torch_workloads.py's rows (clean S, the slow run's
 # in-run numbers). The run folders' records come back under $OUT/runs (numbers:

@@ -1,8 +1,8 @@
 """§6 with a control inside the run: the slow worker's slowdown measured against the same
 run's clean steps, not against another process run minutes earlier.
 
-This host's speed drifts between processes (issue 34: the non-victim workers' forward
-ran 13 % faster in a slow run than in the clean run before it), and a ratio between two
+This host's speed drifts between processes (the non-victim workers' forward
+can run 13 % faster in a slow run than in the clean run before it), and a ratio between two
 runs carries that drift. The §6 scenarios therefore start the slow worker at a step
 after at least `MIN_BASELINE_STEPS` clean traced steps, and for such a run:
 

@@ -8,10 +8,10 @@ so this is the named in-process fallback, placed where a real delay shows:
   time grows by that much, as under netem;
 * collectives: the victim waits before each traced collective, outside it, so it
   arrives late and its peers wait for it inside theirs (the last arrival is the
-  victim, as when its data comes in late). A wait inside the traced collective,
-  the fallback before this one, lengthened every rank's collective alike: in pure
-  DP no trace could place it (the ground truth of such older runs says
-  unobservable, analysis/fault_observability.py).
+  victim, as when its data comes in late). Not inside the traced collective: a
+  wait there lengthens every rank's collective alike, and in pure DP no trace can
+  place it (records of that mechanism read as unobservable,
+  analysis/fault_observability.py).
 
 What each layout reveals: with PP, the victim's slow P2P pairs (the `whatif`
 link rules); in pure DP, only its late arrival at every collective (last-arrival

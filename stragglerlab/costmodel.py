@@ -48,8 +48,9 @@ PAPER_S6_MEASURED = (1.16, 1.40, 2.03)
 """The paper's measured job slowdowns of its three injected slow-worker levels (§6)."""
 COMPUTE_SHARE = 0.8
 """Share of a clean step that the 1F1B pipeline's computes span (the rest: DP collectives,
-clip, optimizer, untraced CPU work); fitted to the DP 2 x PP 2 slow-worker runs of issue 13
-(factors 1.4/1.8/2.7 measured 1.23/1.51/2.14: 0.72-0.84)."""
+clip, optimizer, untraced CPU work); fitted to the DP 2 x PP 2 slow-worker runs
+of `benchmarks/bench_faults.py --repeats 3` (factors 1.4/1.8/2.7 measured 1.23/1.51/2.14:
+0.72-0.84)."""
 
 
 def _check_layout(pp: int, microbatches: int, compute_share: float) -> None:

@@ -4,7 +4,7 @@ The live monitor re-runs the `whatif` detector on a window of a few steps after 
 step; there a pandas groupby or merge costs far more in per-call overhead (index
 building, dtype checks, copies) than in arithmetic. These helpers do the same
 arithmetic on plain arrays, in the order pandas does it, so that every number the
-detector derives is unchanged (issue 32):
+detector derives is the same as with pandas:
 
     codes = row_codes([step, dp_rank, stage])      # dense group code per row
     li, ri = inner_join(left_keys, right_keys)     # DataFrame.merge(how="inner") rows

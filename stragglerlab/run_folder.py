@@ -15,6 +15,7 @@ A run folder (Snakemake layout `results/<scenario>/<seed>/`) holds:
     gc/rank<r>.jsonl        raw per-rank GC pause log
     cpu/rank<r>.jsonl       per-rank, per-step CPU run-queue wait (stragglerlab.run_queue_log)
     status/rank<r>.json     live per-rank progress                        -> .status()
+    driver.json             the running driver (stragglerlab.workloads.killed_run)
 
 Each file has one reader and one writer (here or in its record's module:
 faults.read_faults, run_record.read_run_record, findings.read_findings). A
@@ -59,6 +60,10 @@ TRACE_PARTS_DIR = "trace-parts"
 GC_DIR = "gc"
 CPU_DIR = "cpu"
 STATUS_DIR = "status"
+DRIVER_JSON = "driver.json"
+"""The running driver's record (host, process mark, scenario), written as `train` starts
+and removed once the run folder is written: left behind, the driver was killed
+(stragglerlab.workloads.killed_run)."""
 KINETO_DIR = "kineto"
 """torch.profiler traces, rank<r>.json.gz (run.profiler: kineto)."""
 COMPUTE_DIR = "compute"

@@ -97,7 +97,7 @@ def prepare_run_dir(run_dir: Path, keep_monitor: bool = False) -> None:
     for sub in (rf.TRACE_PARTS_DIR, rf.STATUS_DIR, rf.GC_DIR, rf.KINETO_DIR, rf.COMPUTE_DIR,
                 rf.CPU_DIR, *derived):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
-    for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML):
+    for name in (rf.TRACE_PARQUET, rf.RUN_JSON, rf.FAULTS_JSON, rf.META_YAML, rf.DRIVER_JSON):
         (run_dir / name).unlink(missing_ok=True)
 
 

@@ -8,6 +8,9 @@ that they do the same, here:
 * an error escaping the launch becomes run.json `error` (`launch_error`), not lost; a
   rank's error the wait already recorded is kept;
 * Ctrl-C or SIGTERM is recorded as `interrupted` and still stops the command;
+* while it runs, driver.json names the driver (host, process, scenario): a driver killed
+  with SIGKILL leaves it, and the reading verbs finish such a folder as a failed run with
+  its finished steps (`workloads.killed_run`);
 * then, in this order: every injector's `on_finish`, the launcher's own teardowns
   (last set up, first undone), the total wall time, the ranks' summaries, and
   `write_run_folder` (trace, meta, ground truth, run.json).
@@ -30,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stragglerlab.interrupts import interrupt_message
+from stragglerlab.run_folder import DRIVER_JSON
 from stragglerlab.scenario import Scenario
+from stragglerlab.workloads.killed_run import write_driver_record
 from stragglerlab.workloads.rank_actors import collect_summaries
 from stragglerlab.workloads.run_folder import write_run_folder
 
@@ -84,6 +89,7 @@ class Launch:
 def recorded(launch: Launch) -> Iterator[Launch]:
     """Run the launch's body; record what escapes it, undo, write the run folder."""
     record = launch.record
+    write_driver_record(launch.run_dir, launch.scenario)
     try:
         yield launch
     except KeyboardInterrupt as e:
@@ -101,3 +107,4 @@ def recorded(launch: Launch) -> Iterator[Launch]:
         record["faults_requested"] = len(launch.injectors)
         launch.record = write_run_folder(launch.run_dir, launch.scenario, record,
                                          launch.injectors)
+        (launch.run_dir / DRIVER_JSON).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,7 +89,7 @@ def _not_writable(out: Path, probe: Path, flag: str, default_of: str | Path | No
 RUN_RECORDS = ("trace.parquet", "meta.yaml", "faults.json", "run.json", "trace-parts",
                "whatif", "detect", "monitor", "ops.parquet", "import.json", "whatif.json",
                "scenario.yaml", "status", "gc", "cpu", "compute", "plot",
-               "result-artifact.json")
+               "result-artifact.json", "driver.json")
 """Names a run folder holds (a testbed run's records, an import's or synth's outputs, the
 artifact's result beside a differential-test trace)."""
 
@@ -238,3 +239,16 @@ def verdict_words(straggling: bool | None, validity) -> str:
         return f"no verdict: {', '.join(validity.reasons)}"
     said = "straggling" if straggling else "not straggling"
     return f"{said}, FORCED" if validity.forced else said
+
+
+def finish_killed(runs, quiet: bool) -> None:
+    """A run folder whose `train` driver was killed (driver.json left, no run.json) is
+    finished first as a failed run with its finished steps (workloads.killed_run); a
+    line on stderr says so."""
+    from stragglerlab.workloads.killed_run import finish_killed_run
+
+    for run in [runs] if isinstance(runs, (str, Path)) else runs:
+        if run and str(run).strip() and Path(run).is_dir():
+            note = finish_killed_run(run)
+            if note and not quiet:
+                print(note, file=sys.stderr)

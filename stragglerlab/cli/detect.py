@@ -18,6 +18,7 @@ import time
 from stragglerlab.cli.common import (
     defaulted_run,
     examples,
+    finish_killed,
     inputs_not_overwritten,
     not_another_record,
     out_file,
@@ -78,6 +79,7 @@ def findings_name(detector: str, online: bool) -> str:
 
 def run(args) -> int:
     """Detect and write the findings."""
+    finish_killed(args.run, args.quiet)
     out = out_file(run_out(args.out, args.run, "detect"), findings_name(args.detector, args.online),
                    default_of=defaulted_run(args.out, args.run))
     # one writer of the findings file at a time: the workflow runs detectors side by side

@@ -29,6 +29,7 @@ from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     RUN_INPUTS,
     examples,
+    finish_killed,
     inputs_not_overwritten,
     out_file,
     run_inputs,
@@ -231,6 +232,7 @@ def run(args) -> int:
     for r in args.runs:
         if not Path(r).is_dir():
             raise InputError(f"{r}: not a run folder")
+    finish_killed(args.runs, args.quiet)
     distinct_runs(args.runs)  # a run twice would count twice in every score and interval
     inputs_not_overwritten(run_inputs(args.runs, (*RUN_INPUTS, "detect/*.json")), out.parent,
                            [out.name])

@@ -24,6 +24,7 @@ from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     defaulted_run,
     examples,
+    finish_killed,
     inputs_not_overwritten,
     not_another_record,
     out_folder,
@@ -89,6 +90,7 @@ def run(args) -> int:
         if not args.run.strip():
             raise InputError("--run is empty; name a run folder (trace.parquet and meta.yaml)")
         run_dir = Path(args.run)
+        finish_killed(run_dir, args.quiet)
         if is_general_import(run_dir):
             return _general(args, run_dir)
         if not run_dir.is_dir():

@@ -37,7 +37,7 @@ def _start_ticks(pid: int) -> str | None:
 
 def mark_driver() -> str:
     """Mark this process (and every process it starts from now on) as this driver's."""
-    os.environ[MARK] = f"{os.getpid()}:{_start_ticks(os.getpid())}"
+    os.environ[MARK] = driver_mark()
     return os.environ[MARK]
 
 
@@ -87,7 +87,14 @@ def forget_ray_node(note: Path | None) -> None:
         note.unlink(missing_ok=True)
 
 
-def _driver_alive(mark: str) -> bool:
+def driver_mark() -> str:
+    """This process's mark ("pid:start ticks"): a pid reused by another process later
+    never passes for it (`driver_alive`)."""
+    return f"{os.getpid()}:{_start_ticks(os.getpid())}"
+
+
+def driver_alive(mark: str) -> bool:
+    """The process a `driver_mark` names still runs (on this host)."""
     driver_pid, _, ticks = mark.partition(":")
     return driver_pid.isdigit() and _start_ticks(int(driver_pid)) == ticks
 
@@ -101,7 +108,7 @@ def _dead_nodes() -> dict[str, Path]:
             mark, node = str(rec["driver"]), str(rec["node_id"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if not _driver_alive(mark):
+        if not driver_alive(mark):
             dead[node] = note
     return dead
 
@@ -115,7 +122,7 @@ def kill_orphans() -> list[int]:
     for pid, (mark, node) in _marks().items():
         if pid == os.getpid() or (mark is not None and mark == own):
             continue
-        if mark is not None and _driver_alive(mark):
+        if mark is not None and driver_alive(mark):
             continue  # its driver still runs: not ours to touch
         if mark is None and node not in dead_nodes:
             continue  # a Ray process of someone else's, or of a live run

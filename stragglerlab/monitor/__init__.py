@@ -1,4 +1,4 @@
-"""The live straggler monitor (`stragglerlab monitor`, issue 32).
+"""The live straggler monitor (`stragglerlab monitor`).
 
 It tails a run folder's trace parts as the ranks append them, re-analyses a
 rolling window of the last K complete steps with the what-if analysis and the

@@ -1,7 +1,7 @@
 """The detector benchmark's two case splits, `dev` and `test`: seeded, disjoint, covering.
 
 `dev` is where detector thresholds are tuned; `test` is scored only at the
-end and its score is the headline (issue 14). Both are drawn by one
+end and its score is the headline. Both are drawn by one
 generator from the same case space with different seeds, so they follow one
 distribution but share no case (a case is its layout plus its fault list;
 `expand_splits` refuses a signature that appears in both). Every case is an

@@ -119,3 +119,69 @@ def test_killed_worker_fails_the_run_within_the_timeout(tmp_path: Path):
     df, _meta = read_trace(out / "trace.parquet", out / "meta.yaml")  # partial yet readable
     assert df["step"].nunique() >= 3
     assert df.groupby("step")["rank"].nunique().min() == 4  # only steps every rank finished
+
+
+def _host_state(driver_pid: int) -> set[str]:
+    """What a driver's run set up on the host and leaves there until undone: network
+    namespaces and cgroup runs named by its run id (r<driver pid>_...)."""
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = {line.split()[0] for line in ns.splitlines() if line.strip()}
+    names |= {p.name for p in Path("/sys/fs/cgroup").glob("**/stragglerlab/*") if p.is_dir()}
+    return {n for n in names if f"r{driver_pid}_" in n}
+
+
+def test_a_killed_driver_leaves_a_readable_failed_run_and_clean_restores_the_host(tmp_path):
+    """The driver SIGKILLed at a random step of a throttled run (netns, veths, tc): whatif,
+    detect and score read the folder as a failed run with its finished steps, and
+    `stragglerlab clean` removes what the run set up (other runs on the host are left be)."""
+    import random
+
+    config = tmp_path / "kill-driver.yaml"
+    config.write_text("scenarios:\n  kill-driver:\n    parallel: {dp: 2, pp: 2}\n"
+                      "    run: {steps: 200}\n    faults:\n      - {kind: net-throttle, "
+                      "targets: [{dp_rank: 0, stage: 1}], params: {rate_mbit: 50}}\n")
+    out = tmp_path / "run"
+    kill_at = random.Random(os.environ.get("STRAGGLERLAB_KILL_SEED")).randint(4, 9)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stragglerlab", "train", "--scenario", "kill-driver", "--config",
+         str(config), "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, step = time.monotonic() + 200, -1
+        while time.monotonic() < deadline and step < kill_at:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            try:
+                step = json.loads((out / "status" / "rank0.json").read_text())["step"]
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.1)
+        assert step >= kill_at, f"the run never reached step {kill_at}"
+        mark = json.loads((out / "driver.json").read_text())["driver"]
+        assert _host_state(proc.pid), "the throttled run set up no namespace to undo"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (out / "run.json").exists()  # nothing written by the killed driver
+    cli = [sys.executable, "-m", "stragglerlab"]
+    for verb in (["whatif", "--run", str(out)], ["detect", "--run", str(out), "--detector",
+                                                  "whatif"]):
+        done = subprocess.run(cli + verb, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["outcome"] == "failed" and run["error"]["kind"] == "driver-killed"
+    steps = run["trace"]["complete_steps"]
+    assert steps and min(steps) == 3 and max(steps) >= kill_at - 1  # warm-up 0-2 left out
+    done = subprocess.run(cli + ["score", "--runs", str(out), "--detector", "whatif",
+                                 "--offline-only", "--out", str(tmp_path / "scores")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = subprocess.run(cli + ["clean"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    from stragglerlab.host.residue import _marks
+
+    assert not [pid for pid, (m, _node) in _marks().items() if m == mark], \
+        "processes of the killed driver survived `stragglerlab clean`"
+    assert not _host_state(proc.pid), "`stragglerlab clean` left namespaces or cgroups"

@@ -259,3 +259,54 @@ def test_two_concurrent_writers_never_mix_their_files(runs, tmp_path, verb):
         assert outputs(out) == expected
     print(f"{PAIRS} pairs of {verb}: {refused} of {2 * PAIRS} runs refused as second "
           "writers, 0 corrupt outputs")
+
+
+_MEASURED = ("analysis_s", "lag_s", "lag_from_step_end_s", "time")
+"""Window fields that measure the monitor's own run (when, how fast), not the trace."""
+
+
+def _windows(run: Path) -> list[dict]:
+    """The monitor's history of `run`, less what measures the monitor's own run; fails
+    when a line but the last is not whole JSON."""
+    raw = (run / "monitor" / "windows.jsonl").read_bytes().split(b"\n")
+    lines = [json.loads(b) for b in raw[:-1]]  # every line ended by a newline is whole
+    return [{k: v for k, v in w.items() if k not in _MEASURED} for w in lines]
+
+
+@pytest.mark.slow
+def test_the_monitor_killed_at_random_delays_keeps_whole_lines_and_resumes(tmp_path):
+    """The monitor's history (monitor/windows.jsonl, appended a window at a time) after a
+    SIGKILL at a random point holds whole lines only (a torn last one at most), and the
+    next monitor resumes from it to the history of a monitor never interrupted."""
+    src = tmp_path / "src"
+    assert main(["synth", "--quiet", "--out", str(src), "--dp", "2", "--pp", "2", "--steps",
+                 "12", "--seed", "3"]) == 0
+    cmd = [sys.executable, "-m", "stragglerlab", "monitor", "--run", str(src), "--once",
+           "--no-serve", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.monotonic()
+    subprocess.run(cmd, check=True, env=env, capture_output=True)
+    took = time.monotonic() - start
+    expected = _windows(src)
+    assert [w["step"] for w in expected] == list(range(12))
+    rng = random.Random(62)
+    kills = OTHER_KILLS
+    partial = 0
+    for i in range(kills):
+        shutil.rmtree(src / "monitor")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=env)
+        time.sleep(rng.uniform(0.4 * took, 1.0 * took))  # while it analyses and appends
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        history = src / "monitor" / "windows.jsonl"
+        if history.exists():
+            before = _windows(src)  # whole lines, in order, a prefix of the full history
+            assert before == expected[:len(before)], f"kill {i}: a line differs"
+            partial += len(before) < len(expected)
+        assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0, \
+            f"the monitor after kill {i} did not resume"
+        assert _windows(src) == expected, f"kill {i}: the resumed history differs"
+    print(f"{kills} kills of the monitor: {partial} left a partial history, every one whole "
+          "lines; every resumed history equal to an uninterrupted one")
