@@ -18,8 +18,8 @@ communication kind. Findings follow from that result and the method alone:
 * the steps are those whose per-step S reaches the threshold (all steps when
   none alone does).
 
-    findings = general_findings(json.load(open("out/whatif.json")))
-    findings = import_findings("out")   # the same, read and checked from the folder
+    findings = general_findings(read_whatif_summary("out"))
+    findings = import_findings("out")   # the same
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from pathlib import Path
 
 from stragglerlab.findings import Finding, RankRef, RootCause
 from stragglerlab.op_model import COMPUTE
-from stragglerlab.validity import STRAGGLING_S, validity_of
+from stragglerlab.validity import STRAGGLING_S
+from stragglerlab.whatif_reader import read_whatif_summary
+from stragglerlab.whatif_summary import WhatIfSummary
 
 MIN_RANK_SHARE = 0.5
 """A rank is named when leaving it alone original recovers at least this share of the job's
@@ -39,39 +41,33 @@ only waited for it reads ~1."""
 def import_findings(folder: str | Path) -> list[Finding]:
     """The findings of the import at `folder`, from its whatif.json (one clear error for a
     damaged or missing file)."""
-    from stragglerlab.filecheck import load_json
-    from stragglerlab.general_record import GeneralRecord
-
-    path = Path(folder) / "whatif.json"
-    GeneralRecord.read(path)  # checked: one clear error for a damaged file
-    return general_findings(load_json(path, "whatif.json",
-                                      f"`stragglerlab whatif --run {folder}`"))
+    return general_findings(read_whatif_summary(Path(folder) / "whatif.json"))
 
 
-def general_findings(doc: dict) -> list[Finding]:
-    """The findings of a general import's whatif.json (module doc)."""
-    validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
-    s = float(doc["S"])
-    if validity.verdict(s) is not True:
+def general_findings(summary: WhatIfSummary) -> list[Finding]:
+    """The findings of an unannotated import's what-if result (module doc)."""
+    s = summary.S
+    if summary.validity.verdict(s) is not True or not summary.by_rank:
         return []
-    by_rank = {int(r): float(v) for r, v in doc.get("by_rank", {}).items()}
-    coords = {int(r): v for r, v in doc.get("worker_coords", {}).items()}
+    by_rank = summary.by_rank
+    w = summary.workers
+    coords = ({int(r): (int(d), int(p)) for r, d, p in zip(w.rank, w.dp_rank, w.stage)}
+              if w.has_layout else {})
     named = sorted((r for r, v in by_rank.items() if v - 1.0 >= MIN_RANK_SHARE * (s - 1.0)),
                    key=lambda r: -by_rank[r])
     if not named:
         return []
-    kinds = {k: float(v) for k, v in doc.get("by_kind", {}).items()}
+    kinds = dict(summary.by_kind)
     top = max(kinds, key=lambda k: kinds[k]) if kinds else COMPUTE
     cause = RootCause.SLOW_WORKER if top == COMPUTE else RootCause.NET_THROTTLE
-    per_step = {int(k): float(v) for k, v in doc.get("per_step", {}).items()}
+    per_step = dict(zip(summary.steps.step.tolist(), summary.steps.s.tolist()))
     hot = sorted(k for k, v in per_step.items() if v >= STRAGGLING_S) or sorted(per_step)
-    parts = doc.get("by_segment_part") or {}
     return [Finding(
-        ranks=[RankRef(rank=r, dp_rank=int(coords.get(r, [r, 0])[0]),
-                       stage=int(coords.get(r, [r, 0])[1]))],
+        ranks=[RankRef(rank=r, dp_rank=coords.get(r, (r, 0))[0],
+                       stage=coords.get(r, (r, 0))[1])],
         first_step=hot[0], last_step=hot[-1], root_cause=cause,
         confidence=min(1.0, (by_rank[r] - 1.0) / (s - 1.0)),
         estimated_slowdown=by_rank[r],
-        detail={"kind": top, "by_kind": kinds, "by_segment_part": parts,
-                "model": "general", "host_model": bool(doc.get("host_model", False))})
+        detail={"kind": top, "by_kind": kinds, "by_segment_part": dict(summary.by_part),
+                "model": "general", "host_model": summary.host_model})
         for r in named]

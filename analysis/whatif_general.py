@@ -42,6 +42,7 @@ from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.op_model import COMPUTE, STEP_END, gap_ends
 from stragglerlab.validity import Finding, Reason, Validity, judge
+from stragglerlab.whatif_summary import SUMMARY_KEY, WhatIfSummary, summary_of_general
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
@@ -146,6 +147,17 @@ class GeneralWhatIf:
 
     def to_dict(self) -> dict:
         """JSON-ready (keys as strings)."""
+        d = self._fields()
+        d[SUMMARY_KEY] = summary_of_general(d).to_json()
+        return d
+
+    def summary(self) -> WhatIfSummary:
+        """This result in the names and units both what-if models share
+        (stragglerlab.whatif_summary; whatif.json's `summary` block)."""
+        return summary_of_general(self._fields(), notes=self.notes)
+
+    def _fields(self) -> dict:
+        """The fields, JSON-ready (keys as strings), without the summary block."""
         d = asdict(self)
         for k, v in d.items():
             if isinstance(v, dict) and k != "validity":

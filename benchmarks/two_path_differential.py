@@ -37,6 +37,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stragglerlab.whatif_reader import read_whatif_summary
+from stragglerlab.whatif_summary import WhatIfSummary
+
 PY = sys.executable
 S_TOL = 0.02
 
@@ -63,22 +66,29 @@ def vocabulary(traces: Path, out: Path, reuse: bool = False) -> dict:
         wi = _cli("whatif", "--run", str(out), "--quiet")
         if not path.exists():
             return {"error": wi.stderr.strip()[-500:]}
-    j = json.loads(path.read_text())
     kept = json.loads((out / "import.json").read_text()).get("kept_ranks", {})
     trace = pd.read_parquet(out / "trace.parquet", columns=["rank", "dp_rank", "stage"])
     coords = trace.drop_duplicates()
     to_rank = {(int(d), int(s)): int(kept.get(str(int(r)), int(r)))
                for r, d, s in coords.itertuples(index=False)}
-    ws = np.asarray(j["worker_score"])  # [stage][dp_rank]
-    stage, dp = np.unravel_index(int(np.argmax(ws)), ws.shape)
-    v = j["validity"]
-    return {"S": j["slowdown"], "discrepancy": v["discrepancy"],
-            "top_workers": [to_rank[(w["dp_rank"], w["stage"])] for w in j["top_workers"]],
-            "top_workers_coords": [[w["dp_rank"], w["stage"]] for w in j["top_workers"]],
-            "max_score_rank": to_rank[(int(dp), int(stage))], "max_score": float(ws.max()),
-            "valid": bool(v["valid"]), "reasons": v["reasons"],
-            "straggling": bool(j["straggling"]),
-            "verdict": _verdict(bool(v["valid"]), bool(j["straggling"]))}
+    summary = read_whatif_summary(path)
+    w = summary.workers
+    cell = {int(r): (int(d), int(p)) for r, d, p in zip(w.rank, w.dp_rank, w.stage)}
+    row = _reading(summary, lambda r: to_rank[cell[r]])
+    return {**row, "top_workers_coords": [list(cell[r]) for r in summary.top_workers]}
+
+
+def _reading(summary: WhatIfSummary, traced_rank) -> dict:
+    """S, the gate, the verdict and the top workers of either path's what-if result, the
+    workers as traced ranks (`traced_rank` of a summary's worker rank)."""
+    w, v = summary.workers, summary.validity
+    hottest = int(np.argmax(w.s))  # the first of equals, in rank order
+    return {"S": summary.S, "discrepancy": v.discrepancy,
+            "top_workers": [traced_rank(int(r)) for r in summary.top_workers],
+            "max_score_rank": traced_rank(int(w.rank[hottest])),
+            "max_score": float(w.s[hottest]), "valid": v.valid, "reasons": v.reasons,
+            "straggling": bool(summary.straggling),
+            "verdict": _verdict(v.valid, bool(summary.straggling))}
 
 
 def general(traces: Path, out: Path, reuse: bool = False) -> dict:
@@ -91,14 +101,7 @@ def general(traces: Path, out: Path, reuse: bool = False) -> dict:
             return {"error": imp.stderr.strip()[-500:]}
     j = json.loads(path.read_text())
     meta = json.loads((out / "import.json").read_text())
-    ws = {int(r): s for r, s in j["worker_score"].items()}
-    v = j["validity"]
-    return {"S": j["S"], "discrepancy": v["discrepancy"],
-            "top_workers": [int(r) for r in j["top_workers"]],
-            "max_score_rank": max(ws, key=ws.get), "max_score": max(ws.values()),
-            "valid": bool(v["valid"]), "reasons": v["reasons"],
-            "straggling": bool(j["straggling"]),
-            "verdict": _verdict(bool(v["valid"]), bool(j["straggling"])),
+    return {**_reading(read_whatif_summary(path), int),
             "comm_ops": meta["ops"], "matched_ops": meta["matched_ops"],
             "local_ops": meta["local_ops"], "released_groups": j.get("released_groups"),
             "implausible_groups": meta.get("implausible_groups_unmatched")}

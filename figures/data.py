@@ -15,6 +15,7 @@ This module is a library; `stragglerlab figures` is the command that uses it.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +25,9 @@ import pandas as pd
 from stragglerlab.errors import InputError
 from stragglerlab.figures.scores import ScoreFile, read_scores
 from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import META_YAML, RUN_JSON, RunFolder
+from stragglerlab.run_folder import META_YAML, RUN_JSON, WHATIF_JSON, RunFolder
+from stragglerlab.whatif_reader import summary_of_document
+from stragglerlab.whatif_summary import WhatIfSummary
 
 REFERENCE_WHATIF_JSON = "whatif.json"
 """File name of a reference trace's what-if result inside `<reference_whatif_dir>/<job>/`."""
@@ -56,6 +59,15 @@ class RunSummary:
     outcome: str
     """'ok' or 'failed' (run.json `outcome`)."""
     _folder: RunFolder | None = field(default=None, repr=False, compare=False)
+
+    @functools.cached_property
+    def whatif_summary(self) -> WhatIfSummary | None:
+        """The what-if result as the one type both models share (stragglerlab.
+        whatif_summary), None when the run has none or its analysis could not handle it
+        (`slowdown` null)."""
+        if self.whatif is None or self.whatif.get("slowdown") is None:
+            return None
+        return summary_of_document(self.whatif, str(self.path / WHATIF_JSON))
 
     @property
     def ok(self) -> bool:

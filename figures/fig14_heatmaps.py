@@ -36,7 +36,7 @@ from stragglerlab.figures.style import figure_style, new_figure, save_figure, so
 from stragglerlab.figures.trace_common import runs_with_fault
 from stragglerlab.filecheck import Checker, echo, load_json
 from stragglerlab.meta import JobMeta
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.whatif_reader import read_whatif_summary
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"
@@ -86,7 +86,7 @@ def read_artifact_cells(path: Path) -> np.ndarray:
 
 def reference_cells(whatif_json: Path) -> np.ndarray:
     """Our worker scores [pp, dp] of a reference trace, from its whatif.json (mean ideal)."""
-    return WhatIfRecord.read(whatif_json).ideal("mean").worker_score
+    return read_whatif_summary(whatif_json, "mean").workers.grid()
 
 
 def whatif_command(ref_dir: Path, job: str, data: FigureData) -> str:
@@ -108,11 +108,11 @@ def testbed_panels(data: FigureData) -> list[tuple[str, object, np.ndarray]]:
     out = []
     for title, kind in PANELS:
         runs = [r for r in runs_with_fault(data, kind, lambda r, k=kind: _unmitigated(r, k))
-                if r.whatif is not None and r.whatif.get("worker_score")]
+                if r.whatif_summary is not None and r.whatif_summary.workers.s.size]
         if runs:
             # The built-in scenario named like the kind if present, else the clearest case.
-            run = max(runs, key=lambda r, k=kind: (r.scenario == k, float(r.whatif["slowdown"])))
-            out.append((title, run, np.asarray(run.whatif["worker_score"], dtype=float)))
+            run = max(runs, key=lambda r, k=kind: (r.scenario == k, r.whatif_summary.S))
+            out.append((title, run, run.whatif_summary.workers.grid()))
     return out
 
 
@@ -134,7 +134,7 @@ def build(data: FigureData, out_dir: Path) -> FigureResult:
         plot_worker_heatmap(cells, png, title=f"{title}: {run.label}",
                             source=f"testbed run {run.label}", pdf=True)
         panels.append(("testbed", png))
-        testbed[title] = {"run": run.label, "S": round(float(run.whatif["slowdown"]), 4),
+        testbed[title] = {"run": run.label, "S": round(run.whatif_summary.S, 4),
                           "cells": cells.tolist(), **_hottest(cells)}
     if testbed:
         ours["testbed"] = testbed

@@ -1,8 +1,9 @@
 """The pictures of one analysed job: its worker heatmap and its per-step slowdown.
 
 Drawn from the what-if result of any analysed job (a testbed run, an imported
-Kineto trace, an artifact trace, a synthetic folder): a `WhatIfResult` (the
-analysis just run) or a `WhatIfRecord` (its whatif.json read back), so a job
+Kineto trace, annotated or not, an artifact trace, a synthetic folder) as one
+`WhatIfSummary` (stragglerlab.whatif_summary): `result.summary()` of the
+analysis just run, or `read_whatif_summary(path)` of its whatif.json, so a job
 analysed once is never re-analysed to be drawn.
 
 * the worker heatmap: min(S_dp, S_stage) per worker, PP rank x DP rank, the
@@ -18,8 +19,8 @@ drawn, as the figures do); the Python API's `Job.heatmap()` and
 `Job.step_plot()` return the same Figures.
 
     from stragglerlab.figures.job_pictures import heatmap_figure, write_job_pictures
-    fig = heatmap_figure(result, title="slow-worker")          # a matplotlib Figure
-    paths = write_job_pictures(WhatIfRecord.read("run/whatif/whatif.json"), "run/plot")
+    fig = heatmap_figure(result.summary(), title="slow-worker")   # a matplotlib Figure
+    paths = write_job_pictures(read_whatif_summary("run"), "run/plot")
 
 This module is a library; it has nothing to run on its own.
 """
@@ -45,11 +46,8 @@ from stragglerlab.figures.style import (
     save_figure,
     source_note,
 )
-from stragglerlab.filecheck import Checker
-from stragglerlab.general_record import GeneralRecord, require_ideal
-from stragglerlab.results import WhatIfResult
 from stragglerlab.validity import Validity
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.whatif_summary import WhatIfSummary
 
 SCHEMA = "stragglerlab.plot/1"
 """The `schema` value of the pictures' JSON files."""
@@ -64,9 +62,6 @@ BANNER_CHARS, BANNER_LINES = 110, 4
 """The banner of an invalid result: characters per line, most lines."""
 MARKERS_UP_TO = 60
 """Steps drawn with a marker each up to this many steps (a line only above)."""
-
-_FIX = "rerun `stragglerlab whatif` on the job to rewrite its whatif.json"
-
 
 @dataclass(frozen=True)
 class JobSeries:
@@ -97,69 +92,29 @@ class JobSeries:
     """The reproduction gate; an invalid result is drawn under a banner that says so."""
 
 
-Drawable = WhatIfResult | WhatIfRecord | GeneralRecord
-"""What the pictures are drawn from: a what-if result, its whatif.json, or the whatif.json
-of an unannotated import (the general op model)."""
+def job_series(summary: WhatIfSummary) -> JobSeries:
+    """The pictures' numbers of a what-if result (`WhatIfResult.summary()`, or
+    `stragglerlab.whatif_reader.read_whatif_summary` of its whatif.json, either model's).
 
-
-def job_series(result: Drawable, compute_ideal: str | None = None) -> JobSeries:
-    """The pictures' numbers of `result` under `compute_ideal` (default: the result's own).
-
-    InputError when the result lacks that ideal, or a whatif.json lacks a step's value.
+    InputError when the result lacks the per-step times (a whatif.json of an unannotated
+    import written before they were recorded).
     """
-    if isinstance(result, GeneralRecord):
-        require_ideal(compute_ideal, result.compute_ideal, result.path)
-        return JobSeries(
-            name="", compute_ideal=result.compute_ideal, slowdown=result.slowdown,
-            worker_score=result.worker_score, steps=result.steps,
-            step_slowdown=result.step_slowdown, step_time_actual_s=result.step_time_actual_s,
-            step_time_simulated_s=result.step_time_simulated_s,
-            step_time_ideal_s=result.step_time_ideal_s,
-            columns=None if result.has_layout else result.ranks, validity=result.validity)
-    if isinstance(result, WhatIfRecord):
-        return _record_series(result, compute_ideal or result.compute_ideal)
-    if not isinstance(result, WhatIfResult):
-        raise TypeError(f"expected a WhatIfResult or WhatIfRecord, got {type(result).__name__}")
-    r = result
-    if compute_ideal not in (None, result.compute_ideal):
-        if compute_ideal not in result.variants:
-            raise InputError(f"the what-if result has no {compute_ideal!r} compute ideal "
-                             f"(it has {', '.join([result.compute_ideal, *result.variants])})")
-        r = result.variants[compute_ideal]
-    sim, ideal = r.step_time_nodelay.values, r.step_time_ideal.values
+    if not isinstance(summary, WhatIfSummary):
+        raise TypeError(f"expected a WhatIfSummary, got {type(summary).__name__} (a result "
+                        "in memory: result.summary(); a file: read_whatif_summary(path))")
+    st = summary.steps
+    if not st.has_times:
+        folder = Path(summary.path).parent if summary.path else "DIR"
+        raise InputError("the what-if result lacks the per-step times the pictures draw "
+                         "(written by an older stragglerlab); rewrite it with `stragglerlab "
+                         f"whatif --run {folder}`", summary.path or None)
+    w = summary.workers
     return JobSeries(
-        name=r.job_meta.trial_name or "", compute_ideal=r.compute_ideal,
-        slowdown=float(r.slowdown), worker_score=np.asarray(r.worker_score, dtype=float),
-        steps=np.asarray(r.steps, dtype=np.int64), step_slowdown=sim / ideal,
-        step_time_actual_s=np.asarray(r.step_time_base.values, dtype=float),
-        step_time_simulated_s=np.asarray(sim, dtype=float),
-        step_time_ideal_s=np.asarray(ideal, dtype=float), validity=r.validity)
-
-
-def _record_series(record: WhatIfRecord, name: str) -> JobSeries:
-    view = record.ideal(name)
-    chk = Checker(record.path, _FIX)
-
-    def per_step(raw: object, field: str) -> np.ndarray:
-        table = chk.mapping(raw, field)
-        missing = [s for s in record.steps if str(s) not in table]
-        if missing:
-            chk.fail(field, f"lacks step {missing[0]}")
-        return np.array([chk.number(table[str(s)], f"{field}.{s}") for s in record.steps])
-
-    block = chk.mapping(record.doc["compute_ideals"][name], f"compute_ideals.{name}")
-    slowdown = per_step(block.get("step_slowdown"), f"compute_ideals.{name}.step_slowdown")
-    if (slowdown <= 0).any():
-        chk.fail(f"compute_ideals.{name}.step_slowdown", "holds a value <= 0")
-    sim = per_step(record.doc.get("step_time_nodelay_s"), "step_time_nodelay_s")
-    return JobSeries(
-        name=record.job_meta.trial_name or "", compute_ideal=name, slowdown=view.slowdown,
-        worker_score=np.asarray(view.worker_score, dtype=float),
-        steps=np.asarray(record.steps, dtype=np.int64), step_slowdown=slowdown,
-        step_time_actual_s=per_step(record.doc.get("step_time_actual_s"),
-                                    "step_time_actual_s"),
-        step_time_simulated_s=sim, step_time_ideal_s=sim / slowdown,
-        validity=record.validity)
+        name=summary.job_name, compute_ideal=summary.compute_ideal, slowdown=summary.S,
+        worker_score=w.grid(), steps=st.step, step_slowdown=st.s,
+        step_time_actual_s=st.traced_s, step_time_simulated_s=st.t_s,
+        step_time_ideal_s=st.t_ideal_s,
+        columns=None if w.has_layout else [int(r) for r in w.rank], validity=summary.validity)
 
 
 def _banner(fig: Figure, validity: Validity | None) -> None:
@@ -172,21 +127,20 @@ def _banner(fig: Figure, validity: Validity | None) -> None:
                  bbox={"facecolor": "tab:red", "edgecolor": "none", "pad": 2.5})
 
 
-def heatmap_figure(result: Drawable, title: str = "", source: str = "",
-                   compute_ideal: str | None = None) -> Figure:
+def heatmap_figure(summary: WhatIfSummary, title: str = "", source: str = "") -> Figure:
     """The worker heatmap (DP rank x PP rank, min(S_dp, S_stage), Fig. 14 colours; one row
     of ranks where the layout is unknown)."""
-    js = job_series(result, compute_ideal)
+    js = job_series(summary)
     fig = worker_heatmap_figure(js.worker_score, title=title, source=source,
                                 columns=js.columns)
     _banner(fig, js.validity)
     return fig
 
 
-def step_slowdown_figure(result: Drawable, title: str = "",
-                         source: str = "", compute_ideal: str | None = None) -> Figure:
+def step_slowdown_figure(summary: WhatIfSummary, title: str = "",
+                         source: str = "") -> Figure:
     """Step times (actual, simulated T, ideal T_ideal) above S per step, one x axis."""
-    js = job_series(result, compute_ideal)
+    js = job_series(summary)
     n = len(js.steps)
     marker = "o" if n <= MARKERS_UP_TO else None
     line = {"marker": marker, "markersize": 3, "linewidth": 1.1}
@@ -229,14 +183,13 @@ def _hottest(cells: np.ndarray, columns: list[int] | None = None) -> dict:
     return {"score": float(cells[p, d]), "dp_rank": int(d), "stage": int(p)}
 
 
-def write_job_pictures(result: Drawable, out_dir: str | Path,
-                       title: str = "", source: str = "", compute_ideal: str | None = None,
-                       pdf: bool = True) -> list[Path]:
+def write_job_pictures(summary: WhatIfSummary, out_dir: str | Path,
+                       title: str = "", source: str = "", pdf: bool = True) -> list[Path]:
     """Write heatmap.png and step-slowdown.png (with .pdf when pdf, and each a .json of
     the numbers drawn, schema SCHEMA) into out_dir; return the paths written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    js = job_series(result, compute_ideal)
+    js = job_series(summary)
     common = {"schema": SCHEMA, "job": js.name, "title": title, "source": source,
               "compute_ideal": js.compute_ideal, "slowdown": js.slowdown,
               "validity": None if js.validity is None else js.validity.to_dict()}
@@ -253,7 +206,7 @@ def write_job_pictures(result: Drawable, out_dir: str | Path,
     draw = {HEATMAP: heatmap_figure, STEP_SLOWDOWN: step_slowdown_figure}
     paths: list[Path] = []
     for name in PICTURES:
-        fig = draw[name](result, title=title, source=source, compute_ideal=compute_ideal)
+        fig = draw[name](summary, title=title, source=source)
         with figure_style():  # the PDF's font embedding is read when saving
             images = save_figure(fig, out / name, pdf=pdf)
         sidecar = out / f"{name}.json"

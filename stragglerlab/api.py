@@ -13,6 +13,9 @@
     job.heatmap()          # the worker heatmap (a matplotlib Figure)
     job.step_plot()        # S per step and the step times (a matplotlib Figure)
 
+    stragglerlab.api.summary("imported")   # the same Series from any whatif.json: a run
+                                           # folder's, an unannotated import's, a file
+
 A thin facade: it hands off to the analyzers the verbs call (`analysis.whatif`,
 the detector registry, `analysis.ground_truth`, the Fig. 14 heatmap) and keeps
 each result, so a method computes once per job. It never writes into the folder.
@@ -35,8 +38,10 @@ from stragglerlab.general_record import is_general_import
 from stragglerlab.results import WhatIfResult
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.trace_io import read_trace
+from stragglerlab.whatif_reader import read_whatif_summary
+from stragglerlab.whatif_summary import WhatIfSummary
 
-__all__ = ["FINDING_COLUMNS", "Job", "open_job"]
+__all__ = ["FINDING_COLUMNS", "Job", "open_job", "summary", "summary_series"]
 
 FINDING_COLUMNS = ["root_cause", "dp_rank", "stage", "rank", "first_step", "last_step",
                    "confidence", "estimated_slowdown"]
@@ -51,9 +56,9 @@ class Job:
         if path.is_dir() and is_general_import(path):
             raise InputError("an unannotated import (the general op model: ops.parquet, no "
                              "trace.parquet); Job reads op-level traces. Read its what-if with "
-                             "stragglerlab.general_record.GeneralRecord.read(path / "
-                             f"'whatif.json'), or draw it: `stragglerlab plot --run {path}`",
-                             str(path))
+                             f"stragglerlab.api.summary({str(path)!r}) (or stragglerlab."
+                             "whatif_reader.read_whatif_summary), or draw it: `stragglerlab "
+                             f"plot --run {path}`", str(path))
         if path.is_dir():
             self.folder: RunFolder | None = RunFolder(path=path)
             trace_path, meta = self.folder.trace_path, meta or self.folder.meta_path
@@ -88,17 +93,9 @@ class Job:
     def summary(self) -> pd.Series:
         """S, the straggling verdict (None where the reproduction gate withholds it, with
         `validity` saying why), waste, simulation discrepancy, M_W, M_S and the fwd-bwd
-        correlation."""
-        r = self.whatif()
-        v = r.validity
-        return pd.Series({"slowdown": r.slowdown, "waste": r.waste,
-                          "straggling": v.verdict(r.slowdown),
-                          "valid": v.valid, "validity": v.banner() or "reproduces the trace",
-                          "simulation_discrepancy": r.simulation_discrepancy - 1.0,
-                          "m_w": r.m_w.rem, "m_s": r.m_s.rem,
-                          "fwd_bwd_correlation": r.fwd_bwd_correlation,
-                          "steps": len(r.steps), "workers": self.meta.dp_size * self.meta.pp_size},
-                         name=self.meta.trial_name or str(self.path))
+        correlation (`summary_series` of the what-if's WhatIfSummary)."""
+        return summary_series(self.whatif().summary(),
+                              name=self.meta.trial_name or str(self.path))
 
     def workers(self) -> pd.DataFrame:
         """Per worker (dp_rank, stage): S_dp, S_stage and the worker score min of both,
@@ -206,11 +203,34 @@ class Job:
     def _picture(self, draw, title: str, out: str | Path | None):
         from stragglerlab.figures.style import figure_style, save_figure
 
-        fig = draw(self.whatif(), title=title)
+        fig = draw(self.whatif().summary(), title=title)
         if out is not None:
             with figure_style():
                 save_figure(fig, out)
         return fig
+
+
+def summary_series(s: WhatIfSummary, name: str | None = None) -> pd.Series:
+    """A what-if result (either model's) as the Series `Job.summary()` and `summary()`
+    return: slowdown, waste, straggling (None: no verdict), valid, validity (the gate's
+    banner, or that the simulation reproduces the trace), simulation_discrepancy (traced /
+    T - 1), m_w, m_s, fwd_bwd_correlation, steps, workers; and which model made it."""
+    return pd.Series({"slowdown": s.S, "waste": s.waste, "straggling": s.straggling,
+                      "valid": s.validity.valid,
+                      "validity": s.validity.banner() or "reproduces the trace",
+                      "simulation_discrepancy": s.discrepancy, "m_w": s.M_W, "m_s": s.M_S,
+                      "fwd_bwd_correlation": s.fwd_bwd_correlation,
+                      "steps": len(s.steps.step), "workers": len(s.workers.rank),
+                      "model": s.model.value},
+                     name=name if name is not None else (s.job_name or s.path))
+
+
+def summary(path: str | Path, compute_ideal: str | None = None) -> pd.Series:
+    """The what-if result at `path` as `Job.summary()`'s Series, whichever model wrote it:
+    a run folder (whatif/whatif.json), an unannotated import's folder, or a whatif.json
+    (stragglerlab.whatif_reader.read_whatif_summary; InputError for a bad file). Nothing is
+    re-analysed."""
+    return summary_series(read_whatif_summary(path, compute_ideal))
 
 
 def open_job(path: str | Path, meta: str | Path | None = None) -> Job:

@@ -25,6 +25,8 @@ import numpy as np
 from stragglerlab.meta import JobMeta
 from stragglerlab.validity import STRAGGLING_S as STRAGGLING_S  # the threshold, re-exported
 from stragglerlab.validity import Validity, judge
+from stragglerlab.whatif_summary import SUMMARY_KEY, WhatIfModel, WhatIfSummary, WorkerS
+from stragglerlab.whatif_summary import StepS as SummarySteps
 
 SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2
@@ -244,7 +246,37 @@ class WhatIfResult:
             **{f"launch_slowdown_by_{n}": self.launch_slowdown_by(n) for n in LAUNCH_TABLES},
             **{f"step_launch_slowdown_by_{n}": self.launch_step_slowdown_by(n)
                for n in LAUNCH_TABLES},
+            SUMMARY_KEY: self.summary().to_json(),
         }
+
+    def summary(self) -> WhatIfSummary:
+        """This result in the names and units both what-if models share
+        (stragglerlab.whatif_summary; whatif.json's `summary` block)."""
+        pp, dp = np.shape(self.worker_score)
+        stage, dp_rank = np.divmod(np.arange(pp * dp, dtype=np.int64), dp)
+        t = np.asarray(self.step_time_nodelay.values, dtype=float)
+        ideal = np.asarray(self.step_time_ideal.values, dtype=float)
+        discrepancy = self.simulation_discrepancy - 1.0
+        return WhatIfSummary(
+            model=WhatIfModel.VOCABULARY, compute_ideal=self.compute_ideal,
+            job_name=self.job_meta.trial_name or "", S=float(self.slowdown),
+            waste=float(self.waste), T_s=self.step_time_nodelay.mean(),
+            T_ideal_s=float(self.t_ideal), traced_step_s=self.step_time_base.mean(),
+            discrepancy=float(discrepancy), straggling=self.validity.verdict(self.slowdown),
+            validity=self.validity, M_W=float(self.m_w.rem), M_S=float(self.m_s.rem),
+            by_kind={k: float(v) for k, v in self.slowdown_by(self.by_optype).items()},
+            by_part={},
+            by_dp_rank={int(k): float(v) for k, v in self.slowdown_by(self.by_dp_rank).items()},
+            by_stage={int(k): float(v) for k, v in self.slowdown_by(self.by_stage).items()},
+            by_rank=None,
+            workers=WorkerS(rank=stage * dp + dp_rank, dp_rank=dp_rank, stage=stage,
+                            s=np.asarray(self.worker_score, dtype=float).ravel()),
+            top_workers=[int(p * dp + d) for d, p in self.top_workers],
+            steps=SummarySteps(step=np.asarray(self.steps, dtype=np.int64), s=t / ideal,
+                               traced_s=np.asarray(self.step_time_base.values, dtype=float),
+                               t_s=t, t_ideal_s=ideal),
+            regime_change=self.regime_change, fwd_bwd_correlation=self.fwd_bwd_correlation,
+            notes=list(self.notes))
 
     def ideal_view(self) -> IdealView:
         """This result's ideal-dependent metrics as the reader's IdealView (no JSON round trip)."""

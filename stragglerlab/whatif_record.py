@@ -25,6 +25,7 @@ from stragglerlab.general_record import GENERAL_WHATIF_SCHEMA
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import COMPUTE_IDEALS, SCHEMA, FixMetric, IdealView
 from stragglerlab.validity import Validity, validity_of
+from stragglerlab.whatif_summary import WhatIfSummary, check_summary_block
 
 _FIX = "rerun `stragglerlab whatif` on the run (e.g. `stragglerlab whatif --run DIR`)"
 
@@ -55,6 +56,9 @@ class WhatIfRecord:
     launch slowdown was under 1.03, so the artifact does not attribute it)."""
     launch_by_stage: np.ndarray | None = None
     """[pp, steps]: the same per stage (`step_launch_slowdown_by_stage`), or None."""
+    summary: WhatIfSummary | None = None
+    """The `summary` block (stragglerlab.whatif_summary), checked against the fields
+    beside it; None in a file written before it."""
 
     @property
     def validity(self) -> Validity:
@@ -87,7 +91,8 @@ class WhatIfRecord:
         if schema == GENERAL_WHATIF_SCHEMA:  # not older or newer: another model's result
             folder = Path(path).parent
             raise InputError(f"this is the what-if of an unannotated import (the general op "
-                             f"model, {schema}), which `plot --whatif` does not draw; use "
+                             f"model, {schema}), which has no per-op-type record; read it with "
+                             "stragglerlab.whatif_reader.read_whatif_summary, or draw it: "
                              f"`stragglerlab plot --run {folder}`", path)
         if schema != SCHEMA:
             chk.fail("schema", f"is {schema!r}, this stragglerlab reads {SCHEMA!r} (an older "
@@ -112,8 +117,9 @@ class WhatIfRecord:
                   _per_step(chk, doc[f"step_launch_slowdown_by_{name}"],
                             f"step_launch_slowdown_by_{name}", steps, n)
                   for name, n in (("dp_rank", dp), ("stage", pp))}
+        summary = check_summary_block(chk, doc)
         return cls(path, doc, meta, steps, compute_ideal, ideals, corr, excess,
-                   launch["dp_rank"], launch["stage"])
+                   launch["dp_rank"], launch["stage"], summary)
 
 
 def check_document(raw: object, path: str,
@@ -141,6 +147,7 @@ def check_document(raw: object, path: str,
         chk.fail("schema", f"missing from a whatif.json with compute_ideals ({SCHEMA})")
     else:
         _check_fields(chk, doc, versioned=False)
+        check_summary_block(chk, doc)
         if "slowdown" not in doc:
             chk.fail("slowdown", "missing: every what-if result has it (null marks a run the "
                      "analysis could not handle)")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from stragglerlab.cli.common import (
     defaulted_run,
@@ -128,9 +127,7 @@ def _general(args, out) -> int:
     span times (its `needs`), on the import's compute and communication spans
     (stragglerlab.step_view); `whatif` names what the import's what-if names."""
     from stragglerlab.analysis.detectors import TraceNeed, get_detector, load_run
-    from stragglerlab.filecheck import load_json
     from stragglerlab.findings import FindingsDocument, write_findings
-    from stragglerlab.validity import validity_of
 
     detector = get_detector(args.detector, settings(args.set))
     if detector.needs is TraceNeed.OP_VOCABULARY:
@@ -161,12 +158,8 @@ def _general(args, out) -> int:
         kind = f"  ({f.detail['kind']})" if "kind" in (f.detail or {}) else ""
         print(f"  {f.root_cause.value:18s} {ranks}  steps {f.first_step}-{f.last_step}  "
               f"confidence {f.confidence:.2f}{est}{kind}")
-    path = Path(args.run) / "whatif.json"
-    if detector.needs is TraceNeed.WHATIF and path.is_file():
-        doc = load_json(path, "whatif.json", f"`stragglerlab whatif --run {args.run}`")
-        validity = validity_of(doc, float(doc.get("discrepancy", 0.0)))
-        if not validity.valid:
-            print(f"  what-if: {validity.banner()}")
+    if detector.needs is TraceNeed.WHATIF and (line := _validity_line(args.run)):
+        print("  " + line)
     return 0
 
 
@@ -179,17 +172,13 @@ def _import_detectors() -> list[str]:
 
 
 def _validity_line(run: str) -> str:
-    """The run's what-if gate where its whatif.json withholds the verdict: the findings
-    stand, but the what-if they may rest on does not reproduce the trace."""
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.whatif_record import WhatIfRecord
+    """The run's what-if gate where its whatif.json (either model's) withholds the verdict:
+    the findings stand, but the what-if they may rest on does not reproduce the trace."""
+    from stragglerlab.whatif_reader import locate_whatif, read_whatif_summary
 
-    folder = RunFolder(path=run)
-    if not folder.has_whatif:
-        return ""
     try:
-        validity = WhatIfRecord.read(folder.whatif_path).validity
-    except InputError:  # a detector that reads it has said so already
+        validity = read_whatif_summary(locate_whatif(run)).validity
+    except InputError:  # no what-if result, or a damaged one a detector reading it named
         return ""
     return f"what-if: {validity.banner()}" if not validity.valid else ""
 

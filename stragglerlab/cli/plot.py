@@ -104,16 +104,16 @@ def run(args) -> int:
         result, name, source = _what_if(args, progress)
         progress(f"drawing heatmap and step slowdown of {name} -> {out}/")
         with staged_folder(out, owns=OUTPUTS) as tmp:  # every picture or none
-            written = write_job_pictures(result, tmp, title=name, source=source,
-                                         compute_ideal=args.compute_ideal)
+            written = write_job_pictures(result, tmp, title=name, source=source)
     print("\n".join(str(out / p.name) for p in written))  # the result: stdout, --quiet or not
     return 0
 
 
 def _what_if(args, progress):
-    """(what-if result to draw, job name, data source) from --whatif, --run or --trace."""
-    from stragglerlab.general_record import GeneralRecord, is_general_import
-    from stragglerlab.whatif_record import WhatIfRecord
+    """(what-if result to draw, a WhatIfSummary; job name; data source) from --whatif, --run
+    or --trace."""
+    from stragglerlab.general_record import is_general_import
+    from stragglerlab.whatif_reader import read_whatif_summary
 
     whatif = Path(args.whatif) if args.whatif else None
     trace = Path(args.trace) if args.trace else None
@@ -124,14 +124,12 @@ def _what_if(args, progress):
             raise InputError("no such folder; --run names an analysed folder (trace.parquet "
                              "and meta.yaml, e.g. a run, import kineto or synth output)",
                              str(run_dir))
-        if is_general_import(run_dir):  # an unannotated import: its own what-if, drawn as is
-            path = whatif or run_dir / "whatif.json"
-            progress(f"read the general op model's what-if result {path}")
-            return GeneralRecord.read(path), run_dir.name, f"what-if (general op model) {path}"
         from stragglerlab.run_folder import RunFolder
 
         folder = RunFolder(path=run_dir)  # has_*: a folder or a pipe in a file's place is named
-        if whatif is None and folder.has_whatif:
+        if is_general_import(run_dir):  # an unannotated import: its own what-if, drawn as is
+            whatif = whatif or run_dir / "whatif.json"
+        elif whatif is None and folder.has_whatif:
             whatif = folder.whatif_path
         trace = folder.trace_path
         if meta is None and folder.has_meta:
@@ -141,10 +139,10 @@ def _what_if(args, progress):
                              "pass an analysed folder (a run, import kineto or synth output) "
                              "or --trace FILE", str(run_dir))
     if whatif is not None:
-        record = WhatIfRecord.read(whatif)
-        progress(f"read the what-if result {whatif}")
+        summary = read_whatif_summary(whatif, args.compute_ideal)
+        progress(f"read the what-if result {whatif} ({summary.model.value} model)")
         fallback = Path(args.run).name if args.run else whatif.parent.name
-        return record, record.job_meta.trial_name or fallback, f"what-if result {whatif}"
+        return summary, summary.job_name or fallback, f"what-if result {whatif}"
     return _analyse(trace, meta, args, progress)
 
 
@@ -161,4 +159,4 @@ def _analyse(trace: Path, meta: str | None, args, progress):
     result = analyze(df, job_meta, where=str(trace), progress=stages,
                      compute_ideal=ComputeIdeal(args.compute_ideal or "mean"))
     name = job_meta.trial_name or (Path(args.run).name if args.run else trace.stem)
-    return result, name, f"what-if of {trace}"
+    return result.summary(), name, f"what-if of {trace}"

@@ -38,6 +38,7 @@ from stragglerlab.findings import Finding
 from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.config import WINDOW_SCHEMA
 from stragglerlab.results import WhatIfResult
+from stragglerlab.whatif_summary import WhatIfSummary
 
 MAX_FINDING_RANKS = 64
 """Most ranks listed per finding in a window line (a whole-stage finding at 1,024 workers
@@ -97,24 +98,31 @@ def analyse_window(df: pd.DataFrame, meta: JobMeta, detectors: dict[str, Detecto
     result = run_whatif(df, meta, where).result
     run = Run(df, meta, where, testbed=testbed)
     findings = detect(detectors, run, result, window_steps)
-    steps = [int(s) for s in result.steps]
-    grid = np.asarray(result.worker_score, dtype=float)
+    return {"schema": WINDOW_SCHEMA, "kind": "window", **window_numbers(result.summary()),
+            "findings": findings, "analysis_s": round(time.perf_counter() - t0, 4)}
+
+
+def window_numbers(s: WhatIfSummary) -> dict:
+    """A window's what-if numbers (the window line's fields from `step` to `top_workers`),
+    from its what-if result as a WhatIfSummary; the layout is the workers'."""
+    steps = [int(x) for x in s.steps.step]
+    grid = s.workers.grid()
+    by = {name: {str(k): _r(v) for k, v in (table or {}).items()}
+          for name, table in (("stage", s.by_stage), ("dp", s.by_dp_rank))}
     return {
-        "schema": WINDOW_SCHEMA, "kind": "window", "step": steps[-1], "steps": steps,
-        "dp_size": meta.dp_size, "pp_size": meta.pp_size,
-        "slowdown": _r(result.slowdown),
-        "simulation_discrepancy": _r(result.simulation_discrepancy),
-        "valid": result.validity.valid,
-        "validity": result.validity.banner(),
-        "t_ideal_s": _r(result.t_ideal, 7),
-        "step_time_s": _r(float(np.mean(result.step_time_base.values)), 7),
+        "step": steps[-1], "steps": steps,
+        "dp_size": int(grid.shape[1]), "pp_size": int(grid.shape[0]),
+        "slowdown": _r(s.S),
+        "simulation_discrepancy": _r(1.0 + s.discrepancy),
+        "valid": s.validity.valid,
+        "validity": s.validity.banner(),
+        "t_ideal_s": _r(s.T_ideal_s, 7),
+        "step_time_s": _r(s.traced_step_s, 7),
         "worker_slowdown": [[_r(v, 4) for v in row] for row in grid.tolist()],
-        "stage_slowdown": {str(k): _r(v) for k, v in result.slowdown_by(result.by_stage).items()},
-        "dp_slowdown": {str(k): _r(v) for k, v in result.slowdown_by(result.by_dp_rank).items()},
-        "optype_slowdown": {k: _r(v) for k, v in result.slowdown_by(result.by_optype).items()},
-        "top_workers": [{"dp_rank": d, "stage": p} for d, p in result.top_workers],
-        "findings": findings,
-        "analysis_s": round(time.perf_counter() - t0, 4),
+        "stage_slowdown": by["stage"], "dp_slowdown": by["dp"],
+        "optype_slowdown": {k: _r(v) for k, v in s.by_kind.items()},
+        "top_workers": [{"dp_rank": int(s.workers.dp_rank[i]), "stage": int(s.workers.stage[i])}
+                        for i in np.searchsorted(s.workers.rank, s.top_workers)],
     }
 
 

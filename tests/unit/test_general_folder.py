@@ -10,7 +10,9 @@ import pandas as pd
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.general_record import GeneralRecord, is_general_import
+from stragglerlab.general_record import is_general_import
+from stragglerlab.whatif_reader import read_whatif_summary
+from stragglerlab.whatif_summary import WhatIfModel
 from tests.unit.general_fixtures import ddp_job
 
 EXPECTED_S = 27.0 / 19.5  # general_fixtures: a 2x slow rank 3 of 4
@@ -37,11 +39,10 @@ def test_whatif_on_the_folder_analyses_its_op_table_again(imported, capsys):
     assert "what-if: S = 1.3846" in capsys.readouterr().out
     after = json.loads((imported / "whatif.json").read_text())
     assert after == before  # the same what-if as the import's, notes included
-    record = GeneralRecord.read(imported / "whatif.json")
-    assert record.slowdown == pytest.approx(EXPECTED_S)
-    assert record.steps.tolist() == [5, 6, 7]
-    assert record.step_time_simulated_s / record.step_time_ideal_s == pytest.approx(
-        record.step_slowdown)
+    summary = read_whatif_summary(imported)
+    assert summary.model is WhatIfModel.GENERAL and summary.S == pytest.approx(EXPECTED_S)
+    assert summary.steps.step.tolist() == [5, 6, 7]
+    assert summary.steps.t_s / summary.steps.t_ideal_s == pytest.approx(summary.steps.s)
 
 
 def test_plot_draws_the_workers_and_the_steps(tmp_path):
