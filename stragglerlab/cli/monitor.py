@@ -113,9 +113,9 @@ def run(args) -> int:
         _a_run_to_read(folder.path)
     serve = not (args.no_serve or args.once)
     with Reporter(quiet=args.quiet) as progress:
-        from stragglerlab.monitor.runner import Monitor
+        from stragglerlab.monitor.import_replay import monitor_for
 
-        monitor = Monitor(cfg, log=progress.log)
+        monitor = monitor_for(cfg, log=progress.log)
         server = _server(monitor, cfg, progress) if serve else None
         try:
             n = monitor.run(once=args.once)
@@ -202,15 +202,20 @@ def summary_many(fleet, n: int) -> str:
 def _a_run_to_read(run: Path) -> None:
     """--once reads what is there now: a folder with no trace of ours is refused before
     monitor/ is made in it (a live monitor may wait for a run still starting)."""
+    from stragglerlab.general_record import is_general_import
     from stragglerlab.run_folder import TRACE_PARQUET, TRACE_PARTS_DIR
 
     if any(os.path.lexists(run / n) for n in (TRACE_PARTS_DIR, TRACE_PARQUET)):
         return  # there, if not as it should be: the monitor's own readers name what is wrong
-    other = next((n for n in ("ops.parquet", "import.json") if (run / n).exists()), None)
-    what = (f"holds {other} (an imported profiler trace: `stragglerlab whatif --run` reads "
-            "it, the monitor does not)" if other else
-            "holds no trace of a `stragglerlab train` run (trace-parts/ or trace.parquet)")
-    raise InputError(f"{what}; point --run at a training run's folder", str(run))
+    if is_general_import(run):
+        return  # an unannotated import: its steps are replayed (monitor/import_replay.py)
+    what = ("holds import.json but no ops.parquet (an import cut short: import the traces "
+            "again with `stragglerlab import kineto --traces ... --out DIR`)"
+            if (run / "import.json").exists() else
+            "holds no trace of a `stragglerlab train` run (trace-parts/ or trace.parquet) "
+            "and no import (ops.parquet)")
+    raise InputError(f"{what}; point --run at a training run's folder or an import's",
+                     str(run))
 
 
 def config(args, run: Path):
