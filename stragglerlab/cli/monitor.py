@@ -3,6 +3,7 @@
     stragglerlab monitor --run results/slow-worker-1/0
     stragglerlab monitor --run results/x/0 --webhook http://127.0.0.1:9000/hook --slowdown-alert 1.2
     stragglerlab monitor --run examples/slow-worker --once --no-serve
+    stragglerlab monitor --run out/imported --once     # an `import kineto` folder, replayed
     stragglerlab monitor --runs results/a/0 results/b/0 --watch results --webhook http://127.0.0.1:9000/hook
 
 Tails the run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks
@@ -20,7 +21,10 @@ and/or --alert-command; delivered ones are kept in RUN/monitor/alerts.jsonl,
 failed ones in RUN/monitor/alerts-failed.jsonl. It stops when the run ends
 (run.json written), on Ctrl-C or SIGTERM, or, with --once, after analysing
 what is there; it prints a summary of the windows it analysed to stdout (with
---quiet too), progress on stderr.
+--quiet too), progress on stderr. An unannotated import (`stragglerlab import
+kineto`: ops.parquet) is replayed window by window in one look: each window's
+general what-if, and the detectors that need only step times (one that needs
+the op vocabulary is named once and left out).
 
 With --runs DIR... and/or --watch DIR (new run folders below it are picked up
 as they appear), one monitor watches several jobs: each keeps its own history
@@ -48,7 +52,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help="watch a run live: rolling what-if, findings, page, "
                                   "Prometheus metrics, alerts")
     p.add_argument("--run", metavar="DIR",
-                   help="run folder to watch (trace-parts/ written by `stragglerlab train`)")
+                   help="run folder to watch (trace-parts/ written by `stragglerlab train`), "
+                        "or an unannotated import's (`import kineto`: its steps replayed "
+                        "as windows)")
     p.add_argument("--runs", nargs="+", metavar="DIR",
                    help="watch several run folders in one monitor: an overview page of the "
                         "jobs, each job's page at /jobs/NAME/, /metrics labelled job_name")
