@@ -18,6 +18,7 @@ One module per concept:
     runner.py   Monitor: the loop
     jobs.py     JobRegistry: the jobs one monitor watches (page, overview, /metrics read it)
     fleet.py    Fleet: one Monitor per run folder (--runs, --watch), polled in turn
+    import_replay.py  ImportMonitor: an unannotated import's steps replayed as windows
     alerts.py   AlertTracker (events), AlertSender (webhook / command, retries)
     metrics.py  Prometheus text
     server.py   Starlette app + uvicorn on a thread (needs the `monitor` extra)
