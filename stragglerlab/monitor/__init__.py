@@ -25,11 +25,13 @@ One module per concept:
     page.py     the page (inline HTML/JS, canvas heatmap)
     feed.py     PartsFeeder: replay a trace into trace parts step by step (tests, benchmarks)
 
-    from stragglerlab.monitor import Monitor, MonitorConfig
+    from stragglerlab.monitor import Monitor, MonitorConfig, monitor_for
     Monitor(MonitorConfig(run=Path("results/x/0"))).run(once=True)
+    monitor_for(MonitorConfig(run=Path("out/imported"))).run(once=True)  # an import too
 """
 
 from stragglerlab.monitor.config import MonitorConfig
+from stragglerlab.monitor.import_replay import ImportMonitor, monitor_for
 from stragglerlab.monitor.runner import Monitor
 
-__all__ = ["Monitor", "MonitorConfig"]
+__all__ = ["ImportMonitor", "Monitor", "MonitorConfig", "monitor_for"]
