@@ -3,6 +3,7 @@
     stragglerlab monitor --run results/slow-worker-1/0
     stragglerlab monitor --run results/x/0 --webhook http://127.0.0.1:9000/hook --slowdown-alert 1.2
     stragglerlab monitor --run examples/slow-worker --once --no-serve
+    stragglerlab monitor --run out/imported --once     # an `import kineto` folder, replayed
     stragglerlab monitor --runs results/a/0 results/b/0 --watch results --webhook http://127.0.0.1:9000/hook
 
 Tails the run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks
@@ -20,7 +21,10 @@ and/or --alert-command; delivered ones are kept in RUN/monitor/alerts.jsonl,
 failed ones in RUN/monitor/alerts-failed.jsonl. It stops when the run ends
 (run.json written), on Ctrl-C or SIGTERM, or, with --once, after analysing
 what is there; it prints a summary of the windows it analysed to stdout (with
---quiet too), progress on stderr.
+--quiet too), progress on stderr. An unannotated import (`stragglerlab import
+kineto`: ops.parquet) is replayed window by window in one look: each window's
+general what-if, and the detectors that need only step times (one that needs
+the op vocabulary is named once and left out).
 
 With --runs DIR... and/or --watch DIR (new run folders below it are picked up
 as they appear), one monitor watches several jobs: each keeps its own history
@@ -48,7 +52,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help="watch a run live: rolling what-if, findings, page, "
                                   "Prometheus metrics, alerts")
     p.add_argument("--run", metavar="DIR",
-                   help="run folder to watch (trace-parts/ written by `stragglerlab train`)")
+                   help="run folder to watch (trace-parts/ written by `stragglerlab train`), "
+                        "or an unannotated import's (`import kineto`: its steps replayed "
+                        "as windows)")
     p.add_argument("--runs", nargs="+", metavar="DIR",
                    help="watch several run folders in one monitor: an overview page of the "
                         "jobs, each job's page at /jobs/NAME/, /metrics labelled job_name")
@@ -113,9 +119,9 @@ def run(args) -> int:
         _a_run_to_read(folder.path)
     serve = not (args.no_serve or args.once)
     with Reporter(quiet=args.quiet) as progress:
-        from stragglerlab.monitor.runner import Monitor
+        from stragglerlab.monitor.import_replay import monitor_for
 
-        monitor = Monitor(cfg, log=progress.log)
+        monitor = monitor_for(cfg, log=progress.log)
         server = _server(monitor, cfg, progress) if serve else None
         try:
             n = monitor.run(once=args.once)
@@ -202,15 +208,20 @@ def summary_many(fleet, n: int) -> str:
 def _a_run_to_read(run: Path) -> None:
     """--once reads what is there now: a folder with no trace of ours is refused before
     monitor/ is made in it (a live monitor may wait for a run still starting)."""
+    from stragglerlab.general_record import is_general_import
     from stragglerlab.run_folder import TRACE_PARQUET, TRACE_PARTS_DIR
 
     if any(os.path.lexists(run / n) for n in (TRACE_PARTS_DIR, TRACE_PARQUET)):
         return  # there, if not as it should be: the monitor's own readers name what is wrong
-    other = next((n for n in ("ops.parquet", "import.json") if (run / n).exists()), None)
-    what = (f"holds {other} (an imported profiler trace: `stragglerlab whatif --run` reads "
-            "it, the monitor does not)" if other else
-            "holds no trace of a `stragglerlab train` run (trace-parts/ or trace.parquet)")
-    raise InputError(f"{what}; point --run at a training run's folder", str(run))
+    if is_general_import(run):
+        return  # an unannotated import: its steps are replayed (monitor/import_replay.py)
+    what = ("holds import.json but no ops.parquet (an import cut short: import the traces "
+            "again with `stragglerlab import kineto --traces ... --out DIR`)"
+            if (run / "import.json").exists() else
+            "holds no trace of a `stragglerlab train` run (trace-parts/ or trace.parquet) "
+            "and no import (ops.parquet)")
+    raise InputError(f"{what}; point --run at a training run's folder or an import's",
+                     str(run))
 
 
 def config(args, run: Path):

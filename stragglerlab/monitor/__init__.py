@@ -18,17 +18,20 @@ One module per concept:
     runner.py   Monitor: the loop
     jobs.py     JobRegistry: the jobs one monitor watches (page, overview, /metrics read it)
     fleet.py    Fleet: one Monitor per run folder (--runs, --watch), polled in turn
+    import_replay.py  ImportMonitor: an unannotated import's steps replayed as windows
     alerts.py   AlertTracker (events), AlertSender (webhook / command, retries)
     metrics.py  Prometheus text
     server.py   Starlette app + uvicorn on a thread (needs the `monitor` extra)
     page.py     the page (inline HTML/JS, canvas heatmap)
     feed.py     PartsFeeder: replay a trace into trace parts step by step (tests, benchmarks)
 
-    from stragglerlab.monitor import Monitor, MonitorConfig
+    from stragglerlab.monitor import Monitor, MonitorConfig, monitor_for
     Monitor(MonitorConfig(run=Path("results/x/0"))).run(once=True)
+    monitor_for(MonitorConfig(run=Path("out/imported"))).run(once=True)  # an import too
 """
 
 from stragglerlab.monitor.config import MonitorConfig
+from stragglerlab.monitor.import_replay import ImportMonitor, monitor_for
 from stragglerlab.monitor.runner import Monitor
 
-__all__ = ["Monitor", "MonitorConfig"]
+__all__ = ["ImportMonitor", "Monitor", "MonitorConfig", "monitor_for"]

@@ -11,7 +11,8 @@ turn on this thread: windows of different jobs are analysed one after another,
 so the lag of each grows with the number of jobs that have a new step at once.
 `watch` is a folder searched for new run folders at every look: a folder up to
 WATCH_DEPTH levels below it that holds `trace-parts/` or `trace.parquet`
-(results/SCENARIO/TRIAL is two). A job that fails (its folder deleted, another
+(results/SCENARIO/TRIAL is two), or an unannotated import's `ops.parquet`
+(replayed window by window: import_replay.py). A job that fails (its folder deleted, another
 monitor holding its lock) is reported and stops; the other jobs go on.
 """
 
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stragglerlab.errors import InputError
+from stragglerlab.general_record import OPS_PARQUET
 from stragglerlab.monitor.config import MIN_POLL_S, MonitorConfig
+from stragglerlab.monitor.import_replay import monitor_for
 from stragglerlab.monitor.jobs import FleetLimits, JobRegistry
 from stragglerlab.monitor.runner import Monitor
 from stragglerlab.monitor.state import MonitorState
@@ -34,8 +37,8 @@ WATCH_DEPTH = 3
 
 
 def find_runs(watch: Path, depth: int = WATCH_DEPTH) -> list[Path]:
-    """Run folders below `watch` (at most `depth` levels): folders holding trace-parts/ or
-    trace.parquet, not below another run folder, sorted by path."""
+    """Run folders below `watch` (at most `depth` levels): folders holding trace-parts/,
+    trace.parquet or an import's ops.parquet, not below another run folder, sorted by path."""
     found: list[Path] = []
     level = [Path(watch)]
     for _ in range(depth):
@@ -48,7 +51,8 @@ def find_runs(watch: Path, depth: int = WATCH_DEPTH) -> list[Path]:
             for c in children:
                 if c.name in (MONITOR_DIR, TRACE_PARTS_DIR):
                     continue
-                if (c / TRACE_PARTS_DIR).is_dir() or (c / TRACE_PARQUET).is_file():
+                if (c / TRACE_PARTS_DIR).is_dir() or (c / TRACE_PARQUET).is_file() \
+                        or (c / OPS_PARQUET).is_file():
                     found.append(c)
                 else:
                     nxt.append(c)
@@ -113,7 +117,8 @@ class Fleet:
             if not run.is_dir():
                 raise InputError("not a folder (a run folder `stragglerlab train` writes)",
                                  str(run))
-            mon = Monitor(cfg, log=lambda m, n=name: self.log(f"[{n}] {m}"), state=state)
+            mon = monitor_for(cfg, log=lambda m, n=name: self.log(f"[{n}] {m}"),
+                              state=state)
         except InputError as e:
             self._fail(run, str(e))
             return

@@ -206,3 +206,46 @@ def test_the_page_stays_readable_at_1024_workers(browser_tools, tmp_path, artifa
     finally:
         server.stop()
     assert problems == [], problems
+
+
+def test_the_page_shows_an_unannotated_imports_windows(browser_tools, tmp_path, artifacts):
+    """examples/torch-ddp imported without annotations (rank 1 half speed from step 6) and
+    replayed by the monitor (monitor/import_replay.py), served as the monitor serves it:
+    the page shows every window, the finding naming rank 1, its cell the hottest, and the
+    ground truth the import carried."""
+    sync_playwright, chromium = browser_tools
+    pytest.importorskip("uvicorn", reason="the page needs the [monitor] extra")
+    from stragglerlab.cli import main
+    from stragglerlab.monitor.config import MonitorConfig
+    from stragglerlab.monitor.import_replay import monitor_for
+    from stragglerlab.monitor.server import MonitorServer
+
+    ddp = Path(__file__).resolve().parents[2] / "examples" / "torch-ddp"
+    run = tmp_path / "imported"
+    assert main(["import", "kineto", "--traces", str(ddp / "kineto"), "--faults",
+                 str(ddp / "faults.json"), "--out", str(run), "--quiet"]) == 0
+    mon = monitor_for(MonitorConfig(run=run))
+    assert mon.run(once=True) == 12
+    server = MonitorServer(mon.state, run, "127.0.0.1", 0)
+    server.start()
+    problems: list[str] = []
+    try:
+        with _chromium_page(sync_playwright, chromium, problems) as page:
+            page.goto(server.url, wait_until="load")
+            _until(page, f"{STATUS}.includes('last step: 13')", problems, 15)
+            status = page.evaluate(STATUS)
+            assert "DP 2 x PP 1" in status and "windows: 12" in status, status
+            assert "NO VERDICT" not in status, status
+            findings = page.inner_text("#findings")
+            assert "slow-worker" in findings and "rank 1 (DP 1, stage 0)" in findings
+            cells = page.evaluate(HEAT_CELLS)
+            assert max(cells, key=lambda c: c["heat"])["dp"] == 1, cells
+            assert "compute" in page.inner_text("#optypes")
+            _until(page, "document.getElementById('truthbody').textContent"
+                         ".includes('slow-worker')", problems, 15)
+            shot = artifacts / "monitor-page-import.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"\nscreenshot of an import's page: {shot}")
+    finally:
+        server.stop()
+    assert problems == [], problems

@@ -70,9 +70,13 @@ def test_monitor_once_on_a_folder_with_no_run_is_refused_and_writes_nothing(tmp_
     assert main(["monitor", "--run", str(empty), "--once", "--no-serve", "--quiet"]) == 2
     assert "holds no trace of a `stragglerlab train` run" in _one_error(capsys, "monitor")
     assert list(empty.iterdir()) == []
-    (empty / "ops.parquet").write_bytes(b"x")
+    (empty / "import.json").write_text("{}")
     assert main(["monitor", "--run", str(empty), "--once", "--no-serve", "--quiet"]) == 2
-    assert "an imported profiler trace" in _one_error(capsys, "monitor")
+    assert "an import cut short" in _one_error(capsys, "monitor")
+    (empty / "ops.parquet").write_bytes(b"x")  # an import, damaged: its reader says so
+    assert main(["monitor", "--run", str(empty), "--once", "--no-serve", "--quiet"]) == 2
+    assert "ops.parquet: the op table cannot be read" in _one_error(capsys, "monitor")
+    assert not (empty / "monitor").exists()
 
 
 def test_list_config_is_for_scenarios_only(tmp_path, capsys):
