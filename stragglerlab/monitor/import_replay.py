@@ -208,14 +208,14 @@ def import_window(ops: pd.DataFrame, spans: pd.DataFrame | None, meta: JobMeta,
 
     t0 = time.perf_counter()
     wi = whatif_general(ops, report=report or {})
-    doc = wi.to_dict()
+    summary = wi.summary()
     steps = sorted(int(s) for s in wi.per_step)
     findings = []
     for name, det in detectors.items():
         if isinstance(det, WhatIfDetector):
             if len(steps) < det.config.min_steps:
                 continue
-            found = general_findings(doc)
+            found = general_findings(summary)
         else:
             view = spans[spans["step"].isin(steps)].reset_index(drop=True)
             found = det.detect(Run(view, meta, where, vocabulary=False))
