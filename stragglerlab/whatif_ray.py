@@ -134,13 +134,15 @@ class RayReplays:
         return self
 
     def __exit__(self, *exc) -> None:
-        ray = self._ray
-        if ray is not None and ray.is_initialized():
-            for a in self._actors:
-                with contextlib.suppress(Exception):
-                    ray.kill(a)
-            self._actors = []
-            ray.shutdown()
+        if self._ray is not None and self._ray.is_initialized():
+            self._kill_actors()
+            self._ray.shutdown()
+
+    def _kill_actors(self) -> None:
+        for a in self._actors:
+            with contextlib.suppress(Exception):  # a lost node's actor is gone already
+                self._ray.kill(a)
+        self._actors = []
 
     def _init(self, value_bytes: int) -> None:
         ray = self._ray
@@ -169,13 +171,16 @@ class RayReplays:
             raise RuntimeError("RayReplays is used inside its `with` block")
         if not ray.is_initialized():
             self._init(value.nbytes)
-        cpus = int(ray.cluster_resources().get("CPU", 0))
+        self._kill_actors()  # a second trace's replays replace the first's
+        # Free CPUs, not all: an actor asking for a CPU a training job holds waits for it.
+        cpus = int(ray.available_resources().get("CPU", 0))
         nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-        workers = self.workers or max(1, cpus)
-        if workers > cpus:
-            raise InputError(f"--ray-workers {workers} is more than the {cpus} CPUs of the "
-                             f"Ray cluster at {self.address} (one CPU per worker); give at "
-                             f"most {cpus}", "--ray-workers")
+        workers = self.workers or cpus
+        if not 1 <= workers <= cpus:
+            asked = f"{workers} workers" if self.workers else "the replays"
+            raise InputError(f"{asked}: one free CPU per worker is needed, and the Ray cluster "
+                             f"at {self.address} has {cpus} free; give fewer --ray-workers "
+                             "or free the cluster's CPUs", "--ray-workers")
         parts = step_parts(value.shape[1], workers)
         actor = ray.remote(num_cpus=1)(_Part)
         graph_ref = ray.put(graph)

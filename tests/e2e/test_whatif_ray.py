@@ -77,3 +77,12 @@ def test_synthetic_job_on_three_nodes_is_bit_for_bit(cluster, tmp_path):
     assert made.returncode == 0, made.stderr
     err = same_as_one_process(["--run", str(run)], tmp_path, cluster.address)
     assert "7 steps split 2/2/3" in err, err
+
+
+def test_more_workers_than_free_cpus_is_one_clear_error(cluster, tmp_path):
+    res = cli("whatif", "--trace", str(reference("trace-ST.parquet")), "--meta",
+              str(reference("meta-ST.yaml")), "--out", str(tmp_path / "out"), "--quiet",
+              "--ray-address", cluster.address, "--ray-workers", "4")
+    assert res.returncode == 2, res.stderr
+    assert "one free CPU per worker is needed" in res.stderr and "3 free" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "out" / "whatif.json").exists()
