@@ -37,7 +37,8 @@ class StepReplays(Protocol):
 
     def mixed(self, ideal: np.ndarray, mask: np.ndarray, keep_original: bool) -> np.ndarray:
         """The trace with the masked ops' values (keep_original) or the other ops' values
-        replaced by `ideal` (per node); mask broadcasts to [n_nodes, n_steps, dp]."""
+        replaced by `ideal` (per node); mask is [n_nodes, 1, 1 or dp], the same in every
+        step, so each step part applies it as it is."""
 
     def each_dp_rank(self, ideal: np.ndarray) -> dict[int, np.ndarray]:
         """For every DP rank d: the ideal with rank d's original values."""

@@ -12,7 +12,7 @@ one process (analysis.replays says why; tests/e2e/test_whatif_ray.py checks it).
 Reading and building the frame stay in the driver: the trace's checks and the
 ideal (a mean over every step) are defined over the whole trace, and split
 they would give other messages and other last bits. At 16,384 workers the
-replays are about two thirds of the run (benchmarks/README.md).
+replays are over half of one process's CPU (benchmarks/README.md).
 
     with RayReplays(address="local", workers=2, say=print) as replays:
         run = run_whatif(df, meta, where, replays=replays)   # replays(graph, value) -> ...

@@ -15,7 +15,7 @@ did not write again (OUTPUTS). Prints a short summary to stdout (with --quiet
 too), progress to stderr. The Fig. 14 heatmap is a figure (`stragglerlab
 figures --only fig14_heatmaps`), drawn from whatif.json.
 
-With --ray-address the replays (two thirds of the run at 16,384 workers) run on a
+With --ray-address the replays (over half the run's CPU at 16,384 workers) run on a
 Ray cluster's cores, the steps split over --ray-workers actors
 (stragglerlab/whatif_ray.py); whatif.json is the same bit for bit.
 """
@@ -123,6 +123,7 @@ def run(args) -> int:
     from stragglerlab.run_folder import RunFolder
     from stragglerlab.trace_io import read_trace
 
+    _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
     defaulted = None  # the --run folder whose default --out is used
     if args.run is not None:
         if not args.run.strip():
@@ -156,7 +157,6 @@ def run(args) -> int:
     # Before the work: an input named like an output (ow/whatif.json) would be replaced.
     inputs_not_overwritten([("--trace", args.trace), ("--meta", args.meta)], out, OUTPUTS)
     not_another_record(out / "whatif.json", WHATIF_SCHEMAS, "a what-if result")
-    _ray_checks(args)
     # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
     progress = Reporter(quiet=args.quiet, live=False)
 

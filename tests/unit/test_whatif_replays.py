@@ -88,4 +88,4 @@ def test_ray_flag_mistakes_are_one_clear_error(tmp_path, capsys, flags, words):
                  *flags])
     err = capsys.readouterr().err
     assert code == 2 and words in err and "Traceback" not in err
-    assert not (tmp_path / "out" / "whatif.json").exists()
+    assert not (tmp_path / "out").exists()
