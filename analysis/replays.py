@@ -7,7 +7,9 @@ its own, and a step's time is a max and a min over its own ops and lanes. So
 the replays split by steps, each part anywhere, and the step times put back in
 step order are bit for bit those of one process (the replay adds and takes
 maxima, IEEE-exact operations; no sum runs across steps). The means over steps
-stay with the caller, over the whole merged series, as in one process.
+stay with the caller, over the whole merged series, as in one process. The
+launch attribution's replays (analysis.launch: the launch delays put back) split
+the same way, each part keeping its steps' delays (set_delays).
 
     replays = Replays(graph, value)                  # one process (the default)
     t = replays.mixed(ideal, mask, keep_original=True)
@@ -26,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from stragglerlab.analysis.graph import DepGraph
+from stragglerlab.analysis.launch import restore_each_dp_rank_delays
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
 
 
@@ -43,6 +46,15 @@ class StepReplays(Protocol):
     def each_dp_rank(self, ideal: np.ndarray) -> dict[int, np.ndarray]:
         """For every DP rank d: the ideal with rank d's original values."""
 
+    def set_delays(self, delay: np.ndarray) -> None:
+        """The launch delays [n_nodes, n_steps, dp] the two methods below put back."""
+
+    def delays_restored(self, mask: np.ndarray) -> np.ndarray:
+        """The trace's values with the masked ops' launch delays (analysis.launch)."""
+
+    def each_dp_rank_delays(self) -> dict[int, np.ndarray]:
+        """For every DP rank d: the trace's values with rank d's launch delays."""
+
 
 ReplaysFactory = Callable[[DepGraph, np.ndarray], StepReplays]
 """Makes the replays of a graph and its sim values [n_nodes, n_steps, dp]."""
@@ -56,6 +68,8 @@ class Replays:
         """The dependency graph."""
         self.value = value
         """Sim values (transfer for comm ops, else duration), [n_nodes, n_steps, dp]."""
+        self.delay: np.ndarray | None = None
+        """Launch delays, same shape (set_delays; only the launch attribution needs them)."""
 
     def nodelay(self) -> np.ndarray:
         return simulate(self.graph, self.value).step_time
@@ -68,6 +82,15 @@ class Replays:
 
     def each_dp_rank(self, ideal: np.ndarray) -> dict[int, np.ndarray]:
         return restore_each_dp_rank(self.graph, self.value, ideal)
+
+    def set_delays(self, delay: np.ndarray) -> None:
+        self.delay = delay
+
+    def delays_restored(self, mask: np.ndarray) -> np.ndarray:
+        return simulate(self.graph, self.value, np.where(mask, self.delay, 0.0)).step_time
+
+    def each_dp_rank_delays(self) -> dict[int, np.ndarray]:
+        return restore_each_dp_rank_delays(self.graph, self.value, self.delay)
 
 
 def restore_each_dp_rank(graph: DepGraph, value: np.ndarray, ideal: np.ndarray) -> dict:
@@ -104,23 +127,42 @@ def step_parts(n_steps: int, n_parts: int) -> list[slice]:
     return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-Call = Callable[[str, tuple], Sequence]
-"""call(method, args): that StepReplays method run on every step part, results in step order."""
+Call = Callable[[str, Sequence[tuple]], Sequence]
+"""call(method, args of each part): that StepReplays method run on every step part with
+its own arguments (often the same object for every part), results in step order."""
 
 
 class ChunkedReplays:
     """StepReplays over step parts replayed elsewhere, merged back in step order."""
 
-    def __init__(self, call: Call) -> None:
+    def __init__(self, call: Call, parts: Sequence[slice]) -> None:
         self.call = call
         """Runs a method on every part (see Call)."""
+        self.parts = list(parts)
+        """The parts' steps (step_parts), in order."""
+
+    def _same(self, method: str, *args: object) -> list:
+        return list(self.call(method, [args] * len(self.parts)))
 
     def nodelay(self) -> np.ndarray:
-        return np.concatenate(self.call("nodelay", ()))
+        return np.concatenate(self._same("nodelay"))
 
     def mixed(self, ideal: np.ndarray, mask: np.ndarray, keep_original: bool) -> np.ndarray:
-        return np.concatenate(self.call("mixed", (ideal, mask, keep_original)))
+        return np.concatenate(self._same("mixed", ideal, mask, keep_original))
 
     def each_dp_rank(self, ideal: np.ndarray) -> dict[int, np.ndarray]:
-        parts = self.call("each_dp_rank", (ideal,))
-        return {d: np.concatenate([p[d] for p in parts]) for d in parts[0]}
+        return _merged(self._same("each_dp_rank", ideal))
+
+    def set_delays(self, delay: np.ndarray) -> None:
+        self.call("set_delays", [(np.ascontiguousarray(delay[:, p]),) for p in self.parts])
+
+    def delays_restored(self, mask: np.ndarray) -> np.ndarray:
+        return np.concatenate(self._same("delays_restored", mask))
+
+    def each_dp_rank_delays(self) -> dict[int, np.ndarray]:
+        return _merged(self._same("each_dp_rank_delays"))
+
+
+def _merged(parts: list[dict]) -> dict:
+    """Per DP rank, the parts' step times joined in step order."""
+    return {d: np.concatenate([p[d] for p in parts]) for d in parts[0]}

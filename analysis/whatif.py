@@ -158,7 +158,7 @@ def run_whatif(
             result.variants[other.value] = _evaluate(graph, frame, meta, value, t_base,
                                                      t_nodelay, other, say, replayed)[1]
     launch = launch_decomposition(graph, frame, value, meta.pp_size, attribution_type,
-                                  result.simulation_discrepancy)
+                                  result.simulation_discrepancy, replayed)
     if launch is not None:
         say("attributed launch delays")
     steps = [int(s) for s in frame.steps]

@@ -190,17 +190,22 @@ class RayReplays:
         self.say(f"replays on {len(parts)} Ray workers ({nodes} node{'s' * (nodes != 1)}, "
                  f"{cpus} CPUs), {value.shape[1]} steps split {split}")
 
-        def call(method: str, args: tuple) -> list:
-            refs = tuple(ray.put(a) if isinstance(a, np.ndarray) else a for a in args)
+        def call(method: str, args: list[tuple]) -> list:
+            put: dict[int, object] = {}  # an array shared by every part is put once
+            for part in args:
+                for a in part:
+                    if isinstance(a, np.ndarray) and id(a) not in put:
+                        put[id(a)] = ray.put(a)
+            refs = [[put.get(id(a), a) for a in part] for part in args]
             try:
-                return ray.get([a.run.remote(method, *refs) for a in self._actors])
+                return ray.get([a.run.remote(method, *r) for a, r in zip(self._actors, refs)])
             except ray.exceptions.RayActorError as e:
                 raise InputError(f"a Ray replay worker was lost (its node died?): "
                                  f"{str(e).strip().splitlines()[0][:200]}; rerun, or leave "
                                  "--ray-address out to analyse in this process",
                                  "--ray-address") from None
 
-        return ChunkedReplays(call)
+        return ChunkedReplays(call, parts)
 
     def costs(self) -> list[ActorCost]:
         """Per actor, in step order: its node, CPU seconds and peak RSS so far."""

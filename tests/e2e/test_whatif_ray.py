@@ -3,14 +3,15 @@
 Three node processes on this host (`ray.cluster_utils.Cluster`, one CPU each,
 as tests/e2e/test_ray_cluster.py builds them); the verb attaches with the head's
 address and splits the replays over one actor per node. Every output file is
-byte for byte the one-process run's: the artifact's reference trace and a
-synthetic DP 16 x PP 4 job with a slow worker.
+byte for byte the one-process run's: the artifact's reference trace, a testbed
+trace with launch attribution and a synthetic DP 16 x PP 4 job with a slow worker.
 
     nice .venv/bin/python -m pytest -m slow tests/e2e/test_whatif_ray.py
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.refdata import reference
+from tests.unit.refdata import DIFFERENTIAL, reference
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,16 @@ def test_reference_trace_on_three_nodes_is_bit_for_bit(cluster, tmp_path):
                      err), err
     workers = re.search(r"ray workers: (.*)", err).group(1).split("; ")
     assert len({re.search(r"pid (\d+)", w).group(1) for w in workers}) == 3
+
+
+def test_launch_attribution_on_three_nodes_is_bit_for_bit(cluster, tmp_path):
+    """A testbed trace (simulation discrepancy >= 1.03): its launch-delay replays are split
+    too, each actor holding its steps' delays."""
+    err = same_as_one_process(["--trace", str(DIFFERENTIAL / "gc-pauses" / "trace.parquet")],
+                              tmp_path, cluster.address)
+    assert "3 Ray workers" in err, err
+    assert json.loads((tmp_path / "ray" / "whatif.json").read_text())[
+        "launch_slowdown_by_optype"]
 
 
 def test_synthetic_job_on_three_nodes_is_bit_for_bit(cluster, tmp_path):
