@@ -64,25 +64,32 @@ def first_ops(graph: DepGraph) -> np.ndarray:
 
 def launch_decomposition(
     graph: DepGraph, frame: OpFrame, value: np.ndarray, pp_size: int,
-    bucket_of: Callable[[str], str], launch_slowdown: float,
+    bucket_of: Callable[[str], str], launch_slowdown: float, replayed=None,
 ) -> LaunchTimes | None:
-    """Step times with one group's launch delays restored, or None below the threshold."""
+    """Step times with one group's launch delays restored, or None below the threshold.
+    `replayed` (analysis.replays.StepReplays of the same value) runs the replays, e.g.
+    split by steps over Ray workers; by default they run here."""
     if not launch_slowdown >= LAUNCH_ATTRIBUTION_MIN:
         return None
     delay = frame.launch_delay
+    if replayed is not None:
+        replayed.set_delays(delay)  # each part keeps its steps' delays
 
     def restore(mask: np.ndarray) -> np.ndarray:
+        if replayed is not None:
+            return replayed.delays_restored(mask)
         return simulate(graph, value, np.where(mask, delay, 0.0)).step_time
 
     buckets = np.array([bucket_of(t) for t in graph.optype], dtype=object)
     buckets[first_ops(graph)] = FIRST_OP
     by_optype = {b: restore((buckets == b)[:, None, None]) for b in dict.fromkeys(buckets)}
     by_stage = {p: restore((graph.stage == p)[:, None, None]) for p in range(pp_size)}
-    return LaunchTimes(by_optype=by_optype, by_stage=by_stage,
-                       by_dp_rank=_restore_each_dp_rank(graph, value, delay))
+    by_dp_rank = (restore_each_dp_rank_delays(graph, value, delay) if replayed is None
+                  else replayed.each_dp_rank_delays())
+    return LaunchTimes(by_optype=by_optype, by_stage=by_stage, by_dp_rank=by_dp_rank)
 
 
-def _restore_each_dp_rank(graph: DepGraph, value: np.ndarray, delay: np.ndarray) -> dict:
+def restore_each_dp_rank_delays(graph: DepGraph, value: np.ndarray, delay: np.ndarray) -> dict:
     """Step times with DP rank d's delays restored, for every d, as batched simulations."""
     n_nodes, n_steps, dp = value.shape
     chunk = max(1, CHUNK_ELEMENTS // (n_nodes * n_steps * dp))

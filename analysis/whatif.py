@@ -31,8 +31,9 @@ from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.launch import launch_decomposition
 from stragglerlab.analysis.regime import low_step_note, regime_change
+from stragglerlab.analysis.replays import Replays, ReplaysFactory, StepReplays
 from stragglerlab.analysis.settling import settling_note
-from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
+from stragglerlab.analysis.simulate import simulate
 from stragglerlab.errors import InputError
 from stragglerlab.meta import JobMeta
 from stragglerlab.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
@@ -123,12 +124,15 @@ def run_whatif(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
     other_ideals: Iterable[ComputeIdeal] = (),
+    replays: ReplaysFactory = Replays,
 ) -> WhatIfRun:
     """Run the full what-if analysis of one trace (compute_ideal: see ComputeIdeal).
 
     The graph and frame are built once; each of `other_ideals` is evaluated on
     them too and lands in `result.variants` (what `stragglerlab whatif` writes
-    into whatif.json, so nothing downstream re-analyses the trace).
+    into whatif.json, so nothing downstream re-analyses the trace). `replays`
+    runs the replays (analysis.replays: in this process, or split by steps over
+    Ray workers by stragglerlab.whatif_ray, bit for bit the same).
     """
     say = progress or (lambda _msg: None)
     first_step = df["step"].min()
@@ -140,19 +144,21 @@ def run_whatif(
 
     value = frame.sim_value(graph)
     t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
-    t_nodelay = simulate(graph, value).step_time
+    replayed = replays(graph, value)
+    t_nodelay = replayed.nodelay()
     say("simulated base and no-delay frames")
     correlation = _fwd_bwd_correlation(graph, frame)
     excess = comm_excess_by_worker(graph, frame, slice(None))
-    ideal, result = _evaluate(graph, frame, meta, value, t_base, t_nodelay, compute_ideal, say)
+    ideal, result = _evaluate(graph, frame, meta, value, t_base, t_nodelay, compute_ideal, say,
+                              replayed)
     # After _evaluate: its no-measurable-step error is clearer, and t_nodelay is > 0.
     _one_run(result.simulation_discrepancy, where)
     for other in dict.fromkeys(ComputeIdeal(o) for o in other_ideals):
         if other is not compute_ideal:
             result.variants[other.value] = _evaluate(graph, frame, meta, value, t_base,
-                                                     t_nodelay, other, say)[1]
+                                                     t_nodelay, other, say, replayed)[1]
     launch = launch_decomposition(graph, frame, value, meta.pp_size, attribution_type,
-                                  result.simulation_discrepancy)
+                                  result.simulation_discrepancy, replayed)
     if launch is not None:
         say("attributed launch delays")
     steps = [int(s) for s in frame.steps]
@@ -188,7 +194,7 @@ def _regime(df: pd.DataFrame, steps: list[int], t_base: np.ndarray,
 
 def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
               t_base: np.ndarray, t_nodelay: np.ndarray, compute_ideal: ComputeIdeal,
-              say: Progress) -> tuple[np.ndarray, WhatIfResult]:
+              say: Progress, replayed: StepReplays) -> tuple[np.ndarray, WhatIfResult]:
     """Ideal, attributions, worker scores, M_W and M_S of one compute ideal."""
     n_steps, dp = len(frame.steps), meta.dp_size
     ideal = ideal_values(graph, frame, value, compute_ideal)
@@ -205,11 +211,10 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
     say(f"simulated the ideal ({compute_ideal.value} compute)")
 
     slowdown = t_nodelay.mean() / t_ideal_scalar
-    ideal_full = np.broadcast_to(ideal[:, None, None], value.shape)
 
     def restore(mask: np.ndarray) -> np.ndarray:
         """Ideal with the masked ops' original values, step times [n_steps]."""
-        return simulate(graph, np.where(mask, value, ideal_full)).step_time
+        return replayed.mixed(ideal, mask, keep_original=True)
 
     by_optype: dict[str, np.ndarray] = {}
     for bucket in dict.fromkeys(attribution_type(t) for t in graph.optype):
@@ -218,7 +223,7 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
     say(f"attributed to {len(by_optype)} op types")
     by_stage = {p: restore((graph.stage == p)[:, None, None]) for p in range(meta.pp_size)}
     say(f"attributed to {meta.pp_size} stages")
-    by_dp = _restore_each_dp_rank(graph, value, ideal)
+    by_dp = replayed.each_dp_rank(ideal)
     say(f"attributed to {dp} DP ranks")
 
     s_dp = np.array([by_dp[d].mean() for d in range(dp)]) / t_ideal_scalar
@@ -232,10 +237,10 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
     worker_mask = np.zeros((graph.n_nodes, 1, dp), dtype=bool)
     for d, p in top_workers:
         worker_mask[graph.stage == p, 0, d] = True
-    m_w = _fix_metric(graph, value, ideal_full, worker_mask, t_ori, t_ideal_scalar)
+    m_w = _fix_metric(replayed, ideal, worker_mask, t_ori, t_ideal_scalar)
     if meta.pp_size > 1:
         stage_mask = (graph.stage == meta.pp_size - 1)[:, None, None]
-        m_s = _fix_metric(graph, value, ideal_full, stage_mask, t_ori, t_ideal_scalar)
+        m_s = _fix_metric(replayed, ideal, stage_mask, t_ori, t_ideal_scalar)
     else:
         m_s = FixMetric(t_ori, t_ideal_scalar, t_ori, t_ideal_scalar, 0.0, 0.0)
     say("computed M_W and M_S")
@@ -301,34 +306,11 @@ def ideal_timeline(run: WhatIfRun) -> pd.DataFrame:
     })
 
 
-def _restore_each_dp_rank(graph: DepGraph, value: np.ndarray, ideal: np.ndarray) -> dict:
-    """Step times of 'ideal with DP rank d original' for every d, in batched simulations.
-
-    Only d differs from the ideal, and all other ranks are identical, so each
-    variant needs two lanes: rank d and one idealized representative. Ranks are
-    batched in chunks so the [node, rank, step, lane] working set stays bounded.
-    """
-    n_nodes, n_steps, dp = value.shape
-    lanes = 2 if dp > 1 else 1
-    per_rank = n_nodes * n_steps * lanes
-    chunk = max(1, CHUNK_ELEMENTS // per_rank)
-    times = {}
-    for lo in range(0, dp, chunk):
-        ranks = range(lo, min(dp, lo + chunk))
-        batched = np.empty((n_nodes, len(ranks), n_steps, lanes))
-        batched[:, :, :, 0] = value[:, :, ranks.start:ranks.stop].transpose(0, 2, 1)
-        if lanes == 2:
-            batched[:, :, :, 1] = ideal[:, None, None]
-        flat = batched.reshape(n_nodes, len(ranks) * n_steps, lanes)
-        step_times = simulate(graph, flat).step_time.reshape(len(ranks), n_steps)
-        times.update({d: step_times[i] for i, d in enumerate(ranks)})
-    return times
-
-
-def _fix_metric(graph, value, ideal_full, mask, t_ori: float, t_ideal: float) -> FixMetric:
+def _fix_metric(replayed: StepReplays, ideal: np.ndarray, mask: np.ndarray, t_ori: float,
+                t_ideal: float) -> FixMetric:
     """M = (T - T_rem)/(T - T_ideal) with its 'add' counterpart, for the masked ops."""
-    t_rem = float(simulate(graph, np.where(mask, ideal_full, value)).step_time.mean())
-    t_add = float(simulate(graph, np.where(mask, value, ideal_full)).step_time.mean())
+    t_rem = float(replayed.mixed(ideal, mask, keep_original=False).mean())
+    t_add = float(replayed.mixed(ideal, mask, keep_original=True).mean())
     gap = t_ori - t_ideal
     rem = (t_ori - t_rem) / gap if gap != 0 else 0.0
     add = (t_add - t_ideal) / gap if gap != 0 else 0.0

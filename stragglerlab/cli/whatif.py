@@ -2,6 +2,7 @@
 
     stragglerlab whatif --trace T.parquet --meta M.yaml --out DIR [--timelines]
     stragglerlab whatif --run results/slow-worker-1/0        # -> results/slow-worker-1/0/whatif
+    stragglerlab whatif --run DIR --ray-address HOST:PORT --ray-workers 8   # replays on Ray
 
 The one step of the workflow that analyses a trace: it computes the what-if
 once and writes into DIR `whatif.json` (our field names, see README; the
@@ -13,11 +14,16 @@ OSDI'25 artifact's own layout and, with --timelines, `timeline.json.gz` and
 did not write again (OUTPUTS). Prints a short summary to stdout (with --quiet
 too), progress to stderr. The Fig. 14 heatmap is a figure (`stragglerlab
 figures --only fig14_heatmaps`), drawn from whatif.json.
+
+With --ray-address the replays (over half the run's CPU at 16,384 workers) run on a
+Ray cluster's cores, the steps split over --ray-workers actors
+(stragglerlab/whatif_ray.py); whatif.json is the same bit for bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from stragglerlab.atomic import atomic_write_json
@@ -51,7 +57,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                            "stragglerlab whatif --run examples/slow-worker   # -> "
                            "examples/slow-worker/whatif/",
                            "stragglerlab whatif --trace trace.parquet --meta meta.yaml "
-                           "--out results/job1 --timelines"))
+                           "--out results/job1 --timelines",
+                           "stragglerlab whatif --run results/big --ray-address HOST:6379 "
+                           "--ray-workers 32   # replays on a Ray cluster"))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="FILE", help="trace parquet file")
     src.add_argument("--run", metavar="DIR",
@@ -72,11 +80,41 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="assert the straggling verdict even where the simulation does not "
                         "reproduce the trace within 5%% (the paper's cut); marked FORCED")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="run the replays on a Ray cluster's cores: its head's HOST:PORT (or "
+                        "auto), or 'local' for a Ray started on this machine; the trace is "
+                        "read here and the steps split over the workers; whatif.json is the "
+                        "same bit for bit (needs the train extra)")
+    p.add_argument("--ray-workers", metavar="N", type=int,
+                   help="Ray workers with --ray-address, one step part and one CPU each "
+                        "(default: one per CPU of the cluster, at most one per step)")
     return p
+
+
+def _ray_checks(args) -> None:
+    """--ray-address / --ray-workers: each mistake one InputError, before the trace is
+    read (an unreachable head is found by one TCP connect, not by Ray's minutes of retry)."""
+    if args.ray_address is None:
+        if args.ray_workers is not None:
+            raise InputError("--ray-workers needs --ray-address (the Ray cluster, or 'local')")
+        return
+    from stragglerlab.whatif_ray import LOCAL, import_ray
+    from stragglerlab.workloads.placement import check_ray_address, check_ray_reachable
+
+    if args.ray_workers is not None and args.ray_workers < 1:
+        raise InputError(f"--ray-workers {args.ray_workers}: give at least 1")
+    address = args.ray_address.strip()
+    if address != LOCAL:
+        address = check_ray_address(address)
+    import_ray()
+    if address != LOCAL:
+        check_ray_reachable(address)
+    args.ray_address = address
 
 
 def run(args) -> int:
     """Analyse, write every output, print the summary."""
+    from stragglerlab.analysis.replays import Replays
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
     from stragglerlab.artifact_format import fix_json, result_json
     from stragglerlab.atomic import staged_folder
@@ -85,6 +123,7 @@ def run(args) -> int:
     from stragglerlab.run_folder import RunFolder
     from stragglerlab.trace_io import read_trace
 
+    _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
     defaulted = None  # the --run folder whose default --out is used
     if args.run is not None:
         if not args.run.strip():
@@ -92,6 +131,10 @@ def run(args) -> int:
         run_dir = Path(args.run)
         finish_killed(run_dir, args.quiet)
         if is_general_import(run_dir):
+            if args.ray_address is not None or args.ray_workers is not None:
+                raise InputError("--ray-address splits an op-level trace's replays; an "
+                                 "unannotated import's what-if runs in one process: drop "
+                                 "--ray-address", str(run_dir))
             return _general(args, run_dir)
         if not run_dir.is_dir():
             raise InputError("no such folder; --run names a run folder (trace.parquet and "
@@ -121,9 +164,20 @@ def run(args) -> int:
     progress(f"read {len(df):,} ops from {args.trace}")
     # Every compute ideal at once (one graph, one frame): figures and detectors read them
     # from whatif.json instead of re-analysing the trace.
-    wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
-                    compute_ideal=ComputeIdeal(args.compute_ideal),
-                    other_ideals=list(ComputeIdeal))
+    with contextlib.ExitStack() as stack:
+        replays = Replays
+        if args.ray_address is not None:
+            from stragglerlab.whatif_ray import RayReplays
+
+            replays = stack.enter_context(RayReplays(address=args.ray_address,
+                                                     workers=args.ray_workers, say=progress))
+        wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
+                        compute_ideal=ComputeIdeal(args.compute_ideal),
+                        other_ideals=list(ComputeIdeal), replays=replays)
+        if args.ray_address is not None:
+            progress("ray workers: " + "; ".join(
+                f"{c.node_ip} pid {c.pid} {c.n_steps} steps, CPU {c.cpu_s:.2f} s, peak "
+                f"{c.peak_rss_mib:.0f} MiB" for c in replays.costs()))
     result = wr.result
     for r in (result, *result.variants.values()):
         r.force = args.force

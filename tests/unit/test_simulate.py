@@ -9,8 +9,9 @@ import pytest
 import stragglerlab.analysis.simulate as simulate_mod
 from stragglerlab.analysis.frame import build_frame
 from stragglerlab.analysis.graph import DepGraph, Group, build_graph
+from stragglerlab.analysis.replays import restore_each_dp_rank as _restore_each_dp_rank
 from stragglerlab.analysis.simulate import simulate
-from stragglerlab.analysis.whatif import _restore_each_dp_rank, ideal_values
+from stragglerlab.analysis.whatif import ideal_values
 from stragglerlab.meta import JobMeta
 from tests.unit.conftest import DATA
 from tests.unit.refdata import reference
@@ -99,13 +100,13 @@ def test_simulation_with_launch_delays_replays_the_trace(ar_job):
 
 
 def test_dp_attribution_chunks_give_the_same_answer(ar_job, monkeypatch):
-    import stragglerlab.analysis.whatif as whatif_mod
+    import stragglerlab.analysis.replays as replays_mod
 
     graph, frame = ar_job
     value = frame.sim_value(graph)
     ideal = ideal_values(graph, frame, value)
     whole = _restore_each_dp_rank(graph, value, ideal)
-    monkeypatch.setattr(whatif_mod, "CHUNK_ELEMENTS", graph.n_nodes * value.shape[1] * 2)
+    monkeypatch.setattr(replays_mod, "CHUNK_ELEMENTS", graph.n_nodes * value.shape[1] * 2)
     one_rank_a_chunk = _restore_each_dp_rank(graph, value, ideal)
     for d in whole:
         np.testing.assert_array_equal(whole[d], one_rank_a_chunk[d])
