@@ -25,6 +25,12 @@ so is the error-recording lifecycle: workloads.run_lifecycle):
 * Lost node: when ranks die, helpers that no longer answer (or nodes Ray
   reports dead) are lost nodes; run.json `lost_nodes` names their ranks and
   the error carries `lost_ranks`; every surviving node's setup is undone.
+* Live files (workloads.cluster_stream): RUN/nodes.json names each node's ranks,
+  clock correction (start measurement) and, as soon as the driver finds it,
+  that it is lost; the ranks of a node without the driver's filesystem stream
+  their trace parts, GC logs and status files through its helper into the run
+  folder here while the run goes on (run.json `stream`), so a monitor beside
+  the driver sees every rank live.
 
     record = run_on_cluster(scenario, run_dir, "10.0.0.1:6379", specs, injectors, record, say, t0)
 """
@@ -37,9 +43,11 @@ import secrets
 import time
 from pathlib import Path
 
+from stragglerlab.atomic import atomic_write
 from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
+from stragglerlab.workloads.cluster_stream import NodeStreams, nodes_doc, write_nodes
 from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.rank_actors import (
@@ -179,6 +187,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
     clocks_start: dict = {}
     node_of: list[str] = []
     infos: dict = {}
+    streams: list[NodeStreams] = []
     token = secrets.token_hex(8)
     (run_dir / ".driver-token").write_text(token)
     job = Launch(scenario=scenario, run_dir=run_dir, record=record, injectors=injectors,
@@ -186,7 +195,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
     job.on_teardown(lambda: (run_dir / ".driver-token").unlink(missing_ok=True))
     # Late-bound: the teardown sees the helpers, placement group and clocks set up by then.
     job.on_teardown(lambda: _teardown(ray, actors, helpers, pg, record, run_dir, node_of,
-                                         infos, clocks_start, say))
+                                         infos, clocks_start, say, streams))
     with recorded(job):
         record["ray"]["token_auth"] = os.environ.get("RAY_AUTH_MODE") == "token"
         _attach(ray, address)
@@ -243,6 +252,14 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
             "faults use the in-process fallback") if net_faults else "no network fault"}
         job.launched({"pids": [w["pid"] for w in where], "isolation": None,
                          "run_dir": run_dir, "say": say})
+        doc = nodes_doc(node_of, infos, clocks_start, node_ips)
+        write_nodes(run_dir, doc)
+        streams.append(NodeStreams(ray, helpers, run_dir, doc, say))
+        streams[0].start()
+        if any(n["streamed"] for n in doc["nodes"].values()):
+            say("streaming the trace parts of node(s) without this run folder: " + ", ".join(
+                f"{n['hostname']} (ranks {n['ranks']})" for n in doc["nodes"].values()
+                if n["streamed"]))
         futures = {a.run.remote(cgroups.get(rank), None): rank for rank, a in enumerate(actors)}
         remote = {}
         for rank, nid in enumerate(node_of):
@@ -312,13 +329,19 @@ def _name_lost(ray, helpers: dict, record: dict, say) -> None:
 
 
 def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_start,
-              say) -> None:
-    """Kill our actors, measure the end clocks, fetch files, undo every reachable node,
-    remove our placement group, disconnect. Never stops the cluster."""
+              say, streams: list) -> None:
+    """Kill our actors, stop the stream (a last pull), measure the end clocks, fetch files,
+    undo every reachable node, remove our placement group, disconnect. Never stops the
+    cluster."""
     if not ray.is_initialized():
         return
     for a in actors:
         ray.kill(a, no_restart=True)
+    for s in streams:
+        try:
+            record["stream"] = s.stop()
+        except Exception as e:  # noqa: BLE001 - the end fetch below still brings the files
+            record["stream"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     lost = {n["node_id"] for n in record.get("lost_nodes", [])}
     alive = {nid: h for nid, h in helpers.items() if nid not in lost}
     try:
@@ -336,8 +359,9 @@ def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_
                 ranks = [r for r, n in enumerate(node_of) if n == nid]
                 for rel, data in ray.get(h.fetch.remote(str(run_dir), ranks),
                                          timeout=HELPER_TIMEOUT_S).items():
-                    (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (run_dir / rel).write_bytes(data)
+                    # Replaced whole: a monitor tailing the streamed copy never sees it
+                    # shrink (the fetched file holds the streamed bytes, then any more).
+                    atomic_write_bytes(run_dir / rel, data)
     finally:
         undone = {}
         refs = {nid: h.undo.remote() for nid, h in alive.items()}
@@ -355,3 +379,12 @@ def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_
             except Exception:  # noqa: BLE001, S110 - its node may be gone; Ray frees it
                 pass
         ray.shutdown()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`data` at `path`, replaced by a rename."""
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write(path, write)

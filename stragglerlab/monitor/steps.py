@@ -61,16 +61,23 @@ class StepBuffer:
             done = last
         return done
 
-    def complete_through(self, world: int, status: dict[int, int], ended: bool) -> int:
-        """The last step every rank of `world` is done with (-1: none)."""
-        if world < 1 or any(r not in self.last_step for r in range(world)):
+    def complete_through(self, world: int | list[int], status: dict[int, int],
+                         ended: bool) -> int:
+        """The last step every rank of `world` (a count: ranks 0..world-1; or the ranks that
+        count, a lost node's left out) is done with (-1: none)."""
+        ranks = range(world) if isinstance(world, int) else world
+        if not len(ranks) or any(r not in self.last_step for r in ranks):
             return -1
-        return min(self.done_through(r, status.get(r, -1), ended) for r in range(world))
+        return min(self.done_through(r, status.get(r, -1), ended) for r in ranks)
 
-    def steps_through(self, last: int, after: int, warmup: int) -> list[int]:
-        """Buffered steps in (after, last], at or past the warm-up, that every rank recorded."""
+    def steps_through(self, last: int, after: int, warmup: int,
+                      ranks: list[int] | None = None) -> list[int]:
+        """Buffered steps in (after, last], at or past the warm-up, that every rank (of
+        `ranks`, default all buffered) recorded."""
         present = None
-        for chunks in self.records.values():
+        for rank, chunks in self.records.items():
+            if ranks is not None and rank not in ranks:
+                continue
             steps = set(np.unique(np.concatenate([c["step"] for c in chunks])).tolist())
             present = steps if present is None else present & steps
         return sorted(s for s in present or () if after < s <= last and s >= warmup)
