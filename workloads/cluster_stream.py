@@ -96,7 +96,8 @@ class NodeStreams:
         if self.thread is not None:
             self.thread.join(timeout=PULL_TIMEOUT_S * 2)
         self.pull()
-        return {"nodes_streamed": sorted(self.streamed()), "pulls": self.pulls,
+        return {"nodes_streamed": sorted(nid for nid, n in self.doc["nodes"].items()
+                                         if n["streamed"]), "pulls": self.pulls,
                 "bytes": self.bytes, "errors": sorted(self.errors_told)}
 
     def _loop(self) -> None:
