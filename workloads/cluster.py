@@ -47,7 +47,13 @@ from stragglerlab.atomic import atomic_write
 from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
-from stragglerlab.workloads.cluster_stream import NodeStreams, nodes_doc, write_nodes
+from stragglerlab.workloads.cluster_stream import (
+    NAMESPACE,
+    NodeStreams,
+    helper_name,
+    nodes_doc,
+    write_nodes,
+)
 from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.rank_actors import (
@@ -216,8 +222,10 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         rank_bundle = pl.assign_ranks(bundle_nodes, p.dp, p.pp)
         node_of = [bundle_nodes[b] for b in rank_bundle]
         helper_cls = ray.remote(NodeHelper)
-        helpers = {nid: helper_cls.options(num_cpus=0, scheduling_strategy=(
-            NodeAffinitySchedulingStrategy(nid, soft=False))).remote()
+        # Named, so that `monitor --ray-address ADDR --run RUN` finds them (cluster_stream).
+        helpers = {nid: helper_cls.options(
+            num_cpus=0, name=helper_name(str(run_dir), nid), namespace=NAMESPACE,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote()
             for nid in dict.fromkeys(node_of)}
         infos = dict(zip(helpers, ray.get([h.info.remote(str(run_dir), token)
                                            for h in helpers.values()], timeout=120)))
@@ -254,6 +262,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
                          "run_dir": run_dir, "say": say})
         doc = nodes_doc(node_of, infos, clocks_start, node_ips)
         write_nodes(run_dir, doc)
+        ray.get([h.set_doc.remote(doc) for h in helpers.values()], timeout=HELPER_TIMEOUT_S)
         streams.append(NodeStreams(ray, helpers, run_dir, doc, say))
         streams[0].start()
         if any(n["streamed"] for n in doc["nodes"].values()):
@@ -388,3 +397,44 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
 
     atomic_write(path, write)
+
+
+ATTACH_WAIT_S = 60.0
+"""How long `monitor --ray-address` waits for the run's helpers to appear (a run starting)."""
+
+
+def attach_stream(address: str, run_dir: Path, driver_run: str, say,
+                  wait_s: float = ATTACH_WAIT_S) -> NodeStreams:
+    """A monitor attaching to a running cluster run: the run's named helpers found (its
+    driver's run folder path `driver_run`), its nodes.json written into `run_dir` here and
+    every node's ranks streamed into it (started; `stop()` it, then `ray.shutdown()`).
+    ConnectionError / LookupError when the cluster or the run is not there."""
+    import ray
+
+    _attach(ray, address)
+    prefix = helper_name(driver_run, "")
+    deadline = time.monotonic() + wait_s
+    while True:
+        names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                       if a.get("namespace") == NAMESPACE and a["name"].startswith(prefix))
+        helpers = {n[len(prefix):]: ray.get_actor(n, namespace=NAMESPACE) for n in names}
+        docs = [d for d in ray.get([h.get_doc.remote() for h in helpers.values()],
+                                   timeout=HELPER_TIMEOUT_S) if d] if helpers else []
+        if docs:
+            break
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            raise LookupError(f"no run whose run folder is {driver_run} on the Ray cluster at "
+                              f"{address} (waited {wait_s:.0f} s): name the folder as the "
+                              "driver's `train --out` resolved it (run.json `ray`, or the "
+                              "train's first lines)")
+        time.sleep(1.0)
+    doc = docs[0]
+    write_nodes(run_dir, doc)
+    say(f"attached to the run {driver_run} on {address}: {len(doc['nodes'])} node(s), "
+        f"streaming every rank's trace part into {run_dir}")
+    streams = NodeStreams(ray, {n: helpers[n] for n in doc["nodes"] if n in helpers}, run_dir,
+                          doc, say, remote_run=driver_run, attached=True)
+    streams.gone |= set(doc["nodes"]) - set(helpers)
+    streams.start()
+    return streams

@@ -38,6 +38,13 @@ PULL_TIMEOUT_S = 5.0
 """How long one pull may take before it counts as missed."""
 MISSES_LOST = 3
 """Pulls in a row a node's helper may miss (time out) before the node is called lost."""
+NAMESPACE = "stragglerlab"
+"""Ray namespace of the runs' named node helpers (`monitor --ray-address` finds them there)."""
+
+
+def helper_name(run_dir: str, node_id: str) -> str:
+    """The Ray name of a run's helper on a node: the driver's run folder path and the node."""
+    return f"{run_dir}|{node_id}"
 
 
 def nodes_doc(node_of: list[str], infos: dict, clocks: dict, node_ips: dict) -> dict:
@@ -68,9 +75,18 @@ class NodeStreams:
     """A driver thread: streams the other filesystems' ranks here and marks lost nodes."""
 
     def __init__(self, ray, helpers: dict, run_dir: Path, doc: dict, say,
-                 every_s: float = STREAM_EVERY_S) -> None:
+                 every_s: float = STREAM_EVERY_S, remote_run: str | None = None,
+                 attached: bool = False) -> None:
         self.ray, self.helpers, self.run_dir, self.doc, self.say = ray, helpers, run_dir, doc, say
         self.every_s = every_s
+        self.remote_run = remote_run or str(run_dir)
+        """The run folder's path as the driver named it (the helpers' side)."""
+        self.attached = attached
+        """A monitor attached later (`monitor --ray-address`), not the driver: it streams every
+        node, calls a node lost only when Ray reports it dead (the driver's end kills the
+        helpers), and sets `ended` once every helper is gone."""
+        self.ended = threading.Event()
+        self.gone: set[str] = set()
         self.receiver = PartReceiver(run_dir)
         self.misses = dict.fromkeys(helpers, 0)
         self.errors_told: set[str] = set()
@@ -83,7 +99,7 @@ class NodeStreams:
     def streamed(self) -> dict[str, list[int]]:
         """node id -> ranks, of the live nodes whose files are streamed."""
         return {nid: n["ranks"] for nid, n in self.doc["nodes"].items()
-                if n["streamed"] and not n["lost"]}
+                if (n["streamed"] or self.attached) and not n["lost"] and nid not in self.gone}
 
     def start(self) -> None:
         """Pull and watch from a daemon thread until `stop`."""
@@ -118,12 +134,12 @@ class NodeStreams:
             positions = self.receiver.positions()
             refs = {}
             for nid, h in self.helpers.items():
-                if self.doc["nodes"][nid]["lost"]:
+                if self.doc["nodes"][nid]["lost"] or nid in self.gone:
                     continue
                 if nid in streamed:
                     mine = {k: v for k, v in positions.items()
                             if int(k.split(":")[1]) in set(streamed[nid])}
-                    refs[nid] = h.read_parts.remote(str(self.run_dir), streamed[nid], mine)
+                    refs[nid] = h.read_parts.remote(self.remote_run, streamed[nid], mine)
                 else:
                     refs[nid] = h.clock.remote()
             dead = set()
@@ -136,7 +152,7 @@ class NodeStreams:
                         dead.add(nid)
                     continue
                 except Exception:  # noqa: BLE001 - the actor or its node died
-                    dead.add(nid)
+                    (self.gone if self.attached else dead).add(nid)
                     continue
                 self.misses[nid] = 0
                 if nid in streamed:
@@ -147,6 +163,9 @@ class NodeStreams:
             self.pulls += 1
             dead |= self._ray_dead()
             self._mark_lost(dead)
+            if self.attached and all(n["lost"] or nid in self.gone
+                                     for nid, n in self.doc["nodes"].items()):
+                self.ended.set()  # the driver ended the run (its helpers went with it)
 
     def _ray_dead(self) -> set[str]:
         try:

@@ -65,6 +65,15 @@ class NodeHelper:
         self.iso: CpuIsolation | None = None
         self.local: dict[int, int] = {}  # global rank -> index in this node's cgroups
         self.status_seen: dict[str, int] = {}  # rank -> mtime (ns) of the status last streamed
+        self.doc: dict | None = None  # the run's nodes.json, for a monitor that attaches later
+
+    def set_doc(self, doc: dict) -> None:
+        """Keep the run's nodes (cluster_stream.nodes_doc) for `get_doc`."""
+        self.doc = doc
+
+    def get_doc(self) -> dict | None:
+        """The run's nodes as the driver wrote them at the start (None: not yet)."""
+        return self.doc
 
     def info(self, run_dir: str, token: str) -> dict:
         """Who this node is, and whether it sees the driver's run folder (token file)."""

@@ -93,6 +93,14 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
                 url.append(line.split("monitor page: ")[1].split()[0])
 
     threading.Thread(target=drain, daemon=True).start()
+    # A second monitor attaches to the running job through the cluster, into a folder of
+    # its own (as on a host that shares no filesystem with the driver).
+    attached_dir = tmp_path / "attached"
+    attached = subprocess.Popen(
+        [sys.executable, "-m", "stragglerlab", "monitor", "--ray-address", c.address,
+         "--run", str(attached_dir), "--ray-run", str(out.resolve()), "--no-serve",
+         "--window-steps", str(WINDOW), "--warmup-steps", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     scraped: list[dict] = []
     killed_at = None
     lost_seen: dict = {}
@@ -119,10 +127,12 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
                 lost_seen = {"after_s": time.monotonic() - killed_at, "summary": summary,
                              "metrics": metrics}
         proc.wait(timeout=240)
+        att_out, att_err = attached.communicate(timeout=240)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        for p in (proc, attached):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     log = "".join(err)
     assert url, log[-4000:]
     assert killed_at is not None, f"the monitor never reached step {KILL_AFTER}: {log[-4000:]}"
@@ -180,3 +190,16 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
                        f["first_step"], f["last_step"]) for f in line["findings"])
 
     assert keys(offline) == keys(w), (keys(offline), keys(w))
+
+    # The monitor that attached later through the cluster saw the same job: every node's
+    # ranks streamed into its own folder, the same windows, the victim named, the node lost.
+    assert attached.returncode == 0, att_err[-3000:]
+    assert "the run's helpers are gone" in att_err, att_err[-3000:]
+    att = [x for x in read_lines(attached_dir / "monitor" / "windows.jsonl")
+           if x["kind"] == "window"]
+    assert [x["step"] for x in att][:KILL_AFTER - 2] == list(range(3, KILL_AFTER + 1))
+    att_named = [x["step"] for x in att if victim_named(x)]
+    print(f"attached monitor: victim named at {att_named}")
+    assert att_named and FIRST <= att_named[0] <= FIRST + 2, att_named
+    att_nodes = json.loads((attached_dir / "nodes.json").read_text())["nodes"]
+    assert att_nodes[node_b.node_id]["lost"] and not att_nodes[placement[0]]["lost"]

@@ -217,3 +217,36 @@ def test_clock_corrections_are_applied_to_new_records(tmp_path: Path):
     assert view.refresh() is None and view.lost_ranks() == {"b": [2, 3]}
     (run / "nodes.json").write_text('{"nodes": {"b": {"ranks": "x"}}}')
     assert "nodes.json" in view.refresh() and view.lost_ranks() == {"b": [2, 3]}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--run", "RUN", "--ray-run", "/x/run"], "--ray-run names a run on a Ray cluster"),
+    (["--run", "RUN", "--ray-address", "10.0.0.1:6379", "--once"],
+     "--ray-address streams a live run: drop --once"),
+    (["--run", "RUN", "--ray-address", "nonsense"], "give HOST:PORT of the cluster's head"),
+])
+def test_monitor_ray_address_bad_input_is_one_clear_error(tmp_path: Path, capsys, argv,
+                                                          message):
+    from stragglerlab.cli import main
+
+    argv = [a.replace("RUN", str(tmp_path / "run")) for a in argv]
+    assert main(["monitor", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_monitor_refuses_to_attach_into_the_drivers_own_folder(tmp_path: Path, capsys):
+    import socket
+
+    from stragglerlab.cli import main
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".driver-token").write_text("abc")
+    with socket.socket() as s:  # a listening port: the address is reachable
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = main(["monitor", "--run", str(tmp_path / "run"), "--ray-address",
+                     f"127.0.0.1:{port}"])
+    assert code == 2
+    assert "--run is the driver's own run folder" in capsys.readouterr().err
