@@ -86,11 +86,14 @@ def main() -> None:
         stop = threading.Event()
         stats = {"pulls": 0, "bytes": 0, "errors": 0, "pull_s": []}
 
+        seen: dict[int, dict] = {n: {} for n in nodes}  # each helper's status_seen
+
         def stream() -> None:
             while not stop.is_set():
                 t0 = time.monotonic()
+                positions = receiver.positions()
                 for n, folder in nodes.items():
-                    frames = read_frames(folder, ranks_of[n], receiver.positions())
+                    frames = read_frames(folder, ranks_of[n], positions, status_seen=seen[n])
                     got = receiver.accept(f"node-{n}", frames)
                     stats["bytes"] += got.written_bytes
                     stats["errors"] += len(got.errors)

@@ -15,7 +15,9 @@ While a run on a Ray cluster goes on, one thread of the driver (`NodeStreams`):
   monitor applies live, whether it is streamed, and whether it is lost. A node
   is lost when Ray reports it dead, its helper's actor died, or its helper did
   not answer `MISSES_LOST` pulls in a row; nodes.json is rewritten (atomically)
-  at once, so the monitor shows it within a look.
+  at once, so the monitor shows it within a look, and the live helpers are told,
+  so a monitor attached later (`attached=True`, `monitor --ray-address`) learns it
+  from them at its next pull.
 
     streams = NodeStreams(ray, helpers, node_of, run_dir, doc, say); streams.start()
     ...; streams.stop()          # a last pull of every live streamed node
@@ -142,6 +144,9 @@ class NodeStreams:
                     refs[nid] = h.read_parts.remote(self.remote_run, streamed[nid], mine)
                 else:
                     refs[nid] = h.clock.remote()
+            # Attached: the driver's view of lost nodes, from any live helper it told.
+            told = self.helpers[next(iter(refs))].get_doc.remote() \
+                if self.attached and refs else None
             dead = set()
             for nid, ref in refs.items():
                 try:
@@ -161,6 +166,13 @@ class NodeStreams:
                     for e in receipt.errors:
                         self._tell(e)
             self.pulls += 1
+            if told is not None:
+                try:
+                    doc = ray.get(told, timeout=PULL_TIMEOUT_S) or {}
+                    dead |= {nid for nid, n in doc.get("nodes", {}).items()
+                             if n.get("lost") and nid in self.doc["nodes"]}
+                except Exception:  # noqa: BLE001, S110 - that helper is gone: next pull
+                    pass
             dead |= self._ray_dead()
             self._mark_lost(dead)
             if self.attached and all(n["lost"] or nid in self.gone
@@ -183,6 +195,10 @@ class NodeStreams:
             node.update(lost=True, lost_at=round(time.time(), 3))
             self.say(f"node {nid[:12]} ({node['hostname']}) lost with ranks {node['ranks']}")
         write_nodes(self.run_dir, self.doc)
+        if not self.attached:  # tell the live helpers: a monitor attached later asks them
+            for nid, h in self.helpers.items():
+                if not self.doc["nodes"][nid]["lost"]:
+                    h.set_doc.remote(self.doc)
 
     def _tell(self, message: str) -> None:
         if message not in self.errors_told and len(self.errors_told) < 100:

@@ -1,18 +1,19 @@
 """The live monitor across a Ray cluster's nodes (slow tier).
 
-A 2-node cluster simulated on this machine (`ray.cluster_utils.Cluster`, each
-node its own raylet); the second node keeps its run folders elsewhere
-(STRAGGLERLAB_NODE_ROOT in its raylet's environment), so its ranks' trace parts
-reach the driver's run folder only through the part stream (its helper, Ray's
-object store, workloads/cluster_stream.py). `train --ray-address --monitor`
-runs a DP 2 x PP 2 job, pipeline DP 1 on the second node, with a slow worker
-(DP 1, stage 1) over steps FIRST-LAST. The test checks, while the run goes on:
+A 3-node cluster simulated on this machine (`ray.cluster_utils.Cluster`, each
+node its own raylet): a head with no CPU for ranks, and two nodes that each keep
+their run folders elsewhere (STRAGGLERLAB_NODE_ROOT in its raylet's environment),
+so every rank's trace parts reach the driver's run folder only through the part
+stream (its node's helper, Ray's object store, workloads/cluster_stream.py).
+`train --ray-address --monitor` runs a DP 2 x PP 2 job, a pipeline on each node
+(which one where is Ray's choice), with a slow worker (DP 1, stage 1) over steps
+FIRST-LAST. The test checks, while the run goes on:
 
 * the monitor names the victim within 3 complete steps of the fault's first step
   (history, and /metrics scraped live), and the finding clears after the fault;
 * a window equals the same steps analysed offline from the finished trace.parquet,
   finding for finding;
-* killing the second node's raylet shows it lost, with its ranks, on the page's
+* killing the raylet of the victim's node shows it lost, with its ranks, on the page's
   data and in /metrics; the monitor does not crash and stops by itself when the
   run (which fails on a lost node) ends.
 
@@ -66,15 +67,16 @@ def victim_named(w: dict) -> bool:
 def cluster(tmp_path: Path):
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    node_b = c.add_node(num_cpus=2, env_vars={"STRAGGLERLAB_NODE_ROOT": str(tmp_path / "node-b")})
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = {name: c.add_node(num_cpus=2, env_vars={
+        "STRAGGLERLAB_NODE_ROOT": str(tmp_path / name)}) for name in ("node-b", "node-c")}
     c.wait_for_nodes()
-    yield c, node_b
+    yield c, nodes
     c.shutdown()
 
 
 def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path):
-    c, node_b = cluster
+    c, nodes = cluster
     config = tmp_path / "scenarios.yaml"
     config.write_text(CONFIG)
     out = tmp_path / "run"
@@ -121,6 +123,9 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
             if step and found:
                 scraped.append({"step": int(float(step[1])), "slow_worker": float(found[1])})
             if killed_at is None and step and int(float(step[1])) >= KILL_AFTER:
+                ranks = {nid: n["ranks"] for nid, n in
+                         json.loads((out / "nodes.json").read_text())["nodes"].items()}
+                name, node_b = next((k, n) for k, n in nodes.items() if 3 in ranks[n.node_id])
                 c.remove_node(node_b, allow_graceful=False)
                 killed_at = time.monotonic()
             if killed_at is not None and summary.get("lost_ranks") and not lost_seen:
@@ -139,10 +144,10 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
     run = json.loads((out / "run.json").read_text())
     placement = {p["rank"]: p["node_id"] for p in run["placement"]}
     assert placement[1] == placement[3] == node_b.node_id != placement[0], run["placement"]
-    # The second node's ranks wrote their parts in its own folder; they reached ours
-    # through the stream while the run went on.
-    assert (tmp_path / "node-b" / str(out).lstrip("/") / "trace-parts" / "rank3.bin").exists()
-    assert run["stream"]["nodes_streamed"] == [node_b.node_id], run["stream"]
+    # Each node's ranks wrote their parts in its own folder; they reached ours through the
+    # stream while the run went on.
+    assert (tmp_path / name / str(out).lstrip("/") / "trace-parts" / "rank3.bin").exists()
+    assert run["stream"]["nodes_streamed"] == sorted(n.node_id for n in nodes.values())
     assert run["stream"]["bytes"] > 0, run["stream"]
     # Refused batches can only come from the dying node (a rank killed mid-step leaves an
     # async op's end unset): until the kill, every step of every rank came through.
