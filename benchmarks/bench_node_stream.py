@@ -12,9 +12,13 @@ folder of the monitor's host (`PartReceiver.accept`), as workloads/cluster_strea
 does with the bytes Ray carried; `stragglerlab monitor --run RUN --no-serve` (its own
 process, default 0.5 s look) analyses each complete step's window.
 
-Reported: the lag from a step's last op to its window being published
-(`lag_from_step_end_s` of windows.jsonl; the page shows it within the server's 0.25 s
-event poll), median and max over full windows; the monitor's RSS (VmRSS sampled
+Reported: the stream's lag, from a step's end to every rank's records of it being on
+the monitor's host (the part this path adds to a one-host run), and the lag from a
+step's last op to its window being published (`lag_from_step_end_s` of windows.jsonl;
+the page shows it within the server's 0.25 s event poll), median and max over full
+windows, with the host's load average (the window's analysis time is
+benchmarks/bench_monitor.py's, and falls behind when it exceeds --step-s); the
+monitor's RSS (VmRSS sampled
 every second: first full window, peak, last) and the receiver's held bytes. Ray's
 transport is left out (one host: a copy through the object store; the e2e
 tests/e2e/test_monitor_cluster.py runs the whole path). Steps past the source trace
@@ -85,6 +89,8 @@ def main() -> None:
         receiver = PartReceiver(run)
         stop = threading.Event()
         stats = {"pulls": 0, "bytes": 0, "errors": 0, "pull_s": []}
+        ends: dict[int, tuple[float, int]] = {}  # step -> (its end, part bytes through it)
+        arrived: dict[int, float] = {}
 
         seen: dict[int, dict] = {n: {} for n in nodes}  # each helper's status_seen
 
@@ -99,6 +105,11 @@ def main() -> None:
                     stats["errors"] += len(got.errors)
                 stats["pulls"] += 1
                 stats["pull_s"].append(time.monotonic() - t0)
+                held = sum(v for k, v in receiver.positions().items() if k.startswith("part:"))
+                now = time.monotonic()
+                for s, (_, need) in list(ends.items()):
+                    if s not in arrived and held >= need:
+                        arrived[s] = now
                 stop.wait(max(0.0, PULL_EVERY_S - (time.monotonic() - t0)))
 
         streamer = threading.Thread(target=stream, daemon=True)
@@ -109,6 +120,7 @@ def main() -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         rss: list[tuple[float, int]] = []
         t_start = time.monotonic()
+        total = 0
         try:
             for step in range(args.steps):
                 g = by_step[src_steps[step % len(src_steps)]]
@@ -121,6 +133,8 @@ def main() -> None:
                     part.parent.mkdir(parents=True, exist_ok=True)
                     with open(part, "ab") as f:
                         f.write(rec.tobytes())
+                total += sum(r.nbytes for r in recs.values())
+                ends[step] = (time.monotonic(), total)
                 for rank in recs:
                     atomic_write_text(nodes[node_of[rank]] / "status" / f"rank{rank}.json",
                                       json.dumps({"rank": rank, "step": step,
@@ -147,18 +161,22 @@ def main() -> None:
     full = [w for w in windows if len(w["steps"]) == args.window_steps]
     lags = [w["lag_from_step_end_s"] for w in full[:-1] if w["lag_from_step_end_s"] is not None]
     errors = [w["message"] for w in lines if w.get("kind") == "error"]
+    stream_lags = [arrived[s] - ends[s][0] for s in sorted(arrived)]
     first_full_t = next((t for t, _ in rss), 0.0) + args.step_s * args.window_steps
     after = [k for t, k in rss if t >= first_full_t] or [k for _, k in rss]
-    print(f"| workers (DP x PP) | nodes | steps | windows | lag median (s) | lag max (s) | "
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"| workers (DP x PP) | nodes | steps | windows | stream lag median / max (s) | "
+          f"window lag median (s) | window lag max (s) | "
           f"analysis median (s) | monitor RSS first full window / peak / last (MiB) | "
-          f"stream pull median (s) |  ({time.strftime('%Y-%m-%d')}, K = {args.window_steps}, "
-          f"a step every {args.step_s} s)")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"stream pull median (s) | load |  ({time.strftime('%Y-%m-%d')}, "
+          f"K = {args.window_steps}, a step every {args.step_s} s)")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {world} ({dp} x {pp}) | {args.nodes} | {args.steps} | {len(windows)} | "
+          f"{statistics.median(stream_lags):.3f} / {max(stream_lags):.3f} | "
           f"{statistics.median(lags):.3f} | {max(lags):.3f} | "
           f"{statistics.median(w['analysis_s'] for w in full):.3f} | "
           f"{after[0] / 1024:.0f} / {max(after) / 1024:.0f} / {after[-1] / 1024:.0f} | "
-          f"{statistics.median(stats['pull_s']):.3f} |")
+          f"{statistics.median(stats['pull_s']):.3f} | {load} |")
     print(f"stream: {stats['pulls']} pulls, {stats['bytes'] / 2**20:.1f} MiB, "
           f"{stats['errors']} refused batches; monitor errors: {errors[:3]}; "
           f"lag quartiles {np.percentile(lags, [25, 50, 75]).round(3).tolist()}")
