@@ -51,6 +51,14 @@ PULL_EVERY_S = 0.2
 """The streamer's pace (workloads.cluster_stream.STREAM_EVERY_S)."""
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -96,15 +104,19 @@ def main() -> None:
 
         def stream() -> None:
             while not stop.is_set():
-                t0 = time.monotonic()
+                t0, c0 = time.monotonic(), time.thread_time()
+                written = 0
                 positions = receiver.positions()
                 for n, folder in nodes.items():
                     frames = read_frames(folder, ranks_of[n], positions, status_seen=seen[n])
                     got = receiver.accept(f"node-{n}", frames)
                     stats["bytes"] += got.written_bytes
+                    written += got.written_bytes
                     stats["errors"] += len(got.errors)
                 stats["pulls"] += 1
                 stats["pull_s"].append(time.monotonic() - t0)
+                if written:  # a pull that carried a step (most pulls find nothing new)
+                    stats.setdefault("pull_cpu_s", []).append(time.thread_time() - c0)
                 held = sum(v for k, v in receiver.positions().items() if k.startswith("part:"))
                 now = time.monotonic()
                 for s, (_, need) in list(ends.items()):
@@ -146,10 +158,15 @@ def main() -> None:
                     time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
             (run / "run.json").write_text("{}")  # the run ended: the monitor finishes and stops
             deadline = time.monotonic() + 600
+            mon_cpu = 0.0
             while mon.poll() is None and time.monotonic() < deadline:
                 if (kib := rss_kib(mon.pid)) is not None:
                     rss.append((time.monotonic() - t_start, kib))
-                time.sleep(1.0)
+                try:
+                    mon_cpu = cpu_s(mon.pid)
+                except (OSError, IndexError):
+                    pass
+                time.sleep(0.2)
         finally:
             stop.set()
             if mon.poll() is None:
@@ -177,6 +194,11 @@ def main() -> None:
           f"{statistics.median(w['analysis_s'] for w in full):.3f} | "
           f"{after[0] / 1024:.0f} / {max(after) / 1024:.0f} / {after[-1] / 1024:.0f} | "
           f"{statistics.median(stats['pull_s']):.3f} | {load} |")
+    pull_cpu = statistics.median(stats.get("pull_cpu_s") or [0.0])
+    print(f"CPU: the stream {pull_cpu:.3f} s per pull that carried records (median, its "
+          f"thread's CPU time), the "
+          f"monitor {mon_cpu / max(1, len(windows)):.3f} s per window (its whole CPU time "
+          f"over {len(windows)} windows, start-up included)")
     print(f"stream: {stats['pulls']} pulls, {stats['bytes'] / 2**20:.1f} MiB, "
           f"{stats['errors']} refused batches; monitor errors: {errors[:3]}; "
           f"lag quartiles {np.percentile(lags, [25, 50, 75]).round(3).tolist()}")
