@@ -90,11 +90,13 @@ class StepBuffer:
         self.step_end = {s: t for s, t in self.step_end.items() if s >= oldest_needed}
 
     def raw(self, steps: list[int]) -> dict[int, np.ndarray]:
-        """The records of `steps` by rank."""
+        """The records of `steps` by rank (a rank's chunks are merged into one on the way,
+        so the next window concatenates two, not K)."""
         want = np.asarray(steps, dtype=np.int64)
         out = {}
         for rank, chunks in sorted(self.records.items()):
-            rec = np.concatenate(chunks) if chunks else np.zeros(0, dtype=RECORD)
+            rec = _cat(chunks)
+            self.records[rank] = [rec] if len(rec) else []
             out[rank] = rec[np.isin(rec["step"], want)]
         return out
 
@@ -103,12 +105,22 @@ class StepBuffer:
         return records_frame(self.raw(steps), meta.dp_size)
 
 
+def _cat(chunks: list[np.ndarray]) -> np.ndarray:
+    """Record chunks as one array: through their bytes, since numpy's concatenate of a
+    structured dtype re-derives its fields per call (most of a 1,024-rank window's frame)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    if not chunks:
+        return np.zeros(0, dtype=RECORD)
+    return np.frombuffer(b"".join(c.tobytes() for c in chunks), dtype=RECORD)
+
+
 def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
     """A trace DataFrame from per-rank trace-part records (times from the first op)."""
     parts = [(r, rec) for r, rec in sorted(by_rank.items()) if len(rec)]
     if not parts:
         return pd.DataFrame()
-    rec = np.concatenate([p for _, p in parts])
+    rec = _cat([p for _, p in parts])
     rank = np.concatenate([np.full(len(p), r, dtype=np.int64) for r, p in parts])
     t0 = rec["start"].min()
     df = pd.DataFrame({
