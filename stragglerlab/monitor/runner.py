@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -259,7 +259,8 @@ class Monitor:
             return self.buffer.frame(steps, meta), meta, None
         dp, n = meta.dp_size, len(kept_dp)
         raw = self.buffer.raw(steps)
-        rank_of = {s * n + i: s * dp + d for s in range(meta.pp_size) for i, d in enumerate(kept_dp)}
+        rank_of = {s * n + i: s * dp + d for s in range(meta.pp_size)
+                   for i, d in enumerate(kept_dp)}
         df = records_frame({r: raw[orig] for r, orig in rank_of.items() if orig in raw}, n)
         return df, replace(meta, dp_size=n, world_size=n * meta.pp_size), rank_of
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stragglerlab.monitor.metrics import metrics_text
 from stragglerlab.cli import main
+from stragglerlab.monitor.metrics import metrics_text
 from stragglerlab.trace_parts import RECORD
 from tests.unit.monitor_helpers import make_feeder, make_monitor, named
 
