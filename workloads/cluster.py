@@ -25,6 +25,12 @@ so is the error-recording lifecycle: workloads.run_lifecycle):
 * Lost node: when ranks die, helpers that no longer answer (or nodes Ray
   reports dead) are lost nodes; run.json `lost_nodes` names their ranks and
   the error carries `lost_ranks`; every surviving node's setup is undone.
+* Live files (workloads.cluster_stream): RUN/nodes.json names each node's ranks,
+  clock correction (start measurement) and, as soon as the driver finds it,
+  that it is lost; the ranks of a node without the driver's filesystem stream
+  their trace parts, GC logs and status files through its helper into the run
+  folder here while the run goes on (run.json `stream`), so a monitor beside
+  the driver sees every rank live.
 
     record = run_on_cluster(scenario, run_dir, "10.0.0.1:6379", specs, injectors, record, say, t0)
 """
@@ -37,9 +43,17 @@ import secrets
 import time
 from pathlib import Path
 
+from stragglerlab.atomic import atomic_write
 from stragglerlab.interrupts import keep_sigterm_handler
 from stragglerlab.scenario import Scenario
 from stragglerlab.workloads import placement as pl
+from stragglerlab.workloads.cluster_stream import (
+    NAMESPACE,
+    NodeStreams,
+    helper_name,
+    nodes_doc,
+    write_nodes,
+)
 from stragglerlab.workloads.cpu_share import default_cores
 from stragglerlab.workloads.node_helper import NodeHelper
 from stragglerlab.workloads.rank_actors import (
@@ -179,6 +193,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
     clocks_start: dict = {}
     node_of: list[str] = []
     infos: dict = {}
+    streams: list[NodeStreams] = []
     token = secrets.token_hex(8)
     (run_dir / ".driver-token").write_text(token)
     job = Launch(scenario=scenario, run_dir=run_dir, record=record, injectors=injectors,
@@ -186,7 +201,7 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
     job.on_teardown(lambda: (run_dir / ".driver-token").unlink(missing_ok=True))
     # Late-bound: the teardown sees the helpers, placement group and clocks set up by then.
     job.on_teardown(lambda: _teardown(ray, actors, helpers, pg, record, run_dir, node_of,
-                                         infos, clocks_start, say))
+                                         infos, clocks_start, say, streams))
     with recorded(job):
         record["ray"]["token_auth"] = os.environ.get("RAY_AUTH_MODE") == "token"
         _attach(ray, address)
@@ -207,8 +222,10 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
         rank_bundle = pl.assign_ranks(bundle_nodes, p.dp, p.pp)
         node_of = [bundle_nodes[b] for b in rank_bundle]
         helper_cls = ray.remote(NodeHelper)
-        helpers = {nid: helper_cls.options(num_cpus=0, scheduling_strategy=(
-            NodeAffinitySchedulingStrategy(nid, soft=False))).remote()
+        # Named, so that `monitor --ray-address ADDR --run RUN` finds them (cluster_stream).
+        helpers = {nid: helper_cls.options(
+            num_cpus=0, name=helper_name(str(run_dir), nid), namespace=NAMESPACE,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote()
             for nid in dict.fromkeys(node_of)}
         infos = dict(zip(helpers, ray.get([h.info.remote(str(run_dir), token)
                                            for h in helpers.values()], timeout=120)))
@@ -243,6 +260,15 @@ def run_on_cluster(scenario: Scenario, run_dir: Path, address: str, specs: list,
             "faults use the in-process fallback") if net_faults else "no network fault"}
         job.launched({"pids": [w["pid"] for w in where], "isolation": None,
                          "run_dir": run_dir, "say": say})
+        doc = nodes_doc(node_of, infos, clocks_start, node_ips)
+        write_nodes(run_dir, doc)
+        ray.get([h.set_doc.remote(doc) for h in helpers.values()], timeout=HELPER_TIMEOUT_S)
+        streams.append(NodeStreams(ray, helpers, run_dir, doc, say))
+        streams[0].start()
+        if any(n["streamed"] for n in doc["nodes"].values()):
+            say("streaming the trace parts of node(s) without this run folder: " + ", ".join(
+                f"{n['hostname']} (ranks {n['ranks']})" for n in doc["nodes"].values()
+                if n["streamed"]))
         futures = {a.run.remote(cgroups.get(rank), None): rank for rank, a in enumerate(actors)}
         remote = {}
         for rank, nid in enumerate(node_of):
@@ -312,13 +338,19 @@ def _name_lost(ray, helpers: dict, record: dict, say) -> None:
 
 
 def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_start,
-              say) -> None:
-    """Kill our actors, measure the end clocks, fetch files, undo every reachable node,
-    remove our placement group, disconnect. Never stops the cluster."""
+              say, streams: list) -> None:
+    """Kill our actors, stop the stream (a last pull), measure the end clocks, fetch files,
+    undo every reachable node, remove our placement group, disconnect. Never stops the
+    cluster."""
     if not ray.is_initialized():
         return
     for a in actors:
         ray.kill(a, no_restart=True)
+    for s in streams:
+        try:
+            record["stream"] = s.stop()
+        except Exception as e:  # noqa: BLE001 - the end fetch below still brings the files
+            record["stream"] = {"error": f"{type(e).__name__}: {e}"[:300]}
     lost = {n["node_id"] for n in record.get("lost_nodes", [])}
     alive = {nid: h for nid, h in helpers.items() if nid not in lost}
     try:
@@ -336,8 +368,9 @@ def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_
                 ranks = [r for r, n in enumerate(node_of) if n == nid]
                 for rel, data in ray.get(h.fetch.remote(str(run_dir), ranks),
                                          timeout=HELPER_TIMEOUT_S).items():
-                    (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (run_dir / rel).write_bytes(data)
+                    # Replaced whole: a monitor tailing the streamed copy never sees it
+                    # shrink (the fetched file holds the streamed bytes, then any more).
+                    atomic_write_bytes(run_dir / rel, data)
     finally:
         undone = {}
         refs = {nid: h.undo.remote() for nid, h in alive.items()}
@@ -355,3 +388,53 @@ def _teardown(ray, actors, helpers, pg, record, run_dir, node_of, infos, clocks_
             except Exception:  # noqa: BLE001, S110 - its node may be gone; Ray frees it
                 pass
         ray.shutdown()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """`data` at `path`, replaced by a rename."""
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write(path, write)
+
+
+ATTACH_WAIT_S = 60.0
+"""How long `monitor --ray-address` waits for the run's helpers to appear (a run starting)."""
+
+
+def attach_stream(address: str, run_dir: Path, driver_run: str, say,
+                  wait_s: float = ATTACH_WAIT_S) -> NodeStreams:
+    """A monitor attaching to a running cluster run: the run's named helpers found (its
+    driver's run folder path `driver_run`), its nodes.json written into `run_dir` here and
+    every node's ranks streamed into it (started; `stop()` it, then `ray.shutdown()`).
+    ConnectionError / LookupError when the cluster or the run is not there."""
+    import ray
+
+    _attach(ray, address)
+    prefix = helper_name(driver_run, "")
+    deadline = time.monotonic() + wait_s
+    while True:
+        names = sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                       if a.get("namespace") == NAMESPACE and a["name"].startswith(prefix))
+        helpers = {n[len(prefix):]: ray.get_actor(n, namespace=NAMESPACE) for n in names}
+        docs = [d for d in ray.get([h.get_doc.remote() for h in helpers.values()],
+                                   timeout=HELPER_TIMEOUT_S) if d] if helpers else []
+        if docs:
+            break
+        if time.monotonic() > deadline:
+            ray.shutdown()
+            raise LookupError(f"no run whose run folder is {driver_run} on the Ray cluster at "
+                              f"{address} (waited {wait_s:.0f} s): name the folder as the "
+                              "driver's `train --out` resolved it (run.json `ray`, or the "
+                              "train's first lines)")
+        time.sleep(1.0)
+    doc = docs[0]
+    write_nodes(run_dir, doc)
+    say(f"attached to the run {driver_run} on {address}: {len(doc['nodes'])} node(s), "
+        f"streaming every rank's trace part into {run_dir}")
+    streams = NodeStreams(ray, {n: helpers[n] for n in doc["nodes"] if n in helpers}, run_dir,
+                          doc, say, remote_run=driver_run, attached=True)
+    streams.gone |= set(doc["nodes"]) - set(helpers)
+    streams.start()
+    return streams

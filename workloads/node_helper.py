@@ -11,7 +11,9 @@ touches a host happens on that host:
   which kernel (boot id) and which filesystem the node shares with the driver;
 * `ifname` / `free_port` serve the rendezvous on rank 0's node IP;
 * `status` / `fetch` hand progress and the ranks' raw trace parts to a driver
-  on another filesystem;
+  on another filesystem; `read_parts` streams what the ranks appended since the
+  driver's last call (stragglerlab.part_stream frames; workloads.cluster_stream
+  writes them into the run folder on the driver's host while the run goes on);
 * `undo` removes this node's cgroups (idempotent), then what dead runs left.
 
 A plain class (no Ray import): the cluster launcher wraps it with
@@ -31,10 +33,21 @@ from pathlib import Path
 
 from stragglerlab.host import cgroups, netns
 from stragglerlab.host.cgroups import CpuIsolation
+from stragglerlab.part_stream import DEFAULT_READ_BYTES, read_frames
 from stragglerlab.workloads.placement import gloo_ifname
 from stragglerlab.workloads.ports import rendezvous_port
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+NODE_ROOT_ENV = "STRAGGLERLAB_NODE_ROOT"
+"""A node whose run folders live below another root (a node-local scratch disk, or a node
+of the tests' simulated cluster without a shared filesystem) sets this in its environment
+(`ray start` passes it on to its workers): its ranks write RUN as ROOT/RUN."""
+
+
+def node_run_dir(run_dir: str | Path) -> Path:
+    """The driver's run folder as this node's ranks and helper write and read it."""
+    root = os.environ.get(NODE_ROOT_ENV)
+    return Path(root) / str(run_dir).lstrip("/") if root else Path(run_dir)
 
 
 def boot_id() -> str:
@@ -51,11 +64,21 @@ class NodeHelper:
     def __init__(self) -> None:
         self.iso: CpuIsolation | None = None
         self.local: dict[int, int] = {}  # global rank -> index in this node's cgroups
+        self.status_seen: dict[str, int] = {}  # rank -> mtime (ns) of the status last streamed
+        self.doc: dict | None = None  # the run's nodes.json, for a monitor that attaches later
+
+    def set_doc(self, doc: dict) -> None:
+        """Keep the run's nodes (cluster_stream.nodes_doc) for `get_doc`."""
+        self.doc = doc
+
+    def get_doc(self) -> dict | None:
+        """The run's nodes as the driver wrote them at the start (None: not yet)."""
+        return self.doc
 
     def info(self, run_dir: str, token: str) -> dict:
         """Who this node is, and whether it sees the driver's run folder (token file)."""
         try:
-            shared = (Path(run_dir) / ".driver-token").read_text() == token
+            shared = (node_run_dir(run_dir) / ".driver-token").read_text() == token
         except OSError:
             shared = False
         return {"hostname": socket.gethostname(), "boot_id": boot_id(), "pid": os.getpid(),
@@ -104,7 +127,8 @@ class NodeHelper:
         out = {}
         for r in ranks:
             try:
-                out[r] = json.loads((Path(run_dir) / "status" / f"rank{r}.json").read_text())
+                out[r] = json.loads((node_run_dir(run_dir) / "status" / f"rank{r}.json")
+                                    .read_text())
             except (OSError, ValueError):
                 continue
         return out
@@ -115,10 +139,18 @@ class NodeHelper:
         for r in ranks:
             for rel in (f"trace-parts/rank{r}.bin", f"gc/rank{r}.jsonl", f"status/rank{r}.json"):
                 try:
-                    out[rel] = (Path(run_dir) / rel).read_bytes()
+                    out[rel] = (node_run_dir(run_dir) / rel).read_bytes()
                 except OSError:
                     continue
         return out
+
+    def read_parts(self, run_dir: str, ranks: list[int], positions: dict[str, int],
+                   max_bytes: int = DEFAULT_READ_BYTES) -> bytes:
+        """The ranks' trace parts, GC logs and status files here past `positions` (the
+        receiver's on the driver's host), as part_stream frames: whole records and lines
+        only, each changed status once."""
+        return read_frames(node_run_dir(run_dir), ranks, positions, max_bytes,
+                           status_seen=self.status_seen)
 
     def undo(self) -> dict:
         """Remove this run's cgroups here, then the leftovers of dead runs on this node."""

@@ -63,6 +63,7 @@ def rank_actor_class():
         def __init__(self, scenario: Scenario, rank: int, run_dir: str, init_method: str,
                      fault_specs: list, env: dict | None = None):
             # Here, in the rank's process: the driver never imports torch.
+            from stragglerlab.workloads.node_helper import node_run_dir
             from stragglerlab.workloads.trainers import trainer_class
 
             os.environ.update(env or {})  # e.g. GLOO_SOCKET_IFNAME on a cluster node
@@ -72,7 +73,8 @@ def rank_actor_class():
                 if gpu_ids else None
             # Our engine, or a torch wrapper's trainer (scenario `workload`).
             self.trainer = trainer_class(scenario.workload)(
-                scenario, rank, run_dir, init_method, fault_specs, device=self.device)
+                scenario, rank, str(node_run_dir(run_dir)), init_method, fault_specs,
+                device=self.device)
 
         def pid(self) -> int:
             return os.getpid()

@@ -5,6 +5,7 @@
     stragglerlab monitor --run examples/slow-worker --once --no-serve
     stragglerlab monitor --run out/imported --once     # an `import kineto` folder, replayed
     stragglerlab monitor --runs results/a/0 results/b/0 --watch results --webhook http://127.0.0.1:9000/hook
+    stragglerlab monitor --ray-address 10.0.0.1:6379 --run /data/results/x/0
 
 Tails the run folder's trace parts (`trace-parts/rank<r>.bin`) as the ranks
 append them and, after every new complete step, analyses the last K complete
@@ -31,6 +32,12 @@ as they appear), one monitor watches several jobs: each keeps its own history
 and alerts (which name its job), the root page lists the jobs by current S and
 findings and links each job's page (/jobs/NAME/), and /metrics serves every
 job's series labelled job_name, bounded by --max-jobs and --max-worker-series.
+
+With --ray-address ADDR, it attaches to a run going on on that Ray cluster
+(`train --ray-address`), found by its driver's run folder (--ray-run, default
+--run's absolute path): every node's helper streams its ranks' trace parts into
+--run on this host (made if missing), with the run's nodes.json (clock
+corrections, lost nodes). It stops when the run's helpers are gone.
 See docs/monitor.md.
 """
 
@@ -100,6 +107,12 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--poll", type=float, default=0.5, metavar="S",
                    help="seconds between two looks at the trace parts (above 0; a "
                         "shorter wait than 0.05 is lengthened to it)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="attach to a run going on on this Ray cluster and stream its nodes' "
+                        "trace parts into --run here")
+    p.add_argument("--ray-run", metavar="PATH",
+                   help="with --ray-address: the run folder's path on the driver's host "
+                        "(default: --run's absolute path)")
     return p
 
 
@@ -113,6 +126,13 @@ def run(args) -> int:
     if args.run is None:
         raise InputError("name what to watch: --run DIR (one run), or --runs DIR... and/or "
                          "--watch DIR (several jobs)")
+    if args.ray_run and not args.ray_address:
+        raise InputError("--ray-run names a run on a Ray cluster: give --ray-address too")
+    if args.ray_address:
+        if args.once:
+            raise InputError("--ray-address streams a live run: drop --once (a finished "
+                             "run's folder is read with --run alone)")
+        return run_attached(args)
     folder = RunFolder.open(args.run)
     cfg = config(args, folder.path)
     if args.once:
@@ -140,6 +160,60 @@ def run(args) -> int:
         if not args.quiet:
             print(f"warning: no window analysed: {args.run}: {reason}", file=sys.stderr)
     print(summary(monitor, n))  # the result: stdout, --quiet or not (a refusal has none)
+    return 0
+
+
+def run_attached(args) -> int:
+    """`--ray-address`: stream a cluster run's nodes into --run here, and watch it."""
+    import threading
+
+    from stragglerlab.cli.progress import Reporter
+    from stragglerlab.workloads.placement import check_ray_address, check_ray_reachable
+
+    check_ray_address(args.ray_address)
+    if args.ray_address != "auto":
+        check_ray_reachable(args.ray_address)
+    run_dir = Path(args.run).resolve()
+    if run_dir.exists() and not run_dir.is_dir():
+        raise InputError("--run: not a folder (with --ray-address, the folder on this host "
+                         "the run's files are streamed into)", str(args.run))
+    cfg = config(args, run_dir)
+    driver_run = args.ray_run or str(run_dir)
+    if (run_dir / ".driver-token").exists():
+        raise InputError("--run is the driver's own run folder (its ranks' files already "
+                         "arrive here): drop --ray-address", str(args.run))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with Reporter(quiet=args.quiet) as progress:
+        from stragglerlab.workloads.cluster import attach_stream
+
+        try:
+            streams = attach_stream(args.ray_address, run_dir, driver_run, progress.log)
+        except (ConnectionError, LookupError) as e:
+            raise InputError(str(e)) from None
+        stop = threading.Event()
+        from stragglerlab.monitor.runner import Monitor
+
+        try:
+            monitor = Monitor(cfg, log=progress.log)
+            server = None if args.no_serve else _server(monitor, cfg, progress)
+
+            def watch_end() -> None:
+                streams.ended.wait()
+                progress.log("the run's helpers are gone (the run ended); stopping")
+                stop.set()
+
+            threading.Thread(target=watch_end, daemon=True).start()
+            try:
+                n = monitor.run(stop)
+            finally:
+                if server is not None:
+                    server.stop()
+        finally:
+            import ray
+
+            streams.stop()
+            ray.shutdown()
+    print(summary(monitor, n))
     return 0
 
 

@@ -73,19 +73,25 @@ class GcTail:
         for rank, ps in self.pauses.items():
             self.pauses[rank] = [p for p in ps if p[0] >= oldest_needed]
 
-    def add_column(self, df: pd.DataFrame) -> None:
-        """gc_pause_s: pause time (s) inside each op's span (0 without pauses)."""
+    def add_column(self, df: pd.DataFrame, shift: dict[int, float] | None = None,
+                   rank_of: dict[int, int] | None = None) -> None:
+        """gc_pause_s: pause time (s) inside each op's span (0 without pauses). `shift`:
+        seconds subtracted from a rank's pause times (its clock correction, as from its
+        records); `rank_of`: the frame's rank -> the rank whose log it is (a window over the
+        ranks that remain after a node was lost is renumbered)."""
+        shift = shift or {}
         df["gc_pause_s"] = 0.0
         t0 = df.attrs.get("clock_origin", 0.0)
         col = df["gc_pause_s"].to_numpy(copy=True)
         ranks = df["rank"].to_numpy()
+        frame_rank = {orig: r for r, orig in (rank_of or {}).items()}
         for rank, ps in self.pauses.items():
-            rows = np.flatnonzero(ranks == rank)
+            rows = np.flatnonzero(ranks == frame_rank.get(rank, rank if rank_of is None else -1))
             if not ps or not len(rows):
                 continue
             start = df["start_ts"].to_numpy()[rows]
             end = start + df["duration"].to_numpy()[rows]
             for _, p_start, p_dur in ps:
-                s = p_start - t0
+                s = p_start - shift.get(rank, 0.0) - t0
                 col[rows] += np.clip(np.minimum(end, s + p_dur) - np.maximum(start, s), 0.0, None)
         df["gc_pause_s"] = col

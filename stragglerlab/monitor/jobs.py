@@ -174,5 +174,5 @@ class JobRegistry:
         for job in self.all():
             s = job.state.summary()
             rows.append((job.name, job.state.latest_window(), s["windows_analysed"],
-                         s["errors"]))
+                         s["errors"], s["nodes"]))
         return jobs_metrics_text(rows, self.limits.max_worker_series, self.refused)

@@ -17,6 +17,8 @@ units, `_total` for counters). Slowdowns are ratios (1 = no straggling):
     stragglerlab_monitor_errors_total                  errors recorded (garbage parts, ...)
     stragglerlab_analysis_lag_seconds                  latest window's lag (see window.py)
     stragglerlab_last_step                             last step analysed
+    stragglerlab_node_lost{node}                       1: a cluster run's node is lost (0: up)
+    stragglerlab_ranks_lost                            ranks on lost nodes
 """
 
 from __future__ import annotations
@@ -63,13 +65,24 @@ def render(families: list[Family]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def families(window: dict | None, steps_analysed: int, errors: int) -> list[Family]:
-    """The metric families of one job's latest window (None: nothing analysed yet)."""
+def families(window: dict | None, steps_analysed: int, errors: int,
+             nodes: list[dict] | None = None) -> list[Family]:
+    """The metric families of one job's latest window (None: nothing analysed yet), and of
+    its nodes on a cluster run (nodes.json; none on one host)."""
     out: list[Family] = []
 
     def family(name: str, kind: str, help_text: str,
                samples: list[tuple[dict, float | int | None]]) -> None:
         out.append((name, kind, help_text, samples))
+
+    if nodes:
+        family("stragglerlab_node_lost", "gauge",
+               "1 when a node of the cluster run is lost (its helper stopped answering or "
+               "Ray reports it dead), 0 while it is up.",
+               [({"node": n["node_id"]}, int(n["lost"])) for n in nodes])
+        family("stragglerlab_ranks_lost", "gauge",
+               "Ranks on lost nodes: the windows go on without them.",
+               [({}, sum(len(n["ranks"]) for n in nodes if n["lost"]))])
 
     family("stragglerlab_steps_analysed_total", "counter",
            "Windows analysed, one per complete step.", [({}, steps_analysed)])
@@ -119,9 +132,10 @@ def families(window: dict | None, steps_analysed: int, errors: int) -> list[Fami
     return out
 
 
-def metrics_text(window: dict | None, steps_analysed: int, errors: int) -> str:
+def metrics_text(window: dict | None, steps_analysed: int, errors: int,
+                 nodes: list[dict] | None = None) -> str:
     """The /metrics body of one job's latest window (None: nothing analysed yet)."""
-    return render(families(window, steps_analysed, errors))
+    return render(families(window, steps_analysed, errors, nodes))
 
 
 JOB_LABEL = "job_name"
@@ -130,11 +144,11 @@ are the target labels Prometheus attaches itself (a scraped `job` would be renam
 `exported_job`, or replace the scrape config's with honor_labels)."""
 
 
-def jobs_metrics_text(jobs: list[tuple[str, dict | None, int, int]], max_worker_series: int,
+def jobs_metrics_text(jobs: list[tuple], max_worker_series: int,
                       refused: int = 0) -> str:
     """The /metrics body of a monitor of several jobs: each job's families (`families`) with
     a `job_name` label first, one HELP/TYPE per family. `jobs`: (name, latest window or
-    None, windows analysed, errors) per job. A job's `stragglerlab_worker_slowdown` keeps
+    None, windows analysed, errors[, nodes]) per job. A job's `stragglerlab_worker_slowdown` keeps
     its `max_worker_series` highest-scored workers (the rest are counted in
     `stragglerlab_worker_series_dropped`), so the series are bounded by the number of jobs
     times a fixed count per job."""
@@ -147,9 +161,10 @@ def jobs_metrics_text(jobs: list[tuple[str, dict | None, int, int]], max_worker_
         "Run folders not watched because the monitor already watched its most jobs, none "
         "of them ended (--max-jobs).", [({}, refused)])
     dropped: list[tuple[dict, float | int | None]] = []
-    for name, window, steps, errors in jobs:
+    for name, window, steps, errors, *nodes in jobs:
         label = {JOB_LABEL: name}
-        for fam, kind, help_text, samples in families(window, steps, errors):
+        for fam, kind, help_text, samples in families(window, steps, errors,
+                                                      nodes[0] if nodes else None):
             if fam == "stragglerlab_worker_slowdown":
                 keep = sorted(samples, key=_score, reverse=True)[:max_worker_series] \
                     if len(samples) > max_worker_series else samples

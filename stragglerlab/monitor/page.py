@@ -46,6 +46,7 @@ td,th{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-alig
 #tip{position:fixed;pointer-events:none;background:#263238;color:#fff;padding:3px 6px;
 border-radius:4px;font-size:12px;display:none}
 .muted{color:#777}
+.lost{background:#b71c1c;color:#fff;padding:0 6px;border-radius:3px}
 #legend{height:10px;margin-top:4px;border-radius:2px}
 </style></head>
 <body>
@@ -142,7 +143,10 @@ function renderHeader(){
   $("status").innerHTML=[`<span>${state}</span>`,`<span>windows: ${st.windows.length}</span>`,
    `<span>last step: ${w?w.step:"-"}</span>`,`<span>S: ${w?fmt(w.slowdown):"-"}${w&&w.valid===false?" (NO VERDICT: not reproduced)":""}</span>`,
    `<span>layout: ${s.layout?`DP ${s.layout[0]} x PP ${s.layout[1]}`:"-"}</span>`,
-   `<span>lag: ${w?fmt(w.lag_from_step_end_s??w.lag_s,2)+" s":"-"}</span>`].join("")+
+   `<span>lag: ${w?fmt(w.lag_from_step_end_s??w.lag_s,2)+" s":"-"}</span>`,
+   ...(s.nodes&&s.nodes.length?[`<span>nodes: ${s.nodes.length}</span>`]:[]),
+   ...(s.nodes||[]).filter(n=>n.lost).map(n=>`<span class="lost">node ${esc(n.hostname||n.node_id.slice(0,12))} LOST (ranks ${n.ranks.join(", ")})</span>`),
+   ...(w&&w.note?[`<span class="lost">${esc(w.note)}</span>`]:[])].join("")+
    (st.down?"<span class='muted'>(connection lost: reconnecting)</span>":"");
 }
 function renderErrors(){$("errors").innerHTML=st.errors.length?st.errors.slice(-20).map(e=>`<div class="err">${e.step!=null?"step "+e.step+": ":""}${esc(e.message)}</div>`).join(""):"none";}

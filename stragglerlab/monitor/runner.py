@@ -9,6 +9,12 @@ failed analysis) is appended to monitor/windows.jsonl and to the in-memory
 `MonitorState` the web server reads. A restarted monitor reads the history
 back and resumes after its last analysed step; its alert state is replayed
 from the history, so a restart raises no alert twice.
+
+On a cluster run, `nodes.json` (monitor.nodes) gives each rank's clock
+correction, applied to its records as they are read, and the nodes found lost:
+each is recorded once, and from then on the windows cover the ranks that remain
+(the lost ranks' pipelines left out, the window renumbered for the what-if and
+its results mapped back to the job's DP ranks), and say so in `note`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from stragglerlab.errors import InputError
@@ -37,8 +44,9 @@ from stragglerlab.monitor.history import (
     settings_conflict,
 )
 from stragglerlab.monitor.jobs import job_name
+from stragglerlab.monitor.nodes import NodesView
 from stragglerlab.monitor.state import MonitorState
-from stragglerlab.monitor.steps import StepBuffer, infer_layout
+from stragglerlab.monitor.steps import StepBuffer, infer_layout, records_frame
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
 from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
@@ -56,6 +64,7 @@ class Monitor:
         self._say = log or (lambda _m: None)
         self.detectors = make_detectors(cfg.detectors, cfg.noise_floor)
         self.tail = PartsTail(cfg.run)
+        self.nodes = NodesView(cfg.run)
         self.gc = GcTail(cfg.run)
         self.buffer = StepBuffer(cfg.window_steps)
         self.windows_path = cfg.monitor_dir / WINDOWS_JSONL
@@ -144,7 +153,10 @@ class Monitor:
         # run its run.json after every rank ended, so what they say is then all on disk.
         ended = self.ended
         status = self._status()
-        new = self._parquet() or self.tail.poll()
+        problem = self.nodes.refresh()
+        if problem:
+            self.error(problem)
+        new = self._parquet() or self.nodes.correct(self.tail.poll())
         self.gc.poll()  # after the parts: a step's pauses are flushed before its status
         ended = ended or self.from_parquet
         self.found_at = time.time()  # a step found complete now: its wall-clock lag starts
@@ -155,11 +167,14 @@ class Monitor:
         meta = self._layout(ended, status)
         if meta is None:
             return []
-        through = self.buffer.complete_through(meta.dp_size * meta.pp_size, status, ended)
-        steps = self.buffer.steps_through(through, self.last_step, self._warmup())
+        ranks = self._counted_ranks(meta)
+        if not ranks:
+            return []
+        through = self.buffer.complete_through(ranks, status, ended)
+        steps = self.buffer.steps_through(through, self.last_step, self._warmup(), ranks)
         out = []
         for step in steps:
-            window = [s for s in self.buffer.steps_through(step, -1, self._warmup())
+            window = [s for s in self.buffer.steps_through(step, -1, self._warmup(), ranks)
                       ][-self.cfg.window_steps:]
             out += self._analyse(window, meta)
             self.last_step = step
@@ -171,15 +186,18 @@ class Monitor:
     def _analyse(self, steps: list[int], meta: JobMeta) -> list[dict]:
         step = steps[-1]
         try:
-            df = self.buffer.frame(steps, meta)
+            kept_dp = self._kept_dp(meta)
+            df, sub, rank_of = self._frame(steps, meta, kept_dp)
             if not self.from_parquet:  # a finished trace.parquet has its own column
-                self.gc.add_column(df)
+                self.gc.add_column(df, self.nodes.correction, rank_of)
                 # trace.parquet is checked when read; parts are checked record by record
                 # only, so a window of them gets the trace's checks too (a rank's untimed
                 # compute named a healthy worker before).
-                validate_trace(df, meta, str(self.cfg.run / TRACE_PARTS_DIR))
-            line = analyse_window(df, meta, self.detectors, str(self.cfg.run),
+                validate_trace(df, sub, str(self.cfg.run / TRACE_PARTS_DIR))
+            line = analyse_window(df, sub, self.detectors, str(self.cfg.run),
                                   testbed=self._testbed(), window_steps=self.cfg.window_steps)
+            if kept_dp is not None:
+                restore_dp_ranks(line, kept_dp, meta.dp_size, sorted(self._lost()))
         except InputError as e:
             self.error(f"window of steps {steps[0]}-{step} could not be analysed: {e}", step)
             return []
@@ -202,6 +220,49 @@ class Monitor:
                      + (f" ({alert['finding']['cause']})" if alert["finding"] else ""))
             self.sender.send(alert)
         return [line]
+
+    # -- a cluster run's lost nodes --------------------------------------------------------
+    def _lost(self) -> set[int]:
+        return {r for ranks in self.nodes.lost_ranks().values() for r in ranks}
+
+    def _counted_ranks(self, meta: JobMeta) -> list[int]:
+        """The ranks a step waits for: all, less the lost nodes' ([]: windows cannot go on).
+        Each lost node is recorded once (history, page, log)."""
+        world = meta.dp_size * meta.pp_size
+        self.state.set_nodes(self.nodes.summary())
+        lost = self._lost()
+        if not lost:
+            return list(range(world))
+        kept_dp = self._kept_dp(meta)
+        kept = [r for r in range(world) if r not in lost]
+        for nid, ranks in self.nodes.lost_ranks().items():
+            how = (f"the windows go on with the {len(kept_dp) * meta.pp_size} ranks that "
+                   f"remain (DP ranks {kept_dp})" if kept_dp else
+                   "the windows stop: the what-if needs whole pipelines, and the ranks that "
+                   "remain are not (the run itself fails on a lost node)")
+            self.error(f"node {nid} lost with ranks {ranks}: {how}", self.last_step)
+        return [r for r in kept if r % meta.dp_size in kept_dp] if kept_dp else []
+
+    def _kept_dp(self, meta: JobMeta) -> list[int] | None:
+        """The DP ranks whose whole pipeline remains (None: no node lost; []: none does)."""
+        lost = self._lost()
+        if not lost:
+            return None
+        return [d for d in range(meta.dp_size)
+                if not any(s * meta.dp_size + d in lost for s in range(meta.pp_size))]
+
+    def _frame(self, steps: list[int], meta: JobMeta, kept_dp: list[int] | None):
+        """The window's frame, its layout and the frame's rank -> the job's rank (None:
+        the job's own ranks). After a lost node: the remaining pipelines, renumbered as a
+        job of len(kept_dp) DP ranks."""
+        if kept_dp is None:
+            return self.buffer.frame(steps, meta), meta, None
+        dp, n = meta.dp_size, len(kept_dp)
+        raw = self.buffer.raw(steps)
+        rank_of = {s * n + i: s * dp + d for s in range(meta.pp_size)
+                   for i, d in enumerate(kept_dp)}
+        df = records_frame({r: raw[orig] for r, orig in rank_of.items() if orig in raw}, n)
+        return df, replace(meta, dp_size=n, world_size=n * meta.pp_size), rank_of
 
     # -- what the run folder says -----------------------------------------------------
     def _testbed(self) -> bool:
@@ -358,3 +419,21 @@ class Monitor:
         held.enter_context(hold(self.cfg.monitor_dir, "monitor", name=LOCK_FILE,
                                 hint="stop it first, or open its page"))
         return held
+
+
+def restore_dp_ranks(line: dict, kept_dp: list[int], dp: int, lost: list[int]) -> None:
+    """A window analysed over the remaining pipelines (renumbered 0..len(kept_dp)-1), in the
+    job's own DP ranks: the worker grid gets null for the lost DP ranks, findings and top
+    workers name the job's ranks, and `note` says which ranks the window left out."""
+    back = dict(enumerate(kept_dp))
+    line["worker_slowdown"] = [[row[kept_dp.index(d)] if d in kept_dp else None
+                                for d in range(dp)] for row in line["worker_slowdown"]]
+    line["dp_slowdown"] = {str(back[int(k)]): v for k, v in line["dp_slowdown"].items()}
+    line["top_workers"] = [dict(w, dp_rank=back[w["dp_rank"]]) for w in line["top_workers"]]
+    for f in line["findings"]:
+        f["ranks"] = [dict(r, dp_rank=back[r["dp_rank"]],
+                           rank=r["stage"] * dp + back[r["dp_rank"]]) for r in f["ranks"]]
+    line["dp_size"] = dp
+    line["lost_ranks"] = lost
+    line["note"] = (f"window over {len(kept_dp)} of {dp} DP ranks: ranks {lost} lost with "
+                    "their node")

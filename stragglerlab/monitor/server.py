@@ -119,7 +119,8 @@ def make_jobs_app(registry: JobRegistry, closing: threading.Event | None = None,
     async def job_metrics(request):
         state = job_of(request).state
         s = state.summary()
-        return Response(metrics_text(state.latest_window(), s["windows_analysed"], s["errors"]),
+        return Response(metrics_text(state.latest_window(), s["windows_analysed"], s["errors"],
+                                     s["nodes"]),
                         media_type=CONTENT_TYPE)
 
     async def events(request):

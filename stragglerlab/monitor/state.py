@@ -30,6 +30,8 @@ class MonitorState:
         self.layout: tuple[int, int] | None = None
         self.finished = False
         self.run_ended = False
+        self.nodes: list[dict] = []
+        """A cluster run's nodes (nodes.json, monitor.nodes.NodesView.summary); [] on one host."""
 
     @property
     def version(self) -> int:
@@ -62,6 +64,11 @@ class MonitorState:
         with self.lock:
             self.layout = (dp, pp)
 
+    def set_nodes(self, nodes: list[dict]) -> None:
+        """A cluster run's nodes as nodes.json last said (which are lost, their ranks)."""
+        with self.lock:
+            self.nodes = nodes
+
     def finish(self, run_ended: bool) -> None:
         """The loop stopped (the run ended, or the monitor was stopped)."""
         with self.lock:
@@ -84,4 +91,6 @@ class MonitorState:
             return {"run": self.run, "windows_analysed": self.windows_analysed,
                     "errors": self.errors, "version": self.version,
                     "layout": list(self.layout) if self.layout else None,
-                    "finished": self.finished, "run_ended": self.run_ended}
+                    "finished": self.finished, "run_ended": self.run_ended,
+                    "nodes": self.nodes, "lost_ranks": sorted(
+                        r for n in self.nodes if n["lost"] for r in n["ranks"])}

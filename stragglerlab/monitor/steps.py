@@ -61,16 +61,23 @@ class StepBuffer:
             done = last
         return done
 
-    def complete_through(self, world: int, status: dict[int, int], ended: bool) -> int:
-        """The last step every rank of `world` is done with (-1: none)."""
-        if world < 1 or any(r not in self.last_step for r in range(world)):
+    def complete_through(self, world: int | list[int], status: dict[int, int],
+                         ended: bool) -> int:
+        """The last step every rank of `world` (a count: ranks 0..world-1; or the ranks that
+        count, a lost node's left out) is done with (-1: none)."""
+        ranks = range(world) if isinstance(world, int) else world
+        if not len(ranks) or any(r not in self.last_step for r in ranks):
             return -1
-        return min(self.done_through(r, status.get(r, -1), ended) for r in range(world))
+        return min(self.done_through(r, status.get(r, -1), ended) for r in ranks)
 
-    def steps_through(self, last: int, after: int, warmup: int) -> list[int]:
-        """Buffered steps in (after, last], at or past the warm-up, that every rank recorded."""
+    def steps_through(self, last: int, after: int, warmup: int,
+                      ranks: list[int] | None = None) -> list[int]:
+        """Buffered steps in (after, last], at or past the warm-up, that every rank (of
+        `ranks`, default all buffered) recorded."""
         present = None
-        for chunks in self.records.values():
+        for rank, chunks in self.records.items():
+            if ranks is not None and rank not in ranks:
+                continue
             steps = set(np.unique(np.concatenate([c["step"] for c in chunks])).tolist())
             present = steps if present is None else present & steps
         return sorted(s for s in present or () if after < s <= last and s >= warmup)
@@ -83,11 +90,13 @@ class StepBuffer:
         self.step_end = {s: t for s, t in self.step_end.items() if s >= oldest_needed}
 
     def raw(self, steps: list[int]) -> dict[int, np.ndarray]:
-        """The records of `steps` by rank."""
+        """The records of `steps` by rank (a rank's chunks are merged into one on the way,
+        so the next window concatenates two, not K)."""
         want = np.asarray(steps, dtype=np.int64)
         out = {}
         for rank, chunks in sorted(self.records.items()):
-            rec = np.concatenate(chunks) if chunks else np.zeros(0, dtype=RECORD)
+            rec = _cat(chunks)
+            self.records[rank] = [rec] if len(rec) else []
             out[rank] = rec[np.isin(rec["step"], want)]
         return out
 
@@ -96,12 +105,22 @@ class StepBuffer:
         return records_frame(self.raw(steps), meta.dp_size)
 
 
+def _cat(chunks: list[np.ndarray]) -> np.ndarray:
+    """Record chunks as one array: through their bytes, since numpy's concatenate of a
+    structured dtype re-derives its fields per call (most of a 1,024-rank window's frame)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    if not chunks:
+        return np.zeros(0, dtype=RECORD)
+    return np.frombuffer(b"".join(c.tobytes() for c in chunks), dtype=RECORD)
+
+
 def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
     """A trace DataFrame from per-rank trace-part records (times from the first op)."""
     parts = [(r, rec) for r, rec in sorted(by_rank.items()) if len(rec)]
     if not parts:
         return pd.DataFrame()
-    rec = np.concatenate([p for _, p in parts])
+    rec = _cat([p for _, p in parts])
     rank = np.concatenate([np.full(len(p), r, dtype=np.int64) for r, p in parts])
     t0 = rec["start"].min()
     df = pd.DataFrame({

@@ -1,0 +1,210 @@
+"""Benchmark: the live monitor across nodes: the lag from a step's end to the monitor's view,
+and the monitor's memory over a long run, with every rank's trace part streamed (issue 61).
+
+A `synth` trace of DP x PP workers (default 128 x 8 = 1,024) is laid over `--nodes`
+simulated nodes (pipeline by pipeline, as the cluster launcher places ranks), each
+with a run folder of its own, as on nodes without a shared filesystem. Per step,
+this process (the ranks' tracers) appends every rank's records and status to its
+node's folder, the step ending now on CLOCK_MONOTONIC (the trace clock); a streamer
+thread pulls each node's new frames every 0.2 s (stragglerlab.part_stream
+`read_frames`, what `NodeHelper.read_parts` returns) and writes them into the run
+folder of the monitor's host (`PartReceiver.accept`), as workloads/cluster_stream.py
+does with the bytes Ray carried; `stragglerlab monitor --run RUN --no-serve` (its own
+process, default 0.5 s look) analyses each complete step's window.
+
+Reported: the stream's lag, from a step's end to every rank's records of it being on
+the monitor's host (the part this path adds to a one-host run), and the lag from a
+step's last op to its window being published (`lag_from_step_end_s` of windows.jsonl;
+the page shows it within the server's 0.25 s event poll), median and max over full
+windows, with the host's load average (the window's analysis time is
+benchmarks/bench_monitor.py's, and falls behind when it exceeds --step-s); the
+monitor's RSS (VmRSS sampled
+every second: first full window, peak, last) and the receiver's held bytes. Ray's
+transport is left out (one host: a copy through the object store; the e2e
+tests/e2e/test_monitor_cluster.py runs the whole path). Steps past the source trace
+repeat its steps (renumbered), so a long run needs no long trace.
+
+    python benchmarks/bench_node_stream.py [--dp 128 --pp 8] [--nodes 4] [--steps 40]
+        [--step-s 2.0] [--window-steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stragglerlab.atomic import atomic_write_text
+from stragglerlab.monitor.feed import step_records
+from stragglerlab.part_stream import PartReceiver, read_frames
+from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+
+PULL_EVERY_S = 0.2
+"""The streamer's pace (workloads.cluster_stream.STREAM_EVERY_S)."""
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dp", type=int, default=128)
+    ap.add_argument("--pp", type=int, default=8)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--source-steps", type=int, default=12,
+                    help="steps of the synth trace, repeated to --steps")
+    ap.add_argument("--step-s", type=float, default=2.0, help="seconds between two steps' ends")
+    ap.add_argument("--window-steps", type=int, default=8)
+    ap.add_argument("--microbatches", type=int, default=4)
+    args = ap.parse_args()
+    dp, pp, world = args.dp, args.pp, args.dp * args.pp
+    df, _ = synthesize_trace(SyntheticConfig(
+        dp_size=dp, pp_size=pp, n_microbatches=args.microbatches, n_steps=args.source_steps,
+        slow_workers=(SlowWorker(dp - 1, pp - 1, 1.5, args.source_steps // 2),)))
+    by_step = {int(s): g for s, g in df.groupby("step", sort=True)}
+    src_steps = sorted(by_step)
+    per_node = -(-dp // args.nodes)  # DP ranks (whole pipelines) per node
+    node_of = {s * dp + d: d // per_node for s in range(pp) for d in range(dp)}
+    ranks_of = {n: sorted(r for r, m in node_of.items() if m == n) for n in range(args.nodes)}
+    with tempfile.TemporaryDirectory(prefix="bench-node-stream-") as tmp:
+        run = Path(tmp) / "monitor-host" / "run"
+        run.mkdir(parents=True)
+        nodes = {n: Path(tmp) / f"node-{n}" / "run" for n in range(args.nodes)}
+        receiver = PartReceiver(run)
+        stop = threading.Event()
+        stats = {"pulls": 0, "bytes": 0, "errors": 0, "pull_s": []}
+        ends: dict[int, tuple[float, int]] = {}  # step -> (its end, part bytes through it)
+        arrived: dict[int, float] = {}
+
+        seen: dict[int, dict] = {n: {} for n in nodes}  # each helper's status_seen
+
+        def stream() -> None:
+            while not stop.is_set():
+                t0, c0 = time.monotonic(), time.thread_time()
+                written = 0
+                positions = receiver.positions()
+                for n, folder in nodes.items():
+                    frames = read_frames(folder, ranks_of[n], positions, status_seen=seen[n])
+                    got = receiver.accept(f"node-{n}", frames)
+                    stats["bytes"] += got.written_bytes
+                    written += got.written_bytes
+                    stats["errors"] += len(got.errors)
+                stats["pulls"] += 1
+                stats["pull_s"].append(time.monotonic() - t0)
+                if written:  # a pull that carried a step (most pulls find nothing new)
+                    stats.setdefault("pull_cpu_s", []).append(time.thread_time() - c0)
+                held = sum(v for k, v in receiver.positions().items() if k.startswith("part:"))
+                now = time.monotonic()
+                for s, (_, need) in list(ends.items()):
+                    if s not in arrived and held >= need:
+                        arrived[s] = now
+                stop.wait(max(0.0, PULL_EVERY_S - (time.monotonic() - t0)))
+
+        streamer = threading.Thread(target=stream, daemon=True)
+        streamer.start()
+        mon = subprocess.Popen([sys.executable, "-m", "stragglerlab", "monitor", "--run",
+                                str(run), "--no-serve", "--dp", str(dp), "--pp", str(pp),
+                                "--window-steps", str(args.window_steps), "--warmup-steps", "0"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        rss: list[tuple[float, int]] = []
+        t_start = time.monotonic()
+        total = 0
+        try:
+            for step in range(args.steps):
+                g = by_step[src_steps[step % len(src_steps)]]
+                end_rel = float((g["start_ts"] + g["duration"]).max())
+                recs = step_records(g, time.monotonic() - end_rel)
+                for rank, rec in recs.items():
+                    rec["step"] = step
+                    folder = nodes[node_of[rank]]
+                    part = folder / "trace-parts" / f"rank{rank}.bin"
+                    part.parent.mkdir(parents=True, exist_ok=True)
+                    with open(part, "ab") as f:
+                        f.write(rec.tobytes())
+                total += sum(r.nbytes for r in recs.values())
+                ends[step] = (time.monotonic(), total)
+                for rank in recs:
+                    atomic_write_text(nodes[node_of[rank]] / "status" / f"rank{rank}.json",
+                                      json.dumps({"rank": rank, "step": step,
+                                                  "started": step + 1}))
+                next_at = t_start + (step + 1) * args.step_s
+                while time.monotonic() < next_at:
+                    if (kib := rss_kib(mon.pid)) is not None:
+                        rss.append((time.monotonic() - t_start, kib))
+                    time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
+            (run / "run.json").write_text("{}")  # the run ended: the monitor finishes and stops
+            deadline = time.monotonic() + 600
+            mon_cpu = 0.0
+            while mon.poll() is None and time.monotonic() < deadline:
+                if (kib := rss_kib(mon.pid)) is not None:
+                    rss.append((time.monotonic() - t_start, kib))
+                try:
+                    mon_cpu = cpu_s(mon.pid)
+                except (OSError, IndexError):
+                    pass
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            if mon.poll() is None:
+                mon.terminate()
+                mon.wait(timeout=30)
+        lines = [json.loads(x) for x in (run / "monitor" / "windows.jsonl").read_text()
+                 .splitlines() if x.strip()]
+    windows = [w for w in lines if w.get("kind") == "window"]
+    full = [w for w in windows if len(w["steps"]) == args.window_steps]
+    lags = [w["lag_from_step_end_s"] for w in full[:-1] if w["lag_from_step_end_s"] is not None]
+    errors = [w["message"] for w in lines if w.get("kind") == "error"]
+    stream_lags = [arrived[s] - ends[s][0] for s in sorted(arrived)]
+    first_full_t = next((t for t, _ in rss), 0.0) + args.step_s * args.window_steps
+    after = [k for t, k in rss if t >= first_full_t] or [k for _, k in rss]
+    load = Path("/proc/loadavg").read_text().split()[0]
+    print(f"| workers (DP x PP) | nodes | steps | windows | stream lag median / max (s) | "
+          f"window lag median (s) | window lag max (s) | "
+          f"analysis median (s) | monitor RSS first full window / peak / last (MiB) | "
+          f"stream pull median (s) | load |  ({time.strftime('%Y-%m-%d')}, "
+          f"K = {args.window_steps}, a step every {args.step_s} s)")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| {world} ({dp} x {pp}) | {args.nodes} | {args.steps} | {len(windows)} | "
+          f"{statistics.median(stream_lags):.3f} / {max(stream_lags):.3f} | "
+          f"{statistics.median(lags):.3f} | {max(lags):.3f} | "
+          f"{statistics.median(w['analysis_s'] for w in full):.3f} | "
+          f"{after[0] / 1024:.0f} / {max(after) / 1024:.0f} / {after[-1] / 1024:.0f} | "
+          f"{statistics.median(stats['pull_s']):.3f} | {load} |")
+    pull_cpu = statistics.median(stats.get("pull_cpu_s") or [0.0])
+    print(f"CPU: the stream {pull_cpu:.3f} s per pull that carried records (median, its "
+          f"thread's CPU time), the "
+          f"monitor {mon_cpu / max(1, len(windows)):.3f} s per window (its whole CPU time "
+          f"over {len(windows)} windows, start-up included)")
+    print(f"stream: {stats['pulls']} pulls, {stats['bytes'] / 2**20:.1f} MiB, "
+          f"{stats['errors']} refused batches; monitor errors: {errors[:3]}; "
+          f"lag quartiles {np.percentile(lags, [25, 50, 75]).round(3).tolist()}")
+    if len(windows) != args.steps:
+        print(f"note: {len(windows)} windows for {args.steps} steps")
+
+
+if __name__ == "__main__":
+    main()
