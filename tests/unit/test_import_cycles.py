@@ -174,3 +174,36 @@ def test_the_check_catches_a_cycle_behind_a_function_level_import(tmp_path):
              for m, p in files.items()}
     assert cycles(graph) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
     assert _path(graph, ["pkg.a", "pkg.b"]) == "pkg.a -> pkg.b -> pkg.a"
+
+
+def contract_modules() -> set[str]:
+    """Every module or package pyproject's import-linter contracts name."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"]
+    named = set()
+    for contract in contracts:
+        for key in ("layers", "source_modules", "forbidden_modules", "modules"):
+            for entry in contract.get(key, []):
+                named |= {part.strip() for part in entry.split("|")}
+    return {n for n in named if n.startswith(PACKAGE + ".")}
+
+
+def uncovered(modules, named: set[str]) -> list[str]:
+    """The modules that no contract names, by themselves or through a package above them."""
+    return sorted(m for m in modules if m != PACKAGE and m != f"{PACKAGE}.__main__"
+                  and not any(m == n or m.startswith(n + ".") for n in named))
+
+
+def test_every_module_is_under_a_contract():
+    """A module no import-linter contract names could import anything: every module of the
+    package is held by one (itself or a package above it)."""
+    assert uncovered(module_files(), contract_modules()) == []
+
+
+def test_the_coverage_check_finds_a_module_in_no_contract():
+    named = {"stragglerlab.analysis", "stragglerlab.schema"}
+    assert uncovered(["stragglerlab.analysis.whatif", "stragglerlab.schema",
+                      "stragglerlab.loose", "stragglerlab.analysisx"], named) == [
+        "stragglerlab.analysisx", "stragglerlab.loose"]
