@@ -102,3 +102,22 @@ def test_observable_as_follows_the_layout():
     said = rec("slow-worker", {"observable_as": ["job-wide-compute"]})
     assert observable_as(said, dp=2, pp=2) == (RootCause.SLOW_WORKER,
                                                RootCause.JOB_WIDE_COMPUTE)
+
+
+def test_the_monitor_alerts_on_it_within_three_steps_of_its_start(run):
+    from stragglerlab.monitor.window import analyse_window, make_detectors
+
+    detectors = make_detectors(["whatif"])
+    steps = sorted(run.trace["step"].unique())
+    alerted = None
+    for i in range(2, len(steps)):  # windows of the monitor's default 8 steps, as they grow
+        window = run.trace[run.trace["step"].isin(steps[max(0, i - 7):i + 1])]
+        line = analyse_window(window, run.meta, detectors, run.path, testbed=True,
+                              window_steps=8)
+        causes = {f["cause"] for f in line["findings"]}
+        if steps[i] < 6:
+            assert not causes, (steps[i], causes)  # nothing before the change
+        elif "job-wide-comm" in causes:
+            alerted = steps[i]
+            break
+    assert alerted is not None and alerted - 6 <= 3

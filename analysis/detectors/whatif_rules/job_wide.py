@@ -38,4 +38,7 @@ def rule(s: Signals, board: Board) -> list[Finding]:
                     confidence=float(min(1.0, 0.5 + (cp.factor - cfg.job_wide_ratio))),
                     estimated_slowdown=float(cp.factor),
                     detail={"test": "over-time", "job_wide_ratio": float(cp.factor),
+                            # the threshold in force: the configured one, or raised just
+                            # over the family's noise over time (the floor's job_wide_ratio)
+                            "job_wide_threshold": float(cfg.job_wide_ratio),
                             "note": ot.note(), "over_time": ot.to_dict()})]
