@@ -49,6 +49,11 @@ COMM_KINDS = frozenset(o.value for o in COMMUNICATION_OPS)
 """Op kinds that are communication (a change they carry is `job-wide-comm`)."""
 RING_MIN = 3
 """DP ranks a ring needs for its order to place a link (`whatif_ring.MIN_RING`)."""
+KIND_RATIO = 1.5
+"""A kind moved with the step when its time per step changed by this much over the window,
+the way the step did (the what-if's regime note's `analysis.regime.REGIME_RATIO`). Fixed,
+not a detector threshold: what moved, and so whether a change is communication's or
+compute's, does not depend on how large a change a rule asks for."""
 
 
 @dataclass(kw_only=True)
@@ -391,7 +396,7 @@ class OverTime:
                 "links": [c.to_dict() for c in self.links]}
 
 
-def over_time(trace: pd.DataFrame, dp: int, pp: int, ratio: float = 1.5,
+def over_time(trace: pd.DataFrame, dp: int, pp: int, ratio: float = KIND_RATIO,
               ring_step_share: float = 0.05) -> OverTime:
     """The trace's evidence over time: its step-time change-point and, where there is one,
     the kinds that moved by `ratio` (the way the step did) and the links that place it

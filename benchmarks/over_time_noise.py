@@ -4,8 +4,9 @@
 of steps (`analysis/over_time.py`) when no rule across ranks named anything. How far
 clean runs move that number is measured here, on clean runs only (never on the runs the
 rule is scored on), the way the noise floor reads every other threshold
-(`whatif_noise.py`): the detector is run with `job_wide_ratio` taken away (1.0) and the
-statistic it then reports is read, over the whole run (from its whatif.json) and over
+(`whatif_noise.py`): the detector is run with `job_wide_ratio` and
+`job_wide_compute_ratio` taken away (1.0; a change is one or the other, by the kind
+carrying it, whatever the thresholds) and the statistic it then reports is read, over the whole run (from its whatif.json) and over
 every sliding window of 4, 6, 8 and 12 steps an online replay or the monitor diagnoses.
 Beside it, per run: the step time's robust spread over time (1.4826 x MAD over the
 median) and the largest change over a sustained window of any one op kind's time per
@@ -19,7 +20,7 @@ the online replay, per 1,000 clean worker-steps.
         [--floor config/noise-floor.yaml]
 
 --floor merges the per-family highest readings into that noise-floor file as the
-`job_wide_ratio` statistic (whole run and online windows), keeping every other number
+`job_wide_ratio` and `job_wide_compute_ratio` statistics (whole run and online windows), keeping every other number
 and the file's header; it refuses a run with a fault.
 """
 
@@ -45,11 +46,12 @@ from stragglerlab.meta import LayoutFamily
 from stragglerlab.noise_floor import FamilyFloor, read_noise_floor, write_noise_floor
 from stragglerlab.run_folder import RunFolder
 
-STAT = "job_wide_ratio"
+STATS = ("job_wide_ratio", "job_wide_compute_ratio")
+"""The job-wide rule's two statistics (a change carried by communication, by compute)."""
 
 
-def _reading(findings) -> float | None:
-    vals = [f.detail[STAT] for f in findings if STAT in f.detail]
+def _reading(findings, stat: str) -> float | None:
+    vals = [f.detail[stat] for f in findings if stat in f.detail]
     return max(vals) if vals else None
 
 
@@ -59,13 +61,15 @@ def measure(path: str, online: bool) -> dict:
     if folder.faults:
         raise SystemExit(f"{path}: has faults; the noise over time is measured on clean runs only")
     run = load_run(path)
-    relaxed = replace(WhatIfDetectorConfig(), **{STAT: 1.0})
+    relaxed = replace(WhatIfDetectorConfig(), **dict.fromkeys(STATS, 1.0))
     whole = Signals(run=run, evidence=read_evidence(run), config=relaxed)
     out: dict = {"run": path, "layout": f"dp{run.meta.dp_size}-pp{run.meta.pp_size}",
                  "family": LayoutFamily.of(run.meta.dp_size, run.meta.pp_size).value,
                  "steps": int(run.trace["step"].nunique()),
                  "worker_steps": int(run.trace["step"].nunique() * run.meta.world_size)}
-    out[STAT] = _reading(arbitrate(whole))
+    found = arbitrate(whole)
+    for stat in STATS:
+        out[stat] = _reading(found, stat)
     steps, sec = step_times(run.trace)
     med = float(np.median(sec))
     out["step_spread"] = float(1.4826 * np.median(np.abs(sec - med)) / med)
@@ -84,15 +88,17 @@ def measure(path: str, online: bool) -> dict:
     cache: dict = {}
     out["online"] = {}
     for w in WINDOW_STEPS:
-        vals = []
+        vals: dict[str, list[float]] = {stat: [] for stat in STATS}
         for win in det._windows(run, w):
             key = tuple(np.unique(win.trace["step"]))
             if key not in cache:
-                cache[key] = Signals(run=win, evidence=Evidence.analyse(win), config=relaxed)
-            v = _reading(arbitrate(cache[key]))
-            if v is not None:
-                vals.append(v)
-        out["online"][w] = max(vals) if vals else None
+                cache[key] = arbitrate(Signals(run=win, evidence=Evidence.analyse(win),
+                                               config=relaxed))
+            for stat in STATS:
+                v = _reading(cache[key], stat)
+                if v is not None:
+                    vals[stat].append(v)
+        out["online"][w] = {stat: max(v) if v else None for stat, v in vals.items()}
     shipped = WhatIfDetector()
     found = shipped.detect(run)
     out["findings"] = [f"{f.root_cause.value} {f.first_step}-{f.last_step}" for f in found]
@@ -119,16 +125,19 @@ def merge(floor_path: Path, rows: list[dict]) -> None:
         if old is None:
             continue
         stats = dict(old.statistics)
-        whole = [r[STAT] for r in mine if r[STAT] is not None]
-        if whole:
-            stats[STAT] = max(whole)
         online = {w: dict(v) for w, v in old.online.items()}
-        for w in WINDOW_STEPS:
-            vals = [r["online"][w] for r in mine if r["online"].get(w) is not None]
-            if vals:
-                online.setdefault(w, {})[STAT] = max(vals)
+        for stat in STATS:
+            whole = [r[stat] for r in mine if r[stat] is not None]
+            if whole:
+                stats[stat] = max(whole)
+            for w in WINDOW_STEPS:
+                vals = [r["online"][w][stat] for r in mine
+                        if r["online"][w][stat] is not None]
+                if vals:
+                    online.setdefault(w, {})[stat] = max(vals)
         fams[lf] = replace(old, statistics=stats, online=online)
-    note = ("job_wide_ratio (the job-wide rule's noise over time) was added by "
+    note = ("job_wide_ratio and job_wide_compute_ratio (the job-wide rule's noise over "
+            "time) were added by "
             "benchmarks/over_time_noise.py --floor on fresh clean runs of its own ("
             + ", ".join(f"{k} {v}" for k, v in sorted(n_by.items())) + "), not the runs above.\n")
     header = header.replace(note, "") + note
@@ -149,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         print(f"{r['run']}: {r['layout']}, {r['steps']} steps, step spread "
               f"{r['step_spread']:.3f}, step change {r['step_change']}, kind change max "
-              f"{r['kind_change_max']} ({r['kind_change_top']}), {STAT} run {r[STAT]} "
-              f"online {r['online']}, findings {r['findings']}"
+              f"{r['kind_change_max']} ({r['kind_change_top']}), over a run "
+              f"{ {st: r[st] for st in STATS} } online {r['online']}, findings "
+              f"{r['findings']}"
               + (f" online {r['online_findings']}" if a.online else ""), flush=True)
     ws = sum(r["worker_steps"] for r in rows)
     off = sum(len(r["findings"]) for r in rows)
@@ -163,16 +173,18 @@ def main(argv: list[str] | None = None) -> int:
               "worker-steps")
     for fam in sorted({r["family"] for r in rows}):
         mine = [r for r in rows if r["family"] == fam]
-        whole = [r[STAT] for r in mine if r[STAT] is not None]
-        print(f"{fam}: {len(mine)} runs; {STAT} highest over a run {max(whole, default=None)}"
-              + "".join(f", {w}-step windows "
-                        f"{max((r['online'][w] for r in mine if r['online'][w]), default=None)}"
-                        for w in WINDOW_STEPS))
+        for stat in STATS:
+            whole = [r[stat] for r in mine if r[stat] is not None]
+            print(f"{fam}: {len(mine)} runs; {stat} highest over a run "
+                  f"{max(whole, default=None)}"
+                  + "".join(f", {w}-step windows " + str(max(
+                      (r['online'][w][stat] for r in mine if r['online'][w][stat]),
+                      default=None)) for w in WINDOW_STEPS))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     if a.floor:
         merge(Path(a.floor), rows)
-        print(f"merged {STAT} into {a.floor}")
+        print(f"merged {', '.join(STATS)} into {a.floor}")
     return 0
 
 

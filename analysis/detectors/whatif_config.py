@@ -13,7 +13,8 @@ from stragglerlab.analysis.detectors.config_ranges import in_range
 
 RATIOS = ("straggling_slowdown", "seq_min_slowdown", "step_threshold", "worker_threshold",
           "stage_ratio", "compute_ratio", "link_over_median", "device_compute_ratio",
-          "shift_ratio", "late_arrival_ratio", "stage_compute_ratio", "job_wide_ratio")
+          "shift_ratio", "late_arrival_ratio", "stage_compute_ratio", "job_wide_ratio",
+          "job_wide_compute_ratio")
 """Fields that are a measure over its reference (a slowdown S, a score over the best's, a
 compute over the peers'): 1 takes the threshold away (the noise floor's relaxed
 config), under 1 names ranks faster than their reference."""
@@ -163,16 +164,22 @@ class WhatIfDetectorConfig:
     ⌈3%⌉ workers are a whole stage, and M_W cannot tell one worker from lengths that slow
     every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""
     job_wide_ratio: float = 1.5
-    """A job-wide regime change (`whatif_rules/job_wide.py`, `analysis/over_time.py`) is
-    named when no rule across ranks named anything and the job's step time over a
-    sustained window of steps (every step inside beyond every step outside) is this many
-    times its time outside (medians), either way. 1.5 is the what-if's own regime note's
-    `analysis.regime.REGIME_RATIO`, set before any job-wide case was run; it stands over
-    the noise over time of clean runs, which is the floor it is held to (the noise floor's
-    `job_wide_ratio`, measured on clean runs only by `stragglerlab noise-floor` and
-    `benchmarks/over_time_noise.py`): on the fresh clean runs of that benchmark (seed set
-    A) the best sustained window of a clean run reads at most 1.25 over a whole run
-    (docs/detectors.md, "Over time"). The faults it is for change the step 2-8x."""
+    """A job-wide regime change carried by communication (`whatif_rules/job_wide.py`,
+    `analysis/over_time.py`: a shared link or switch) is named when no rule across ranks
+    named anything and the job's step time over a sustained window of steps (every step
+    inside beyond every step outside) is this many times its time outside (medians),
+    either way. 1.5 is the what-if's own regime note's `analysis.regime.REGIME_RATIO`, set
+    before any job-wide case was run; the floor it is held to is the noise over time of
+    clean runs (the noise floor's `job_wide_ratio`, measured on clean runs only by
+    `benchmarks/over_time_noise.py` or `stragglerlab noise-floor`). The faults it is for
+    change the step 2-8x."""
+    job_wide_compute_ratio: float = 1.5
+    """The same for a change carried by compute, or by no one kind (`job-wide-compute`):
+    every device slowed alike. At `job_wide_ratio`'s value, a field of its own because its
+    noise is the host's: on a 2-core host shared with other jobs a clean pure-DP run's
+    step time moved 1.72x over a sustained window, all of it compute
+    (`benchmarks/over_time_noise.py`, seed set A), which the floor's
+    `job_wide_compute_ratio` holds it over."""
     online_window_steps: int = 12
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01

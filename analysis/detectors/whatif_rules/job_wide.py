@@ -2,9 +2,14 @@
 
 When no rule across ranks named anything (the arbitration's `UNLESS_ANY`) and the job's
 step time over a sustained window of steps (`analysis.over_time.change_point`: every
-step inside beyond every step outside) is `job_wide_ratio` times its time outside, the
-change is reported: its window, the op kind carrying it (`job-wide-comm` when that is
-communication, else `job-wide-compute`), whether every rank's own time of the kind moved,
+step inside beyond every step outside) changes, the change is reported when it is
+`job_wide_ratio` times its time outside and a communication kind carries it
+(`job-wide-comm`: the kind adding the most time of those that moved by
+`over_time.KIND_RATIO`), or `job_wide_compute_ratio` times when compute does (or no one
+kind moved: `job-wide-compute`). Two thresholds, two noise floors: a busier host slows a
+clean job's compute (a shared 2-core host moved a clean run's step 1.7x), while clean
+runs' communication-carried changes stay far smaller. Reported: the window, the kind,
+whether every rank's own time of the kind moved,
 and the link where send/recv pairs or the ring's order place it (then its ranks are
 named; else none: the whole job). For example: "from step 6, grads-reduce-scatter takes
 13.9x longer on every rank: a shared link or switch, not a straggler". A slow link every
@@ -24,21 +29,26 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     """The job-wide regime change, if any (board empty: the arbitration sees to it)."""
     cfg, run = s.config, s.run
     steps, cp = s.step_change
-    if cp is None or run.outcome != "ok" or cp.factor < cfg.job_wide_ratio:
+    least = min(cfg.job_wide_ratio, cfg.job_wide_compute_ratio)
+    if cp is None or run.outcome != "ok" or cp.factor < least:
         return []
     part = cp.slow_part(steps)
     if part is None:  # faster over a window with steps on both sides: no slow regime
         return []
     meta = run.meta
-    ot = over_time(run.trace, meta.dp_size, meta.pp_size, ratio=cfg.job_wide_ratio,
-                   ring_step_share=cfg.ring_step_share)
+    ot = over_time(run.trace, meta.dp_size, meta.pp_size, ring_step_share=cfg.ring_step_share)
+    cause, field = ((RootCause.JOB_WIDE_COMM, "job_wide_ratio") if ot.comm else
+                    (RootCause.JOB_WIDE_COMPUTE, "job_wide_compute_ratio"))
+    threshold = getattr(cfg, field)
+    if cp.factor < threshold:
+        return []
     ranks = sorted({r for link in ot.links for r in link.ranks})
-    cause = RootCause.JOB_WIDE_COMM if ot.comm else RootCause.JOB_WIDE_COMPUTE
     return [Finding([run.rank_ref(r) for r in ranks], part[0], part[1], cause,
-                    confidence=float(min(1.0, 0.5 + (cp.factor - cfg.job_wide_ratio))),
+                    confidence=float(min(1.0, 0.5 + (cp.factor - threshold))),
                     estimated_slowdown=float(cp.factor),
-                    detail={"test": "over-time", "job_wide_ratio": float(cp.factor),
-                            # the threshold in force: the configured one, or raised just
-                            # over the family's noise over time (the floor's job_wide_ratio)
-                            "job_wide_threshold": float(cfg.job_wide_ratio),
+                    # the statistic under its threshold's name (the noise floor reads it),
+                    # and the threshold in force: configured, or raised just over the
+                    # family's noise over time
+                    detail={"test": "over-time", field: float(cp.factor),
+                            "job_wide_threshold": float(threshold),
                             "note": ot.note(), "over_time": ot.to_dict()})]
