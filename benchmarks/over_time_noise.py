@@ -136,11 +136,14 @@ def merge(floor_path: Path, rows: list[dict]) -> None:
                 if vals:
                     online.setdefault(w, {})[stat] = max(vals)
         fams[lf] = replace(old, statistics=stats, online=online)
-    note = ("job_wide_ratio and job_wide_compute_ratio (the job-wide rule's noise over "
-            "time) were added by "
-            "benchmarks/over_time_noise.py --floor on fresh clean runs of its own ("
+    note = ("job_wide_ratio, job_wide_compute_ratio: the job-wide rule's noise over time, "
+            "added by\nbenchmarks/over_time_noise.py --floor on fresh clean runs of its own ("
             + ", ".join(f"{k} {v}" for k, v in sorted(n_by.items())) + "), not the runs above.\n")
-    header = header.replace(note, "") + note
+    lines = header.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if line.startswith(note[:40])), None)
+    if at is not None:  # a note of an earlier merge: replaced
+        del lines[at:at + 2]
+    header = "".join(lines) + note
     write_noise_floor(floor_path, replace(floor, families=fams), header=header.rstrip("\n"))
 
 
