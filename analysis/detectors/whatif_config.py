@@ -176,10 +176,12 @@ class WhatIfDetectorConfig:
     job_wide_compute_ratio: float = 1.5
     """The same for a change carried by compute, or by no one kind (`job-wide-compute`):
     every device slowed alike. At `job_wide_ratio`'s value, a field of its own because its
-    noise is the host's: on a 2-core host shared with other jobs a clean pure-DP run's
-    step time moved 1.72x over a sustained window, all of it compute
-    (`benchmarks/over_time_noise.py`, seed set A), which the floor's
-    `job_wide_compute_ratio` holds it over."""
+    noise is the host's: on a 2-core host shared with other jobs (load 14-17) a clean
+    pure-DP 4 run's step time moved 1.72x over steps 8-11, all of it forward-compute, and
+    clean pure-PP windows of 4-6 steps up to 2.46x (`benchmarks/over_time_noise.py` on 11
+    clean runs of six layouts, seed set A), which the floor's `job_wide_compute_ratio`
+    holds it over; communication-carried changes on the same runs read at most 1.28 over a
+    run and 1.38 over a window (pure DP), 1.17 (DP x PP), 1.04 (pure PP), under 1.5."""
     online_window_steps: int = 12
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01
