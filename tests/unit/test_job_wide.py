@@ -41,7 +41,9 @@ def test_offline_the_change_is_named_with_its_window_and_kind(run):
 def test_online_it_is_alerted_within_three_steps_of_its_start(run):
     found = WhatIfDetector().detect_online(run)
     wide = [f for f in found if f.root_cause is RootCause.JOB_WIDE_COMM]
-    assert len(wide) == 1 and wide[0].first_step == 6
+    # A window holds at least two steps: alerted at the first step of the new regime, its
+    # window then begins one step early (the step before it).
+    assert len(wide) == 1 and wide[0].first_step in (5, 6) and wide[0].last_step == 11
     assert 6 <= wide[0].detected_at_step <= 6 + 3
     assert not [f for f in found if f.detected_at_step < 6]  # nothing before it began
 

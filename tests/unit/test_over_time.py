@@ -158,10 +158,10 @@ def test_the_rule_names_the_change_its_window_and_its_kind():
 
 def test_the_rule_stays_quiet_on_clean_jitter_and_under_its_threshold():
     assert _rule(_dp_trace(4, 12), 4, 1) == []
-    # A reduce-scatter 1.6x as long moves the 0.17 s step by about 1.2x: under 1.5.
-    mild = _dp_trace(4, 12, slow_from=6, factor=1.6)
+    # A reduce-scatter 1.3x as long moves the 0.17 s step by about 1.09x: under 1.2.
+    mild = _dp_trace(4, 12, slow_from=6, factor=1.3)
     steps, sec = step_times(mild)
-    assert change_point(steps, sec).factor < 1.5 and _rule(mild, 4, 1) == []
+    assert change_point(steps, sec).factor < 1.2 and _rule(mild, 4, 1) == []
 
 
 def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monkeypatch):
