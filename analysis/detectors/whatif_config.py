@@ -177,7 +177,9 @@ class WhatIfDetectorConfig:
     job-wide case ran; on the report split (seed set B, a host loaded by other jobs so that
     compute took 4-5 s a step) the throttled DP 4 rings read 1.32 and 1.39 (every rank's
     reduce-scatter 22-57x) and were missed, so the configured value was lowered to sit
-    under the floor and the rule checked again on fresh seeds (set C), never on B."""
+    under the floor and the rule checked again on fresh seeds (set C, seed 21), never on
+    B: there the two-link DP 4 ring is named (steps 6-11), the one-link one (7 s of compute
+    a step, 1.23x) is not (docs/detectors.md, "Across ranks and over time")."""
     job_wide_compute_ratio: float = 1.5
     """The same for a change carried by compute, or by no one kind (`job-wide-compute`):
     every device slowed alike. At `job_wide_ratio`'s value, a field of its own because its

@@ -15,9 +15,15 @@ named; else none: the whole job). For example: "from step 6, grads-reduce-scatte
 13.9x longer on every rank: a shared link or switch, not a straggler". A slow link every
 member of a ring waits on, or the only link of a pipeline, leaves no faster peer for any
 comparison across ranks; only the same ops' own earlier steps show it (design.md, "Over
-time as well as across ranks"). A failed run is left to the failure findings."""
+time as well as across ranks"). Like a straggler, a regime holds `min_steps` steps (online
+the rules across ranks then see those steps first, and a slow worker's waiting peers are
+not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
+worker's peers wait in the collective, it does not). A failed run is left to the failure
+findings."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
@@ -35,8 +41,14 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     part = cp.slow_part(steps)
     if part is None:  # faster over a window with steps on both sides: no slow regime
         return []
+    if int(np.searchsorted(steps, part[1], side="right")
+           - np.searchsorted(steps, part[0])) < cfg.min_steps:
+        return []  # a regime holds `min_steps`, as a straggler does (the rules across
+        #            ranks then see the same steps first: online it pre-empts none of them)
     meta = run.meta
     ot = over_time(run.trace, meta.dp_size, meta.pp_size, ring_step_share=cfg.ring_step_share)
+    if ot.kinds and not ot.kinds[0].every_rank:
+        return []  # the kind carrying it moved on some ranks only: not shared by every rank
     cause, field = ((RootCause.JOB_WIDE_COMM, "job_wide_ratio") if ot.comm else
                     (RootCause.JOB_WIDE_COMPUTE, "job_wide_compute_ratio"))
     threshold = getattr(cfg, field)
