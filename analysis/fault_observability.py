@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from stragglerlab.faults import FaultKind, FaultRecord
+from stragglerlab.findings import RootCause
 
 UNOBSERVABLE_DELAY = "in-process delay (this kernel has no netem)"
 """The mechanism older net-delay records name: the victim slept inside its traced
@@ -44,3 +45,33 @@ def alike_ranks(fault: FaultRecord, world: int) -> frozenset[int]:
 def fault_ranks(fault: FaultRecord, world: int) -> set[int]:
     """Global ranks a fault record acts on: its targets, or every rank (job-wide)."""
     return {int(t["rank"]) for t in fault.targets} if fault.targets else set(range(world))
+
+
+LINK_KINDS = frozenset({FaultKind.NET_THROTTLE.value, FaultKind.NET_DELAY.value})
+"""Fault kinds that slow a link (what every member of a ring or pipeline waits on)."""
+
+
+def waited_on_by_all(fault: FaultRecord, dp: int, pp: int) -> bool:
+    """Every member of the fault's group waits on it alike, so no peer is faster: a slow
+    link in pure DP (every ring step of the ring's collectives crosses it) or on the one
+    link of a two-stage pure pipeline. Such a fault shows only over time, against the same
+    ops' own earlier steps (design.md, "Over time as well as across ranks")."""
+    if fault.kind not in LINK_KINDS:
+        return False
+    return (pp == 1 and dp >= 2) or (dp == 1 and pp == 2)
+
+
+def observable_as(fault: FaultRecord, dp: int, pp: int) -> tuple[RootCause, ...]:
+    """What a fault can be seen as: its own cause, and `job-wide-comm` where every member
+    of its group waits on it (`waited_on_by_all`). A record may list them itself
+    (`measured.observable_as`, cause spellings); its own cause always stays."""
+    own = RootCause.of_kind(fault.kind)
+    said = fault.measured.get("observable_as")
+    if isinstance(said, list) and all(isinstance(x, str) for x in said):
+        try:
+            return tuple(dict.fromkeys([own, *(RootCause(x) for x in said)]))
+        except ValueError:
+            pass  # a spelling outside the vocabulary: derived below
+    if waited_on_by_all(fault, dp, pp):
+        return own, RootCause.JOB_WIDE_COMM
+    return (own,)

@@ -47,11 +47,16 @@ from stragglerlab.analysis.fault_control import (
     over_floor,
     run_step_times,
 )
-from stragglerlab.analysis.fault_observability import alike_ranks, fault_ranks, observability
+from stragglerlab.analysis.fault_observability import (
+    alike_ranks,
+    fault_ranks,
+    observability,
+    observable_as,
+)
 from stragglerlab.errors import InputError
 from stragglerlab.faults import FaultKind, FaultRecord
 from stragglerlab.filecheck import distinct_runs
-from stragglerlab.findings import RootCause
+from stragglerlab.findings import JOB_WIDE, RootCause
 from stragglerlab.meta import LayoutFamily
 from stragglerlab.run_folder import RunFolder
 from stragglerlab.run_record import RunRecord
@@ -92,6 +97,19 @@ class FaultTruth:
     alike: frozenset[int] = frozenset()
     """Ranks op-level traces cannot tell from its own (`alike_ranks`; its own included):
     naming any of them places it. Empty: its own ranks only."""
+    observable_as: tuple[RootCause, ...] = ()
+    """Causes a finding may name it by (`fault_observability.observable_as`): its own, and
+    `job-wide-comm` for a slow link every member of its group waits on (pure DP, the one
+    link of a pure PP 2 job). Empty: its own cause only."""
+    shared_by: frozenset[int] = frozenset()
+    """Where a job-wide cause is in `observable_as`: the ranks that wait on it (its
+    group). A job-wide finding naming any of them (or the whole job) places it, and they
+    are not false positives of that finding. Empty otherwise."""
+
+    @property
+    def seen_as(self) -> tuple[RootCause, ...]:
+        """Its own cause and whatever else it may be seen as."""
+        return tuple(dict.fromkeys((self.cause, *self.observable_as)))
 
 
 @dataclass
@@ -180,7 +198,10 @@ def _fault_truths(faults: list[FaultRecord], world: int, times: pd.Series,
                               unmeasured=why,
                               observable=observability(f, pp_size)[0],
                               over_floor=over_floor(slowdown, dp_size, pp_size),
-                              alike=alike_ranks(f, world)))
+                              alike=alike_ranks(f, world),
+                              observable_as=(seen := observable_as(f, dp_size, pp_size)),
+                              shared_by=(frozenset(range(world)) if JOB_WIDE & set(seen)
+                                         else frozenset())))
     return out
 
 

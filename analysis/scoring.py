@@ -23,6 +23,11 @@ suite's metrics over these per-run scores are stragglerlab.analysis.suite_score'
   delay slept inside the victim's collective in pure DP) is not counted for or against
   a detector: its ranks are neither a miss nor a false positive, and it is reported
   apart (`unobservable_faults`, `unobservable_recalled`).
+* Seen job-wide: a slow link every member of its group waits on (pure DP, the one link of
+  a pure PP 2 job) leaves no faster peer; a finding of a job-wide cause it may be seen as
+  (`FaultTruth.observable_as`: `job-wide-comm`) places it when it names any rank of that
+  group (`FaultTruth.shared_by`) or the whole job and overlaps its window, and the group's
+  other ranks are not false positives of it (unless another fault acts on them).
 * Alike: where no op-level trace can tell the victim from another rank
   (`FaultTruth.alike`: a link throttled both ways in a job of two workers), a finding
   naming either end places the fault: it counts as naming the victim, and the other
@@ -39,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth
-from stragglerlab.findings import Finding, RootCause, same_cause
+from stragglerlab.findings import JOB_WIDE, Finding, RootCause, same_cause
 
 
 @dataclass(kw_only=True)
@@ -146,14 +151,26 @@ def _reach(fault: FaultTruth) -> frozenset[int]:
     return fault.ranks | fault.alike
 
 
+def _seen_job_wide(f: Finding, fault: FaultTruth) -> bool:
+    """A job-wide finding of a cause the fault may be seen as (module docstring)."""
+    return f.root_cause in JOB_WIDE and f.root_cause in fault.observable_as
+
+
+def _fault_reach(f: Finding, fault: FaultTruth) -> frozenset[int]:
+    """The ranks whose naming by `f` places the fault: `_reach`, and its whole group for a
+    job-wide finding it may be seen as."""
+    return _reach(fault) | fault.shared_by if _seen_job_wide(f, fault) else _reach(fault)
+
+
 def _names_truth(f: Finding, truth: RunTruth) -> bool:
-    reach = truth.ranks.union(*(_reach(x) for x in truth.faults))
+    reach = truth.ranks.union(*(_fault_reach(f, x) for x in truth.faults))
     return not f.ranks or any(r.rank in reach for r in f.ranks)
 
 
 def _names_fault(f: Finding, fault: FaultTruth) -> bool:
-    """Names one of the fault's ranks (or one alike) and overlaps its window."""
-    ranks = not f.ranks or any(r.rank in _reach(fault) for r in f.ranks)
+    """Names one of the fault's ranks (or one alike, or one of its group for a job-wide
+    finding it may be seen as) and overlaps its window."""
+    ranks = not f.ranks or any(r.rank in _fault_reach(f, fault) for r in f.ranks)
     last = np.inf if fault.last_step is None else fault.last_step
     return ranks and f.last_step >= fault.first_step and f.first_step <= last
 
@@ -175,7 +192,7 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
     if online is not None:
         at = [f.detected_at_step for f in online
               if f.detected_at_step is not None and f.detected_at_step >= fault.first_step
-              and (not f.ranks or any(r.rank in _reach(fault) for r in f.ranks))]
+              and (not f.ranks or any(r.rank in _fault_reach(f, fault) for r in f.ranks))]
         latency = int(min(at) - fault.first_step) if at else None
     error = None
     estimates = [f for f in hits if f.estimated_slowdown]
@@ -183,7 +200,8 @@ def score_fault(fault: FaultTruth, findings: list[Finding],
         best = max(estimates, key=lambda f: f.confidence)
         error = abs(best.estimated_slowdown - fault.measured_slowdown) / fault.measured_slowdown
     return FaultScore(kind=fault.kind, recalled=bool(hits),
-                      cause_right=any(same_cause(fault.cause, f.root_cause) for f in hits),
+                      cause_right=any(same_cause(fault.cause, f.root_cause)
+                                      or f.root_cause in fault.observable_as for f in hits),
                       latency_steps=latency, slowdown_error=error,
                       measured_slowdown=fault.measured_slowdown,
                       observable=fault.observable, over_floor=fault.over_floor,
@@ -197,7 +215,20 @@ def score_run(truth: RunTruth, findings: list[Finding],
     # Ranks only unobservable faults act on count neither way (module docstring).
     seen = frozenset().union(*[f.ranks for f in faults if f.observable])
     apart = frozenset().union(*[f.ranks for f in faults if not f.observable]) - seen
-    named = _named_ranks(findings, truth.world_size) - apart
+    # A job-wide finding a fault may be seen as names that fault's ranks for its group's.
+    plain = [f for f in findings if not any(_seen_job_wide(f, x) and x.observable
+                                             for x in faults)]
+    named = _named_ranks(plain, truth.world_size)
+    kept = {id(f) for f in plain}
+    for f in findings:
+        if id(f) in kept:
+            continue
+        ranks = _named_ranks([f], truth.world_size)
+        for x in faults:
+            if x.observable and _seen_job_wide(f, x) and ranks & x.shared_by:
+                ranks = (ranks - (x.shared_by - truth.ranks)) | x.ranks
+        named |= ranks
+    named -= apart
     for f in faults:  # an end alike to the victim's places it (module docstring)
         other_end = f.alike - f.ranks - truth.ranks
         if f.observable and other_end and named & f.alike:
@@ -220,7 +251,7 @@ def score_run(truth: RunTruth, findings: list[Finding],
         best = max(estimates, key=lambda f: f.confidence)
         error = abs(best.estimated_slowdown - truth.measured_slowdown) / truth.measured_slowdown
 
-    causes = {f.cause for f in faults if f.observable} or {truth.cause}
+    causes = {c for f in faults if f.observable for c in f.seen_as} or {truth.cause}
     return RunScore(truth.run, truth.kind, len(named & wanted), len(named - wanted),
                     len(wanted - named), truth.cause, predicted, latency, error,
                     faults=[score_fault(f, findings, online) for f in faults],

@@ -7,8 +7,9 @@ A findings file is what `stragglerlab detect` writes (in the workflow:
      "online": false, "findings": [Finding.to_dict(), ...]}
 
 One vocabulary: a root cause is spelled like the fault kind that causes it
-(`RootCause` values = `FaultKind` values + `none`), so ground truth and
-findings compare directly. Findings written with the old labels (`worker`,
+(`RootCause` values = `FaultKind` values + `none`, and the two job-wide causes a
+change every rank shares is seen as: `job-wide-comm`, `job-wide-compute`), so ground
+truth and findings compare directly. Findings written with the old labels (`worker`,
 `gc`, `network`, `sequence-imbalance`) still load (`LEGACY_SPELLINGS`).
 A trace cannot tell a rate-limited link from a delayed one when messages have
 fixed sizes, nor a hung rank from a dead one (its trace just stops), so a
@@ -53,6 +54,11 @@ class RootCause(str, enum.Enum):
     HANG = FaultKind.HANG.value
     CRASH = FaultKind.CRASH.value
     NONE = "none"
+    # Seen, not injected: a change of regime the whole job shares (a shared link or switch,
+    # a job-wide slowdown), named by what changed over time, not by a rank (issue 60). A
+    # fault record says when it may be seen as one (`observable_as`, the ground truth).
+    JOB_WIDE_COMM = "job-wide-comm"
+    JOB_WIDE_COMPUTE = "job-wide-compute"
     # Deprecated member names of the old vocabulary, kept so existing detector
     # plug-ins keep working; they are aliases (the same members, same values).
     WORKER = FaultKind.SLOW_WORKER.value
@@ -86,8 +92,15 @@ INDISTINGUISHABLE: tuple[frozenset[RootCause], ...] = (
 """Causes a trace does not tell apart (a slow link; a rank whose trace stops): scoring
 counts a prediction within a group as right."""
 
-if {c.value for c in RootCause} != {k.value for k in FaultKind} | {RootCause.NONE.value}:
-    raise RuntimeError("RootCause must spell exactly the FaultKind values plus 'none'")
+JOB_WIDE: frozenset[RootCause] = frozenset({RootCause.JOB_WIDE_COMM,
+                                           RootCause.JOB_WIDE_COMPUTE})
+"""Causes that name a change every rank shares, not a fault kind: no fault is injected as
+one, a fault is seen as one where every member of its group waits on it."""
+
+if {c.value for c in RootCause} != ({k.value for k in FaultKind} | {RootCause.NONE.value}
+                                    | {c.value for c in JOB_WIDE}):
+    raise RuntimeError("RootCause must spell exactly the FaultKind values plus 'none' and the "
+                       "job-wide causes")
 
 
 def same_cause(truth: RootCause | str, predicted: RootCause | str) -> bool:

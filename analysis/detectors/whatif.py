@@ -104,7 +104,11 @@ import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, Run, TraceNeed
 from stragglerlab.analysis.detectors.signatures import mean_step_time
-from stragglerlab.analysis.detectors.whatif_arbitration import PRECEDENCE, arbitrate
+from stragglerlab.analysis.detectors.whatif_arbitration import (
+    ACROSS_RANKS,
+    PRECEDENCE,
+    arbitrate,
+)
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
 from stragglerlab.analysis.detectors.whatif_failure import failure_findings
@@ -260,5 +264,7 @@ class WhatIfDetector(Detector):
         return found + residual_findings(run, found, self._rules_on_fresh_analysis)
 
     def _rules_on_fresh_analysis(self, run: Run) -> list[Finding]:
-        """The rules alone on a fresh what-if of `run` (a residual job has no whatif.json)."""
-        return arbitrate(Signals(run=run, evidence=Evidence.analyse(run), config=self.config))
+        """The rules across ranks alone on a fresh what-if of `run` (a residual job has no
+        whatif.json; its step times change where a removed fault began, `ACROSS_RANKS`)."""
+        return arbitrate(Signals(run=run, evidence=Evidence.analyse(run), config=self.config),
+                         ACROSS_RANKS)

@@ -19,6 +19,8 @@ board by its `Settle` mode. It is the one place that says which finding wins:
 * `UNLESS_STAGE`: run and added only when no `stage-imbalance` is on the board.
 * `UNLESS_STAGE_LIKE`: run and added only when no `stage-imbalance` or
   `seq-imbalance` is on the board.
+* `UNLESS_ANY`: run and added only when the board holds no finding at all (a change
+  every rank shares is named only where no comparison across ranks named anything).
 
     findings = arbitrate(Signals(run=run, evidence=evidence, config=config))
 """
@@ -47,6 +49,7 @@ class Settle(str, enum.Enum):
     RING_LINK = "ring-link"
     UNLESS_STAGE = "unless-stage"
     UNLESS_STAGE_LIKE = "unless-stage-like"
+    UNLESS_ANY = "unless-any"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +85,15 @@ PRECEDENCE: tuple[Entry, ...] = (
     Entry(rule="late_arrival", settle=Settle.ADD),
     Entry(rule="stage_without_links", settle=Settle.UNLESS_STAGE),
     Entry(rule="stage_by_compute", settle=Settle.UNLESS_STAGE_LIKE),
+    # Over time, last: a regime change every rank shares, where nothing across ranks stood.
+    Entry(rule="job_wide", settle=Settle.UNLESS_ANY),
 )
 """The `whatif` detector's rules in order, each with how its candidates are settled."""
+
+ACROSS_RANKS: tuple[Entry, ...] = tuple(e for e in PRECEDENCE if e.settle is not Settle.UNLESS_ANY)
+"""The table less the rules over time: what the residual pass runs (`whatif_residual.py`).
+A residual job is the run with the faults found taken out, so its steps change wherever a
+removed fault began or ended; that change is the removal's, not a regime the job shares."""
 
 _LINKS = (Settle.PIPELINE_LINK, Settle.RING_LINK)
 
@@ -134,6 +144,8 @@ def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding
                 continue
             if mode is Settle.UNLESS_STAGE_LIKE and any(
                     f.root_cause in STAGE_LIKE for f in board.findings):
+                continue
+            if mode is Settle.UNLESS_ANY and board.findings:
                 continue
             candidates = entry.run(s, board)
             if mode is Settle.STAGE_SHIFT:

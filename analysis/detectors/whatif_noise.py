@@ -86,6 +86,11 @@ RELAXED: dict[str, Relaxed] = {
     "late_arrival_ratio": Relaxed(1.0, ("late_arrival_ratio",)),
     # a rank's comm excess over job time when no straggler stands out (rule 7)
     "link_share": Relaxed(0.0, ("comm_excess_share",)),
+    # the job's step time over a sustained window over outside it, no finding across
+    # ranks (whatif_rules/job_wide.py): the noise over time
+    "job_wide_ratio": Relaxed(1.0, ("job_wide_ratio",)),
+    # the same, a change carried by compute (every device slowed alike)
+    "job_wide_compute_ratio": Relaxed(1.0, ("job_wide_compute_ratio",)),
 }
 """Threshold field -> how its noise is read. The stage-shift rule reads
 `device_compute_ratio` too, as the lesser of its two readings."""

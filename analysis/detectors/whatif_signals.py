@@ -29,6 +29,7 @@ from stragglerlab.analysis.detectors.signatures import seq_len_correlation, step
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute, over_peers
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
+from stragglerlab.analysis.over_time import ChangePoint, change_point, step_times
 from stragglerlab.p2p_pairs import p2p_pair_latency
 
 
@@ -87,6 +88,13 @@ class Signals:
         """Every P2P send matched with its receive and their latency
         (`stragglerlab.p2p_pairs.p2p_pair_latency`); what the link rule compares."""
         return p2p_pair_latency(self.run.trace)
+
+    @functools.cached_property
+    def step_change(self) -> tuple[np.ndarray, ChangePoint | None]:
+        """(steps, the job's step-time change-point over them): the evidence over time
+        (`analysis.over_time.change_point`), threshold-free."""
+        steps, step_s = step_times(self.run.trace)
+        return steps, change_point(steps, step_s)
 
     @functools.cached_property
     def seq_corr(self) -> float | None:

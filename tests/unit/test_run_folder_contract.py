@@ -150,7 +150,8 @@ def test_trace_goes_through_the_one_parquet_reader(tmp_path: Path, tiny_parquet:
 
 # -- one vocabulary ---------------------------------------------------------------------
 def test_root_causes_are_the_fault_kinds():
-    assert {c.value for c in RootCause} == {k.value for k in FaultKind} | {"none"}
+    assert {c.value for c in RootCause} == ({k.value for k in FaultKind}
+                                            | {"none", "job-wide-comm", "job-wide-compute"})
     assert all(RootCause.of_kind(k).value == k.value for k in FaultKind)
     # old labels still load; old member names are aliases of the same members
     assert RootCause("worker") is RootCause.WORKER is RootCause.SLOW_WORKER

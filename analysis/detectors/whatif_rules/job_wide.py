@@ -1,0 +1,66 @@
+"""Rule `job_wide`: a regime change every rank shares, named by what changed over time.
+
+When no rule across ranks named anything (the arbitration's `UNLESS_ANY`) and the job's
+step time over a sustained window of steps (`analysis.over_time.change_point`: every
+step inside beyond every step outside) changes, the change is reported when it is
+`job_wide_ratio` times its time outside and a communication kind carries it
+(`job-wide-comm`: the kind adding the most time of those that moved by
+`over_time.KIND_RATIO`), or `job_wide_compute_ratio` times when compute does (or no one
+kind moved: `job-wide-compute`). Two thresholds, two noise floors: a busier host slows a
+clean job's compute (a shared 2-core host moved a clean run's step 1.7x), while clean
+runs' communication-carried changes stay far smaller. Reported: the window, the kind,
+whether every rank's own time of the kind moved,
+and the link where send/recv pairs or the ring's order place it (then its ranks are
+named; else none: the whole job). For example: "from step 6, grads-reduce-scatter takes
+13.9x longer on every rank: a shared link or switch, not a straggler". A slow link every
+member of a ring waits on, or the only link of a pipeline, leaves no faster peer for any
+comparison across ranks; only the same ops' own earlier steps show it (design.md, "Over
+time as well as across ranks"). Like a straggler, a regime holds `min_steps` steps (online
+the rules across ranks then see those steps first, and a slow worker's waiting peers are
+not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
+worker's peers wait in the collective, it does not). A failed run is left to the failure
+findings."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.analysis.over_time import over_time
+from stragglerlab.findings import Finding, RootCause
+
+
+def rule(s: Signals, board: Board) -> list[Finding]:
+    """The job-wide regime change, if any (board empty: the arbitration sees to it)."""
+    cfg, run = s.config, s.run
+    steps, cp = s.step_change
+    least = min(cfg.job_wide_ratio, cfg.job_wide_compute_ratio)
+    if cp is None or run.outcome != "ok" or cp.factor < least:
+        return []
+    part = cp.slow_part(steps)
+    if part is None:  # faster over a window with steps on both sides: no slow regime
+        return []
+    if int(np.searchsorted(steps, part[1], side="right")
+           - np.searchsorted(steps, part[0])) < cfg.min_steps:
+        return []  # a regime holds `min_steps`, as a straggler does (the rules across
+        #            ranks then see the same steps first: online it pre-empts none of them)
+    meta = run.meta
+    ot = over_time(run.trace, meta.dp_size, meta.pp_size, ring_step_share=cfg.ring_step_share)
+    if ot.kinds and not ot.kinds[0].every_rank:
+        return []  # the kind carrying it moved on some ranks only: not shared by every rank
+    cause, field = ((RootCause.JOB_WIDE_COMM, "job_wide_ratio") if ot.comm else
+                    (RootCause.JOB_WIDE_COMPUTE, "job_wide_compute_ratio"))
+    threshold = getattr(cfg, field)
+    if cp.factor < threshold:
+        return []
+    ranks = sorted({r for link in ot.links for r in link.ranks})
+    return [Finding([run.rank_ref(r) for r in ranks], part[0], part[1], cause,
+                    confidence=float(min(1.0, 0.5 + (cp.factor - threshold))),
+                    estimated_slowdown=float(cp.factor),
+                    # the statistic under its threshold's name (the noise floor reads it),
+                    # and the threshold in force: configured, or raised just over the
+                    # family's noise over time
+                    detail={"test": "over-time", field: float(cp.factor),
+                            "job_wide_threshold": float(threshold),
+                            "note": ot.note(), "over_time": ot.to_dict()})]
