@@ -69,16 +69,52 @@ def ideal_values(graph: DepGraph, frame: OpFrame, value: np.ndarray,
                  compute_ideal: ComputeIdeal = ComputeIdeal.MEAN) -> np.ndarray:
     """Per node: mean (or median) duration of its optype (compute-like) or median transfer
     (communication)."""
+    return _ideal_of(graph, frame.duration, value, compute_ideal)
+
+
+def _ideal_of(graph: DepGraph, duration: np.ndarray, value: np.ndarray,
+              compute_ideal: ComputeIdeal) -> np.ndarray:
+    """ideal_values over the steps `duration` and `value` ([node, step, dp]) hold."""
     ideal = np.empty(graph.n_nodes)
     for t in np.unique(graph.optype):
         nodes = graph.optype == t
         if t in _COMM_TYPES:
             ideal[nodes] = np.median(value[nodes])
         elif compute_ideal is ComputeIdeal.MEDIAN:
-            ideal[nodes] = np.median(frame.duration[nodes])
+            ideal[nodes] = np.median(duration[nodes])
         else:
-            ideal[nodes] = frame.duration[nodes].mean()
+            ideal[nodes] = duration[nodes].mean()
     return ideal
+
+
+def windowed_ideal(graph: DepGraph, frame: OpFrame, value: np.ndarray,
+                   t_nodelay: np.ndarray, window: int,
+                   compute_ideal: ComputeIdeal = ComputeIdeal.MEAN) -> list[dict]:
+    """The ideal within windows of `window` consecutive steps (`whatif --ideal-window`):
+    each window's ops idealized over that window's steps only, so a job that changes
+    regime within its trace is held against an ideal of its own regime. Per window: its
+    steps, S (mean simulated step over its ideal step), the ideal step in s and per-step S.
+    The paper's cross-step ideal stays the result; this is beside it."""
+    steps = [int(s) for s in frame.steps]
+    out = []
+    for a in range(0, len(steps), window):
+        sel = slice(a, min(a + window, len(steps)))
+        ideal = _ideal_of(graph, frame.duration[:, sel, :], value[:, sel, :], compute_ideal)
+        t_ideal = float(simulate(graph, ideal[:, None, None]).step_time[0])
+        t = t_nodelay[sel]
+        out.append({"first_step": steps[sel][0], "last_step": steps[sel][-1],
+                    "slowdown": float(t.mean() / t_ideal), "step_time_ideal_s": t_ideal,
+                    "step_slowdown": {str(s): float(v / t_ideal)
+                                      for s, v in zip(steps[sel], t)}})
+    return out
+
+
+def windows_note(windows: list[dict], window: int) -> str:
+    """One line of the notes for `windowed_ideal`'s windows."""
+    parts = [f"steps {w['first_step']}-{w['last_step']} S {w['slowdown']:.3f}"
+             for w in windows]
+    return (f"ideal within windows of {window} steps (--ideal-window; the cross-step ideal "
+            "stays the result): " + ", ".join(parts))
 
 
 @dataclass
@@ -125,6 +161,7 @@ def run_whatif(
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
     other_ideals: Iterable[ComputeIdeal] = (),
     replays: ReplaysFactory = Replays,
+    ideal_window: int | None = None,
 ) -> WhatIfRun:
     """Run the full what-if analysis of one trace (compute_ideal: see ComputeIdeal).
 
@@ -132,7 +169,8 @@ def run_whatif(
     them too and lands in `result.variants` (what `stragglerlab whatif` writes
     into whatif.json, so nothing downstream re-analyses the trace). `replays`
     runs the replays (analysis.replays: in this process, or split by steps over
-    Ray workers by stragglerlab.whatif_ray, bit for bit the same).
+    Ray workers by stragglerlab.whatif_ray, bit for bit the same). `ideal_window`: also
+    idealize within windows of that many steps (`windowed_ideal`, result.ideal_windows).
     """
     say = progress or (lambda _msg: None)
     first_step = df["step"].min()
@@ -177,6 +215,11 @@ def run_whatif(
         r.fwd_bwd_correlation = correlation
         r.comm_excess_by_worker = excess
         r.n_ops = int(df.shape[0])
+    if ideal_window is not None:
+        result.ideal_windows = windowed_ideal(graph, frame, value, t_nodelay, ideal_window,
+                                              compute_ideal)
+        result.notes.append(windows_note(result.ideal_windows, ideal_window))
+        say(f"idealized within windows of {ideal_window} steps")
     return WhatIfRun(graph, frame, ideal, result)
 
 

@@ -129,6 +129,10 @@ class WhatIfResult:
     regime_change: dict | None = None
     """A job-wide change of the step time within the trace (analysis.regime.RegimeChange's
     dict), None when there is none."""
+    ideal_windows: list[dict] | None = None
+    """`whatif --ideal-window N`: per window of N steps, its steps, S, ideal step (s) and
+    per-step S with the ideal taken over that window only (analysis.whatif.windowed_ideal);
+    None when not asked."""
     launch_by: dict[str, dict] | None = None
     """Launch-delay attribution, computed when the launch slowdown is >= 1.03 (else None):
     {"optype" | "stage" | "dp_rank": {group: StepSeries of the no-delay frame with that
@@ -238,6 +242,7 @@ class WhatIfResult:
             "sequence_imbalance": (self.fwd_bwd_correlation or 0.0) >= 0.9,
             "notes": self.notes,
             "regime_change": self.regime_change,
+            **({} if self.ideal_windows is None else {"ideal_windows": self.ideal_windows}),
             "compute_ideal": self.compute_ideal,
             "compute_ideals": {name: ideals[name].ideal_json()
                                for name in sorted(ideals, key=_ideal_order)},

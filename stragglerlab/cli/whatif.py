@@ -77,6 +77,11 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--compute-ideal", choices=["mean", "median"], default="mean",
                    help="statistic idealizing compute ops: mean (the paper's) or median "
                         "(robust for jobs with few workers)")
+    p.add_argument("--ideal-window", metavar="N", type=int,
+                   help="also idealize within windows of N steps (a job that changes regime "
+                        "within its trace, held against an ideal of its own regime): each "
+                        "window's S and per-step S in whatif.json `ideal_windows` and the "
+                        "notes; the cross-step ideal stays the result")
     p.add_argument("--force", action="store_true",
                    help="assert the straggling verdict even where the simulation does not "
                         "reproduce the trace within 5%% (the paper's cut); marked FORCED")
@@ -124,6 +129,9 @@ def run(args) -> int:
     from stragglerlab.trace_io import read_trace
 
     _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
+    if args.ideal_window is not None and args.ideal_window < 1:
+        raise InputError(f"--ideal-window {args.ideal_window}: give a window of at least 1 "
+                         "step")
     defaulted = None  # the --run folder whose default --out is used
     if args.run is not None:
         if not args.run.strip():
@@ -135,6 +143,10 @@ def run(args) -> int:
                 raise InputError("--ray-address splits an op-level trace's replays; an "
                                  "unannotated import's what-if runs in one process: drop "
                                  "--ray-address", str(run_dir))
+            if args.ideal_window is not None:
+                raise InputError("--ideal-window windows the op-level what-if; an "
+                                 "unannotated import's what-if names a regime change in its "
+                                 "notes instead: drop --ideal-window", str(run_dir))
             return _general(args, run_dir)
         if not run_dir.is_dir():
             raise InputError("no such folder; --run names a run folder (trace.parquet and "
@@ -173,7 +185,8 @@ def run(args) -> int:
                                                      workers=args.ray_workers, say=progress))
         wr = run_whatif(df, meta, where=str(args.trace), progress=progress,
                         compute_ideal=ComputeIdeal(args.compute_ideal),
-                        other_ideals=list(ComputeIdeal), replays=replays)
+                        other_ideals=list(ComputeIdeal), replays=replays,
+                        ideal_window=args.ideal_window)
         if args.ray_address is not None:
             progress("ray workers: " + "; ".join(
                 f"{c.node_ip} pid {c.pid} {c.n_steps} steps, CPU {c.cpu_s:.2f} s, peak "
