@@ -5,8 +5,8 @@ in every clean run.
 For each workload (DDP, FSDP, pipelining) and seed: a clean run (`torch-<w>`) and a run
 with one worker slowed 2x from step 6 (`torch-<w>-slow`), traced by torch.profiler alone
 (`benchmarks/torch_workloads.py` trains them the same way). Each is imported with the
-general op model and its ground truth (`import kineto --traces RUN/kineto --faults
-RUN/faults.json --out RUN/import-scored`); every detector that runs on an import
+general op model and its ground truth, in the training's layout (`import kineto --traces
+RUN/kineto --faults RUN/faults.json --layout dp=D,pp=P --out RUN/import-scored`); every detector that runs on an import
 (`TraceNeed` not OP_VOCABULARY) is run offline, the step-time ones online too; then
 `stragglerlab score --detector all` over all imports prints the leaderboard.
 
@@ -57,8 +57,12 @@ def main() -> int:
                 train(scenario, seed, run, args.reuse, launcher=args.launcher)
                 imp = run / "import-scored"
                 shutil.rmtree(imp, ignore_errors=True)  # a rerun over --reuse'd runs
+                # The training's layout: the ground truth names workers by (dp_rank,
+                # stage), and pipelining's stages are not in its process groups' names.
+                par = json.loads((run / "run.json").read_text())["scenario"]["parallel"]
                 cli("import", "kineto", "--traces", str(run / "kineto"), "--faults",
-                    str(run / "faults.json"), "--out", str(imp), "--quiet")
+                    str(run / "faults.json"), "--out", str(imp), "--quiet", "--layout",
+                    f"dp={par['dp']},pp={par['pp']}")
                 for name in usable:
                     cli("detect", "--run", str(imp), "--detector", name, "--quiet")
                     if needs[name] is TraceNeed.STEP_TIMES:

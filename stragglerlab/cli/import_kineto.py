@@ -247,7 +247,16 @@ def _general(args, events, layout, out, progress) -> int:
                          "traces' torch version, or annotate the job (docs: 'Analyzing your "
                          "own job')") from None
     notes = res.notes + wi.notes
-    truth = _truth(args, layout_of(res.ops))
+    try:
+        truth = _truth(args, layout_of(res.ops))
+    except InputError as e:
+        if layout is not None:
+            raise
+        # The ground truth names workers by (dp_rank, stage); with no --layout the import
+        # could not tell the stages (each rank its own DP worker), so say that, not "rerun".
+        raise InputError(f"{e}; the import found no pipeline stages in the traces' process "
+                         "groups, so a fault named by (dp_rank, stage) may need the "
+                         "training's layout: pass --layout dp=N,pp=M") from None
     not_another_run(out, _owns(GENERAL_WRITES, truth), _import_wrote, "import")
     with staged_folder(out, owns=_owns(GENERAL_WRITES, truth)) as tmp:
         res.ops.to_parquet(tmp / "ops.parquet", index=False)
