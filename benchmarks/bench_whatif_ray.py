@@ -31,7 +31,6 @@ import argparse
 import importlib.util
 import os
 import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -40,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _scale():
-    """benchmarks/bench_whatif_scale.py (its synth and run_measured): not a package."""
+    """benchmarks/bench_whatif_scale.py (its synth, run_measured and fmt): not a package."""
     spec = importlib.util.spec_from_file_location("bench_whatif_scale",
                                                   HERE / "bench_whatif_scale.py")
     mod = importlib.util.module_from_spec(spec)
@@ -74,13 +73,6 @@ def actor_costs(log: Path) -> list[tuple[float, float]]:
         return []
     return [(float(c), float(p)) for c, p in
             re.findall(r"CPU ([0-9.]+) s, peak ([0-9]+) MiB", line.group(1))]
-
-
-def fmt(values: list[float], digits: int) -> str:
-    med = statistics.median(values)
-    if len(values) == 1:
-        return f"{med:.{digits}f}"
-    return f"{med:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
 def main() -> None:
@@ -144,7 +136,7 @@ def main() -> None:
     load_after = os.getloadavg()
 
     def col(n, key, digits):
-        return fmt([row[key] for row in rows[n]], digits)
+        return scale.fmt([row[key] for row in rows[n]], digits)
 
     print(f"\nDP {args.dp} x PP {args.pp} ({args.dp * args.pp:,} workers, {ops:,} ops, "
           f"{args.steps} steps); simulated cluster of {args.nodes} nodes x 1 CPU on this "

@@ -165,8 +165,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--dir", default="/tmp/stragglerlab-hta-bench")
-    ap.add_argument("--hta-python", default=os.environ.get("STRAGGLERLAB_HTA_PYTHON",
-                                                           "/work/hta-venv/bin/python"))
+    ap.add_argument("--hta-python", default=os.environ.get("STRAGGLERLAB_HTA_PYTHON"),
+                    help="interpreter of a venv with Holistic Trace Analysis installed "
+                         "(default: $STRAGGLERLAB_HTA_PYTHON)")
     ap.add_argument("--sample-ms", type=float, default=20.0)
     ap.add_argument("--mem-limit-gb", type=float, default=12.0)
     ap.add_argument("--out-prefix", default=str(ROOT / "benchmarks" / "hta_load_side_by_side"))
@@ -175,6 +176,9 @@ def main() -> None:
     if a.child:
         child(*a.child)
         return
+    if a.hta_python is None and any(m.startswith("hta") for m in a.modes):
+        ap.error("the hta modes need --hta-python (or $STRAGGLERLAB_HTA_PYTHON): a venv's "
+                 "interpreter with Holistic Trace Analysis installed")
     rows = []
     for mb in a.sizes:
         folder = Path(a.dir) / f"{a.ranks}x{mb:g}mb"

@@ -34,6 +34,7 @@ from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.analysis.replays import ChunkedReplays, Replays, step_parts
 from stragglerlab.errors import InputError
 from stragglerlab.interrupts import keep_sigterm_handler
+from stragglerlab.workloads.placement import loopback_node
 
 LOCAL = "local"
 """--ray-address value that starts a private Ray on this machine (loopback only)."""
@@ -94,22 +95,6 @@ def import_ray():
     return ray
 
 
-@contextlib.contextmanager
-def _loopback_node(ray):
-    """Keep a local Ray's node IP at 127.0.0.1, so its servers bind loopback only (Ray
-    turns a loopback `_node_ip_address` into the host's reachable IP otherwise; the
-    training launcher does the same, tests/e2e/test_ray_private.py checks it there)."""
-    services = ray._private.services
-    original = getattr(services, "resolve_ip_for_localhost", None)
-    if original is not None:
-        services.resolve_ip_for_localhost = lambda host: host
-    try:
-        yield
-    finally:
-        if original is not None:
-            services.resolve_ip_for_localhost = original
-
-
 class RayReplays:
     """A replays factory for run_whatif (analysis.replays.ReplaysFactory) on Ray actors.
 
@@ -151,7 +136,7 @@ class RayReplays:
         with keep_sigterm_handler():
             if self.address == LOCAL:
                 store = max(OBJECT_STORE_FLOOR_BYTES, OBJECT_STORE_PER_VALUE * value_bytes)
-                with _loopback_node(ray):
+                with loopback_node(ray):
                     ray.init(address="local", _node_ip_address=LOOPBACK,
                              include_dashboard=False, logging_level=logging.ERROR,
                              log_to_driver=False, object_store_memory=store, runtime_env=env)

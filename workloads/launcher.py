@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import platform
@@ -63,27 +62,6 @@ def _versions() -> dict:
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "ray": ray.__version__, "stragglerlab": package_version()}
-
-
-@contextlib.contextmanager
-def _loopback_node(ray):
-    """Let ray.init keep node IP 127.0.0.1.
-
-    Ray (2.x) turns a loopback `_node_ip_address` into the host's reachable IP
-    (services.resolve_ip_for_localhost), and its servers then listen on all
-    interfaces; with the node IP left at 127.0.0.1 the GCS, raylet, object
-    manager, agents and workers all bind loopback (checked by
-    tests/e2e/test_ray_private.py).
-    """
-    services = ray._private.services
-    original = getattr(services, "resolve_ip_for_localhost", None)
-    if original is not None:
-        services.resolve_ip_for_localhost = lambda host: host
-    try:
-        yield
-    finally:
-        if original is not None:
-            services.resolve_ip_for_localhost = original
 
 
 def prepare_run_dir(run_dir: Path, keep_monitor: bool = False) -> None:
@@ -146,7 +124,7 @@ def launch(scenario: Scenario, out: str | Path, progress: Progress | None = None
     with recorded(job):
         # Private: every Ray server (GCS, raylet, object manager, agents, workers) binds the
         # node IP, here loopback; gloo/NCCL use `lo` unless a rank has its own namespace.
-        with _loopback_node(ray), keep_sigterm_handler():
+        with pl.loopback_node(ray), keep_sigterm_handler():
             ray.init(address="local", num_cpus=max(world, os.cpu_count() or 1),
                      _node_ip_address=LOOPBACK, include_dashboard=False,
                      logging_level=logging.ERROR, log_to_driver=False,

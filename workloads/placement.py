@@ -20,6 +20,7 @@ cluster.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -193,3 +194,24 @@ def applied_correction(offset_s: float, uncertainty_s: float, same_clock: bool) 
     if same_clock or abs(offset_s) <= uncertainty_s:
         return 0.0
     return offset_s
+
+
+@contextlib.contextmanager
+def loopback_node(ray):
+    """Let ray.init keep node IP 127.0.0.1.
+
+    Ray (2.x) turns a loopback `_node_ip_address` into the host's reachable IP
+    (services.resolve_ip_for_localhost), and its servers then listen on all
+    interfaces; with the node IP left at 127.0.0.1 the GCS, raylet, object
+    manager, agents and workers all bind loopback (checked by
+    tests/e2e/test_ray_private.py).
+    """
+    services = ray._private.services
+    original = getattr(services, "resolve_ip_for_localhost", None)
+    if original is not None:
+        services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        if original is not None:
+            services.resolve_ip_for_localhost = original
