@@ -6,7 +6,8 @@ clean runs move that number is measured here, on clean runs only (never on the r
 rule is scored on), the way the noise floor reads every other threshold
 (`whatif_noise.py`): the detector is run with `job_wide_ratio` and
 `job_wide_compute_ratio` taken away (1.0; a change is one or the other, by the kind
-carrying it, whatever the thresholds) and the statistic it then reports is read, over the whole run (from its whatif.json) and over
+carrying it, whatever the thresholds) and the statistic it then reports is read, over the
+whole run (from its whatif.json) and over
 every sliding window of 4, 6, 8 and 12 steps an online replay or the monitor diagnoses.
 Beside it, per run: the step time's robust spread over time (1.4826 x MAD over the
 median) and the largest change over a sustained window of any one op kind's time per
@@ -20,7 +21,8 @@ the online replay, per 1,000 clean worker-steps.
         [--floor config/noise-floor.yaml]
 
 --floor merges the per-family highest readings into that noise-floor file as the
-`job_wide_ratio` and `job_wide_compute_ratio` statistics (whole run and online windows), keeping every other number
+`job_wide_ratio` and `job_wide_compute_ratio` statistics (whole run and online windows),
+keeping every other number
 and the file's header; it refuses a run with a fault.
 """
 
@@ -43,7 +45,7 @@ from stragglerlab.analysis.detectors.whatif_noise import WINDOW_STEPS
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.over_time import change_point, kind_times, step_times
 from stragglerlab.meta import LayoutFamily
-from stragglerlab.noise_floor import FamilyFloor, read_noise_floor, write_noise_floor
+from stragglerlab.noise_floor import read_noise_floor, write_noise_floor
 from stragglerlab.run_folder import RunFolder
 
 STATS = ("job_wide_ratio", "job_wide_compute_ratio")
