@@ -8,7 +8,8 @@ with one worker slowed 2x from step 6 (`torch-<w>-slow`), traced by torch.profil
 general op model and its ground truth, in the training's layout (`import kineto --traces
 RUN/kineto --faults RUN/faults.json --layout dp=D,pp=P --out RUN/import-scored`); every
 detector that runs on an import (`TraceNeed` not OP_VOCABULARY) is run offline, the
-step-time ones online too; then `stragglerlab score --detector all` over all imports prints the leaderboard.
+step-time ones online too; then `stragglerlab score --detector all` over all imports
+prints the leaderboard.
 
     .venv/bin/python benchmarks/detect_on_imports.py [--seeds 0 1 2] [--reuse]
         [--out results/torch-workloads] [--json results.json] [--launcher local]
