@@ -18,7 +18,11 @@ pure numpy/pandas over a trace (no Ray, no torch, no what-if):
   least MIN_SIDE outside), with its first and last step (last None: to the end), kept
   only where every step inside is longer than every step outside (or shorter): a
   sustained change, not an outlier;
-* `changed_kinds` / `changed_links`: what moved over that window, on which ranks.
+* `changed_kinds` / `changed_links`: what moved over that window, on which ranks;
+* `collective_changes`: each collective kind's time on the rank that waited least in it,
+  per step, against its own earlier steps: the seconds a step it adds over its own
+  change-point window, on every rank (a ring's transfer slowed, however much compute
+  dilutes it in the step time).
 
     ot = over_time(trace, dp=4, pp=1)          # OverTime
     ot.change                                  # ChangePoint | None (step time)
@@ -39,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.p2p_pairs import p2p_pair_latency, receiver_stage
-from stragglerlab.schema import COMMUNICATION_OPS
+from stragglerlab.schema import COMMUNICATION_OPS, P2P_OPS
 
 MIN_SIDE = 2
 """Steps inside a window, and outside it, at least: one step is an outlier, not a regime;
@@ -47,6 +51,10 @@ two are the least an online window can show a new regime with (a regime change i
 alerted on at the second step of the new regime)."""
 COMM_KINDS = frozenset(o.value for o in COMMUNICATION_OPS)
 """Op kinds that are communication (a change they carry is `job-wide-comm`)."""
+COLLECTIVE_KINDS = frozenset(o.value for o in COMMUNICATION_OPS - P2P_OPS)
+"""Communication kinds every member of a group runs together (collectives): the member that
+arrives last waits least, so the least time of the kind over its ranks in a step is the
+collective's own transfer, not waiting (a P2P recv's time is mostly its sender's compute)."""
 RING_MIN = 3
 """DP ranks a ring needs for its order to place a link (`whatif_ring.MIN_RING`)."""
 KIND_RATIO = 1.5
@@ -345,6 +353,80 @@ def changed_links(lt: pd.DataFrame, cp: ChangePoint, steps: np.ndarray,
                                     what=what, within_s=within, outside_s=outside))
     found.sort(key=lambda c: -c.added_s)
     return found
+
+
+@dataclass(kw_only=True)
+class CollectiveChange:
+    """One collective kind's change over time on every rank (`collective_changes`)."""
+
+    kind: str
+    """Op kind (a collective)."""
+    change: ChangePoint
+    """The change-point of its least time over ranks per step."""
+    first_step: int
+    """First step of the slower regime."""
+    last_step: int
+    """Last step of the slower regime (inclusive)."""
+    n_steps: int
+    """Steps in the slower regime."""
+    added_s: float
+    """Seconds a step it adds on every rank in the slower regime (medians of its least time
+    over ranks, inside over outside)."""
+    step_s: float
+    """The job's median step time outside the slower regime, s."""
+
+    @property
+    def share(self) -> float:
+        """added_s over step_s: the share of a normal step the kind adds on every rank (the
+        rule's statistic, `job_wide_kind_share`)."""
+        return self.added_s / self.step_s if self.step_s > 0 else 0.0
+
+    def note(self) -> str:
+        """One line: from when, what, how much (the ranks where a link is placed: caller)."""
+        return (f"from step {self.first_step} to step {self.last_step}, {self.kind} takes "
+                f"{self.change.factor:.1f}x longer on every rank, {self.added_s:.3f} s a "
+                f"step ({self.share:.0%} of a step)")
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        return {"kind": self.kind, "change": self.change.to_dict(),
+                "first_step": self.first_step, "last_step": self.last_step,
+                "added_s": float(self.added_s), "step_s": float(self.step_s),
+                "share": float(self.share)}
+
+
+def collective_changes(trace: pd.DataFrame, ratio: float = KIND_RATIO
+                       ) -> list[CollectiveChange]:
+    """Each collective kind whose least time over its ranks per step changed by `ratio` or
+    more over a sustained window (`change_point`), the largest share of a step first.
+
+    The least time over the ranks that run the kind is what every one of them spent in it:
+    the rank that arrived last waited least, so a clean job's jitter (peers waiting for a
+    slow compute) does not move it, while a slower transfer, which every member waits on,
+    does. Its added seconds a step are held against the job's normal step, so the
+    statistic is a share of a step like the link rules' and does not shrink with the
+    step ratio when compute dominates the step."""
+    steps, sec = step_times(trace)
+    ops = trace[trace["optype"].astype(str).isin(COLLECTIVE_KINDS)]
+    if ops.empty:
+        return []
+    kt = kind_times(ops)
+    out = []
+    for kind, g in kt.groupby("kind", sort=True):
+        least = g.groupby("step")["time_s"].min().reindex(steps).to_numpy(float)
+        cp = change_point(steps, least) if np.isfinite(least).all() else None
+        if cp is None or cp.factor < ratio:
+            continue
+        part = cp.slow_part(steps)
+        if part is None:
+            continue
+        slow = (steps >= part[0]) & (steps <= part[1])
+        added = float(np.median(least[slow]) - np.median(least[~slow]))
+        out.append(CollectiveChange(kind=str(kind), change=cp, first_step=int(part[0]),
+                                    last_step=int(part[1]), n_steps=int(slow.sum()),
+                                    added_s=added, step_s=float(np.median(sec[~slow]))))
+    out.sort(key=lambda c: -c.share)
+    return out
 
 
 @dataclass(kw_only=True)

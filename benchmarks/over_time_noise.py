@@ -6,8 +6,9 @@ clean runs move that number is measured here, on clean runs only (never on the r
 rule is scored on), the way the noise floor reads every other threshold
 (`whatif_noise.py`): the detector is run with `job_wide_ratio` and
 `job_wide_compute_ratio` taken away (1.0; a change is one or the other, by the kind
-carrying it, whatever the thresholds) and the statistic it then reports is read, over the
-whole run (from its whatif.json) and over
+carrying it, whatever the thresholds) and `job_wide_kind_share` too (0: a collective
+kind's added time on every rank, as a share of the step) and the statistic it then
+reports is read, over the whole run (from its whatif.json) and over
 every sliding window of 4, 6, 8 and 12 steps an online replay or the monitor diagnoses.
 Beside it, per run: the step time's robust spread over time (1.4826 x MAD over the
 median) and the largest change over a sustained window of any one op kind's time per
@@ -21,9 +22,9 @@ the online replay, per 1,000 clean worker-steps.
         [--floor config/noise-floor.yaml]
 
 --floor merges the per-family highest readings into that noise-floor file as the
-`job_wide_ratio` and `job_wide_compute_ratio` statistics (whole run and online windows),
-keeping every other number
-and the file's header; it refuses a run with a fault.
+`job_wide_ratio`, `job_wide_compute_ratio` and `job_wide_kind_share` statistics (whole
+run and online windows; --floor-stats: only these), keeping every other number and the
+file's header; it refuses a run with a fault.
 """
 
 from __future__ import annotations
@@ -48,8 +49,11 @@ from stragglerlab.meta import LayoutFamily
 from stragglerlab.noise_floor import read_noise_floor, write_noise_floor
 from stragglerlab.run_folder import RunFolder
 
-STATS = ("job_wide_ratio", "job_wide_compute_ratio")
-"""The job-wide rule's two statistics (a change carried by communication, by compute)."""
+STATS = ("job_wide_ratio", "job_wide_compute_ratio", "job_wide_kind_share")
+"""The job-wide rule's three statistics (a change of the step carried by communication, by
+compute; a collective kind's added time on every rank)."""
+RELAXED_TO = {"job_wide_ratio": 1.0, "job_wide_compute_ratio": 1.0, "job_wide_kind_share": 0.0}
+"""The value that takes each threshold away."""
 
 
 def _reading(findings, stat: str) -> float | None:
@@ -63,7 +67,7 @@ def measure(path: str, online: bool) -> dict:
     if folder.faults:
         raise SystemExit(f"{path}: has faults; the noise over time is measured on clean runs only")
     run = load_run(path)
-    relaxed = replace(WhatIfDetectorConfig(), **dict.fromkeys(STATS, 1.0))
+    relaxed = replace(WhatIfDetectorConfig(), **RELAXED_TO)
     whole = Signals(run=run, evidence=read_evidence(run), config=relaxed)
     out: dict = {"run": path, "layout": f"dp{run.meta.dp_size}-pp{run.meta.pp_size}",
                  "family": LayoutFamily.of(run.meta.dp_size, run.meta.pp_size).value,
@@ -111,8 +115,8 @@ def measure(path: str, online: bool) -> dict:
     return out
 
 
-def merge(floor_path: Path, rows: list[dict]) -> None:
-    """Write the per-family highest readings into the floor file as `job_wide_ratio`."""
+def merge(floor_path: Path, rows: list[dict], stats: tuple[str, ...] = STATS) -> None:
+    """Write the per-family highest readings of `stats` into the floor file."""
     floor = read_noise_floor(floor_path)
     header = "".join(line[2:] if line.startswith("# ") else line[1:]
                      for line in floor_path.read_text().splitlines(keepends=True)
@@ -126,19 +130,19 @@ def merge(floor_path: Path, rows: list[dict]) -> None:
         old = fams.get(lf)
         if old is None:
             continue
-        stats = dict(old.statistics)
+        fam_stats = dict(old.statistics)
         online = {w: dict(v) for w, v in old.online.items()}
-        for stat in STATS:
+        for stat in stats:
             whole = [r[stat] for r in mine if r[stat] is not None]
             if whole:
-                stats[stat] = max(whole)
+                fam_stats[stat] = max(whole)
             for w in WINDOW_STEPS:
                 vals = [r["online"][w][stat] for r in mine
                         if r["online"][w][stat] is not None]
                 if vals:
                     online.setdefault(w, {})[stat] = max(vals)
-        fams[lf] = replace(old, statistics=stats, online=online)
-    note = ("job_wide_ratio, job_wide_compute_ratio: the job-wide rule's noise over time, "
+        fams[lf] = replace(old, statistics=fam_stats, online=online)
+    note = (", ".join(stats) + ": the job-wide rule's noise over time, "
             "added by\nbenchmarks/over_time_noise.py --floor on fresh clean runs of its own ("
             + ", ".join(f"{k} {v}" for k, v in sorted(n_by.items())) + "), not the runs above.\n")
     lines = header.splitlines(keepends=True)
@@ -156,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--online", action="store_true", help="also replay the detector online")
     p.add_argument("--json", help="write the per-run rows here")
     p.add_argument("--floor", help="merge the readings into this noise-floor file")
+    p.add_argument("--floor-stats", nargs="+", choices=STATS, default=list(STATS),
+                   help="merge only these statistics (default: all three)")
     a = p.parse_args(argv)
     rows = []
     for path in a.runs:
@@ -188,8 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     if a.floor:
-        merge(Path(a.floor), rows)
-        print(f"merged {', '.join(STATS)} into {a.floor}")
+        merge(Path(a.floor), rows, tuple(a.floor_stats))
+        print(f"merged {', '.join(a.floor_stats)} into {a.floor}")
     return 0
 
 

@@ -189,6 +189,17 @@ class WhatIfDetectorConfig:
     clean runs of six layouts, seed set A), which the floor's `job_wide_compute_ratio`
     holds it over; communication-carried changes on the same runs read at most 1.28 over a
     run and 1.38 over a window (pure DP), 1.17 (DP x PP), 1.04 (pure PP), under 1.5."""
+    job_wide_kind_share: float = 0.05
+    """A job-wide regime change carried by one collective kind
+    (`whatif_rules/job_wide.py`, `analysis.over_time.collective_changes`): named when the
+    kind's least time over its ranks per step (the time every member spent in it) adds this
+    share of the job's normal step or more over a sustained window of `min_steps` steps,
+    and no rule across ranks nor the step ratio named anything. The step ratio is diluted
+    by compute (a DP 4 ring with one throttled link moved a loaded host's step 1.23-1.39x,
+    under its floor); the kind's added time is not. The share of `ring_step_share`'s
+    value: the least a link's cost is called a cost. The floor's `job_wide_kind_share`,
+    measured on clean runs only (`benchmarks/over_time_noise.py`), raises it over the
+    noise over time."""
     online_window_steps: int = 12
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01

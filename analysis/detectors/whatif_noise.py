@@ -91,6 +91,9 @@ RELAXED: dict[str, Relaxed] = {
     "job_wide_ratio": Relaxed(1.0, ("job_wide_ratio",)),
     # the same, a change carried by compute (every device slowed alike)
     "job_wide_compute_ratio": Relaxed(1.0, ("job_wide_compute_ratio",)),
+    # a collective kind's added time on every rank over its own earlier steps, share of
+    # the normal step (whatif_rules/job_wide.py)
+    "job_wide_kind_share": Relaxed(0.0, ("job_wide_kind_share",)),
 }
 """Threshold field -> how its noise is read. The stage-shift rule reads
 `device_compute_ratio` too, as the lesser of its two readings."""

@@ -201,3 +201,47 @@ def test_a_failed_run_gets_no_job_wide_finding():
     run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
               outcome="failed")
     assert rule(Signals(run=run, evidence=None, config=WhatIfDetectorConfig()), Board()) == []
+
+
+def test_a_collective_kinds_added_time_on_every_rank_is_its_least_over_ranks():
+    from stragglerlab.analysis.over_time import collective_changes
+
+    # Every member's reduce-scatter 1.6x from step 6: 0.03 s a step on every rank.
+    got = collective_changes(_dp_trace(4, 12, slow_from=6, factor=1.6))
+    assert [c.kind for c in got] == ["grads-reduce-scatter"]
+    c = got[0]
+    assert (c.first_step, c.last_step, c.n_steps) == (6, 11, 6)
+    assert c.added_s == pytest.approx(0.03, rel=0.1)
+    assert c.share == pytest.approx(0.03 / 0.17, rel=0.1)
+    assert c.note().startswith("from step 6 to step 11, grads-reduce-scatter takes 1.6x")
+    # Peers waiting in it for one slow rank: the slow rank itself does not wait, so the
+    # least time over ranks, and so the statistic, does not move.
+    waiting = _dp_trace(4, 12)
+    rs = (waiting["optype"] == "grads-reduce-scatter") & (waiting["step"] >= 6) \
+        & (waiting["rank"] != 3)
+    waiting.loc[rs, "duration"] += 0.2
+    assert collective_changes(waiting) == []
+    assert collective_changes(_dp_trace(4, 12)) == []
+
+
+def test_the_rule_names_a_collective_change_the_step_ratio_is_too_diluted_for():
+    # Compute dominates: the step moves under job_wide_ratio, the kind adds 18 % of a step.
+    diluted = _dp_trace(4, 12, slow_from=6, factor=1.6)
+    steps, sec = step_times(diluted)
+    assert change_point(steps, sec).factor < WhatIfDetectorConfig().job_wide_ratio
+    f, = _rule(diluted, 4, 1)
+    assert f.root_cause is RootCause.JOB_WIDE_COMM and (f.first_step, f.last_step) == (6, 11)
+    assert f.detail["job_wide_kind_share"] == pytest.approx(0.18, abs=0.02)
+    assert f.detail["note"].startswith("from step 6 to step 11, grads-reduce-scatter")
+    assert f.detail["note"].endswith("a shared link or switch, not a straggler")
+    # Under its threshold (a kind 1.6x as long adding 3 % of a step): nothing.
+    small = _dp_trace(4, 12, slow_from=6, factor=1.6)
+    small.loc[small["optype"] == "forward-compute", "duration"] *= 10
+    assert _rule(_rescaled(small), 4, 1) == []
+
+
+def _rescaled(trace: pd.DataFrame) -> pd.DataFrame:
+    """The ops laid end to end again per rank after their durations changed."""
+    out = trace.sort_values(["rank", "step", "start_ts"]).copy()
+    out["start_ts"] = out.groupby("rank")["duration"].cumsum() - out["duration"]
+    return out

@@ -19,7 +19,17 @@ time as well as across ranks"). Like a straggler, a regime holds `min_steps` ste
 the rules across ranks then see those steps first, and a slow worker's waiting peers are
 not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
 worker's peers wait in the collective, it does not). A failed run is left to the failure
-findings."""
+findings.
+
+Where compute dominates the step, a ring's slower transfer moves the step time little (a
+DP 4 ring with one throttled link on a loaded host: 1.23-1.39x, under the step's own noise
+over time). So a collective kind's own time is held against its own earlier steps as well
+(`analysis.over_time.collective_changes`): its least time over ranks per step, the time
+every member spent in it, adding `job_wide_kind_share` of a normal step or more over a
+sustained window of `min_steps` steps is named `job-wide-comm` too, with the kind's own
+window. The share is held to its clean noise over time like the step ratio (the floor's
+`job_wide_kind_share`); a change of the step time already named takes precedence, and
+its finding carries the share too (the noise floor reads it either way)."""
 
 from __future__ import annotations
 
@@ -27,16 +37,32 @@ import numpy as np
 
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.analysis.over_time import over_time
+from stragglerlab.analysis.over_time import (
+    KIND_RATIO,
+    CollectiveChange,
+    changed_links,
+    collective_changes,
+    link_times,
+    over_time,
+)
 from stragglerlab.findings import Finding, RootCause
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
     """The job-wide regime change, if any (board empty: the arbitration sees to it)."""
+    if s.run.outcome != "ok":
+        return []
+    kind = next((c for c in collective_changes(s.run.trace)
+                 if c.n_steps >= s.config.min_steps and c.added_s > 0), None)
+    return _step_change(s, kind) or _kind_change(s, kind)
+
+
+def _step_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
+    """The job's step time changed beyond `job_wide_ratio` (or the compute ratio)."""
     cfg, run = s.config, s.run
     steps, cp = s.step_change
     least = min(cfg.job_wide_ratio, cfg.job_wide_compute_ratio)
-    if cp is None or run.outcome != "ok" or cp.factor < least:
+    if cp is None or cp.factor < least:
         return []
     part = cp.slow_part(steps)
     if part is None:  # faster over a window with steps on both sides: no slow regime
@@ -63,4 +89,30 @@ def rule(s: Signals, board: Board) -> list[Finding]:
                     # family's noise over time
                     detail={"test": "over-time", field: float(cp.factor),
                             "job_wide_threshold": float(threshold),
+                            **({} if kind is None else
+                               {"job_wide_kind_share": float(kind.share)}),
                             "note": ot.note(), "over_time": ot.to_dict()})]
+
+
+def _kind_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
+    """A collective kind adds `job_wide_kind_share` of a step or more on every rank."""
+    cfg, run = s.config, s.run
+    if kind is None or kind.share < cfg.job_wide_kind_share:
+        return []
+    meta = run.meta
+    steps = np.unique(run.trace["step"])
+    links = changed_links(link_times(run.trace, meta.dp_size, meta.pp_size, steps),
+                          kind.change, steps, KIND_RATIO, cfg.ring_step_share, kind.step_s)
+    ranks = sorted({r for link in links for r in link.ranks})
+    where = f" ({'; '.join(c.link for c in links)})" if links else ""
+    note = f"{kind.note()}{where}: a shared link or switch, not a straggler"
+    return [Finding([run.rank_ref(r) for r in ranks], kind.first_step, kind.last_step,
+                    RootCause.JOB_WIDE_COMM,
+                    confidence=float(min(1.0, 0.5 + (kind.share - cfg.job_wide_kind_share))),
+                    estimated_slowdown=float(1 + kind.share),
+                    detail={"test": "over-time, collective kind",
+                            "job_wide_kind_share": float(kind.share),
+                            "job_wide_threshold": float(cfg.job_wide_kind_share),
+                            "note": note, "collective_change": kind.to_dict(),
+                            "links": [c.to_dict() for c in links]})]
+
