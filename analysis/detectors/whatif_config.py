@@ -198,8 +198,11 @@ class WhatIfDetectorConfig:
     by compute (a DP 4 ring with one throttled link moved a loaded host's step 1.23-1.39x,
     under its floor); the kind's added time is not. The share of `ring_step_share`'s
     value: the least a link's cost is called a cost. The floor's `job_wide_kind_share`,
-    measured on clean runs only (`benchmarks/over_time_noise.py`), raises it over the
-    noise over time."""
+    measured on clean runs only (`benchmarks/over_time_noise.py`: the six clean layouts
+    at dev seeds 0-1, at most 0.005 over a run and 0.020 over a window in pure DP), raises
+    it over the noise over time; set before any scored run, not moved since. Dev: the
+    one-link DP 4 rings of seeds 0-1, their compute stretched 5x to a loaded host's step,
+    read 0.13 and 0.11 (`tests/unit/test_job_wide_collective.py`)."""
     online_window_steps: int = 12
     """Online mode analyses this many latest steps after each step (a sliding window)."""
     gc_min_share: float = 0.01
