@@ -77,3 +77,11 @@ def test_under_compute_the_collective_kinds_added_time_names_it(run):
     assert f.detail["note"].startswith("from step 6 to step 11, grads-reduce-scatter takes")
     assert "ring of stage 0, rank 2's links" in f.detail["note"]
 
+
+
+def test_online_it_is_alerted_within_three_steps_of_its_start(run):
+    loaded = Run(_stretched(run.trace, 5.0), run.meta, run.path, testbed=True)
+    found = WhatIfDetector().detect_online(loaded)
+    assert [(f.root_cause, f.first_step, f.last_step) for f in found] == [
+        (RootCause.JOB_WIDE_COMM, 6, 11)]
+    assert 6 <= found[0].detected_at_step <= 6 + 3
