@@ -65,11 +65,36 @@ def inner_join(left: Sequence[np.ndarray], right: Sequence[np.ndarray]
     return li, r_order[r_start[lcode][li] + j]
 
 
+def group_value_order(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`np.lexsort((values, key))` (rows by integer key >= 0, then value, NaN last, ties
+    in row order) from two sorts of plain numbers instead of two stable sorts: the values'
+    dense rank (equal values share it, as the lexsort treats them alike) folds into one
+    integer per row with the key and the row, and those integers are all distinct."""
+    n = len(values)
+    key = np.asarray(key, dtype=np.int64)
+    if n == 0 or key.min() < 0 or (int(key.max()) + 1) * (n + 1) * n >= 2**62:
+        return np.lexsort((values, key))
+    by_value = np.argsort(values)  # any order among equal values: the rank is shared
+    v = values[by_value]
+    nan = np.isnan(v)  # NaN sorts last; all NaN share one rank, as in the lexsort
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    new[1:] = (v[1:] != v[:-1]) & ~(nan[1:] & nan[:-1])
+    dense = np.empty(n, dtype=np.int64)
+    dense[by_value] = np.cumsum(new) - 1
+    return np.sort((key * (n + 1) + dense) * n + np.arange(n)) % n
+
+
+def sorted_in_groups(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """`values` by group, then by value within a group (NaN last):
+    `values[np.lexsort((values, key))]`."""
+    return values[group_value_order(key, values)]
+
+
 def group_median(key: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
     """Per group 0..n_groups-1, the median of its non-NaN values (NaN where none), as
     pandas' groupby median: an even count takes the mean of the two middle values."""
-    order = np.lexsort((values, key))  # by group, then value; NaN sorts last in a group
-    v = values[order]
+    v = sorted_in_groups(key, values)  # by group, then value; NaN sorts last in a group
     size = np.bincount(key, minlength=n_groups)
     valid = np.bincount(key[~np.isnan(values)], minlength=n_groups)
     start = np.cumsum(size) - size
@@ -86,8 +111,7 @@ def group_quantiles(key: np.ndarray, values: np.ndarray, n_groups: int,
     """Per quantile q, per group 0..n_groups-1: the q-quantile of the group's non-NaN
     values (NaN where none), linear, as pandas' groupby quantile computes it: the value
     at floor(q (n - 1)) plus the fraction of the gap to the next (not numpy's formula)."""
-    order = np.lexsort((values, key))  # NaN sorts last in a group
-    v = values[order]
+    v = sorted_in_groups(key, values)  # NaN sorts last in a group
     size = np.bincount(key, minlength=n_groups)
     valid = np.bincount(key[~np.isnan(values)], minlength=n_groups)
     start = np.cumsum(size) - size

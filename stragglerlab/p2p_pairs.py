@@ -19,7 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.grouped import group_median, group_quantiles, inner_join, optype_masks, row_codes
+from stragglerlab.grouped import (
+    group_median,
+    group_quantiles,
+    group_value_order,
+    inner_join,
+    optype_masks,
+    row_codes,
+)
 
 _KEYS = ["step", "dp_rank", "stage", "seq_id"]
 _DIRECTIONS = (("forward", 1), ("backward", -1))
@@ -351,14 +358,16 @@ def _leave_one_out_quantiles(values: np.ndarray, group: np.ndarray, member: np.n
     """
     n_groups = int(max(group.max(), want_group.max())) + 1
     n_members = int(max(member.max(), want_member.max())) + 1
-    order = np.lexsort((values, group))
+    order = group_value_order(group, values)  # np.lexsort((values, group))
     v, g, m = values[order], group[order], member[order]
     size = np.bincount(g, minlength=n_groups)
     start = np.cumsum(size) - size
     rank = np.arange(len(v)) - start[g]
     # The member's ranks per (group, member) segment, ascending, as p_j - j.
     seg_key = g * n_members + m
-    seg_order = np.lexsort((rank, seg_key))
+    # np.lexsort((rank, seg_key)): the pairs (seg_key, rank) are distinct, one integer each
+    seg_order = np.argsort(seg_key * len(v) + rank) \
+        if (int(seg_key.max()) + 1) * len(v) < 2**62 else np.lexsort((rank, seg_key))
     seg_key, seg_rank = seg_key[seg_order], rank[seg_order]
     keys, seg_start, seg_size = np.unique(seg_key, return_index=True, return_counts=True)
     seg = np.searchsorted(keys, seg_key)

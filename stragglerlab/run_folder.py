@@ -33,7 +33,10 @@ RunFolder object.
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -348,13 +351,30 @@ class RunFolder:
         """The findings the detector wrote for this run."""
         return self.findings_document(detector, online).findings
 
-    def status(self) -> dict[int, dict]:
-        """Live per-rank progress {rank: {step, ...}}; not cached, mid-write files skipped."""
+    def status(self, seen: dict | None = None) -> dict[int, dict]:
+        """Live per-rank progress {rank: {step, ...}}, read afresh; mid-write files skipped.
+        `seen`: a dict the caller keeps between looks (a monitor at 1,024 ranks reads every
+        file per look otherwise): a file whose inode, size and mtime are those of its last
+        read is not read again (the trainer replaces a status file, a new inode)."""
         out: dict[int, dict] = {}
         folder = self.path / STATUS_DIR
-        for p in sorted(folder.glob("rank*.json")) if folder.is_dir() else []:
-            if not p.is_file():  # a pipe would block the read (the trainer writes files)
+        try:
+            names = sorted(n for n in os.listdir(folder) if fnmatch.fnmatchcase(n, "rank*.json"))
+        except OSError:  # no status/ (yet, or any more)
+            names = []
+        for name in names:
+            p = folder / name
+            try:
+                st = p.stat()
+            except OSError:
+                st = None
+            if st is None or not stat.S_ISREG(st.st_mode):
+                # a pipe would block the read (the trainer writes files)
                 _not_something_else(p, "the trainer's rank<N>.json")
+                continue
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if seen is not None and name in seen and seen[name][0] == key:
+                out[int(p.stem[4:])] = seen[name][1]
                 continue
             try:
                 raw = json.loads(p.read_text())
@@ -365,13 +385,16 @@ class RunFolder:
                 raise InputError(f"a rank status file holds {type(raw).__name__}, not the "
                                  "{step, ...} object the trainer writes (or its name is not "
                                  "rank<N>.json); delete it or rerun the training", str(p))
+            if seen is not None:
+                seen[name] = (key, raw)
             out[int(p.stem[4:])] = raw
         return out
 
-    def last_step_by_rank(self) -> dict[int, int]:
-        """Last step each rank finished, from status/ (tells a hung or dead rank)."""
+    def last_step_by_rank(self, seen: dict | None = None) -> dict[int, int]:
+        """Last step each rank finished, from status/ (tells a hung or dead rank); `seen`:
+        as for `status`."""
         out = {}
-        for rank, s in self.status().items():
+        for rank, s in self.status(seen).items():
             step = s.get("step", -1)
             if not isinstance(step, int) or isinstance(step, bool) or step < -1:
                 raise InputError(f"step {str(step)[:40]!r} is not a step number (an integer "

@@ -91,6 +91,8 @@ class Monitor:
         self.reported: set[str] = {d["message"] for d in lines if d.get("kind") == "error"}
         self.found_at = time.time()
         self.status: dict[int, int] = {}
+        self._status_seen: dict = {}
+        """status/ files as last read (RunFolder.status skips the unchanged ones)."""
         """status/rank<r>.json's last finished step by rank, as of the last look."""
         if self.last_step >= 0:
             self.log(f"resuming after step {self.last_step} ({len(lines)} history lines)")
@@ -280,7 +282,7 @@ class Monitor:
 
     def _status(self) -> dict[int, int]:
         try:
-            return self.folder.last_step_by_rank()
+            return self.folder.last_step_by_rank(self._status_seen)
         except InputError as e:
             self.error(str(e))
             return {}

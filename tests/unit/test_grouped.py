@@ -10,6 +10,7 @@ from stragglerlab.grouped import (
     group_median,
     group_quantiles,
     group_sum,
+    group_value_order,
     inner_join,
     optype_mask,
     optype_masks,
@@ -51,6 +52,26 @@ def test_sum_median_quantiles_match_pandas(order):
         table = by.quantile(list(qs)).unstack().reindex(index=range(groups), columns=list(qs))
         for q, got in zip(qs, group_quantiles(key, values, groups, qs)):
             assert np.array_equal(got, table[q].to_numpy(), equal_nan=True)
+
+
+@pytest.mark.parametrize("order", sorted(KEY_ORDERS))
+def test_group_value_order_is_the_lexsort(order):
+    """Rows by key then value, ties (equal values, -0.0 and 0.0, every NaN) in row order:
+    the same permutation as np.lexsort, so a value picked by position keeps its sign bit."""
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        n, g = int(rng.integers(1, 300)), int(rng.integers(1, 40))
+        key = KEY_ORDERS[order](rng, n, g)
+        values = _values(rng, n, nan=trial % 2 == 0)
+        if trial % 3 == 0:  # signed zeros and NaN of either sign among the ties
+            values[rng.random(n) < 0.2] = -0.0
+            values[rng.random(n) < 0.2] = 0.0
+            values[rng.random(n) < 0.1] = -np.nan
+        assert np.array_equal(group_value_order(key, values), np.lexsort((values, key)))
+    big = np.array([2**40, 0, 2**40, 5])  # a key too large to fold: the lexsort itself
+    assert np.array_equal(group_value_order(big, np.array([1.0, 2.0, 0.5, np.nan])),
+                          np.lexsort((np.array([1.0, 2.0, 0.5, np.nan]), big)))
+    assert len(group_value_order(np.zeros(0, dtype=np.int64), np.zeros(0))) == 0
 
 
 def test_row_codes_number_groups_as_a_sorted_groupby():
