@@ -163,3 +163,36 @@ def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
     assert merge_links([chose], [], [both], dp=2) == [chose]
     # A slow device on one end is another fault: the link is still named.
     assert merge_links([slow], [], [both], dp=2) == [slow, both]
+
+
+def test_stage_transfers_are_each_stages_transfer_by_rank():
+    """The one-pass transfers of every stage's ring give transfer_by_rank's numbers on that
+    stage's ops, bit for bit (the live monitor's window at 1,024 workers reads them so)."""
+    from stragglerlab.analysis.detectors.whatif_ring import (
+        ALL_GATHER,
+        REDUCE_SCATTER,
+        stage_transfers,
+        transfer_by_rank,
+    )
+    from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+
+    traces = [_ring_run(5, 2, n_steps=6).trace]
+    for dp, pp in ((4, 3), (3, 2)):
+        df, _ = synthesize_trace(SyntheticConfig(
+            dp_size=dp, pp_size=pp, n_microbatches=4, n_steps=6,
+            slow_workers=(SlowWorker(1, pp - 1, 1.5, 2),)))
+        traces.append(df)
+        shuffled = df.sample(frac=1.0, random_state=1)  # rows in no group order (Kahan sums)
+        traces.append(shuffled)
+    for trace in traces:
+        dp = int(trace["dp_rank"].max()) + 1
+        for steps in (np.arange(6), np.arange(1, 5), np.array([0, 2, 3])):
+            for op in (REDUCE_SCATTER, ALL_GATHER, "forward-compute", "gc-none"):
+                got = stage_transfers(trace, op, dp, steps)
+                for stage, ops in trace.groupby("stage", sort=True):
+                    want = transfer_by_rank(ops, op, dp, steps)
+                    if want is None:
+                        assert got[stage] is None
+                    else:
+                        assert got[stage].tobytes() == want.tobytes()
+                assert list(got) == sorted(trace["stage"].unique().tolist())
