@@ -36,6 +36,16 @@ def row_codes(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     n = len(keys[0]) if keys else 0
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
+    folded = _fold(keys)
+    if folded is not None:  # one integer per row, ascending as the keys: its dense rank
+        order = np.argsort(folded)  # equal integers get one code, whatever their order
+        srt = folded[order]
+        new = np.empty(n, dtype=bool)
+        new[0] = True
+        new[1:] = srt[1:] != srt[:-1]
+        codes = np.empty(n, dtype=np.int64)
+        codes[order] = np.cumsum(new) - 1
+        return codes, int(new.sum())
     order = np.lexsort(tuple(reversed([np.asarray(k) for k in keys])))
     new = np.zeros(n, dtype=bool)
     new[0] = True
@@ -45,6 +55,22 @@ def row_codes(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     codes = np.empty(n, dtype=np.int64)
     codes[order] = np.cumsum(new) - 1
     return codes, int(new.sum())
+
+
+def _fold(keys: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Integer (or bool) keys as one int64 per row, in the keys' lexicographic order (the
+    first most significant); None for other dtypes or when the ranges do not fit 62 bits."""
+    arrays = [np.asarray(k) for k in keys]
+    if not all(a.dtype.kind in "iub" for a in arrays):
+        return None
+    out, span = np.zeros(len(arrays[0]), dtype=np.int64), 1
+    for a in reversed(arrays):  # the last key least significant
+        lo, hi = int(a.min()), int(a.max())
+        if span * (hi - lo + 1) >= 2**62 or hi >= 2**63:
+            return None
+        out += (a.astype(np.int64) - lo) * span
+        span *= hi - lo + 1
+    return out
 
 
 def inner_join(left: Sequence[np.ndarray], right: Sequence[np.ndarray]

@@ -63,3 +63,29 @@ def check_records(rec: np.ndarray, last_step: int) -> str | None:
         return (f"an op of step {int(rec['step'][i])} ends before it starts "
                 f"({float(rec['end'][i]):.6f} < {float(rec['start'][i]):.6f} s)")
     return None
+
+
+def all_fine(chunks: list[np.ndarray], last_steps: list[int]) -> bool:
+    """Whether `check_records(chunks[i], last_steps[i])` finds nothing wrong for every i:
+    its tests on all the chunks at once (the monitor's look at 1,024 ranks' new records);
+    False says only that some chunk must be checked alone."""
+    if not chunks:
+        return True
+    rec = np.frombuffer(b"".join(c.tobytes() for c in chunks), dtype=RECORD)
+    sizes = np.array([len(c) for c in chunks])
+    first = np.cumsum(sizes) - sizes
+    if (sizes == 0).any():
+        return False
+    opt, steps = rec["optype"], rec["step"]
+    if ((opt < 0) | (opt >= len(OPTYPE_VALUES))).any() or (steps < 0).any() \
+            or (steps > MAX_STEP).any():
+        return False
+    back = np.diff(steps) < 0
+    back[first[1:] - 1] = False  # a chunk's first record follows another chunk's last
+    if back.any() or (steps[first] < np.asarray(last_steps)).any():
+        return False
+    for name in ("start", "end"):
+        t = rec[name]
+        if not np.isfinite(t).all() or (np.abs(t) > MAX_ABS_TIME_S).any():
+            return False
+    return not (rec["end"] < rec["start"]).any()

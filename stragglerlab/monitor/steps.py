@@ -62,6 +62,14 @@ class StepBuffer:
             self.in_order[rank] = self.in_order.get(rank, True) and ordered and (
                 prev is None or not len(steps) or int(steps[0]) >= prev)
             self.last_step[rank] = int(steps[-1])
+            if ordered and steps[0] == steps[-1]:  # one step (a look per step): one segment
+                s, end = int(steps[0]), float(rec["end"].max())
+                self.present.setdefault(rank, set()).add(s)
+                opt = self.optimizer_steps.setdefault(rank, set())
+                if (rec["optype"] == _OPTIMIZER).any():
+                    opt.add(s)
+                self.step_end[s] = max(self.step_end.get(s, end), end)
+                continue
             order = slice(None) if ordered else np.argsort(steps, kind="stable")
             steps, end = steps[order], rec["end"][order]
             opt = (rec["optype"] == _OPTIMIZER)[order]

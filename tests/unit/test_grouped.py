@@ -83,6 +83,33 @@ def test_row_codes_number_groups_as_a_sorted_groupby():
     assert row_codes([np.zeros(0, dtype=np.int64)])[1] == 0
 
 
+def test_row_codes_fold_integer_keys_as_the_lexsort_numbers_them():
+    """Integer keys folded into one integer per row give the codes of the lexsort's groups
+    (negative keys, bools, a key too wide to fold, a float key)."""
+
+    def by_lexsort(keys):
+        order = np.lexsort(tuple(reversed(keys)))
+        new = np.zeros(len(order), dtype=bool)
+        new[0] = True
+        for k in keys:
+            new[1:] |= k[order][1:] != k[order][:-1]
+        codes = np.empty(len(order), dtype=np.int64)
+        codes[order] = np.cumsum(new) - 1
+        return codes, int(new.sum())
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        keys = [rng.integers(-5, 9, n), rng.integers(0, 3, n) == 1, rng.integers(0, 50, n)]
+        if trial % 4 == 1:
+            keys.append(rng.integers(-2**61, 2**61, n))  # too wide to fold with the rest
+        if trial % 4 == 2:
+            keys.append(np.round(rng.normal(size=n), 1))  # a float key
+        got, n_codes = row_codes(keys)
+        want, n_want = by_lexsort(keys)
+        assert n_codes == n_want and np.array_equal(got, want)
+
+
 def test_inner_join_rows_come_in_merge_order():
     rng = np.random.default_rng(2)
     for _ in range(100):
