@@ -37,6 +37,7 @@ import fnmatch
 import json
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +79,11 @@ PLOT_DIR = "plot"
 
 WHATIF_FIX = "rerun `stragglerlab whatif --run <run folder>` to rewrite it"
 META_FIX = "fix the sizes (dp_size, pp_size, ...) or rerun `stragglerlab train`"
+
+
+STATUS_SETTLED_NS = 100_000_000
+"""A status file read this long after its mtime (ns) is kept by `RunFolder.status`'s
+`seen` (file systems stamp mtimes in ticks of a few ms)."""
 
 
 def _not_something_else(path: Path, what: str) -> None:
@@ -355,7 +361,10 @@ class RunFolder:
         """Live per-rank progress {rank: {step, ...}}, read afresh; mid-write files skipped.
         `seen`: a dict the caller keeps between looks (a monitor at 1,024 ranks reads every
         file per look otherwise): a file whose inode, size and mtime are those of its last
-        read is not read again (the trainer replaces a status file, a new inode)."""
+        read is not read again (the trainer replaces a status file: a new inode, or a
+        freed one reused with a later mtime), if that read came `STATUS_SETTLED_NS` after
+        its mtime (a file system's coarse mtime could give a rewrite within the same tick
+        the same key)."""
         out: dict[int, dict] = {}
         folder = self.path / STATUS_DIR
         try:
@@ -385,8 +394,10 @@ class RunFolder:
                 raise InputError(f"a rank status file holds {type(raw).__name__}, not the "
                                  "{step, ...} object the trainer writes (or its name is not "
                                  "rank<N>.json); delete it or rerun the training", str(p))
-            if seen is not None:
+            if seen is not None and time.time_ns() - st.st_mtime_ns > STATUS_SETTLED_NS:
                 seen[name] = (key, raw)
+            elif seen is not None:
+                seen.pop(name, None)
             out[int(p.stem[4:])] = raw
         return out
 
