@@ -128,7 +128,7 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
                              path)
 
     ncell, nsteps = meta.dp_size * meta.pp_size, len(steps)
-    per_cell = np.bincount(step_idx.astype(np.int64) * ncell + cell, minlength=nsteps * ncell)
+    per_cell = np.bincount(step_idx * ncell + cell, minlength=nsteps * ncell)
     if per_cell.max() > MAX_OPS_PER_STEP:
         at = int(np.argmax(per_cell))
         raise InputError(f"{int(per_cell.max()):,} ops in one step of one worker (step "
@@ -137,30 +137,39 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
                          "training iteration)", path)
     # Groups (step, worker, optype), numbered step-major over the (worker, optype) pairs
     # the trace uses: complete, so ids are dense and each step's groups are contiguous.
-    pair = cell * nopt + opt
-    used = np.bincount(pair, minlength=ncell * nopt) > 0
-    pair_idx = (np.cumsum(used) - 1)[pair]
+    # Row-length index arrays are int32 where the trace allows (half the memory traffic
+    # of int64 on the hot path) and dropped as soon as they are used.
+    idx = np.int32 if 2 * len(opt) < np.iinfo(np.int32).max else np.int64
+    used = np.bincount(cell * nopt + opt, minlength=ncell * nopt) > 0
+    pair_idx = (np.cumsum(used) - 1).astype(idx)
     npair = int(used.sum())
-    g = step_idx.astype(np.int64) * npair + pair_idx
+    g = pair_idx[cell * nopt + opt]
+    g += (step_idx * npair).astype(idx, copy=False)
     count = np.bincount(g, minlength=nsteps * npair)
-    offset = np.cumsum(count) - count
+    offset = (np.cumsum(count) - count).astype(idx)
     # seq_id numbers a group 0..count-1, each once: its row's slot in group order.
     seq = ints("seq_id")
     n = len(g)
     ok = (seq >= 0) & (seq < count[g])
-    slot = np.where(ok, offset[g] + np.where(ok, seq, 0), n)
-    taken = np.bincount(slot, minlength=n + 1)[:n]
-    bad = ~ok | (taken[np.minimum(slot, n - 1)] > 1)
-    if bad.any():
+    slot = offset[g]
+    np.add(slot, np.where(ok, seq, 0), out=slot, casting="unsafe")  # < n where ok
+    del g
+    row_at = np.full(n, -1, dtype=idx)
+    if ok.all():  # every slot in range: a permutation exactly when every slot is filled
+        row_at[slot] = np.arange(n, dtype=idx)
+    if not ok.all() or (row_at < 0).any():
+        slot[~ok] = n
+        taken = np.bincount(slot, minlength=n + 1)[:n]
+        bad = ~ok | (taken[np.minimum(slot, n - 1)] > 1)
         raise InputError(
             f"seq_id must number each optype's ops of a worker in a step 0, 1, 2, ... (each "
             f"once), but {rows(bad, 'seq_id')} break that; fix the tracer's seq_id", path)
-    row_at = np.empty(n, dtype=np.int64)
-    row_at[slot] = np.arange(n)  # slot -> row: a permutation, checked just above
+    del slot, ok
     st = start[row_at]
     first = np.zeros(n, dtype=bool)
     first[offset[count > 0]] = True
     back_sorted = np.r_[False, ~first[1:] & (st[1:] < st[:-1] - ORDER_TOLERANCE_S)]
+    del first
     if back_sorted.any():
         back = np.zeros(n, dtype=bool)
         back[row_at[back_sorted]] = True
@@ -168,13 +177,15 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"start_ts goes back as seq_id grows within a worker's optype in one step in "
             f"{rows(back, 'start_ts')}; ops of one type run in seq_id order: fix the clock "
             "or the seq_id of these rows", path)
+    del back_sorted
     # Each (step, worker)'s rows are contiguous in slot order (groups are numbered
     # step-major, then worker-major): its first start and last end by reduceat, no
     # scatter; a step's are those of its workers.
     pairs_of_cell = used.reshape(ncell, nopt).sum(axis=1)  # >= 1: every step has every worker
     cell_first = np.cumsum(pairs_of_cell) - pairs_of_cell
     cell_start = offset[(np.arange(nsteps)[:, None] * npair + cell_first[None, :]).ravel()]
-    en = st + dur[row_at]  # each slot's end
+    en = dur[row_at].astype(np.float64, copy=False)  # each slot's end
+    en += st
     cell_lo = np.minimum.reduceat(st, cell_start).reshape(nsteps, ncell)
     cell_hi = np.maximum.reduceat(en, cell_start).reshape(nsteps, ncell)
     span = cell_hi.max(axis=1) - cell_lo.min(axis=1)
