@@ -32,13 +32,13 @@ from stragglerlab.trace_columns import SHOW, check_column, fmt_value, numeric_co
 
 
 def optype_codes(s: pd.Series) -> np.ndarray:
-    """Index of each value in OPTYPE_VALUES, -1 where unknown or missing (vectorized)."""
+    """Index of each value in OPTYPE_VALUES (int8), -1 where unknown or missing (vectorized)."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         # Map the (few) categories, then the per-row codes through that map.
         lookup = {v: i for i, v in enumerate(OPTYPE_VALUES)}
-        cat_map = np.array([lookup.get(c, -1) for c in s.cat.categories] + [-1], dtype=np.int64)
+        cat_map = np.array([lookup.get(c, -1) for c in s.cat.categories] + [-1], dtype=np.int8)
         return cat_map[s.cat.codes.to_numpy()]  # code -1 (NaN) picks the trailing -1
-    return pd.Categorical(s, categories=list(OPTYPE_VALUES)).codes.astype(np.int64)
+    return pd.Categorical(s, categories=list(OPTYPE_VALUES)).codes.astype(np.int8)
 
 
 def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
@@ -69,7 +69,10 @@ def _check_meta_ranges(
                 f"{rows_text(df, bad)}; fix {size_name} in the job meta or the {name} values",
                 path,
             )
-    cell = dp * meta.pp_size + stage
+    cell = dp * meta.pp_size
+    cell += stage
+    if meta.dp_size * meta.pp_size * len(OPTYPE_VALUES) < np.iinfo(np.int32).max:
+        cell = cell.astype(np.int32)  # half the memory; cell * len(OPTYPE_VALUES) still fits
     present = np.bincount(cell, minlength=meta.dp_size * meta.pp_size) > 0
     if not present.all():
         missing = np.flatnonzero(~present)
@@ -139,7 +142,9 @@ def _check_complete(
     nsteps = len(steps)
     # Counts per (step, cell, optype) kept sparse (key, count): on bad input (e.g. one
     # step per row) the dense grid could be huge. bincount is the fast path for sane sizes.
-    flat = step_idx.astype(np.int64) * (ncell * nopt) + (cell * nopt + opt)
+    flat = step_idx * (ncell * nopt)  # int64 (step_idx is): no overflow however many steps
+    flat += cell * nopt
+    flat += opt
     if nsteps * ncell * nopt <= 4 * len(flat) + 1_000_000:
         dense = np.bincount(flat, minlength=nsteps * ncell * nopt)
         key = np.flatnonzero(dense)
