@@ -181,8 +181,17 @@ def _check_complete(
     # count over steps (absent = 0), ties to the larger count.
     npair = ncell * nopt
     present_in = np.bincount(k_pair, minlength=npair)
-    absent = nsteps - present_in
     used = np.flatnonzero(present_in > 0)
+    if (present_in[used] == nsteps).all():
+        # Every step holds every pair (keys sorted step-major): one row of counts per
+        # step, and a complete trace's rows are all alike. O(keys), no sort.
+        per_step = counts.reshape(nsteps, len(used))
+        if (per_step == per_step[0]).all():
+            expected = np.zeros(npair, dtype=np.int64)
+            expected[used] = per_step[0]
+            _check_dp_alike(expected, meta, path)
+            return step_idx, steps
+    absent = nsteps - present_in
     cand_pair = np.concatenate([k_pair, used])
     cand_count = np.concatenate([counts, np.zeros(len(used), dtype=counts.dtype)])
     ck, cfreq = np.unique(cand_pair * (counts.max() + 1) + cand_count, return_counts=True)
