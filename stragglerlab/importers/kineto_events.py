@@ -1,4 +1,5 @@
-"""One rank's Kineto trace reduced to what the general op model needs, with bounded memory.
+"""One rank's Kineto trace reduced to what an import path needs, with bounded memory: the
+one reader of both (the general op model's, and with vocabulary=True the vocabulary path's).
 
     ev = read_rank(path)            # RankEvents: steps, communication records, kernels
     evs = load_ranks(paths)         # every rank's, in parallel processes for large inputs
