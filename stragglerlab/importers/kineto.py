@@ -65,6 +65,7 @@ from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
 from stragglerlab.importers.rank_checks import (
     align_clocks,
     check_clock_gaps,
+    check_layout_world,
     check_ranks,
     common_steps,
     match_tolerance_us,
@@ -190,11 +191,8 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
     where = str(Path(traces[0].path).parent)
     if layout is None:
         layout = from_pg_config({t.rank: t.events.pg_config for t in traces}, world, where)
-    elif layout.world_size != world:
-        raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
-                         f"{layout.world_size} ranks but the traces' world_size is {world}; "
-                         "fix --layout", where)
     else:
+        check_layout_world(layout, world, where)
         _layout_agrees(layout, traces, world, where)
     if any(t.rank >= world for t in traces):
         raise InputError(f"a rank is >= world_size {world}; pass the traces of one job", where)

@@ -62,6 +62,7 @@ from stragglerlab.importers.kineto_events import (  # noqa: F401 (load_ranks: re
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
 from stragglerlab.importers.rank_checks import (
+    check_layout_world,
     check_ranks,
     common_steps,
     match_tolerance_us,
@@ -85,10 +86,7 @@ class GeneralImport:
 def _layout(events: list[RankEvents], layout: Layout | None, world: int,
             notes: list[str]) -> Layout | None:
     if layout is not None:
-        if layout.world_size != world:
-            raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
-                             f"{layout.world_size} ranks but the traces' world_size is {world}; "
-                             "fix --layout")
+        check_layout_world(layout, world)
         return layout
     if not any(e.pg_config for e in events):
         return None

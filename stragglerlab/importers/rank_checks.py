@@ -4,7 +4,8 @@ stragglerlab.importers.kineto_general, the general one, both on
 stragglerlab.importers.kineto_events' RankEvents):
 
 * ranks: one trace per rank, one job (one world_size), files that name no rank
-  numbered by name, at least two ranks where the what-if compares peers;
+  numbered by name, at least two ranks where the what-if compares peers, a
+  --layout of as many ranks as the world;
 * steps: the ProfilerStep#N every rank has (the rest left out with a note, or
   refused where the caller keeps only complete jobs);
 * clocks: align_clocks puts every rank on the lowest rank's clock, `none`
@@ -26,6 +27,7 @@ import numpy as np
 from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import one_trace_per_rank
 from stragglerlab.importers.kineto_events import UNRANKED, RankEvents
+from stragglerlab.importers.layout import Layout
 
 CLOCK_GAP_FRACTION = 0.5
 """A step starting further than this share of the median step time from rank 0's is a gap."""
@@ -89,6 +91,14 @@ def check_ranks(events: list[RankEvents], notes: list[str], peers: bool = True) 
                              "with a schedule (torch.profiler.schedule) and call prof.step() "
                              "once per training step", e.path)
     return world
+
+
+def check_layout_world(layout: Layout, world: int, where: str | None = None) -> None:
+    """InputError when --layout counts another number of ranks than the traces' world."""
+    if layout.world_size != world:
+        raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
+                         f"{layout.world_size} ranks but the traces' world_size is {world}; "
+                         "fix --layout", where)
 
 
 def common_steps(events: list[RankEvents], notes: list[str],
