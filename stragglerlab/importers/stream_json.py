@@ -275,6 +275,12 @@ class TraceReader:
             raise self._bad(f"holds no JSON ({len(buf)} bytes of nothing"
                             f"{' after inflating' if self.source.bytes_in > len(buf) else ''})"
                             f"; {FIX}")
+        if len(buf) <= MAX_EVENT_BYTES:
+            try:  # the whole document is here: an object that breaks off was truncated
+                orjson.loads(buf)
+            except orjson.JSONDecodeError as e:
+                raise self._bad(f"not valid JSON, probably truncated "
+                                f"({str(e).splitlines()[0]}); {FIX}") from None
         raise self._bad("not a Chrome trace (no 'traceEvents' list); pass files written by "
                         "torch.profiler's export_chrome_trace or tensorboard_trace_handler")
 

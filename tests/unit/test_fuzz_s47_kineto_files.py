@@ -1,6 +1,7 @@
 """Fuzz: a rank trace that is a JSON scalar, a zip named .json.gz, or
-an empty file gets one error naming what it is, on both readers (load_json and the
-streaming TraceReader) and through `stragglerlab import kineto`."""
+an empty file gets one error naming what it is, on the streaming TraceReader, on both
+import paths' reading of a rank (read_rank, general and vocabulary) and through
+`stragglerlab import kineto`."""
 
 from __future__ import annotations
 
@@ -15,19 +16,19 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.errors import InputError
-from stragglerlab.importers.chrome import load_json
+from stragglerlab.importers.kineto_events import read_rank
 from stragglerlab.importers.stream_json import TraceReader
 from tests.unit.kineto_fixtures import FIXTURES, rank_doc
 
 
 def _both(path: Path, match: str) -> None:
-    """Both readers refuse `path` with a message matching `match`, naming the file."""
-    with pytest.raises(InputError, match=match) as e:
-        load_json(path)
-    assert str(path) in str(e.value)
-    with pytest.raises(InputError, match=match) as e:
-        list(TraceReader(path=path).batches())
-    assert str(path) in str(e.value)
+    """The reader, and both paths' reading of a rank, refuse `path` with a message matching
+    `match`, naming the file."""
+    for read in (lambda p: list(TraceReader(path=p).batches()), read_rank,
+                 lambda p: read_rank(p, vocabulary=True)):
+        with pytest.raises(InputError, match=match) as e:
+            read(path)
+        assert str(path) in str(e.value)
 
 
 @pytest.mark.parametrize(("text", "kind"), [
@@ -59,7 +60,7 @@ def test_a_zip_named_json_gz_is_called_a_zip_not_truncated_json(tmp_path):
     path.write_bytes(buf.getvalue())
     _both(path, r"not gzip: a zip archive \(starts with b'PK")
     with pytest.raises(InputError) as e:
-        load_json(path)
+        read_rank(path, vocabulary=True)
     assert "truncated" not in str(e.value)
 
 
@@ -85,7 +86,7 @@ def test_gzip_of_nothing_says_it_holds_no_json(tmp_path):
 def test_plain_json_named_gz_still_reads(tmp_path):
     path = tmp_path / "rank0.json.gz"
     path.write_text(json.dumps(rank_doc(0)))
-    assert "traceEvents" in load_json(path)
+    assert read_rank(path, vocabulary=True).vocab.ranges
 
 
 def test_import_kineto_names_the_zip_and_the_empty_file(tmp_path, capsys):
