@@ -1,4 +1,4 @@
-"""Bad inputs found by the s53 fuzz (classes of mistakes, not one case each): trace parts
+"""Bad inputs found by a fuzz round (classes of mistakes, not one case each): trace parts
 that break the trace's checks, and a baseline's score over ops that took no time."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bad inputs found by the s54 fuzz (classes of mistakes, not one case each): a worker's
+"""Bad inputs found by a fuzz round (classes of mistakes, not one case each): a worker's
 clock shifted by less than a step, and the other silent acceptances that round found."""
 
 from __future__ import annotations
