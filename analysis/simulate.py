@@ -106,32 +106,43 @@ def simulate(
     return SimResult(None, None, step_time)
 
 
+def _plan(graph: DepGraph) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...], bool, bool]]:
+    """The groups in topological order as plain ints: (members, each member's deps,
+    is_comm, dp_sync), so the replay's loop indexes rows without numpy scalars."""
+    return [(tuple(int(m) for m in g.members),
+             tuple(tuple(int(d) for d in graph.deps[m]) for m in g.members),
+             bool(g.is_comm), bool(g.dp_sync))
+            for g in (graph.groups[gi] for gi in graph.order)]
+
+
+def _latest(rows: np.ndarray, nodes: tuple[int, ...], out: np.ndarray) -> np.ndarray:
+    """Elementwise max of rows[nodes] into `out` (no gathered copy; max is exact)."""
+    np.maximum(rows[nodes[0]], rows[nodes[1]], out=out)
+    for k in nodes[2:]:
+        np.maximum(out, rows[k], out=out)
+    return out
+
+
 def _simulate_block(graph, value, delay, start, end) -> np.ndarray:
     """Replay one chunk into `start`/`end` (every node written); its step times. `value[m]`
     is node m's values, broadcastable to [batch, lanes]."""
-    deps, groups = graph.deps, graph.groups
-    for gi in graph.order:
-        g = groups[gi]
-        for m in g.members:
-            d = deps[m]
+    scratch = np.empty(start.shape[1:])
+    for members, member_deps, is_comm, dp_sync in _plan(graph):
+        for m, d in zip(members, member_deps):
             if len(d) == 1:
                 start[m] = end[d[0]]
             elif len(d) > 1:
-                np.max(end[d], axis=0, out=start[m])
+                _latest(end, d, start[m])
             else:
                 start[m] = 0.0
             if delay is not None:
                 start[m] += delay[m]
-        if not g.is_comm:
-            for m in g.members:
+        if not is_comm:
+            for m in members:
                 np.add(start[m], value[m], out=end[m])
             continue
-        members = list(g.members)
-        if len(members) == 1:
-            latest = start[members[0]]
-        else:
-            latest = start[members].max(axis=0)
-        if g.dp_sync:
+        latest = start[members[0]] if len(members) == 1 else _latest(start, members, scratch)
+        if dp_sync:
             latest = latest.max(axis=-1, keepdims=True)
         for m in members:
             np.add(latest, value[m], out=end[m])
