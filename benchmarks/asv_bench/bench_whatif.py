@@ -2,8 +2,10 @@
 
 One benchmark is the work of `stragglerlab whatif` after its imports: read and
 validate the trace, run the analysis (every compute ideal), build whatif.json's
-document and encode it. Interpreter start-up and imports are the same for every
-size; `benchmarks/compare.sh` times whole processes, imports included.
+document and encode it, with the replays on one thread so that every commit's number
+is the same work (the verb's `--threads` default overlaps them on two cores).
+Interpreter start-up and imports are the same for every size; `benchmarks/compare.sh`
+times whole processes as users run them, imports and threads included.
 """
 
 from __future__ import annotations
