@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from stragglerlab.faults import FaultKind
+from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
 
 

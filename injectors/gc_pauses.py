@@ -22,7 +22,7 @@ from __future__ import annotations
 import gc
 import time
 
-from stragglerlab.faults import FaultKind
+from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext
 
 CALIBRATION_OBJECTS = 100_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from stragglerlab.faults import FaultKind
+from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
 
 HANG_S = 24 * 3600.0

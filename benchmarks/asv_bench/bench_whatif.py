@@ -30,8 +30,8 @@ class WhatIf:
 
     def _run(self, inputs, dp):
         from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-        from stragglerlab.atomic import dumps_json
-        from stragglerlab.trace_io import read_trace
+        from stragglerlab.util.atomic import dumps_json
+        from stragglerlab.trace.trace_io import read_trace
 
         trace, meta = inputs[dp]
         df, job = read_trace(trace, meta)
@@ -47,6 +47,6 @@ class WhatIf:
 
     def time_read_trace(self, inputs, dp):
         """Reading and validating the trace alone (about a third of the what-if)."""
-        from stragglerlab.trace_io import read_trace
+        from stragglerlab.trace.trace_io import read_trace
 
         read_trace(*inputs[dp])

@@ -8,7 +8,7 @@ The one step of the workflow that analyses a trace: it computes the what-if
 once and writes into DIR `whatif.json` (our field names, see README; the
 top-level keys use --compute-ideal, `compute_ideals` holds both the mean and
 the median ideal, plus what the `whatif` detector and the figures read, see
-stragglerlab/results.py), `artifact-format/{result,mw,ms}.json` in the
+stragglerlab/run/results.py), `artifact-format/{result,mw,ms}.json` in the
 OSDI'25 artifact's own layout and, with --timelines, `timeline.json.gz` and
 `ideal-timeline.json.gz` (Perfetto); a rerun removes those of these names it
 did not write again (OUTPUTS). Prints a short summary to stdout (with --quiet
@@ -27,7 +27,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_json
+from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     defaulted_run,
     examples,
@@ -37,8 +37,8 @@ from stragglerlab.cli.common import (
     out_folder,
     run_out,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
@@ -140,12 +140,12 @@ def run(args) -> int:
     """Analyse, write every output, print the summary."""
     from stragglerlab.analysis.replays import ThreadReplays
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
-    from stragglerlab.artifact_format import fix_json, result_json
-    from stragglerlab.atomic import staged_folder
+    from stragglerlab.run.artifact_format import fix_json, result_json
+    from stragglerlab.util.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.general_record import is_general_import
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.trace_io import read_trace
+    from stragglerlab.run.general_record import is_general_import
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.trace.trace_io import read_trace
 
     _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
     if args.threads < 1:
@@ -248,9 +248,9 @@ def _general(args, run_dir: Path) -> int:
 
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
-    from stragglerlab.filecheck import load_json
-    from stragglerlab.general_record import OPS_PARQUET, whatif_doc
-    from stragglerlab.ops_table import read_ops
+    from stragglerlab.util.filecheck import load_json
+    from stragglerlab.run.general_record import OPS_PARQUET, whatif_doc
+    from stragglerlab.trace.ops_table import read_ops
 
     if args.timelines:
         raise InputError("the timelines are drawn from the op-level trace, which an "

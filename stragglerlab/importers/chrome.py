@@ -15,8 +15,8 @@ import json
 import re
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import entry_problem
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import entry_problem
 
 PATTERNS = ("*.json", "*.json.gz")
 STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")

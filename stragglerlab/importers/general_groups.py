@@ -26,7 +26,7 @@ import pandas as pd
 from stragglerlab.importers.collective_groups import assign_pg
 from stragglerlab.importers.kineto_events import RankEvents
 from stragglerlab.importers.rank_checks import align_clocks, resolved_align
-from stragglerlab.op_model import P2P_KINDS
+from stragglerlab.trace.op_model import P2P_KINDS
 
 
 def _group_keys(c: pd.DataFrame) -> pd.Series:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.op_model import P2P_KINDS
+from stragglerlab.trace.op_model import P2P_KINDS
 
 
 def rank_roles(ops: pd.DataFrame) -> np.ndarray:

@@ -15,7 +15,7 @@ stragglerlab.importers.rank_checks, as the general path's are:
 * `ProfilerStep#N` ranges: the steps (an op belongs to the step its start
   falls in; ops outside every step are left out);
 * op types: `record_function(<optype>)` ranges (cat user_annotation) named
-  exactly like stragglerlab.schema's vocabulary. Where such ranges nest on a
+  exactly like stragglerlab.trace.schema's vocabulary. Where such ranges nest on a
   thread the outermost one is the op. P2P ranges (send/recv) may be
   asynchronous (opened at post, closed at completion, possibly on another
   thread), so they overlap other ranges and only drop when inside a range of
@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
     check_step_order,
     find_traces,
@@ -72,8 +72,8 @@ from stragglerlab.importers.rank_checks import (
     resolved_align,
 )
 from stragglerlab.importers.vocab_ranges import comm_fallback, inside_ranges, outermost
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
@@ -302,7 +302,7 @@ def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str], align: str) -
     InputError naming the rank traces it came from: an import that writes a trace the
     what-if then refuses points the user at the wrong file. A clock error names the
     alignment that was used and the one to try."""
-    from stragglerlab.validate import validate_trace
+    from stragglerlab.trace.validate import validate_trace
 
     try:
         validate_trace(df, meta, "the imported trace")

@@ -25,7 +25,7 @@ An exact copy of an event read before (same cat, name, pid, tid, ts, dur: a
 trace concatenated with itself) is counted in RankEvents.duplicates and adds
 no second communication record.
 
-Vocabulary ranges (stragglerlab.schema's optypes) are counted, so the caller
+Vocabulary ranges (stragglerlab.trace.schema's optypes) are counted, so the caller
 can hand a testbed trace to the vocabulary importer; with stop_at_vocab the
 read stops (VocabularyFound) at the first forward-/backward-compute range or
 the second distinct vocabulary name (one stray range named `optimizer` in
@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
@@ -67,8 +67,8 @@ from stragglerlab.importers.chrome import (
 )
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
-from stragglerlab.meta import MAX_WORKERS
-from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.meta import MAX_WORKERS
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 

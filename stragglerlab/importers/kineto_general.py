@@ -3,7 +3,7 @@
     events = load_ranks(paths, progress=print)        # parallel, bounded memory
     res = build_general(events, layout=None)          # GeneralImport: .ops, .report
 
-What it infers (stragglerlab.op_model describes the table):
+What it infers (stragglerlab.trace.op_model describes the table):
 
 * steps from `ProfilerStep#N`: the steps every rank has (a note names any
   left out; no common step at all is an error);
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
@@ -68,7 +68,7 @@ from stragglerlab.importers.rank_checks import (
     match_tolerance_us,
     number_unranked,
 )
-from stragglerlab.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
+from stragglerlab.trace.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
 
 
 @dataclass(kw_only=True)
@@ -76,7 +76,7 @@ class GeneralImport:
     """The general op model of one job and what the import did."""
 
     ops: pd.DataFrame
-    """The op table (stragglerlab.op_model.OP_COLUMNS)."""
+    """The op table (stragglerlab.trace.op_model.OP_COLUMNS)."""
     report: dict = field(default_factory=dict)
     """files, ranks, steps, timing, clocks, groups, label sources, notes."""
     notes: list[str] = field(default_factory=list)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import one_trace_per_rank
 from stragglerlab.importers.kineto_events import UNRANKED, RankEvents
 from stragglerlab.importers.layout import Layout

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (
     FIX,
     GZIP_MAGIC,

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.monitor.metrics import jobs_metrics_text
 from stragglerlab.monitor.state import MonitorState
 

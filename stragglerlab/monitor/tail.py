@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import TRACE_PARTS_DIR
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import MAX_READ_BYTES, RECORD, check_records
+from stragglerlab.util.errors import InputError
+from stragglerlab.run.run_folder import TRACE_PARTS_DIR
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_parts import MAX_READ_BYTES, RECORD, check_records
 
 OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
 """Op type code of `optimizer`: a rank's step is over once it is recorded (assemble rule)."""
@@ -110,7 +110,7 @@ class PartsTail:
         if problem:
             t.error = (f"{t.path}: garbage at byte {t.offset} (rank {t.rank}): {problem}; "
                        "this is not a trace part written by the tracer "
-                       f"({RECORD.itemsize}-byte records, stragglerlab/trace_parts.py)")
+                       f"({RECORD.itemsize}-byte records, stragglerlab/trace/trace_parts.py)")
             return empty
         t.offset += len(raw)
         t.last_step = int(rec["step"][-1])

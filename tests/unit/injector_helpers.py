@@ -7,7 +7,7 @@ import time
 
 import pandas as pd
 
-from stragglerlab.faults import FaultKind, FaultSpec, Target
+from stragglerlab.scenarios.faults import FaultKind, FaultSpec, Target
 from stragglerlab.injectors.base import Injector, RankContext
 from stragglerlab.injectors.registry import build_injectors
 

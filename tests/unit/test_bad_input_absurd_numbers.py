@@ -10,8 +10,8 @@ import pytest
 
 from stragglerlab.analysis.ground_truth import load_truths
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.faults import TARGETED_KINDS, FaultKind, read_faults
+from stragglerlab.util.errors import InputError
+from stragglerlab.scenarios.faults import TARGETED_KINDS, FaultKind, read_faults
 from tests.unit.cli_errors import one_error
 from tests.unit.monitor_helpers import synth
 
@@ -77,7 +77,7 @@ def test_targeted_kinds_are_the_injectors_that_need_targets():
 def test_a_float32_epoch_clock_is_named_not_blamed_on_the_ops(tmp_path, tiny_df, tiny_meta):
     import numpy as np
 
-    from stragglerlab.validate import validate_trace
+    from stragglerlab.trace.validate import validate_trace
 
     df = tiny_df.copy()
     df["start_ts"] = (df["start_ts"] + 1.7e9).astype(np.float32)
@@ -89,7 +89,7 @@ def test_a_float32_epoch_clock_is_named_not_blamed_on_the_ops(tmp_path, tiny_df,
 
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "null\n"])
 def test_an_empty_meta_yaml_says_empty(tmp_path, text):
-    from stragglerlab.meta import JobMeta
+    from stragglerlab.trace.meta import JobMeta
 
     path = tmp_path / "meta.yaml"
     path.write_text(text)
@@ -98,7 +98,7 @@ def test_an_empty_meta_yaml_says_empty(tmp_path, text):
 
 
 def test_bad_defaults_are_named_as_defaults(tmp_path):
-    from stragglerlab.scenario import list_scenarios, load_scenario
+    from stragglerlab.scenarios.scenario import list_scenarios, load_scenario
 
     cfg = tmp_path / "s.yaml"
     cfg.write_text("defaults:\n  run: {steps: -1}\nscenarios:\n  mine:\n    parallel: {dp: 2}\n")
@@ -108,7 +108,7 @@ def test_bad_defaults_are_named_as_defaults(tmp_path):
 
 
 def test_warmup_message_says_how_many_steps_train_needs():
-    from stragglerlab.scenario import load_scenario
+    from stragglerlab.scenarios.scenario import load_scenario
 
     with pytest.raises(InputError, match=r"warmup_steps=3 must be in \[0, run.steps=2\).*at "
                                          "least 4"):

@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from stragglerlab.errors import InputError  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 from stragglerlab.figures.data import load_figure_data, load_run  # noqa: E402
 from stragglerlab.figures.registry import FIGURES, FigureResult, build_figure, figure_names  # noqa: E402
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.kineto import import_kineto
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.trace_io import write_trace
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.trace_io import write_trace
 from tests.unit.kineto_fixtures import rank_doc, write
 from tests.unit.monitor_helpers import synth
 from tests.unit.refdata import REFERENCE
@@ -101,7 +101,7 @@ def test_a_whatif_json_whose_steps_disagree_with_its_tables_is_refused(tmp_path,
     doc = json.loads((tmp_path / "w" / "whatif.json").read_text())
     assert doc["steps"] == [0, 1, 2, 3]
     (tmp_path / "bad.json").write_text(json.dumps(dict(doc, steps=steps)))
-    from stragglerlab.whatif_record import WhatIfRecord
+    from stragglerlab.run.whatif_record import WhatIfRecord
     with pytest.raises(InputError, match="steps"):
         WhatIfRecord.read(tmp_path / "bad.json")
     assert main(["plot", "--whatif", str(tmp_path / "bad.json"), "--out",
@@ -113,7 +113,7 @@ def test_a_record_of_another_schema_version_is_refused(tmp_path, kind):
     """Each reader took `<family>/9` for `<family>/1`: score counted such findings (F1 1.0),
     detect and figures read such a run.json. Every versioned record now names the one
     version it reads."""
-    from stragglerlab.filecheck import Checker
+    from stragglerlab.util.filecheck import Checker
     chk = Checker(tmp_path / "x.json", "rewrite it")
     current = {"findings": "stragglerlab.findings/1", "run": "stragglerlab.run/1",
                "scores": "stragglerlab.scores/1", "figure": "stragglerlab.figure/1"}[kind]
@@ -220,7 +220,7 @@ def test_a_refused_monitor_pass_prints_no_success_summary(tmp_path, src, capsys)
                                                 ("1:30", 90)])
 def test_yaml_1_1_octal_and_base_60_integers_are_refused(text, read_as):
     """`dp_size: 010` was read as 8 (the error then named dp_size=8), `012` silently as 10."""
-    from stragglerlab.filecheck import parse_yaml
+    from stragglerlab.util.filecheck import parse_yaml
 
     with pytest.raises(InputError, match=f"reads as {read_as} in YAML 1.1"):
         parse_yaml(f"dp_size: {text}\n", "meta.yaml", "job meta", "fix it")
@@ -229,7 +229,7 @@ def test_yaml_1_1_octal_and_base_60_integers_are_refused(text, read_as):
 @pytest.mark.parametrize(("text", "value"), [("0", 0), ("10", 10), ("0x1f", 31),
                                              ("1_000", 1000), ("'010'", "010"), ("0.5", 0.5)])
 def test_plain_yaml_numbers_still_read(text, value):
-    from stragglerlab.filecheck import parse_yaml
+    from stragglerlab.util.filecheck import parse_yaml
 
     assert parse_yaml(f"a: {text}\n", "x.yaml", "x", "fix") == {"a": value}
 
@@ -301,7 +301,7 @@ def test_a_trace_gzipped_twice_is_named(tmp_path):
 
 def test_a_number_in_quotes_in_a_json_file_gets_a_json_hint(tmp_path):
     """The hint spoke of YAML 1.1 for a JSON file."""
-    from stragglerlab.filecheck import Checker
+    from stragglerlab.util.filecheck import Checker
 
     with pytest.raises(InputError, match="a number in quotes") as e:
         Checker(tmp_path / "whatif.json", "fix").number("1.25", "slowdown")

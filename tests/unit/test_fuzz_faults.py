@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults, read_faults
+from stragglerlab.util.errors import InputError
+from stragglerlab.scenarios.faults import parse_faults, read_faults
 from stragglerlab.injectors.registry import build_injectors, check_scenario_faults
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.scenario import load_scenario
 from tests.unit.cli_errors import one_error
 from tests.unit.monitor_helpers import synth
 
@@ -220,7 +220,7 @@ def test_a_fifo_faults_json_is_not_a_regular_file_and_never_blocks(tmp_path):
 
 
 def test_an_empty_fifo_json_is_named_a_pipe_not_bad_json(tmp_path):
-    from stragglerlab.filecheck import load_json
+    from stragglerlab.util.filecheck import load_json
 
     fifo = tmp_path / "run.json"
     os.mkfifo(fifo)

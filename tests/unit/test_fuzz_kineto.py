@@ -17,7 +17,7 @@ import pytest
 
 from stragglerlab.analysis.whatif_general import whatif_general
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import find_traces
 from stragglerlab.importers.kineto import import_kineto
 from stragglerlab.importers.kineto_events import read_rank

@@ -9,9 +9,9 @@ import os
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.util.errors import InputError
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.run.run_folder import RunFolder
 
 
 @pytest.fixture(scope="module")

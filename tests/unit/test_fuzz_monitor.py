@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.monitor.history import read_lines
 from tests.unit.monitor_helpers import make_feeder, make_monitor, synth
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.noise_floor import (
+from stragglerlab.util.errors import InputError
+from stragglerlab.method.noise_floor import (
     DEFAULT_NOISE_FLOOR,
     NOISE_FLOOR_SCHEMA,
     noise_floor_option,

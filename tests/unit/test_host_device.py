@@ -21,7 +21,7 @@ from stragglerlab.analysis.host_device import (
     simulate_steps,
 )
 from stragglerlab.cli import main
-from stragglerlab.host_device_trace import (
+from stragglerlab.trace.host_device_trace import (
     CALL_KINDS,
     NO_STREAM,
     OTHER,
@@ -320,7 +320,7 @@ def test_reader_keeps_calls_ops_links_and_steps(tmp_path):
 
 
 def test_reader_refuses_a_cpu_only_trace(tmp_path):
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
 
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(_doc([{"ph": "X", "cat": "cpu_op", "name": "aten::mm",

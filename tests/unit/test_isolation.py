@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.host.cgroups import STATE_DIR, CpuIsolation, cleanup_stale
 
 OK, WHY = CpuIsolation.available()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.importers.kineto_events import load_ranks, read_rank
 from stragglerlab.importers.rank_checks import (
     align_clocks,

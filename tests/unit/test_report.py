@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from stragglerlab.cli import main  # noqa: E402
-from stragglerlab.errors import InputError  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 from stragglerlab.figures.report import (  # noqa: E402
     flatten_ours,
     load_figure_entries,

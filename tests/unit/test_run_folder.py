@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.scenario import load_scenario
-from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.trace.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.run_folder import assemble_trace, job_meta, read_run, write_run_folder
 from stragglerlab.workloads.tracer import Tracer
 
@@ -159,7 +159,7 @@ def test_write_run_folder(tmp_path: Path, scenario):
 
 
 def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
-    from stragglerlab.faults import parse_faults
+    from stragglerlab.scenarios.faults import parse_faults
     from stragglerlab.injectors.registry import build_injectors
 
     specs = parse_faults([{"kind": "crash", "targets": [{"dp_rank": 1, "stage": 0}],

@@ -12,7 +12,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from stragglerlab.schema import OpType
+from stragglerlab.trace.schema import OpType
 from stragglerlab.workloads.tracer import Tracer, now
 
 

@@ -19,7 +19,7 @@ import pytest
 from stragglerlab.analysis.replays import ChunkedReplays, Replays, ThreadReplays, step_parts
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
 from stragglerlab.cli import main
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 from tests.unit.refdata import DIFFERENTIAL, reference
 
