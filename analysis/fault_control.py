@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
-from stragglerlab.scenarios.faults import FaultRecord
-from stragglerlab.trace.meta import LayoutFamily
 from stragglerlab.method.noise_floor import noise_floor_option
 from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.scenarios.faults import FaultRecord
+from stragglerlab.trace.meta import LayoutFamily
 
 MIN_BASELINE_STEPS = 3
 """Clean traced steps needed before a fault to measure its slowdown within the run."""

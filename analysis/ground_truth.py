@@ -53,13 +53,13 @@ from stragglerlab.analysis.fault_observability import (
     observability,
     observable_as,
 )
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultKind, FaultRecord
-from stragglerlab.util.filecheck import distinct_runs
 from stragglerlab.run.findings import JOB_WIDE, RootCause
-from stragglerlab.trace.meta import LayoutFamily
 from stragglerlab.run.run_folder import RunFolder
 from stragglerlab.run.run_record import RunRecord
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord
+from stragglerlab.trace.meta import LayoutFamily
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import distinct_runs
 
 CLEAN = "clean"
 """Kind label of a run without faults."""

@@ -40,9 +40,9 @@ import pandas as pd
 from stragglerlab.analysis.general_sim import HOST_PARTS, schedule, simulate, simulate_masks
 from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
-from stragglerlab.trace.op_model import COMPUTE, STEP_END, gap_ends
 from stragglerlab.run.validity import Finding, Reason, Validity, judge
 from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfSummary, summary_of_general
+from stragglerlab.trace.op_model import COMPUTE, STEP_END, gap_ends
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""

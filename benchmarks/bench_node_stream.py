@@ -42,9 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.monitor.feed import step_records
 from stragglerlab.run.part_stream import PartReceiver, read_frames
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 PULL_EVERY_S = 0.2

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.figures import sim_discrepancy_cdf, table_mitigation, table_s6
 from stragglerlab.figures.data import FigureData, load_figure_data
 from stragglerlab.figures.tables import Spread, markdown_table, paired_ratio
+from stragglerlab.util.errors import InputError
 
 CLEAN_LAYOUTS = ("clean-dp2-pp2", "clean-dp4-pp4")
 CLEAN_S_MAX = 1.04

@@ -18,12 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.scenarios.dataset import rank_microbatches
 from stragglerlab.figures.data import FigureData
 from stragglerlab.figures.fig09_mb_time_vs_seqsq import variable_length_runs
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import trace_of
+from stragglerlab.scenarios.dataset import rank_microbatches
 from stragglerlab.scenarios.scenario import DataConfig
 from stragglerlab.scenarios.scenario_vocab import LengthDistribution
 

@@ -35,8 +35,6 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from stragglerlab.util.atomic import atomic_write_json
-from stragglerlab.util.errors import InputError
 from stragglerlab.figures.fig14_heatmap import worker_heatmap_figure
 from stragglerlab.figures.style import (
     COLUMN_WIDTH,
@@ -48,6 +46,8 @@ from stragglerlab.figures.style import (
 )
 from stragglerlab.run.validity import Validity
 from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
 
 SCHEMA = "stragglerlab.plot/1"
 """The `schema` value of the pictures' JSON files."""

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.faults import FaultKind, FaultRecord, FaultSpec
+from stragglerlab.util.errors import InputError
 from stragglerlab.util.filecheck import echo, number_hint
 
 

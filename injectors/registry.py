@@ -10,9 +10,9 @@ entry-point group `stragglerlab.injectors` (its class subclasses
 
 from __future__ import annotations
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultKind, FaultSpec
 from stragglerlab.injectors.base import Injector, unknown_params
+from stragglerlab.scenarios.faults import FaultKind, FaultSpec
+from stragglerlab.util.errors import InputError
 from stragglerlab.util.plugins import Registry
 
 _PKG = "stragglerlab.injectors"

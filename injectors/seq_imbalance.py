@@ -23,10 +23,10 @@ import dataclasses
 
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.injectors.base import Injector
+from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.scenarios.scenario_vocab import LengthDistribution
+from stragglerlab.util.errors import InputError
 
 VARYING = {d.value for d in LengthDistribution if d is not LengthDistribution.FIXED}
 """Length distributions the fault can run: every one whose lengths vary."""

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.host.cgroups import quota_for
 from stragglerlab.injectors.base import Injector, RankContext, compute_ratio
+from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 

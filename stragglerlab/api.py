@@ -32,14 +32,14 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Run, load_run
 from stragglerlab.analysis.detectors.registry import get_detector
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.util.errors import InputError
 from stragglerlab.run.findings import Finding
 from stragglerlab.run.general_record import is_general_import
 from stragglerlab.run.results import WhatIfResult
 from stragglerlab.run.run_folder import RunFolder
-from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.run.whatif_reader import read_whatif_summary
 from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 
 __all__ = ["FINDING_COLUMNS", "Job", "open_job", "summary", "summary_series"]
 

@@ -29,8 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.run.part_stream import NODES_JSON, NODES_SCHEMA, PartReceiver
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads import placement as pl
 
 STREAM_EVERY_S = 0.2

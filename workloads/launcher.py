@@ -30,14 +30,14 @@ import shutil
 import time
 from pathlib import Path
 
-from stragglerlab.run import run_folder as rf
-from stragglerlab.scenarios.faults import parse_faults
 from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, quota_for
 from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_driver, record_ray_node
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.util.interrupts import keep_sigterm_handler
+from stragglerlab.run import run_folder as rf
+from stragglerlab.scenarios.faults import parse_faults
 from stragglerlab.scenarios.scenario import Scenario, scenario_to_dict
+from stragglerlab.util.interrupts import keep_sigterm_handler
 from stragglerlab.workloads import placement as pl
 from stragglerlab.workloads.cluster import run_on_cluster
 from stragglerlab.workloads.cpu_share import default_cores

@@ -28,14 +28,14 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.run.compute_log import measure_frame
-from stragglerlab.util.filecheck import Checker
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.run_folder import RunFolder
 from stragglerlab.run.run_record import RunRecord
 from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace.trace_io import write_trace
 from stragglerlab.trace.trace_parts import read_records
+from stragglerlab.util.filecheck import Checker
 from stragglerlab.workloads.gc_monitor import read_pauses
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)

@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from stragglerlab.util.atomic import atomic_write_text
+from stragglerlab.injectors.base import RankContext
 from stragglerlab.run.compute_log import ComputeLog
 from stragglerlab.scenarios.faults import FaultSpec
-from stragglerlab.injectors.base import RankContext
 from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.pacing import pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler

@@ -30,8 +30,8 @@ import pandas as pd
 # The finding records and the root-cause vocabulary are contracts (stragglerlab.run.findings),
 # so readers below `analysis` parse findings too; the plug-in API re-exports them here.
 from stragglerlab.run.findings import Finding, RankRef, RootCause
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.meta import JobMeta
 
 __all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "TraceNeed", "load_run",
            "named_cells"]

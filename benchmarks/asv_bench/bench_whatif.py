@@ -30,8 +30,8 @@ class WhatIf:
 
     def _run(self, inputs, dp):
         from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-        from stragglerlab.util.atomic import dumps_json
         from stragglerlab.trace.trace_io import read_trace
+        from stragglerlab.util.atomic import dumps_json
 
         trace, meta = inputs[dp]
         df, job = read_trace(trace, meta)

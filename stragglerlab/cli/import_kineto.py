@@ -182,10 +182,10 @@ def run(args) -> int:
 
 
 def _vocabulary(args, files, layout, out, progress, parsed):
-    from stragglerlab.util.atomic import atomic_write_json, staged_folder
-    from stragglerlab.scenarios.faults import write_faults
     from stragglerlab.importers.kineto import import_kineto
+    from stragglerlab.scenarios.faults import write_faults
     from stragglerlab.trace.trace_io import write_trace
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
 
     res = import_kineto(files, layout=layout, timing=args.timing,
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
@@ -224,14 +224,14 @@ def _print_vocabulary(res, out, faults: bool) -> None:
 
 def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
-    from stragglerlab.util.atomic import atomic_write_json, staged_folder
-    from stragglerlab.util.errors import InputError
-    from stragglerlab.scenarios.faults import write_faults
-    from stragglerlab.util.filecheck import one_line
-    from stragglerlab.run.general_record import whatif_doc
     from stragglerlab.importers.kineto_general import build_general
+    from stragglerlab.run.general_record import whatif_doc
+    from stragglerlab.scenarios.faults import write_faults
     from stragglerlab.trace.op_model import OPS_SCHEMA
     from stragglerlab.trace.step_view import layout_of
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
+    from stragglerlab.util.errors import InputError
+    from stragglerlab.util.filecheck import one_line
 
     try:
         res = build_general(events, layout=layout, timing=args.timing, align=args.align,
@@ -290,8 +290,8 @@ def _host_device(path, out, progress) -> int:
     """One GPU rank's trace: replay its steps with the host-device model
     (stragglerlab/analysis/host_device.py), write import.json, print per-step discrepancy."""
     from stragglerlab.analysis.host_device import MAX_DISCREPANCY, simulate_steps
-    from stragglerlab.util.atomic import atomic_write_json, staged_folder
     from stragglerlab.importers.host_device_events import read_host_device
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
 
     progress.log("op model: host-device (one rank's GPU trace: its host thread and GPU "
                  "streams replayed step by step)")

@@ -33,9 +33,9 @@ from stragglerlab.cli.common import (
     run_inputs,
     run_out,
 )
+from stragglerlab.run.run_folder import PLOT_DIR
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.folder_lock import lock_folder
-from stragglerlab.run.run_folder import PLOT_DIR
 
 OUTPUTS = tuple(f"{name}.{ext}" for name in ("heatmap", "step-slowdown")
                 for ext in ("png", "pdf", "json"))
@@ -76,9 +76,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Find or compute the job's what-if result, draw both pictures, print their paths."""
-    from stragglerlab.util.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.job_pictures import write_job_pictures
+    from stragglerlab.util.atomic import staged_folder
 
     if not (args.run or args.trace or args.whatif):
         raise InputError("plot needs the job to draw: --run DIR (an analysed folder), "

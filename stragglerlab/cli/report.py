@@ -47,8 +47,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Write the report and print where it went."""
-    from stragglerlab.util.atomic import staged_folder
     from stragglerlab.figures.report import write_report
+    from stragglerlab.util.atomic import staged_folder
 
     out = out_folder(args.out)
     lock_folder(out, "report")  # one writer of the folder at a time

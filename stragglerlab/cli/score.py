@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     RUN_INPUTS,
     examples,
@@ -34,6 +33,7 @@ from stragglerlab.cli.common import (
     out_file,
     run_inputs,
 )
+from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.filecheck import distinct_runs
 from stragglerlab.util.folder_lock import lock_folder

@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 
 from stragglerlab.cli.common import examples, not_another_run, out_folder
+from stragglerlab.trace.trace_checks import MAX_OPS_PER_STEP
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.folder_lock import lock_folder
-from stragglerlab.trace.trace_checks import MAX_OPS_PER_STEP
 
 MAX_WORKERS = 65_536
 """Largest dp * pp accepted: far past any trace the analysis is benchmarked on."""

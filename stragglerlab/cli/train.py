@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 
 from stragglerlab.cli.common import examples, out_folder
-from stragglerlab.util.errors import InputError
 from stragglerlab.run.run_folder import KINETO_DIR
 from stragglerlab.scenarios.scenario import load_scenario
 from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS
+from stragglerlab.util.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:

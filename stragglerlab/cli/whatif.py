@@ -27,7 +27,6 @@ import contextlib
 import os
 from pathlib import Path
 
-from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     defaulted_run,
     examples,
@@ -37,6 +36,7 @@ from stragglerlab.cli.common import (
     out_folder,
     run_out,
 )
+from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.folder_lock import lock_folder
 
@@ -140,12 +140,12 @@ def run(args) -> int:
     """Analyse, write every output, print the summary."""
     from stragglerlab.analysis.replays import ThreadReplays
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
-    from stragglerlab.run.artifact_format import fix_json, result_json
-    from stragglerlab.util.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
+    from stragglerlab.run.artifact_format import fix_json, result_json
     from stragglerlab.run.general_record import is_general_import
     from stragglerlab.run.run_folder import RunFolder
     from stragglerlab.trace.trace_io import read_trace
+    from stragglerlab.util.atomic import staged_folder
 
     _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
     if args.threads < 1:
@@ -248,9 +248,9 @@ def _general(args, run_dir: Path) -> int:
 
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
-    from stragglerlab.util.filecheck import load_json
     from stragglerlab.run.general_record import OPS_PARQUET, whatif_doc
     from stragglerlab.trace.ops_table import read_ops
+    from stragglerlab.util.filecheck import load_json
 
     if args.timelines:
         raise InputError("the timelines are drawn from the op-level trace, which an "

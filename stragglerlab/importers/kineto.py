@@ -50,7 +50,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
     check_step_order,
     find_traces,
@@ -74,6 +73,7 @@ from stragglerlab.importers.rank_checks import (
 from stragglerlab.importers.vocab_ranges import comm_fallback, inside_ranges, outermost
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.util.errors import InputError
 
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 

@@ -54,7 +54,6 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
@@ -69,6 +68,7 @@ from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
 from stragglerlab.trace.meta import MAX_WORKERS
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.util.errors import InputError
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 

@@ -48,7 +48,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
@@ -69,6 +68,7 @@ from stragglerlab.importers.rank_checks import (
     number_unranked,
 )
 from stragglerlab.trace.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
+from stragglerlab.util.errors import InputError
 
 
 @dataclass(kw_only=True)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import one_trace_per_rank
 from stragglerlab.importers.kineto_events import UNRANKED, RankEvents
 from stragglerlab.importers.layout import Layout
+from stragglerlab.util.errors import InputError
 
 CLOCK_GAP_FRACTION = 0.5
 """A step starting further than this share of the median step time from rank 0's is a gap."""

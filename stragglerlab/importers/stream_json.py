@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import (
     FIX,
     GZIP_MAGIC,
@@ -35,6 +34,7 @@ from stragglerlab.importers.chrome import (
     shape_problem,
 )
 from stragglerlab.importers.event_filter import EventSkip, select
+from stragglerlab.util.errors import InputError
 
 BATCH_BYTES = 2 << 20
 """JSON bytes parsed per batch of events."""

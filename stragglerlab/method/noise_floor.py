@@ -32,10 +32,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from stragglerlab.trace.meta import LayoutFamily
 from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.filecheck import Checker, echo, load_yaml
-from stragglerlab.trace.meta import LayoutFamily
 
 NOISE_FLOOR_SCHEMA = "stragglerlab.noise-floor/1"
 """Schema tag of a noise-floor file."""

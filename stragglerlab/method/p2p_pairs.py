@@ -19,7 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.method.grouped import group_median, group_quantiles, inner_join, optype_masks, row_codes
+from stragglerlab.method.grouped import (
+    group_median,
+    group_quantiles,
+    inner_join,
+    optype_masks,
+    row_codes,
+)
 
 _KEYS = ["step", "dp_rank", "stage", "seq_id"]
 _DIRECTIONS = (("forward", 1), ("backward", -1))

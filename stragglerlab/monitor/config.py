@@ -10,8 +10,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.run.run_folder import MONITOR_DIR
+from stragglerlab.util.errors import InputError
 
 WINDOWS_JSONL = "windows.jsonl"
 """monitor/windows.jsonl: one analysed window per line (schema WINDOW_SCHEMA)."""

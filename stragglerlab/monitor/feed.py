@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR
 from stragglerlab.trace.schema import OPTYPE_VALUES
 from stragglerlab.trace.trace_parts import RECORD
+from stragglerlab.util.atomic import atomic_write_text
 
 _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 

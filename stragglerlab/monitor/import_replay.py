@@ -37,13 +37,13 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.run.general_record import is_general_import
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.monitor.config import WINDOW_SCHEMA, MonitorConfig
 from stragglerlab.monitor.runner import Monitor
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.window import finding_json
+from stragglerlab.run.general_record import is_general_import
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
 
 OP_MODEL = "general"
 """`op_model` of an import's window line (the general op model's what-if)."""
@@ -182,8 +182,8 @@ class ImportMonitor(Monitor):
 def _read(run) -> tuple[pd.DataFrame, dict]:
     """An import's op table (checked: stragglerlab.trace.ops_table) and import.json's report (the
     gate's evidence; {} without one)."""
-    from stragglerlab.util.filecheck import load_json
     from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.util.filecheck import load_json
 
     ops = RunFolder(path=run).ops()
     again = f"import the traces again with `stragglerlab import kineto --traces ... --out {run}`"

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
 from stragglerlab.monitor.config import (
     LOCK_FILE,
@@ -50,7 +48,9 @@ from stragglerlab.monitor.steps import StepBuffer, infer_layout, records_frame
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
 from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 
 
 class Monitor:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.run.run_folder import TRACE_PARTS_DIR
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 from stragglerlab.trace.trace_parts import MAX_READ_BYTES, RECORD, check_records
+from stragglerlab.util.errors import InputError
 
 OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
 """Op type code of `optimizer`: a rank's step is over once it is recorded (assemble rule)."""

@@ -31,10 +31,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.scenarios.faults import FaultKind, Target
-from stragglerlab.util.filecheck import Checker, echo, finite_or_none, load_json
 from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.atomic import atomic_write_text
+from stragglerlab.util.filecheck import Checker, echo, finite_or_none, load_json
 
 FINDINGS_SCHEMA = "stragglerlab.findings/1"
 """Schema version written into every findings file (files without one are read as /1)."""

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.validity import STRAGGLING_S as STRAGGLING_S  # the threshold, re-exported
 from stragglerlab.run.validity import Validity, judge
 from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfModel, WhatIfSummary, WorkerS
 from stragglerlab.run.whatif_summary import StepS as SummarySteps
+from stragglerlab.trace.meta import JobMeta
 
 SCHEMA_NAME = "stragglerlab.whatif"
 SCHEMA_VERSION = 2

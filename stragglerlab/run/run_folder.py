@@ -39,14 +39,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from stragglerlab.util.atomic import atomic_write_json
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultRecord, read_faults, write_faults
-from stragglerlab.util.filecheck import entry_problem, finite_or_none, load_json, load_yaml
 from stragglerlab.run.findings import Finding, FindingsDocument, read_findings, write_findings
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.run_record import RunRecord, read_run_record, write_run_record
 from stragglerlab.run.whatif_record import WhatIfRecord, check_document
+from stragglerlab.scenarios.faults import FaultRecord, read_faults, write_faults
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import entry_problem, finite_or_none, load_json, load_yaml
 
 TRACE_PARQUET = "trace.parquet"
 META_YAML = "meta.yaml"

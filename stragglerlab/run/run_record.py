@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.filecheck import Checker, echo, finite_or_none, load_json
-from stragglerlab.trace.meta import JobMeta
 
 RUN_SCHEMA = "stragglerlab.run/1"
 """Schema version of run.json, and of the run folder's layout (files without one: /1)."""
@@ -107,7 +107,8 @@ class RunRecord:
     seed: int | None = None
     """Training seed."""
     scenario: dict = field(default_factory=dict)
-    """The full scenario as run (stragglerlab.scenarios.scenario.scenario_to_dict), after faults shaped it."""
+    """The full scenario as run (stragglerlab.scenarios.scenario.scenario_to_dict), after
+    faults shaped it."""
     trace: TraceInfo | None = None
     """What went into trace.parquet (None when no trace was assembled)."""
     step_time_s: dict[int, float | None] = field(default_factory=dict)

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.util.filecheck import Checker, load_json
 from stragglerlab.run.general_record import GENERAL_WHATIF_SCHEMA, OPS_PARQUET, require_ideal
 from stragglerlab.run.results import COMPUTE_IDEALS
 from stragglerlab.run.validity import validity_of
@@ -46,6 +44,8 @@ from stragglerlab.run.whatif_summary import (
     summary_from_block,
     summary_of_general,
 )
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import Checker, load_json
 
 __all__ = ["locate_whatif", "read_whatif_summary", "summary_of_document"]
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.run.general_record import GENERAL_WHATIF_SCHEMA
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.results import COMPUTE_IDEALS, SCHEMA, FixMetric, IdealView
 from stragglerlab.run.validity import Validity, validity_of
 from stragglerlab.run.whatif_summary import WhatIfSummary, check_summary_block
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
 
 _FIX = "rerun `stragglerlab whatif` on the run (e.g. `stragglerlab whatif --run DIR`)"
 

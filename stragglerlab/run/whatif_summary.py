@@ -25,8 +25,8 @@ from enum import Enum
 
 import numpy as np
 
-from stragglerlab.util.filecheck import Checker
 from stragglerlab.run.validity import Validity, validity_of
+from stragglerlab.util.filecheck import Checker
 
 SUMMARY_KEY = "summary"
 """The key of the summary block in whatif.json."""

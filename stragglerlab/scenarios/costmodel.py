@@ -20,7 +20,7 @@ unit tests and on the command line before any job runs:
   ranks by sum(s^2), from the data generator's own draws and a per-microbatch
   cost a + b * sum(s^2) (`benchmarks/bench_attention.py` measures a and b).
 
-    .venv/bin/python -m stragglerlab.scenarios.costmodel      # prints the sizing of the built-in scenarios
+    .venv/bin/python -m stragglerlab.scenarios.costmodel  # sizing of the built-in scenarios
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from stragglerlab.scenarios.dataset import rank_microbatches
-from stragglerlab.scenarios.partition import (  # re-exported: the partition is part of the cost model
+
+# re-exported: the partition is part of the cost model
+from stragglerlab.scenarios.partition import (
     Partition,
     balanced_partition,
     even_partition,

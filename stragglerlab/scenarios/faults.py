@@ -25,10 +25,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.filecheck import Checker, echo, finite_or_none, load_json
-from stragglerlab.trace.meta import JobMeta
 
 FAULTS_FIX = ("rewrite it as a JSON list of fault records (see docs/faults.md#ground-truth) "
               "or rerun the training")

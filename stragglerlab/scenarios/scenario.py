@@ -19,7 +19,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.partition import Partition, balanced_partition, even_partition
 from stragglerlab.scenarios.scenario_vocab import (
     TORCH_WORKLOAD_FAULTS,
@@ -31,6 +30,7 @@ from stragglerlab.scenarios.scenario_vocab import (
     Profiler,
     Workload,
 )
+from stragglerlab.util.errors import InputError
 from stragglerlab.util.typed_mapping import build_dataclass
 
 DEFAULT_CONFIG = Path(str(importlib.resources.files("stragglerlab") / "config" / "scenarios.yaml"))

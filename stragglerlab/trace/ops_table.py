@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.op_model import (
     HOST_COLUMNS,
     OP_COLUMNS,
@@ -27,6 +26,7 @@ from stragglerlab.trace.op_model import (
     gap_ends,
     previous_points,
 )
+from stragglerlab.util.errors import InputError
 
 INT_COLUMNS = ("rank", "step", "k", "group", "in_nelems", "out_nelems", "peer", "role",
                "dp_rank", "stage")

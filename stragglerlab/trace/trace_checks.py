@@ -36,9 +36,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import COMPUTE_OPS, OPTYPE_VALUES, P2P_OPS
+from stragglerlab.util.errors import InputError
 
 MAX_SPAN_S = 86_400.0
 """Longest op and longest step, seconds (one day): anything longer is a clock error."""

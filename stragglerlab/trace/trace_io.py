@@ -27,11 +27,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stragglerlab.util.atomic import atomic_write
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import EXTRA_COLUMNS, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
 from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.atomic import atomic_write
+from stragglerlab.util.errors import InputError
 
 META_KEY = b"stragglerlab.meta"
 VERSION_KEY = b"stragglerlab.schema_version"

@@ -9,8 +9,8 @@ stage) and what to fix. Checks run in this order, so the first message is about
 the most basic problem: columns present, non-empty, column types, NaN, negative
 durations, optype vocabulary, meta vs trace, that every step holds the same ops
 for every (dp_rank, stage) worker, and finally plausibility (ids in range,
-seq_id 0..n-1, clocks and durations; stragglerlab/trace/trace_checks.py). Everything is vectorized: a
-3.5M-row trace validates in a fraction of a second.
+seq_id 0..n-1, clocks and durations; stragglerlab/trace/trace_checks.py). Everything is
+vectorized: a 3.5M-row trace validates in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import (
     COLUMN_NAMES,
@@ -28,7 +27,14 @@ from stragglerlab.trace.schema import (
     TRACE_COLUMNS,
 )
 from stragglerlab.trace.trace_checks import check_plausible
-from stragglerlab.trace.trace_columns import SHOW, check_column, fmt_value, numeric_column, rows_text
+from stragglerlab.trace.trace_columns import (
+    SHOW,
+    check_column,
+    fmt_value,
+    numeric_column,
+    rows_text,
+)
+from stragglerlab.util.errors import InputError
 
 
 def optype_codes(s: pd.Series) -> np.ndarray:

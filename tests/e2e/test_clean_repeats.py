@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from stragglerlab.trace.meta import LayoutFamily
 from stragglerlab.method.noise_floor import DEFAULT_NOISE_FLOOR, read_noise_floor
+from stragglerlab.trace.meta import LayoutFamily
 
 pytestmark = pytest.mark.slow
 

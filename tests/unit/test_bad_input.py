@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.trace_io import read_trace, write_trace
 from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 
 
 def _error(path: Path, meta_path: Path | None = None) -> str:

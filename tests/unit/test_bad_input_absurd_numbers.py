@@ -10,8 +10,8 @@ import pytest
 
 from stragglerlab.analysis.ground_truth import load_truths
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.faults import TARGETED_KINDS, FaultKind, read_faults
+from stragglerlab.util.errors import InputError
 from tests.unit.cli_errors import one_error
 from tests.unit.monitor_helpers import synth
 

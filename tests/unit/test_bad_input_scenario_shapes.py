@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import parse_faults
-from stragglerlab.util.filecheck import number_hint
 from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.scenarios.faults import parse_faults
 from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import number_hint
 from stragglerlab.workloads.pacing import ComputePacer
 
 

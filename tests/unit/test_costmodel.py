@@ -74,8 +74,8 @@ def test_clean_scenarios_are_balanced_by_the_model():
 
 
 def test_stage_imbalance_fault_forces_the_naive_split():
-    from stragglerlab.scenarios.faults import parse_faults
     from stragglerlab.injectors.registry import build_injectors
+    from stragglerlab.scenarios.faults import parse_faults
 
     sc = load_scenario("stage-imbalance")
     specs = parse_faults(sc.faults, sc.parallel.dp, sc.parallel.pp, sc.run.steps, "test")

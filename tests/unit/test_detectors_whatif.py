@@ -12,8 +12,8 @@ import pytest
 from stragglerlab.analysis.detectors import RootCause, Run, get_detector
 from stragglerlab.analysis.detectors.whatif import Evidence, WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import (
     SlowLink,
     SlowWorker,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.kineto import import_kineto
 from stragglerlab.run.run_folder import RunFolder
 from stragglerlab.trace.trace_io import write_trace
+from stragglerlab.util.errors import InputError
 from tests.unit.kineto_fixtures import rank_doc, write
 from tests.unit.monitor_helpers import synth
 from tests.unit.refdata import REFERENCE

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import parse_faults, read_faults
 from stragglerlab.injectors.registry import build_injectors, check_scenario_faults
+from stragglerlab.scenarios.faults import parse_faults, read_faults
 from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
 from tests.unit.cli_errors import one_error
 from tests.unit.monitor_helpers import synth
 

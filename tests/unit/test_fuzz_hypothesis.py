@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.meta import MAX_WORKERS, JobMeta
+from stragglerlab.util.errors import InputError
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,

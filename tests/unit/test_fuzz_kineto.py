@@ -17,11 +17,11 @@ import pytest
 
 from stragglerlab.analysis.whatif_general import whatif_general
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.chrome import find_traces
 from stragglerlab.importers.kineto import import_kineto
 from stragglerlab.importers.kineto_events import read_rank
 from stragglerlab.importers.kineto_general import build_general, load_ranks
+from stragglerlab.util.errors import InputError
 from tests.unit.general_fixtures import ddp_doc, write_docs
 from tests.unit.kineto_fixtures import FIXTURES, rank_doc
 

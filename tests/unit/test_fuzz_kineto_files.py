@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.kineto_events import read_rank
 from stragglerlab.importers.stream_json import TraceReader
+from stragglerlab.util.errors import InputError
 from tests.unit.kineto_fixtures import FIXTURES, rank_doc
 
 

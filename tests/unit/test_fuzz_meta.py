@@ -9,9 +9,9 @@ import os
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
 
 
 @pytest.fixture(scope="module")

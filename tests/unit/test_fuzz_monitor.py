@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.monitor.history import read_lines
+from stragglerlab.util.errors import InputError
 from tests.unit.monitor_helpers import make_feeder, make_monitor, synth
 
 

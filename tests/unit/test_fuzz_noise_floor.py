@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.method.noise_floor import (
     DEFAULT_NOISE_FLOOR,
     NOISE_FLOOR_SCHEMA,
     noise_floor_option,
     read_noise_floor,
 )
+from stragglerlab.util.errors import InputError
 
 FAMILY = {"n_runs": 3, "layouts": ["dp2-pp2"], "statistics": {"link_step_share": 0.04}}
 

@@ -89,8 +89,8 @@ def test_list_config_is_for_scenarios_only(tmp_path, capsys):
 def test_a_pipe_in_place_of_a_rank_status_file_is_named_not_read(tmp_path):
     import os
 
-    from stragglerlab.util.errors import InputError
     from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.util.errors import InputError
 
     (tmp_path / "status").mkdir()
     (tmp_path / "status" / "rank0.json").write_text('{"step": 3}')

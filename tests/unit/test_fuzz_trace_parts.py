@@ -60,8 +60,8 @@ def test_a_closed_stderr_keeps_the_exit_status(tmp_path):
 @pytest.mark.parametrize("vocabulary", [False, True])
 def test_a_step_numbered_twice_on_a_rank_is_one_clear_error(tmp_path, vocabulary):
     """A renamed or merged file (#552 renamed #551) silently kept one of the two steps."""
-    from stragglerlab.util.errors import InputError
     from stragglerlab.importers.kineto import import_kineto
+    from stragglerlab.util.errors import InputError
     from tests.unit import general_fixtures, kineto_fixtures
 
     if vocabulary:
@@ -79,9 +79,9 @@ def test_a_step_numbered_twice_on_a_rank_is_one_clear_error(tmp_path, vocabulary
 def test_plot_whatif_on_a_general_import_says_which_verb_draws_it(tmp_path):
     import json
 
-    from stragglerlab.util.errors import InputError
     from stragglerlab.run.general_record import GENERAL_WHATIF_SCHEMA
     from stragglerlab.run.whatif_record import WhatIfRecord
+    from stragglerlab.util.errors import InputError
 
     path = tmp_path / "gen" / "whatif.json"
     path.parent.mkdir()
@@ -106,8 +106,8 @@ def test_a_yaml_number_read_as_text_says_why_wherever_it_is_checked():
     ('"../../etc"', "scenario name '../../etc'"), ('"a\\nb"', "scenario name 'a\\nb'"),
     ('"x y"', "scenario name 'x y'")])
 def test_a_scenario_name_that_cannot_name_a_folder_is_refused(tmp_path, name, says):
-    from stragglerlab.util.errors import InputError
     from stragglerlab.scenarios.scenario import scenario_table
+    from stragglerlab.util.errors import InputError
 
     path = tmp_path / "s.yaml"
     path.write_text(f"scenarios:\n  {name}:\n    run: {{steps: 8}}\n")
@@ -134,9 +134,9 @@ def test_a_finished_trace_numbered_otherwise_is_monitored_by_its_workers(tmp_pat
 def test_a_run_json_of_another_layout_than_its_meta_is_refused(src):
     import json
 
+    from stragglerlab.run.run_record import RunRecord
     from stragglerlab.util.errors import InputError
     from stragglerlab.util.filecheck import Checker
-    from stragglerlab.run.run_record import RunRecord
 
     folder = RunFolder(path=src)
     doc = {"outcome": "ok", "scenario": {"parallel": {"dp": 3, "pp": 2}}}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
 
 
 @pytest.fixture

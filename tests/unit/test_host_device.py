@@ -21,13 +21,13 @@ from stragglerlab.analysis.host_device import (
     simulate_steps,
 )
 from stragglerlab.cli import main
+from stragglerlab.importers.host_device_events import read_host_device
 from stragglerlab.trace.host_device_trace import (
     CALL_KINDS,
     NO_STREAM,
     OTHER,
     HostDeviceTrace,
 )
-from stragglerlab.importers.host_device_events import read_host_device
 from tests.unit.general_fixtures import ddp_doc, write_docs
 
 REPO = Path(__file__).resolve().parents[2]

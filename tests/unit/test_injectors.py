@@ -12,8 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.host.cgroups import MIN_QUOTA_US, quota_for
 from stragglerlab.injectors import crash as crash_mod
 from stragglerlab.injectors import hang as hang_mod
@@ -28,6 +26,8 @@ from stragglerlab.injectors.seq_imbalance import SeqImbalance
 from stragglerlab.injectors.slow_worker import SlowWorker
 from stragglerlab.injectors.stage_imbalance import StageImbalance
 from stragglerlab.method.p2p_pairs import p2p_pair_latency
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.util.errors import InputError
 from tests.unit.injector_helpers import (
     SLEEP_SLACK_S,
     build,

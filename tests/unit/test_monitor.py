@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from stragglerlab.util.errors import InputError
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.monitor.history import append_line, read_lines
 from stragglerlab.monitor.metrics import metrics_text
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.trace_parts import RECORD
+from stragglerlab.util.errors import InputError
 from tests.unit.monitor_helpers import FAULT_FIRST, make_feeder, make_monitor, named
 
 
@@ -284,8 +284,8 @@ def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, s
 def test_the_noise_floor_given_holds_the_windows_findings(tmp_path, slow_src):
     from stragglerlab.analysis.detectors.whatif_config import RATIOS
     from stragglerlab.analysis.detectors.whatif_noise import RELAXED
-    from stragglerlab.trace.meta import LayoutFamily
     from stragglerlab.method.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+    from stragglerlab.trace.meta import LayoutFamily
 
     # A floor whose clean runs reached 3x their peers in every ratio statistic, in 8-step
     # windows: the 2x slow worker stands under it, so no window names it.

@@ -17,9 +17,6 @@ from stragglerlab.analysis.detectors.whatif_noise import (
     reading,
 )
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
-from stragglerlab.run.findings import Finding, RootCause
-from stragglerlab.trace.meta import JobMeta, LayoutFamily
 from stragglerlab.method.noise_floor import (
     DEFAULT_NOISE_FLOOR,
     FamilyFloor,
@@ -28,6 +25,9 @@ from stragglerlab.method.noise_floor import (
     read_noise_floor,
     write_noise_floor,
 )
+from stragglerlab.run.findings import Finding, RootCause
+from stragglerlab.trace.meta import JobMeta, LayoutFamily
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import SlowWorker
 
 

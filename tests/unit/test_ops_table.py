@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.trace.op_model import OP_COLUMNS
 from stragglerlab.trace.ops_table import read_ops
+from stragglerlab.util.errors import InputError
 
 
 def _table() -> pd.DataFrame:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.scenarios.scenario import load_scenario, scenario_to_dict
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.population import (
     TARGETED_KINDS,
     coverage,

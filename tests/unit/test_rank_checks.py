@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.util.errors import InputError
 from stragglerlab.importers.kineto_events import load_ranks, read_rank
 from stragglerlab.importers.rank_checks import (
     align_clocks,
@@ -15,6 +14,7 @@ from stragglerlab.importers.rank_checks import (
     common_steps,
     resolved_align,
 )
+from stragglerlab.util.errors import InputError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kineto-dp2-pp2"
 

@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.util import filecheck
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import FaultKind, FaultRecord
 from stragglerlab.run.findings import (
     FINDINGS_SCHEMA,
     Finding,
@@ -25,7 +22,6 @@ from stragglerlab.run.findings import (
     RootCause,
     same_cause,
 )
-from stragglerlab.trace.meta import JobMeta
 from stragglerlab.run.run_folder import (
     FAULTS_JSON,
     META_YAML,
@@ -34,7 +30,11 @@ from stragglerlab.run.run_folder import (
     RunFolder,
 )
 from stragglerlab.run.run_record import RUN_SCHEMA, RunRecord
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util import filecheck
+from stragglerlab.util.errors import InputError
 
 V0 = Path(__file__).resolve().parents[1] / "data" / "run_folder_v0"
 FINDINGS = "detect/whatif.json"

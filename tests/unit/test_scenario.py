@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.scenarios.scenario import (
     DEFAULT_CONFIG,
     list_scenarios,
@@ -19,6 +18,7 @@ from stragglerlab.scenarios.scenario import (
     scenario_to_dict,
 )
 from stragglerlab.scenarios.scenario_vocab import Backend, LengthDistribution
+from stragglerlab.util.errors import InputError
 
 
 def write_config(tmp_path: Path, obj: object, name: str = "user.yaml") -> Path:

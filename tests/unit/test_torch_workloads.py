@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from stragglerlab.run.compute_log import ComputeLog, measure_frame, peer_ratio, read_log
-from stragglerlab.util.errors import InputError
-from stragglerlab.scenarios.faults import parse_faults
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.injectors.slow_worker import SlowWorker, _peer_compute_ratio
+from stragglerlab.run.compute_log import ComputeLog, measure_frame, peer_ratio, read_log
+from stragglerlab.scenarios.faults import parse_faults
 from stragglerlab.scenarios.scenario import load_scenario
 from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS, Workload
+from stragglerlab.util.errors import InputError
 
 
 def _user(tmp_path, **scenarios) -> str:

@@ -22,8 +22,8 @@ from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_rules.late_arrival import rule
 from stragglerlab.cli import main
 from stragglerlab.run.findings import Finding, RankRef, RootCause
-from stragglerlab.trace.trace_io import read_trace, write_trace
 from stragglerlab.run.whatif_record import WhatIfRecord
+from stragglerlab.trace.trace_io import read_trace, write_trace
 from tests.unit.conftest import DATA
 from tests.unit.refdata import DIFFERENTIAL, differential_cases
 

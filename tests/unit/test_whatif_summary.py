@@ -15,11 +15,11 @@ import pytest
 import stragglerlab.api
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.cli import main
-from stragglerlab.util.errors import InputError
 from stragglerlab.figures.job_pictures import job_series
-from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.run.whatif_reader import read_whatif_summary, summary_of_document
 from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfModel, WhatIfSummary
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 from tests.unit.general_fixtures import ddp_job
 
 ROOT = Path(__file__).resolve().parents[2]
