@@ -53,7 +53,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.grouped import group_sum, optype_mask, row_codes
+from stragglerlab.method.grouped import group_sum, optype_mask, row_codes
 
 REDUCE_SCATTER = "grads-reduce-scatter"
 ALL_GATHER = "params-all-gather"

@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
 from stragglerlab.monitor.config import (
     LOCK_FILE,
@@ -49,8 +47,10 @@ from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout, records_frame
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
-from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
-from stragglerlab.validate import validate_trace
+from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 
 
 class Monitor:
@@ -410,12 +410,12 @@ class Monitor:
                              "it); the history written so far went with it", str(self.cfg.run))
 
     def _lock(self):
-        """monitor/monitor.lock, held while this monitor runs (stragglerlab.folder_lock, the
+        """monitor/monitor.lock, held while this monitor runs (stragglerlab.util.folder_lock, the
         verbs' one lock): a second monitor on the same run would write the same history
         twice; it is refused (InputError). Returns what `close()` releases."""
         from contextlib import ExitStack
 
-        from stragglerlab.folder_lock import hold
+        from stragglerlab.util.folder_lock import hold
 
         held = ExitStack()
         held.enter_context(hold(self.cfg.monitor_dir, "monitor", name=LOCK_FILE,

@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.grouped import group_value_order
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.method.grouped import group_value_order
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_parts import RECORD
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
 _FORWARD_RECV = OPTYPE_VALUES.index(OpType.FORWARD_RECV.value)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import TRACE_PARTS_DIR
-from stragglerlab.trace_parts import MAX_READ_BYTES, RECORD, all_fine, check_records
+from stragglerlab.run.run_folder import TRACE_PARTS_DIR
+from stragglerlab.trace.trace_parts import MAX_READ_BYTES, RECORD, all_fine, check_records
+from stragglerlab.util.errors import InputError
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.bin$")
 
@@ -90,7 +90,7 @@ class PartsTail:
             if problem:
                 t.error = (f"{t.path}: garbage at byte {t.offset} (rank {t.rank}): {problem}; "
                            "this is not a trace part written by the tracer "
-                           f"({RECORD.itemsize}-byte records, stragglerlab/trace_parts.py)")
+                           f"({RECORD.itemsize}-byte records, stragglerlab/trace/trace_parts.py)")
                 continue
             out[t.rank] = self._keep(t, rec)
         return out

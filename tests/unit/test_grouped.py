@@ -1,4 +1,4 @@
-"""stragglerlab.grouped: the array group-bys give pandas' numbers bit for bit (issue 32)."""
+"""stragglerlab.method.grouped: the array group-bys give pandas' numbers bit for bit (issue 32)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.grouped import (
+from stragglerlab.method.grouped import (
     group_median,
     group_quantiles,
     group_sum,

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.history import append_line, read_lines
 from stragglerlab.monitor.metrics import metrics_text
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_parts import RECORD
+from stragglerlab.util.errors import InputError
 from tests.unit.monitor_helpers import FAULT_FIRST, make_feeder, make_monitor, named
 
 
@@ -264,7 +264,7 @@ def test_all_ranks_checked_at_once_agree_with_each_rank_checked_alone():
     exactly when check_records finds nothing in any rank's, whatever is wrong where."""
     import numpy as np
 
-    from stragglerlab.trace_parts import all_fine, check_records
+    from stragglerlab.trace.trace_parts import all_fine, check_records
 
     def chunk(steps):
         rec = np.zeros(len(steps), dtype=RECORD)
@@ -320,8 +320,8 @@ def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, s
 def test_the_noise_floor_given_holds_the_windows_findings(tmp_path, slow_src):
     from stragglerlab.analysis.detectors.whatif_config import RATIOS
     from stragglerlab.analysis.detectors.whatif_noise import RELAXED
-    from stragglerlab.meta import LayoutFamily
-    from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+    from stragglerlab.method.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+    from stragglerlab.trace.meta import LayoutFamily
 
     # A floor whose clean runs reached 3x their peers in every ratio statistic, in 8-step
     # windows: the 2x slow worker stands under it, so no window names it.

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.scenario import load_scenario
-from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
-from stragglerlab.trace_io import read_trace
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.run_folder import assemble_trace, job_meta, read_run, write_run_folder
 from stragglerlab.workloads.tracer import Tracer
 
@@ -159,8 +159,8 @@ def test_write_run_folder(tmp_path: Path, scenario):
 
 
 def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
-    from stragglerlab.faults import parse_faults
     from stragglerlab.injectors.registry import build_injectors
+    from stragglerlab.scenarios.faults import parse_faults
 
     specs = parse_faults([{"kind": "crash", "targets": [{"dp_rank": 1, "stage": 0}],
                            "first_step": 2}], dp=DP, pp=PP, steps=STEPS, where="t")
@@ -183,7 +183,7 @@ def test_status_seen_skips_only_settled_unchanged_files(tmp_path):
     import os
     import time
 
-    from stragglerlab.run_folder import STATUS_SETTLED_NS, RunFolder
+    from stragglerlab.run.run_folder import STATUS_SETTLED_NS, RunFolder
 
     folder = RunFolder(path=tmp_path)
     path = tmp_path / "status" / "rank0.json"
