@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
-from stragglerlab.faults import FaultRecord
-from stragglerlab.meta import LayoutFamily
-from stragglerlab.noise_floor import noise_floor_option
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.method.noise_floor import noise_floor_option
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.scenarios.faults import FaultRecord
+from stragglerlab.trace.meta import LayoutFamily
 
 MIN_BASELINE_STEPS = 3
 """Clean traced steps needed before a fault to measure its slowdown within the run."""
@@ -119,7 +119,7 @@ def clean_steps(steps: np.ndarray, faults: list[FaultRecord], first_traced: int)
 
 def run_step_times(run_dir: Path | RunFolder) -> pd.Series:
     """Traced step time per step of a run folder's trace (an unannotated import's: of its
-    spans, stragglerlab.step_view), s."""
+    spans, stragglerlab.trace.step_view), s."""
     folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(path=Path(run_dir))
     if folder.is_general_import:
         return step_times(folder.step_view()[["step", "start_ts", "duration"]])

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from stragglerlab.faults import FaultKind, FaultRecord
-from stragglerlab.findings import RootCause
+from stragglerlab.run.findings import RootCause
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord
 
 UNOBSERVABLE_DELAY = "in-process delay (this kernel has no netem)"
 """The mechanism older net-delay records name: the victim slept inside its traced

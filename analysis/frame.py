@@ -15,9 +15,9 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.graph import DepGraph
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.util.errors import InputError
 
 # Negative transfer durations / launch delays at or below this become 0 (artifact convention).
 NEGATIVE_CUTOFF_S = -0.01

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stragglerlab.findings import Finding, RankRef, RootCause
-from stragglerlab.op_model import COMPUTE
-from stragglerlab.validity import STRAGGLING_S
-from stragglerlab.whatif_reader import read_whatif_summary
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.findings import Finding, RankRef, RootCause
+from stragglerlab.run.validity import STRAGGLING_S
+from stragglerlab.run.whatif_reader import read_whatif_summary
+from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.trace.op_model import COMPUTE
 
 MIN_RANK_SHARE = 0.5
 """A rank is named when leaving it alone original recovers at least this share of the job's

@@ -1,4 +1,4 @@
-"""Simulate the general op model (stragglerlab.op_model): per-rank chains of communication
+"""Simulate the general op model (stragglerlab.trace.op_model): per-rank chains of communication
 ops with compute gaps, synchronized at their groups, for many scenarios at once.
 
     sched = schedule(ops)                               # structure only, built once
@@ -7,7 +7,7 @@ ops with compute gaps, synchronized at their groups, for many scenarios at once.
 Each (rank, step) is a chain that starts at 0. A row arrives at the previous
 row's point plus its gap (the point: the row's end; for an async row its
 arrival, since the rank went on from the launch; the step-end row also waits
-for the chain's async ops: stragglerlab.op_model); a group starts at its
+for the chain's async ops: stragglerlab.trace.op_model); a group starts at its
 members' latest arrival (a local row at its own arrival); each member ends at
 that start plus its transfer duration. A step's time is the latest chain end
 of the step. With the host model (GPU traces, `simulate(..., host=...)`) each
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.op_model import STEP_END
+from stragglerlab.trace.op_model import STEP_END
 
 SCENARIO_CHUNK = 32
 """Scenarios simulated per pass (memory: rows x chunk floats)."""

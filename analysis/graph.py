@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.p2p import match_stream
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType
+from stragglerlab.util.errors import InputError
 
 Op = OpType  # short alias for the many rules below
 

@@ -53,13 +53,13 @@ from stragglerlab.analysis.fault_observability import (
     observability,
     observable_as,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultRecord
-from stragglerlab.filecheck import distinct_runs
-from stragglerlab.findings import JOB_WIDE, RootCause
-from stragglerlab.meta import LayoutFamily
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.run_record import RunRecord
+from stragglerlab.run.findings import JOB_WIDE, RootCause
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.run.run_record import RunRecord
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord
+from stragglerlab.trace.meta import LayoutFamily
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import distinct_runs
 
 CLEAN = "clean"
 """Kind label of a run without faults."""

@@ -2,7 +2,7 @@
 them (the per-step simulation discrepancy), and whether the rank is launch- or
 device-bound.
 
-    report = simulate_steps(trace)          # trace: stragglerlab.host_device_trace
+    report = simulate_steps(trace)          # trace: stragglerlab.trace.host_device_trace
     report.steps[0].discrepancy             # traced / simulated - 1
 
 The model (design notes §4, "Host and device"): a rank is its host threads and its GPU
@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stragglerlab.host_device_trace import (
+from stragglerlab.trace.host_device_trace import (
     DEVICE_SYNC,
     EVENT_RECORD,
     EVENT_SYNC,

@@ -31,7 +31,7 @@ import numpy as np
 from stragglerlab.analysis.frame import OpFrame
 from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.analysis.simulate import CHUNK_ELEMENTS, simulate
-from stragglerlab.schema import OpType
+from stragglerlab.trace.schema import OpType
 
 LAUNCH_ATTRIBUTION_MIN = 1.03
 """Launch slowdown from which the decomposition is computed (the artifact's threshold)."""

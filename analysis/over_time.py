@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from stragglerlab.p2p_pairs import p2p_pair_latency, receiver_stage
-from stragglerlab.schema import COMMUNICATION_OPS, P2P_OPS
+from stragglerlab.method.p2p_pairs import p2p_pair_latency, receiver_stage
+from stragglerlab.trace.schema import COMMUNICATION_OPS, P2P_OPS
 
 MIN_SIDE = 2
 """Steps inside a window, and outside it, at least: one step is an outlier, not a regime;

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 NOOP_TOLERANCE_S = 5e-5
 

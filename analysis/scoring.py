@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth
-from stragglerlab.findings import JOB_WIDE, Finding, RootCause, same_cause
+from stragglerlab.run.findings import JOB_WIDE, Finding, RootCause, same_cause
 
 
 @dataclass(kw_only=True)

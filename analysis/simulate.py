@@ -44,60 +44,107 @@ class SimResult:
     """Latest optimizer end minus earliest start over nodes and lanes, [batch]."""
 
 
+@dataclass(frozen=True)
+class Mixed:
+    """Replay values that take `where`'s ops from `masked` and the rest from `other`,
+    picked node by node as the replay reaches them: the whole [n_nodes, batch, lanes]
+    mix is never built (at DP 4,096 it is 111 MB per replay, and the what-if runs
+    dozens), and a node whose lanes all take one side is that side's own values."""
+
+    where: np.ndarray
+    """Which ops take `masked`'s values, broadcastable to [n_nodes, 1, lanes]."""
+    masked: np.ndarray
+    """Values of the masked ops, broadcastable to [n_nodes, batch, lanes]."""
+    other: np.ndarray
+    """Values of the other ops, broadcastable to [n_nodes, batch, lanes]."""
+    shape: tuple[int, int, int]
+    """[n_nodes, batch, lanes] of the mix."""
+
+    def nodes(self, lo: int, hi: int) -> list[np.ndarray]:
+        """Each node's values for batch elements lo..hi (broadcastable to [hi - lo, lanes])."""
+        where = np.broadcast_to(self.where, (self.shape[0], 1, self.where.shape[2]))
+        every, none = where.all(axis=(1, 2)), ~where.any(axis=(1, 2))
+        masked, other = _batch(self.masked, lo, hi), _batch(self.other, lo, hi)
+        return [masked[m] if every[m] else other[m] if none[m]
+                else np.where(where[m], masked[m], other[m]) for m in range(self.shape[0])]
+
+
+def _batch(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return a if a.shape[1] == 1 else a[:, lo:hi]
+
+
 def simulate(
     graph: DepGraph,
-    value: np.ndarray,
+    value: np.ndarray | Mixed,
     delay: np.ndarray | None = None,
     keep_times: bool = False,
 ) -> SimResult:
     """Replay the graph; value is the duration (compute) or transfer duration (comm) per op.
 
     Batches larger than CHUNK_ELEMENTS are simulated in chunks, so memory stays
-    bounded however many steps, ranks and variants are stacked; pass
+    bounded however many steps, ranks and variants are stacked; the chunks share one
+    start/end workspace (fresh pages for every chunk cost more than the replay). Pass
     keep_times=True to get every op's start and end back (no chunking then).
     """
     n_nodes, batch, lanes = value.shape
     per_batch = max(1, n_nodes * lanes)
     chunk = batch if keep_times else max(1, CHUNK_ELEMENTS // per_batch)
-    if chunk >= batch:
-        return _simulate_block(graph, value, delay, keep_times)
+    chunk = min(chunk, batch)
+    work = np.empty((2, n_nodes * chunk * lanes))
     times = []
     for lo in range(0, batch, chunk):
-        d = None if delay is None else delay[:, lo:lo + chunk]
-        times.append(_simulate_block(graph, value[:, lo:lo + chunk], d, False).step_time)
-    return SimResult(None, None, np.concatenate(times))
+        hi = min(batch, lo + chunk)
+        shape = (n_nodes, hi - lo, lanes)
+        size = n_nodes * (hi - lo) * lanes
+        start, end = (w[:size].reshape(shape) for w in work)
+        v = value.nodes(lo, hi) if isinstance(value, Mixed) else value[:, lo:hi]
+        d = None if delay is None else delay[:, lo:hi]
+        times.append(_simulate_block(graph, v, d, start, end))
+    step_time = times[0] if len(times) == 1 else np.concatenate(times)
+    if keep_times:
+        return SimResult(start, end, step_time)
+    return SimResult(None, None, step_time)
 
 
-def _simulate_block(graph, value, delay, keep_times) -> SimResult:
-    shape = value.shape
-    start = np.zeros(shape)
-    end = np.zeros(shape)
-    deps, groups = graph.deps, graph.groups
-    for gi in graph.order:
-        g = groups[gi]
-        for m in g.members:
-            d = deps[m]
+def _plan(graph: DepGraph) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...], bool, bool]]:
+    """The groups in topological order as plain ints: (members, each member's deps,
+    is_comm, dp_sync), so the replay's loop indexes rows without numpy scalars."""
+    return [(tuple(int(m) for m in g.members),
+             tuple(tuple(int(d) for d in graph.deps[m]) for m in g.members),
+             bool(g.is_comm), bool(g.dp_sync))
+            for g in (graph.groups[gi] for gi in graph.order)]
+
+
+def _latest(rows: np.ndarray, nodes: tuple[int, ...], out: np.ndarray) -> np.ndarray:
+    """Elementwise max of rows[nodes] into `out` (no gathered copy; max is exact)."""
+    np.maximum(rows[nodes[0]], rows[nodes[1]], out=out)
+    for k in nodes[2:]:
+        np.maximum(out, rows[k], out=out)
+    return out
+
+
+def _simulate_block(graph, value, delay, start, end) -> np.ndarray:
+    """Replay one chunk into `start`/`end` (every node written); its step times. `value[m]`
+    is node m's values, broadcastable to [batch, lanes]."""
+    scratch = np.empty(start.shape[1:])
+    for members, member_deps, is_comm, dp_sync in _plan(graph):
+        for m, d in zip(members, member_deps):
             if len(d) == 1:
                 start[m] = end[d[0]]
             elif len(d) > 1:
-                np.max(end[d], axis=0, out=start[m])
+                _latest(end, d, start[m])
+            else:
+                start[m] = 0.0
             if delay is not None:
                 start[m] += delay[m]
-        if not g.is_comm:
-            for m in g.members:
+        if not is_comm:
+            for m in members:
                 np.add(start[m], value[m], out=end[m])
             continue
-        members = list(g.members)
-        if len(members) == 1:
-            latest = start[members[0]]
-        else:
-            latest = start[members].max(axis=0)
-        if g.dp_sync:
+        latest = start[members[0]] if len(members) == 1 else _latest(start, members, scratch)
+        if dp_sync:
             latest = latest.max(axis=-1, keepdims=True)
         for m in members:
             np.add(latest, value[m], out=end[m])
     ends = end[graph.step_end_nodes] if len(graph.step_end_nodes) else end
-    step_time = ends.max(axis=(0, 2)) - start.min(axis=(0, 2))
-    if keep_times:
-        return SimResult(start, end, step_time)
-    return SimResult(None, None, step_time)
+    return ends.max(axis=(0, 2)) - start.min(axis=(0, 2))

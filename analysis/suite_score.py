@@ -31,7 +31,7 @@ import numpy as np
 from stragglerlab.analysis.bootstrap import CaseBootstrap
 from stragglerlab.analysis.ground_truth import CLEAN, RunTruth
 from stragglerlab.analysis.scoring import FaultScore, RunScore, score_run
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 SENSITIVITY_BINS = (1.0, 1.05, 1.1, 1.2, 1.5, np.inf)
 """Edges of the fault measured-slowdown bins of the sensitivity curve."""

@@ -18,7 +18,7 @@ the OSDI'25 artifact's timelines, but one process per worker):
 * one flow arrow (cat 'p2p', name 'forward p2p' / 'backward p2p', ph='s' on
   the send where the transfer can start, ph='f' with bp='e' near the end of its
   receive, each inside its slice so it binds to it) from every P2P send to the
-  receive it pairs with (`stragglerlab.p2p_pairs.p2p_pair_rows`), when both
+  receive it pairs with (`stragglerlab.method.p2p_pairs.p2p_pair_rows`), when both
   are written.
 
 With `ideal=` (the simulated ideal step, `analysis.whatif.ideal_timeline`) the
@@ -73,8 +73,8 @@ from stragglerlab.analysis.timeline_slices import (  # noqa: F401 (STREAMS: re-e
     op_slices,
     p2p_pairs_of,
 )
-from stragglerlab.atomic import atomic_write
-from stragglerlab.errors import InputError
+from stragglerlab.util.atomic import atomic_write
+from stragglerlab.util.errors import InputError
 
 REQUIRED_COLUMNS = ("dp_rank", "stage", "step", "optype", "start_ts", "duration", "seq_id", "mb_id")
 LAYOUTS = ("auto", "back-to-back", "as-is")

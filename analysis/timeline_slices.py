@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.p2p_pairs import p2p_pair_rows
+from stragglerlab.method.p2p_pairs import p2p_pair_rows
 
 STREAMS: tuple[str, ...] = (
     "compute", "dp-comm", "fwd-send", "fwd-recv", "bwd-send", "bwd-recv", "step-tail", "other",

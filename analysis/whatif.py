@@ -1,6 +1,6 @@
 """The what-if analysis: simulate the job with stragglers removed and compare (design.md §4.3-4.5).
 
-    result = analyze(df, meta, where="trace.parquet")   # -> stragglerlab.results.WhatIfResult
+    result = analyze(df, meta, where="trace.parquet")   # -> stragglerlab.run.results.WhatIfResult
 
 Frames simulated (all with launch delays set to 0 unless said otherwise):
 
@@ -34,10 +34,10 @@ from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.replays import Replays, ReplaysFactory, StepReplays
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.analysis.simulate import simulate
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
-from stragglerlab.schema import COMMUNICATION_OPS, OpType
+from stragglerlab.run.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COMMUNICATION_OPS, OpType
+from stragglerlab.util.errors import InputError
 
 TOP_WORKER_PERCENT = 3
 """M_W fixes the top ceil(3% of workers) by worker score."""

@@ -1,4 +1,4 @@
-"""The what-if method (design.md section 4) on the general op model (stragglerlab.op_model).
+"""The what-if method (design.md section 4) on the general op model (stragglerlab.trace.op_model).
 
     res = whatif_general(ops)          # GeneralWhatIf; res.to_dict() for whatif.json
 
@@ -23,7 +23,7 @@
   segments and device parts idealized apart; `by_segment_part` splits the
   compute attribution into host and device time.
 * The traced step is measured as the simulation measures T (last rank's step
-  start to last rank's step end); `validity` (stragglerlab.validity) withholds
+  start to last rank's step end); `validity` (stragglerlab.run.validity) withholds
   the straggling verdict where the simulation misses it by more than 5 % or a
   launch-bound trace could not get the host model; `regime_change`
   (analysis.regime) names a change every rank shares over time.
@@ -40,9 +40,9 @@ import pandas as pd
 from stragglerlab.analysis.general_sim import HOST_PARTS, schedule, simulate, simulate_masks
 from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
-from stragglerlab.op_model import COMPUTE, STEP_END, gap_ends
-from stragglerlab.validity import Finding, Reason, Validity, judge
-from stragglerlab.whatif_summary import SUMMARY_KEY, WhatIfSummary, summary_of_general
+from stragglerlab.run.validity import Finding, Reason, Validity, judge
+from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfSummary, summary_of_general
+from stragglerlab.trace.op_model import COMPUTE, STEP_END, gap_ends
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
@@ -93,7 +93,7 @@ class GeneralWhatIf:
     discrepancy: float
     """actual_step_s / T - 1 (how far the simulation is from the trace)."""
     validity: Validity
-    """The reproduction gate (stragglerlab.validity): whether S may be read as the job's."""
+    """The reproduction gate (stragglerlab.run.validity): whether S may be read as the job's."""
     per_step: dict[int, float]
     """Step -> S_s."""
     by_kind: dict[str, float]
@@ -153,7 +153,7 @@ class GeneralWhatIf:
 
     def summary(self) -> WhatIfSummary:
         """This result in the names and units both what-if models share
-        (stragglerlab.whatif_summary; whatif.json's `summary` block)."""
+        (stragglerlab.run.whatif_summary; whatif.json's `summary` block)."""
         return summary_of_general(self._fields(), notes=self.notes)
 
     def _fields(self) -> dict:
@@ -261,7 +261,7 @@ def _segment_parts(ops: pd.DataFrame, length: pd.Series, stat: str
 def _evidence(ops: pd.DataFrame, actual: pd.Series, skew: pd.Series, busy_share: float | None,
               released: int, split: int, report: dict, host_model: bool) -> list[Finding]:
     """What the op table and the import saw that the model does not represent
-    (stragglerlab.validity)."""
+    (stragglerlab.run.validity)."""
     out = []
     at = report.get("kernels_at_launch_share")
     at = at if isinstance(at, (int, float)) and not isinstance(at, bool) else None

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from stragglerlab.scenario import DataConfig
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.scenario import DataConfig
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
 from stragglerlab.workloads.model import Block
 from stragglerlab.workloads.varlen import VarlenLayout
 
@@ -50,7 +50,7 @@ class LoopBlock(Block):
 
 def length_sets(tokens: int, seed: int) -> list[list[int]]:
     """Equal splits (one sequence up to tokens/16 each) and long-tailed draws."""
-    from stragglerlab.dataset import draw_lengths
+    from stragglerlab.scenarios.dataset import draw_lengths
 
     sets = [[tokens // k] * k for k in (1, 2, 4, 8, 16) if tokens % k == 0]
     rng = np.random.default_rng(seed)

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from stragglerlab.analysis.whatif import ComputeIdeal, analyze
-from stragglerlab.scenario import load_scenario
-from stragglerlab.trace_io import read_trace
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.launcher import launch
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ import numpy as np
 
 from stragglerlab.analysis import frame as fr
 from stragglerlab.analysis.graph import build_graph
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 
 
 def parts(run: Path) -> dict[str, float]:

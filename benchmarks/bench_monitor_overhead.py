@@ -44,8 +44,8 @@ import numpy as np
 
 from stragglerlab.analysis.fault_control import run_step_times
 from stragglerlab.cli.monitor import MONITOR_NICE
-from stragglerlab.run_queue_log import read_records
-from stragglerlab.scenario import load_scenario
+from stragglerlab.run.run_queue_log import read_records
+from stragglerlab.scenarios.scenario import load_scenario
 
 
 def _await_folder(out: Path, train: subprocess.Popen) -> None:
@@ -105,7 +105,7 @@ def _train(scenario: str, steps: int, seed: int, out: Path, monitor: bool) -> di
 
 def _toggled(scenario: str, steps: int, seed: int, out: Path, period_s: float) -> dict:
     """One run with the monitor paused and resumed every period_s (see the module doc)."""
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.run.run_folder import RunFolder
 
     train, mon = _start(scenario, steps, seed, out, monitor=True)
     switches, on = [time.monotonic()], True  # span i: [switches[i], switches[i + 1])

@@ -6,7 +6,7 @@ simulated nodes (pipeline by pipeline, as the cluster launcher places ranks), ea
 with a run folder of its own, as on nodes without a shared filesystem. Per step,
 this process (the ranks' tracers) appends every rank's records and status to its
 node's folder, the step ending now on CLOCK_MONOTONIC (the trace clock); a streamer
-thread pulls each node's new frames every 0.2 s (stragglerlab.part_stream
+thread pulls each node's new frames every 0.2 s (stragglerlab.run.part_stream
 `read_frames`, what `NodeHelper.read_parts` returns) and writes them into the run
 folder of the monitor's host (`PartReceiver.accept`), as workloads/cluster_stream.py
 does with the bytes Ray carried; `stragglerlab monitor --run RUN --no-serve` (its own
@@ -42,9 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.atomic import atomic_write_text
 from stragglerlab.monitor.feed import step_records
-from stragglerlab.part_stream import PartReceiver, read_frames
+from stragglerlab.run.part_stream import PartReceiver, read_frames
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 PULL_EVERY_S = 0.2

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.scenario import load_scenario
 
 
 def mean_step_time(record: dict, warmup: int) -> float:
@@ -31,7 +31,7 @@ def mean_step_time(record: dict, warmup: int) -> float:
 
 def tracer_cost_per_step(ops_per_step: int, steps: int = 2000) -> float:
     """Seconds the tracer itself adds per step (record every op + flush), measured in-process."""
-    from stragglerlab.schema import OpType
+    from stragglerlab.trace.schema import OpType
     from stragglerlab.workloads.tracer import Tracer
 
     with tempfile.TemporaryDirectory() as tmp:

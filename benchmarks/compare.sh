@@ -22,7 +22,7 @@ DP=${DP:-1024}
 PAIRS=${PAIRS:-9}
 PYTHON=${PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=$(command -v python3)
-WORK=${WORK:-$(mktemp -d)}
+WORK=$(realpath "${WORK:-$(mktemp -d)}")
 TIMER=/usr/bin/time
 [ -x "$TIMER" ] || { echo "compare.sh needs GNU time at $TIMER (apt-get install time)" >&2; exit 2; }
 
@@ -62,8 +62,11 @@ fi
 run() {  # tree side -> "wall cpu peak_mib"
   local out="$WORK/out-$2"
   rm -rf "$out"
-  PYTHONPATH="$1" "$TIMER" -f "%e %U %S %M" -o "$WORK/time-$2" "$PYTHON" -m stragglerlab whatif \
-    --trace "$input/trace.parquet" --meta "$input/meta.yaml" --out "$out" --quiet >/dev/null
+  # From $WORK, not the checkout: `python -m` puts the current folder ahead of PYTHONPATH,
+  # so run inside a checkout both sides would import that checkout's code.
+  (cd "$WORK" && PYTHONPATH="$1" "$TIMER" -f "%e %U %S %M" -o "$WORK/time-$2" "$PYTHON" -m \
+    stragglerlab whatif --trace "$input/trace.parquet" --meta "$input/meta.yaml" --out "$out" \
+    --quiet >/dev/null)
   awk '{printf "%.3f %.3f %.1f\n", $1, $2 + $3, $4 / 1024}' "$WORK/time-$2"
 }
 

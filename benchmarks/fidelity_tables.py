@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
 from stragglerlab.figures import sim_discrepancy_cdf, table_mitigation, table_s6
 from stragglerlab.figures.data import FigureData, load_figure_data
 from stragglerlab.figures.tables import Spread, markdown_table, paired_ratio
+from stragglerlab.util.errors import InputError
 
 CLEAN_LAYOUTS = ("clean-dp2-pp2", "clean-dp4-pp4")
 CLEAN_S_MAX = 1.04
@@ -102,9 +102,9 @@ def s6_checks(ours: dict) -> list[str]:
 
 def sizing_lines(data: FigureData, ours: dict) -> list[str]:
     """Re-size the §6 factors from what was measured: the compute share c each level's
-    measured S implies in the 1F1B model (stragglerlab/costmodel.py), and the factors
+    measured S implies in the 1F1B model (stragglerlab/scenarios/costmodel.py), and the factors
     that the mean c gives for the paper's levels (edit config/scenarios.yaml with them)."""
-    from stragglerlab.costmodel import slow_worker_factor
+    from stragglerlab.scenarios.costmodel import slow_worker_factor
 
     shares, layout = [], None
     for level, name in table_s6.LEVELS.items():

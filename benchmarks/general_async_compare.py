@@ -1,7 +1,7 @@
 """An unannotated import read with and without its async collectives (docs/torch-workloads.md).
 
 Re-reads an `import kineto` folder's ops.parquet twice: as written (a rank goes on from
-an async op's launch: stragglerlab.op_model) and with every op waited for (one chain per
+an async op's launch: stragglerlab.trace.op_model) and with every op waited for (one chain per
 rank from each op's end, the model before async ops), and prints S and the simulation
 discrepancy of each, for the mean and the median compute ideal.
 
@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 
 from stragglerlab.analysis.whatif_general import whatif_general
-from stragglerlab.op_model import previous_points
+from stragglerlab.trace.op_model import previous_points
 
 
 def waited_for(ops: pd.DataFrame) -> pd.DataFrame:

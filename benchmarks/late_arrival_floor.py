@@ -23,12 +23,12 @@ import numpy as np
 from stragglerlab.analysis.detectors.whatif_rules.late_arrival import held_over, over_other_ranks
 from stragglerlab.analysis.launch import LAUNCH_ATTRIBUTION_MIN, launch_decomposition
 from stragglerlab.analysis.whatif import attribution_type, run_whatif
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floor_summary import fault_targets, floor_args, report  # noqa: E402
 
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
 
 
 def launch_by_dp_rank(folder: RunFolder) -> tuple[np.ndarray, float]:

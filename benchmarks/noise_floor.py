@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
 
 COMPUTE = ("forward-compute", "backward-compute")

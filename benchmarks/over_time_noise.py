@@ -45,9 +45,9 @@ from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evide
 from stragglerlab.analysis.detectors.whatif_noise import WINDOW_STEPS
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.over_time import change_point, kind_times, step_times
-from stragglerlab.meta import LayoutFamily
-from stragglerlab.noise_floor import read_noise_floor, write_noise_floor
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.method.noise_floor import read_noise_floor, write_noise_floor
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.meta import LayoutFamily
 
 STATS = ("job_wide_ratio", "job_wide_compute_ratio", "job_wide_kind_share")
 """The job-wide rule's three statistics (a change of the step carried by communication, by

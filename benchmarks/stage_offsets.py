@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.util.errors import InputError
 
 COMPUTE = ("forward-compute", "backward-compute")
 

@@ -20,7 +20,7 @@ import numpy as np
 from stragglerlab.analysis.detectors.base import load_run
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute
 from stragglerlab.analysis.detectors.whatif_shift import settled_from, stage_rises
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from floor_summary import fault_targets, floor_args, report  # noqa: E402

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.trace_io import write_trace
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.trace_io import write_trace
 
 COMPUTE = ("forward-compute", "backward-compute")
 

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.whatif_reader import read_whatif_summary
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.whatif_reader import read_whatif_summary
+from stragglerlab.run.whatif_summary import WhatIfSummary
 
 PY = sys.executable
 S_TOL = 0.02

@@ -22,12 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
 from stragglerlab.figures.scores import ScoreFile, read_scores
-from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import META_YAML, RUN_JSON, WHATIF_JSON, RunFolder
-from stragglerlab.whatif_reader import summary_of_document
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.run_folder import META_YAML, RUN_JSON, WHATIF_JSON, RunFolder
+from stragglerlab.run.whatif_reader import summary_of_document
+from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
 
 REFERENCE_WHATIF_JSON = "whatif.json"
 """File name of a reference trace's what-if result inside `<reference_whatif_dir>/<job>/`."""

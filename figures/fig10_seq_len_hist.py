@@ -2,7 +2,7 @@
 
 Sequence lengths are not in the trace, but every microbatch is a pure
 function of (data config, vocab, max_seq_len, seed, step, dp_rank, mb)
-(`stragglerlab/dataset.py`, numpy only), so they are regenerated from the scenario
+(`stragglerlab/scenarios/dataset.py`, numpy only), so they are regenerated from the scenario
 recorded in run.json for the trace's steps. The regenerated sum(seq_len^2) of
 every microbatch is checked against the trace's `seq_len_sq_sum`; the result
 of the check is part of `ours`.
@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.dataset import rank_microbatches
 from stragglerlab.figures.data import FigureData
 from stragglerlab.figures.fig09_mb_time_vs_seqsq import variable_length_runs
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import trace_of
-from stragglerlab.scenario import DataConfig
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.dataset import rank_microbatches
+from stragglerlab.scenarios.scenario import DataConfig
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
 
 NAME = "fig10_seq_len_hist"
 TITLE = "Fig. 10: sequence-length histogram and CDF"

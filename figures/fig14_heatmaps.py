@@ -28,15 +28,15 @@ from pathlib import Path
 import numpy as np
 from matplotlib.image import imread
 
-from stragglerlab.errors import InputError
 from stragglerlab.figures.data import FigureData
 from stragglerlab.figures.fig14_heatmap import plot_worker_heatmap
 from stragglerlab.figures.registry import FigureResult, no_data
 from stragglerlab.figures.style import figure_style, new_figure, save_figure, source_note
 from stragglerlab.figures.trace_common import runs_with_fault
-from stragglerlab.filecheck import Checker, echo, load_json
-from stragglerlab.meta import JobMeta
-from stragglerlab.whatif_reader import read_whatif_summary
+from stragglerlab.run.whatif_reader import read_whatif_summary
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import Checker, echo, load_json
 
 NAME = "fig14_heatmaps"
 TITLE = "Fig. 14: worker heatmaps (worker issue / stage imbalance / sequence imbalance)"

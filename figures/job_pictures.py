@@ -2,7 +2,7 @@
 
 Drawn from the what-if result of any analysed job (a testbed run, an imported
 Kineto trace, annotated or not, an artifact trace, a synthetic folder) as one
-`WhatIfSummary` (stragglerlab.whatif_summary): `result.summary()` of the
+`WhatIfSummary` (stragglerlab.run.whatif_summary): `result.summary()` of the
 analysis just run, or `read_whatif_summary(path)` of its whatif.json, so a job
 analysed once is never re-analysed to be drawn.
 
@@ -35,8 +35,6 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from stragglerlab.atomic import atomic_write_json
-from stragglerlab.errors import InputError
 from stragglerlab.figures.fig14_heatmap import worker_heatmap_figure
 from stragglerlab.figures.style import (
     COLUMN_WIDTH,
@@ -46,8 +44,10 @@ from stragglerlab.figures.style import (
     save_figure,
     source_note,
 )
-from stragglerlab.validity import Validity
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.validity import Validity
+from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
 
 SCHEMA = "stragglerlab.plot/1"
 """The `schema` value of the pictures' JSON files."""
@@ -94,7 +94,7 @@ class JobSeries:
 
 def job_series(summary: WhatIfSummary) -> JobSeries:
     """The pictures' numbers of a what-if result (`WhatIfResult.summary()`, or
-    `stragglerlab.whatif_reader.read_whatif_summary` of its whatif.json, either model's).
+    `stragglerlab.run.whatif_reader.read_whatif_summary` of its whatif.json, either model's).
 
     InputError when the result lacks the per-step times (a whatif.json of an unannotated
     import written before they were recorded).

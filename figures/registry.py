@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from stragglerlab.atomic import atomic_write_json
-from stragglerlab.plugins import Registry
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.plugins import Registry
 
 FIGURE_SCHEMA = "stragglerlab.figure/1"
 """The `schema` value of a figure's `<NAME>.json` (older files have none)."""

@@ -23,13 +23,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.errors import InputError
 from stragglerlab.figures.registry import FIGURE_SCHEMA
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown
 from stragglerlab.figures.report_leaderboard import SCORE_FIGURES, BoardFigure, score_blocks
 from stragglerlab.figures.scores import ScoreFile, read_scores
-from stragglerlab.filecheck import Checker, distinct_runs, echo, load_json
+from stragglerlab.util.atomic import atomic_write_text
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import Checker, distinct_runs, echo, load_json
 
 TABLE_FIGURES = ("table_s6", "table_mitigation")
 """Figure outputs shown in the 'mitigation gains and §6 table' section, not as figures."""

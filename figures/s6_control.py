@@ -43,8 +43,8 @@ import numpy as np
 
 from stragglerlab.analysis.fault_control import MIN_BASELINE_STEPS
 from stragglerlab.analysis.whatif import ComputeIdeal, analyze
-from stragglerlab.costmodel import mean_ideal_shortfall
 from stragglerlab.figures.data import RunSummary
+from stragglerlab.scenarios.costmodel import mean_ideal_shortfall
 
 _COMPUTE = ("forward-compute", "backward-compute")
 DRIFT_TOLERANCE = 0.03

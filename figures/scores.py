@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.filecheck import Checker, load_json
-from stragglerlab.findings import RootCause, same_cause
+from stragglerlab.run.findings import RootCause, same_cause
+from stragglerlab.util.filecheck import Checker, load_json
 
 SCORES_SCHEMA = "stragglerlab.scores/1"
 """The `schema` value of scores.json (beside the detectors' entries)."""

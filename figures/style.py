@@ -28,7 +28,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from stragglerlab.atomic import atomic_write
+from stragglerlab.util.atomic import atomic_write
 
 FONT_SIZE = 9
 """Base font size (points): axis labels, legends."""

@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 
 import pandas as pd
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultRecord, FaultSpec
-from stragglerlab.filecheck import echo, number_hint
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord, FaultSpec
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import echo, number_hint
 
 
 @dataclass

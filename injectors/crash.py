@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
+from stragglerlab.scenarios.faults import FaultKind
 
 
 class Crash(Injector):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import gc
 import time
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext
+from stragglerlab.scenarios.faults import FaultKind
 
 CALIBRATION_OBJECTS = 100_000
 MAX_POOL = 3_000_000

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, failure_outcome
+from stragglerlab.scenarios.faults import FaultKind
 
 HANG_S = 24 * 3600.0
 

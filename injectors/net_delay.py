@@ -33,9 +33,9 @@ import time
 
 import pandas as pd
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext, window
-from stragglerlab.p2p_pairs import p2p_pair_latency
+from stragglerlab.method.p2p_pairs import p2p_pair_latency
+from stragglerlab.scenarios.faults import FaultKind
 
 MECHANISM = ("in-process delay: inside P2P sends, before collectives "
              "(this kernel has no netem)")

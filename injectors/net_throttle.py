@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector, RankContext
-from stragglerlab.p2p_pairs import p2p_pair_latency, receiver_stage
+from stragglerlab.method.p2p_pairs import p2p_pair_latency, receiver_stage
+from stragglerlab.scenarios.faults import FaultKind
 
 BYTES_PER_FLOAT = 4
 

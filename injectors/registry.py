@@ -10,10 +10,10 @@ entry-point group `stragglerlab.injectors` (its class subclasses
 
 from __future__ import annotations
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultSpec
 from stragglerlab.injectors.base import Injector, unknown_params
-from stragglerlab.plugins import Registry
+from stragglerlab.scenarios.faults import FaultKind, FaultSpec
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.plugins import Registry
 
 _PKG = "stragglerlab.injectors"
 
@@ -58,8 +58,8 @@ def check_scenario_faults(scenario, config: str | None = None) -> list[Injector]
     """Every fault of a loaded scenario checked as `train` checks it before anything starts
     (kind, targets, steps, parameters), errors naming the config file and the scenario;
     the injectors built."""
-    from stragglerlab.faults import parse_faults
-    from stragglerlab.scenario import DEFAULT_CONFIG
+    from stragglerlab.scenarios.faults import parse_faults
+    from stragglerlab.scenarios.scenario import DEFAULT_CONFIG
 
     where = f"{config or DEFAULT_CONFIG} (scenario {scenario.name!r})"
     specs = parse_faults(scenario.faults, scenario.parallel.dp, scenario.parallel.pp,

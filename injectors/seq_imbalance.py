@@ -13,7 +13,7 @@ step, and of per-DP-rank compute time per step, both averaged over steps.
       params: {mean_seq_len: 48, longtail_sigma: 1.2, rebalance: false}
 
 `length_distribution: uniform` keeps lengths uniform in [1, 2 x mean) instead: what a
-scenario's `data.length_distribution: uniform` implies (stragglerlab/implied_faults.py),
+scenario's `data.length_distribution: uniform` implies (stragglerlab/scenarios/implied_faults.py),
 a milder imbalance the engine runs all the same (paced to sum(seq_len^2)).
 """
 
@@ -23,10 +23,10 @@ import dataclasses
 
 import pandas as pd
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.base import Injector
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
+from stragglerlab.util.errors import InputError
 
 VARYING = {d.value for d in LengthDistribution if d is not LengthDistribution.FIXED}
 """Length distributions the fault can run: every one whose lengths vary."""

@@ -8,7 +8,7 @@ they were measured to use over the previous step; and each step the share
 is steered (damped feedback) on the factor actually measured — the victim's
 compute time over its DP peers' in the latest steps all flushed to
 trace-parts/ (on the torch-wrapper workloads, which have no op trace: their
-compute/ logs, stragglerlab/compute_log.py) — which lands within ~1% of the
+compute/ logs, stragglerlab/run/compute_log.py) — which lands within ~1% of the
 request. Where the engine paces compute to a fixed rate (`run.pace_rate` warmup or
 auto, after the warm-up steps), the pacer stretches each of the victim's compute ops
 to exactly `factor` times its nominal time (RankContext.device_factor) and its CPU
@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.host.cgroups import quota_for
 from stragglerlab.injectors.base import Injector, RankContext, compute_ratio
-from stragglerlab.scenario_vocab import TORCH_WORKLOADS
-from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 
 FEEDBACK_GAIN = 0.6  # < 1: damped, the per-step ratio is noisy
 _COMPUTE_CODES = (OPTYPE_VALUES.index(OpType.FORWARD_COMPUTE.value),
@@ -65,8 +65,8 @@ def _other_threads_cpu_s(compute_tid: int | None) -> float:
 def _paced_to_rate(run: dict) -> bool:
     """Whether the run's engine paced compute to a rate (its scenario as run.json keeps it):
     the pacer, not the quota, then made the victim slow."""
-    from stragglerlab.scenario import Scenario
-    from stragglerlab.typed_mapping import build_dataclass
+    from stragglerlab.scenarios.scenario import Scenario
+    from stragglerlab.util.typed_mapping import build_dataclass
 
     if "pace_rate" not in (run.get("scenario") or {}).get("run", {}):
         return False  # written before pace_rate existed: paced to CPU time, if at all
@@ -86,11 +86,11 @@ def _peer_compute_ratio(ctx: RankContext, before_step: int, window: int = 2,
     since: the fault's first step, honoured on the compute-log path (torch workloads)."""
     if ctx.dp_size < 2 or not ctx.run_dir:
         return None
-    from stragglerlab.trace_parts import read_records
+    from stragglerlab.trace.trace_parts import read_records
 
     parts = Path(ctx.run_dir) / "trace-parts"
     if not parts.is_dir():  # a torch-wrapper workload: no op trace, its compute log instead
-        from stragglerlab.compute_log import peer_ratio
+        from stragglerlab.run.compute_log import peer_ratio
 
         peers = [ctx.stage * ctx.dp_size + d for d in range(ctx.dp_size)]
         # Only steps the fault acted in: a clean step's ratio (~1) would double the cut.

@@ -19,10 +19,10 @@ import dataclasses
 
 import pandas as pd
 
-from stragglerlab.costmodel import Partition, balanced_partition, stage_costs
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultRecord, Target
 from stragglerlab.injectors.base import Injector
+from stragglerlab.scenarios.costmodel import Partition, balanced_partition, stage_costs
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord, Target
+from stragglerlab.util.errors import InputError
 
 
 class StageImbalance(Injector):

@@ -19,7 +19,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.config import SCHEMA, load_workflow_config, schema_error_message
 
 

@@ -32,14 +32,14 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Run, load_run
 from stragglerlab.analysis.detectors.registry import get_detector
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.errors import InputError
-from stragglerlab.findings import Finding
-from stragglerlab.general_record import is_general_import
-from stragglerlab.results import WhatIfResult
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.trace_io import read_trace
-from stragglerlab.whatif_reader import read_whatif_summary
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.findings import Finding
+from stragglerlab.run.general_record import is_general_import
+from stragglerlab.run.results import WhatIfResult
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.run.whatif_reader import read_whatif_summary
+from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 
 __all__ = ["FINDING_COLUMNS", "Job", "open_job", "summary", "summary_series"]
 
@@ -126,7 +126,7 @@ class Job:
             "slowdown": [j["step_slowdown"][str(s)] for s in steps]})
 
     def findings(self, name: str = "whatif") -> list[Finding]:
-        """A detector's findings (stragglerlab.findings.Finding), computed once per detector."""
+        """A detector's findings (stragglerlab.run.findings.Finding), computed once per detector."""
         if name not in self._findings:
             detector = get_detector(name)
             if getattr(detector, "reads_whatif", False):  # hand it this job's analysis
@@ -228,7 +228,7 @@ def summary_series(s: WhatIfSummary, name: str | None = None) -> pd.Series:
 def summary(path: str | Path, compute_ideal: str | None = None) -> pd.Series:
     """The what-if result at `path` as `Job.summary()`'s Series, whichever model wrote it:
     a run folder (whatif/whatif.json), an unannotated import's folder, or a whatif.json
-    (stragglerlab.whatif_reader.read_whatif_summary; InputError for a bad file). Nothing is
+    (stragglerlab.run.whatif_reader.read_whatif_summary; InputError for a bad file). Nothing is
     re-analysed."""
     return summary_series(read_whatif_summary(path, compute_ideal))
 

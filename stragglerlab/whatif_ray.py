@@ -32,8 +32,8 @@ import numpy as np
 
 from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.analysis.replays import ChunkedReplays, Replays, step_parts
-from stragglerlab.errors import InputError
-from stragglerlab.interrupts import keep_sigterm_handler
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.interrupts import keep_sigterm_handler
 from stragglerlab.workloads.placement import loopback_node
 
 LOCAL = "local"

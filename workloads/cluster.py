@@ -43,9 +43,9 @@ import secrets
 import time
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write
-from stragglerlab.interrupts import keep_sigterm_handler
-from stragglerlab.scenario import Scenario
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.util.atomic import atomic_write
+from stragglerlab.util.interrupts import keep_sigterm_handler
 from stragglerlab.workloads import placement as pl
 from stragglerlab.workloads.cluster_stream import (
     NAMESPACE,

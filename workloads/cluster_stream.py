@@ -4,7 +4,7 @@ While a run on a Ray cluster goes on, one thread of the driver (`NodeStreams`):
 
 * pulls, from the helper of every node that does not share the driver's run
   folder, what its ranks appended to their trace parts, GC logs and status files
-  since the last pull (`NodeHelper.read_parts`: stragglerlab.part_stream frames,
+  since the last pull (`NodeHelper.read_parts`: stragglerlab.run.part_stream frames,
   returned through Ray's object store) and writes it into the run folder here
   (`PartReceiver`: duplicates ignored, out-of-order frames held, garbage refused
   naming the node, only whole records visible). The monitor beside the driver
@@ -29,8 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.part_stream import NODES_JSON, NODES_SCHEMA, PartReceiver
+from stragglerlab.run.part_stream import NODES_JSON, NODES_SCHEMA, PartReceiver
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads import placement as pl
 
 STREAM_EVERY_S = 0.2

@@ -32,14 +32,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.dataset import rank_microbatches
-from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.partition import microbatch_costs
-from stragglerlab.scenario import Scenario
-from stragglerlab.scenario_vocab import Backend
-from stragglerlab.schema import OpType
+from stragglerlab.scenarios.dataset import rank_microbatches
+from stragglerlab.scenarios.faults import FaultSpec
+from stragglerlab.scenarios.partition import microbatch_costs
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.scenarios.scenario_vocab import Backend
+from stragglerlab.trace.schema import OpType
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads.dist_optimizer import ShardedAdam
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.gc_monitor import GcMonitor

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 
-from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.scenarios.faults import FaultSpec
 from stragglerlab.workloads.tracer import now
 
 

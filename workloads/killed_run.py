@@ -27,15 +27,15 @@ import platform
 import time
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_json
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults
-from stragglerlab.filecheck import load_json
-from stragglerlab.folder_lock import hold
 from stragglerlab.host.residue import driver_alive, driver_mark
-from stragglerlab.run_folder import DRIVER_JSON, RUN_JSON, TRACE_PARTS_DIR
-from stragglerlab.scenario import Scenario, scenario_to_dict
-from stragglerlab.typed_mapping import build_dataclass
+from stragglerlab.run.run_folder import DRIVER_JSON, RUN_JSON, TRACE_PARTS_DIR
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario import Scenario, scenario_to_dict
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import load_json
+from stragglerlab.util.folder_lock import hold
+from stragglerlab.util.typed_mapping import build_dataclass
 
 KILLED_KIND = "driver-killed"
 """run.json `error.kind` of a run finished here."""

@@ -30,14 +30,14 @@ import shutil
 import time
 from pathlib import Path
 
-from stragglerlab import run_folder as rf
-from stragglerlab.faults import parse_faults
 from stragglerlab.host import netns
 from stragglerlab.host.cgroups import CpuIsolation, quota_for
 from stragglerlab.host.residue import clean_residue, forget_ray_node, mark_driver, record_ray_node
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.interrupts import keep_sigterm_handler
-from stragglerlab.scenario import Scenario, scenario_to_dict
+from stragglerlab.run import run_folder as rf
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario import Scenario, scenario_to_dict
+from stragglerlab.util.interrupts import keep_sigterm_handler
 from stragglerlab.workloads import placement as pl
 from stragglerlab.workloads.cluster import run_on_cluster
 from stragglerlab.workloads.cpu_share import default_cores
@@ -58,7 +58,7 @@ def _versions() -> dict:
     import ray
     import torch
 
-    from stragglerlab.package_version import package_version
+    from stragglerlab.util.package_version import package_version
 
     return {"python": platform.python_version(), "torch": torch.__version__,
             "ray": ray.__version__, "stragglerlab": package_version()}

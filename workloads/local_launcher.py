@@ -27,10 +27,10 @@ import queue
 import time
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import STATUS_DIR
-from stragglerlab.scenario import Scenario, scenario_to_dict
-from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Backend, Workload
+from stragglerlab.run.run_folder import STATUS_DIR
+from stragglerlab.scenarios.scenario import Scenario, scenario_to_dict
+from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS, Backend, Workload
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.ports import rendezvous_port
 from stragglerlab.workloads.rank_actors import (
     MALLOC_ENV,

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stragglerlab.scenario import ModelConfig
+from stragglerlab.scenarios.scenario import ModelConfig
 from stragglerlab.workloads.varlen import VarlenLayout, varlen_causal_attention
 
 IGNORE_INDEX = -100

@@ -12,7 +12,7 @@ touches a host happens on that host:
 * `ifname` / `free_port` serve the rendezvous on rank 0's node IP;
 * `status` / `fetch` hand progress and the ranks' raw trace parts to a driver
   on another filesystem; `read_parts` streams what the ranks appended since the
-  driver's last call (stragglerlab.part_stream frames; workloads.cluster_stream
+  driver's last call (stragglerlab.run.part_stream frames; workloads.cluster_stream
   writes them into the run folder on the driver's host while the run goes on);
 * `undo` removes this node's cgroups (idempotent), then what dead runs left.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from stragglerlab.host import cgroups, netns
 from stragglerlab.host.cgroups import CpuIsolation
-from stragglerlab.part_stream import DEFAULT_READ_BYTES, read_frames
+from stragglerlab.run.part_stream import DEFAULT_READ_BYTES, read_frames
 from stragglerlab.workloads.placement import gloo_ifname
 from stragglerlab.workloads.ports import rendezvous_port
 

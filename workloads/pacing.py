@@ -20,7 +20,7 @@ quota already held to that rate are untouched.
 nominal one, because the CPU time of the same work varies on a vCPU (CV 6-11 % for one
 matmul here: benchmarks/bench_cpu_noise.py). Ops given a `slot` (the engine: forward or
 backward of its stage) and their modelled `work` (the engine: the stage's multiply-adds on
-that microbatch, stragglerlab/partition.py) keep their time before padding per unit of
+that microbatch, stragglerlab/scenarios/partition.py) keep their time before padding per unit of
 work, less host stalls, at the share then (core-seconds; at least their thread CPU time),
 save while an injector slows the rank. `settle` (the engine: once, after the last warm-up
 step, the cold first step's times dropped) takes each slot's median over the latest
@@ -82,7 +82,7 @@ def one_rate_per_work(rate: list[float], pp: int) -> list[float]:
     carry-in, which 1F1B gives each stage differently, so per-stage rates put a constant
     offset between equal stages for the whole run (clean pure PP 2: forward 25 ms on stage
     0 against 18.5 ms on stage 1 for the same work), which reads as a heavy partition.
-    One rate makes compute follow the modelled work (stragglerlab/partition.py): across
+    One rate makes compute follow the modelled work (stragglerlab/scenarios/partition.py): across
     stages the partition's cost, the model that sizes it and writes its ground truth;
     across microbatches their attention's sum(s^2). The largest keeps every op under its
     target, so all of them are padded."""

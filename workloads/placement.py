@@ -24,8 +24,8 @@ import contextlib
 import re
 from dataclasses import dataclass
 
-from stragglerlab.errors import InputError
-from stragglerlab.scenario_vocab import Backend, Placement
+from stragglerlab.scenarios.scenario_vocab import Backend, Placement
+from stragglerlab.util.errors import InputError
 
 
 def check_ray_address(address: str, where: str = "--ray-address") -> str:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from stragglerlab.run_folder import KINETO_DIR
-from stragglerlab.scenario import Scenario
-from stragglerlab.scenario_vocab import Profiler
+from stragglerlab.run.run_folder import KINETO_DIR
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.scenarios.scenario_vocab import Profiler
 
 
 class KinetoProfiler:

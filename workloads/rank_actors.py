@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.scenario import Scenario
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.scenarios.scenario import Scenario
 from stragglerlab.workloads.placement import rank_device
 
 Progress = Callable[[str], None]

@@ -17,9 +17,9 @@ import json
 import os
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.faults import FaultSpec
-from stragglerlab.scenario import Scenario
+from stragglerlab.scenarios.faults import FaultSpec
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.util.atomic import atomic_write_text
 
 
 class RankTrainerBase:

@@ -16,7 +16,7 @@ unfinished steps were left out.
     record = write_run_folder(run_dir, scenario, run_record, injectors)
 
 The files are written through the run-folder contract's writers
-(stragglerlab.run_folder.RunFolder), so what is written is what every reader
+(stragglerlab.run.run_folder.RunFolder), so what is written is what every reader
 accepts.
 """
 
@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.compute_log import measure_frame
-from stragglerlab.filecheck import Checker
-from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.run_record import RunRecord
-from stragglerlab.scenario import Scenario
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_io import write_trace
-from stragglerlab.trace_parts import read_records
+from stragglerlab.run.compute_log import measure_frame
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.run.run_record import RunRecord
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_io import write_trace
+from stragglerlab.trace.trace_parts import read_records
+from stragglerlab.util.filecheck import Checker
 from stragglerlab.workloads.gc_monitor import read_pauses
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)

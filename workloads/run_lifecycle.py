@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.interrupts import interrupt_message
-from stragglerlab.run_folder import DRIVER_JSON
-from stragglerlab.scenario import Scenario
+from stragglerlab.run.run_folder import DRIVER_JSON
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.util.interrupts import interrupt_message
 from stragglerlab.workloads.killed_run import write_driver_record
 from stragglerlab.workloads.rank_actors import collect_summaries
 from stragglerlab.workloads.run_folder import write_run_folder

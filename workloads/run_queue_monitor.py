@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stragglerlab.run_queue_log import StepWait, append_records, host_busy_s, thread_totals
+from stragglerlab.run.run_queue_log import StepWait, append_records, host_busy_s, thread_totals
 from stragglerlab.workloads.tracer import now
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from stragglerlab.schema import OpType
+from stragglerlab.trace.schema import OpType
 from stragglerlab.workloads.p2p import AsyncP2P
 from stragglerlab.workloads.schedule import Direction
 from stragglerlab.workloads.tracer import Tracer, now

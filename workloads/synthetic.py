@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES
-from stragglerlab.schema import OpType as Op
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.trace.schema import OpType as Op
 from stragglerlab.workloads.schedule import Action, ActionKind, Direction, one_f_one_b
 from stragglerlab.workloads.synthetic_config import (  # re-exported: the synthetic job's API
     SEQ_SQ_SUM,
@@ -328,8 +328,8 @@ def ground_truth(df: pd.DataFrame, config: SyntheticConfig) -> list[dict]:
 
 def write_run(config: SyntheticConfig, out: str | Path) -> list[dict]:
     """Synthesize and write out/trace.parquet, out/meta.yaml, out/faults.json; returns faults."""
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.trace_io import write_trace
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.trace.trace_io import write_trace
 
     folder = RunFolder(path=Path(out))
     df, meta = synthesize_trace(config)

@@ -12,7 +12,7 @@ launcher and the ground truth:
   detection and progress line);
 * `compute/rank<r>.jsonl`: per step, the wall time of the model's Linear layers
   (workloads/torch_model.ComputeClock) and of the step, from which faults.json
-  measures a slow worker's factor (stragglerlab/compute_log.py).
+  measures a slow worker's factor (stragglerlab/run/compute_log.py).
 
 With `run.pace_compute`, each Linear's forward and backward runs at a fixed
 device rate measured in the warm-up steps (workloads/torch_pacing.py), as a GPU would;
@@ -22,7 +22,7 @@ Faults act through the same hooks as in our engine (workloads/fault_hooks.py):
 at each step start (the slow worker's CPU-quota cut) and around the step's
 forward and backward (its in-process fallbacks). The wrappers issue their own
 collectives, so faults that hook our communication ops are refused by the
-scenario check (stragglerlab.scenario_vocab.TORCH_WORKLOAD_FAULTS).
+scenario check (stragglerlab.scenarios.scenario_vocab.TORCH_WORKLOAD_FAULTS).
 
     trainer = DdpTrainer(scenario, rank, run_dir, init_method)   # workloads.trainers picks it
     summary = trainer.run(cgroup, None)
@@ -36,11 +36,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.compute_log import ComputeLog
-from stragglerlab.faults import FaultSpec
 from stragglerlab.injectors.base import RankContext
-from stragglerlab.scenario import Scenario
+from stragglerlab.run.compute_log import ComputeLog
+from stragglerlab.scenarios.faults import FaultSpec
+from stragglerlab.scenarios.scenario import Scenario
+from stragglerlab.util.atomic import atomic_write_text
 from stragglerlab.workloads.fault_hooks import FaultHooks
 from stragglerlab.workloads.pacing import pace_share, settles_after
 from stragglerlab.workloads.profiling import KinetoProfiler

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_parts import RECORD
 
 _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 

@@ -1,5 +1,5 @@
 """Which trainer runs a rank: the scenario's `workload` picks our engine or one of torch's
-wrappers (stragglerlab.scenario_vocab.Workload).
+wrappers (stragglerlab.scenarios.scenario_vocab.Workload).
 
 Called in the rank's own process (a Ray actor, workloads/rank_actors.py, or a local
 process, workloads/local_launcher.py), never by the driver, which imports no torch. Each
@@ -13,7 +13,7 @@ those imports hide no cycle (tests/unit/test_import_cycles.py).
 
 from __future__ import annotations
 
-from stragglerlab.scenario_vocab import Workload
+from stragglerlab.scenarios.scenario_vocab import Workload
 from stragglerlab.workloads.rank_base import RankTrainerBase
 
 

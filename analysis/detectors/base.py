@@ -27,11 +27,11 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-# The finding records and the root-cause vocabulary are contracts (stragglerlab.findings),
+# The finding records and the root-cause vocabulary are contracts (stragglerlab.run.findings),
 # so readers below `analysis` parse findings too; the plug-in API re-exports them here.
-from stragglerlab.findings import Finding, RankRef, RootCause
-from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.findings import Finding, RankRef, RootCause
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.meta import JobMeta
 
 __all__ = ["Detector", "Finding", "RankRef", "RootCause", "Run", "TraceNeed", "load_run",
            "named_cells"]
@@ -42,7 +42,7 @@ class TraceNeed(str, enum.Enum):
 
     STEP_TIMES = "step-times"
     """Steps, ranks, whether a span is compute or communication, and times: any trace,
-    an unannotated import's included (its spans: stragglerlab.step_view)."""
+    an unannotated import's included (its spans: stragglerlab.trace.step_view)."""
     WHATIF = "what-if"
     """The run's what-if: the testbed's whatif/whatif.json and trace, or an unannotated
     import's whatif.json (whose findings then come from the what-if alone)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.schema import OpType
+from stragglerlab.trace.schema import OpType
 
 COMPUTE_VALUES: tuple[str, ...] = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 """Optypes whose duration is the worker's own compute (no waiting inside)."""

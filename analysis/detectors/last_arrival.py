@@ -39,7 +39,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import step_times
 from stragglerlab.analysis.detectors.config_ranges import FRACTION_MIN, in_range
-from stragglerlab.schema import DP_COLLECTIVE_OPS
+from stragglerlab.trace.schema import DP_COLLECTIVE_OPS
 
 _DP_OPS = tuple(o.value for o in DP_COLLECTIVE_OPS)
 

@@ -44,7 +44,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import step_times, window_ids
 from stragglerlab.analysis.detectors.config_ranges import FRACTION_MIN, in_range
-from stragglerlab.schema import DP_COLLECTIVE_OPS, OpType
+from stragglerlab.trace.schema import DP_COLLECTIVE_OPS, OpType
 
 _WORKER_OPS = frozenset({OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value,
                          OpType.OPTIMIZER.value})

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import COMMUNICATION_OPS
-from stragglerlab.step_view import GENERAL_COMM, GENERAL_COMPUTE
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COMMUNICATION_OPS
+from stragglerlab.trace.step_view import GENERAL_COMM, GENERAL_COMPUTE
 
 COMPUTE = ("forward-compute", "backward-compute", GENERAL_COMPUTE)
 """Optypes of a worker's own compute (the op vocabulary's, and an unannotated import's

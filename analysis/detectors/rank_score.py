@@ -29,7 +29,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
 from stragglerlab.analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
 from stragglerlab.analysis.detectors.config_ranges import in_range
-from stragglerlab.schema import OPTYPE_VALUES
+from stragglerlab.trace.schema import OPTYPE_VALUES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,8 @@ import math
 
 from stragglerlab.analysis.detectors.base import Detector
 from stragglerlab.analysis.detectors.config_ranges import SettingRangeError
-from stragglerlab.errors import InputError
-from stragglerlab.plugins import Registry
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.plugins import Registry
 
 ENTRY_POINT_GROUP = "stragglerlab.detectors"
 _PKG = "stragglerlab.analysis.detectors"

@@ -1,6 +1,6 @@
 """Evidence the `whatif` detector reads off a what-if result and its trace.
 
-The what-if side comes as a `stragglerlab.results.IdealView` (one compute
+The what-if side comes as a `stragglerlab.run.results.IdealView` (one compute
 ideal's metrics, read from whatif.json offline or taken from a fresh
 analysis of the window online); the trace side is cheap pandas over the run's
 trace. Each function is pure:
@@ -32,9 +32,9 @@ import pandas as pd
 
 from stragglerlab.analysis.steps import step_times
 from stragglerlab.analysis.whatif import comm_excess_by_worker
-from stragglerlab.grouped import group_median, optype_mask, row_codes
-from stragglerlab.results import IdealView
-from stragglerlab.schema import COMMUNICATION_OPS
+from stragglerlab.method.grouped import group_median, optype_mask, row_codes
+from stragglerlab.run.results import IdealView
+from stragglerlab.trace.schema import COMMUNICATION_OPS
 
 __all__ = ["category_excess", "cell_grid", "comm_excess_by_worker",
            "microbatch_variation_share", "peel_stragglers",

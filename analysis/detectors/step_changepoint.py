@@ -33,7 +33,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run, TraceNeed
 from stragglerlab.analysis.detectors.baseline_common import step_times
 from stragglerlab.analysis.detectors.config_ranges import in_range
-from stragglerlab.meta import JobMeta
+from stragglerlab.trace.meta import JobMeta
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -120,9 +120,9 @@ from stragglerlab.analysis.detectors.whatif_noise import (
 from stragglerlab.analysis.detectors.whatif_residual import residual_findings
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.general_findings import import_findings
-from stragglerlab.errors import InputError
-from stragglerlab.noise_floor import NoiseFloor, noise_floor_option
-from stragglerlab.results import WhatIfResult
+from stragglerlab.method.noise_floor import NoiseFloor, noise_floor_option
+from stragglerlab.run.results import WhatIfResult
+from stragglerlab.util.errors import InputError
 
 __all__ = ["PRECEDENCE", "Evidence", "WhatIfDetector", "WhatIfDetectorConfig", "read_evidence"]
 

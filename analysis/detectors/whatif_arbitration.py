@@ -36,7 +36,7 @@ from stragglerlab.analysis.detectors.base import named_cells
 from stragglerlab.analysis.detectors.whatif_links import merge_links, prefer_ring_ends
 from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 
 class Settle(str, enum.Enum):

@@ -35,7 +35,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.grouped import group_median, group_sum, optype_mask, row_codes
+from stragglerlab.method.grouped import group_median, group_sum, optype_mask, row_codes
 
 _COMPUTE = ("forward-compute", "backward-compute")
 

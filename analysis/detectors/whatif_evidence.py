@@ -16,10 +16,10 @@ import numpy as np
 
 from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-from stragglerlab.errors import InputError
-from stragglerlab.results import IdealView, WhatIfResult
-from stragglerlab.run_folder import WHATIF_JSON, RunFolder
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.run.results import IdealView, WhatIfResult
+from stragglerlab.run.run_folder import WHATIF_JSON, RunFolder
+from stragglerlab.run.whatif_record import WhatIfRecord
+from stragglerlab.util.errors import InputError
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Slow links for the `whatif` detector, localized from P2P pair latencies (any layout with PP).
 
-Two tests over windows of a few steps (`stragglerlab.p2p_pairs`), each against
+Two tests over windows of a few steps (`stragglerlab.method.p2p_pairs`), each against
 reference pairs whose receiver was already waiting (then the latency is the
 whole transfer):
 
@@ -41,7 +41,7 @@ from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
-from stragglerlab.p2p_pairs import (
+from stragglerlab.method.p2p_pairs import (
     LinkSignals,
     PairArrays,
     p2p_pair_latency,

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from stragglerlab.analysis.detectors.base import Finding, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.meta import JobMeta, LayoutFamily
-from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, Spread
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.method.noise_floor import FamilyFloor, NoiseFloor, Spread
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.trace.meta import JobMeta, LayoutFamily
 
 WINDOW_STEPS = (4, 6, 8, 12)
 """Window lengths the online floor is read over: short monitor windows (4, 6), the

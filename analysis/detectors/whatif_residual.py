@@ -65,9 +65,9 @@ from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask, row_slots
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import simulate
-from stragglerlab.errors import InputError
-from stragglerlab.findings import Finding, RootCause
-from stragglerlab.schema import OpType
+from stragglerlab.run.findings import Finding, RootCause
+from stragglerlab.trace.schema import OpType
+from stragglerlab.util.errors import InputError
 
 RESIDUAL = " (residual)"
 """Suffix of a residual job's path: its messages and analyses say it is no traced run."""

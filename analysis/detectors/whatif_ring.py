@@ -53,6 +53,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.method.grouped import group_sum, optype_mask, row_codes
 
 REDUCE_SCATTER = "grads-reduce-scatter"
 ALL_GATHER = "params-all-gather"
@@ -79,11 +80,49 @@ def transfer_by_rank(trace: pd.DataFrame, optype: str, dp: int,
     return grid
 
 
+def stage_transfers(trace: pd.DataFrame, optype: str, dp: int,
+                    steps: np.ndarray) -> dict[int, np.ndarray | None]:
+    """`transfer_by_rank` of each stage's ops ({stage: grid or None}, the stages of the
+    trace), in one pass over the trace's arrays: the same numbers (the step's latest start
+    by max, the clamp, each rank's sum as pandas' groupby sum adds it, grouped.group_sum),
+    without splitting the frame by stage and grouping it per stage (at 1,024 workers the
+    ring rule's cost in the live monitor's window)."""
+    stage = trace["stage"].to_numpy()
+    step, dp_rank = trace["step"].to_numpy(), trace["dp_rank"].to_numpy()
+    rows = np.flatnonzero(optype_mask(trace["optype"], [optype]) & np.isin(step, steps)
+                          & (dp_rank >= 0) & (dp_rank <= dp - 1))
+    start = trace["start_ts"].to_numpy()[rows]
+    end = start + trace["duration"].to_numpy()[rows]
+    step_i, dp_rank, stage_of = np.searchsorted(steps, step[rows]), dp_rank[rows], stage[rows]
+    out: dict[int, np.ndarray | None] = {}
+    for s in np.unique(stage).tolist():
+        at = np.flatnonzero(stage_of == s)  # the stage's ops, in the trace's row order
+        if not len(at):
+            out[s] = None
+            continue
+        si, d = step_i[at], dp_rank[at]
+        latest = np.full(len(steps), -np.inf)
+        np.maximum.at(latest, si, start[at])
+        transfer = end[at] - latest[si]
+        transfer = np.where(np.isnan(transfer) | (transfer >= 0.0), transfer, 0.0)  # clip
+        code, n = row_codes([si, d])
+        first = np.zeros(n, dtype=np.int64)
+        first[code[::-1]] = np.arange(len(code))[::-1]
+        grid = np.full((len(steps), dp), np.nan)
+        grid[si[first], d[first]] = group_sum(code, transfer, n)
+        out[s] = grid
+    return out
+
+
 def transfer_excess(trace: pd.DataFrame, optype: str, dp: int,
                     steps: np.ndarray) -> np.ndarray | None:
     """[step, dp_rank]: `transfer_by_rank` minus the step's median over ranks, s (0 where
     a rank has no such op); None when the trace has none."""
-    grid = transfer_by_rank(trace, optype, dp, steps)
+    return _excess(transfer_by_rank(trace, optype, dp, steps))
+
+
+def _excess(grid: np.ndarray | None) -> np.ndarray | None:
+    """`transfer_excess` of a `transfer_by_rank` grid."""
     if grid is None:
         return None
     with warnings.catch_warnings():  # a step no rank finished (a failed run) stays NaN -> 0
@@ -100,12 +139,18 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray,
         return None
     rs = transfer_excess(trace, REDUCE_SCATTER, dp, steps)
     ag = transfer_excess(trace, ALL_GATHER, dp, steps)
+    return _scores(rs, ag, dp, lambda: step_s if step_s is not None else mean_step_time(trace))
+
+
+def _scores(rs: np.ndarray | None, ag: np.ndarray | None, dp: int,
+            step_s) -> np.ndarray | None:
+    """`ring_scores` from the two collectives' excess grids; step_s: the mean step, called."""
     if rs is None or ag is None:
         return None
     v = np.arange(dp)
     before, after = (v - 1) % dp, (v + 1) % dp
     score = rs[:, before] - rs[:, after] + ag[:, after] - ag[:, before]
-    return score / max(step_s if step_s is not None else mean_step_time(trace), 1e-12)
+    return score / max(step_s(), 1e-12)
 
 
 def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
@@ -128,8 +173,9 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         return []
     step_s = mean_step_time(run.trace)
     found = []
-    for stage, ops in run.trace.groupby("stage", sort=True):
-        score = ring_scores(ops, dp, steps, step_s)
+    rs, ag = (stage_transfers(run.trace, op, dp, steps) for op in (REDUCE_SCATTER, ALL_GATHER))
+    for stage in rs:  # each stage's ring: ring_scores on its ops
+        score = _scores(_excess(rs[stage]), _excess(ag[stage]), dp, lambda: step_s)
         if score is None or len(score) < cfg.min_steps:
             continue
         held = _held(score, cfg.min_steps)

@@ -30,7 +30,7 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute, over_peers
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 from stragglerlab.analysis.over_time import ChangePoint, change_point, step_times
-from stragglerlab.p2p_pairs import p2p_pair_latency
+from stragglerlab.method.p2p_pairs import p2p_pair_latency
 
 
 @dataclass(kw_only=True, eq=False)
@@ -86,7 +86,7 @@ class Signals:
     @functools.cached_property
     def p2p_pairs(self) -> pd.DataFrame:
         """Every P2P send matched with its receive and their latency
-        (`stragglerlab.p2p_pairs.p2p_pair_latency`); what the link rule compares."""
+        (`stragglerlab.method.p2p_pairs.p2p_pair_latency`); what the link rule compares."""
         return p2p_pair_latency(self.run.trace)
 
     @functools.cached_property

@@ -20,7 +20,7 @@ from stragglerlab.analysis.detectors.signatures import (
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
-from stragglerlab.results import IdealView
+from stragglerlab.run.results import IdealView
 
 
 def stage_imbalance(run: Run, result: IdealView, steps: np.ndarray,

@@ -32,7 +32,7 @@ class MonitorWindow:
 
     def setup(self, runs, workers):
         from stragglerlab.monitor.window import make_detectors
-        from stragglerlab.trace_io import read_trace
+        from stragglerlab.trace.trace_io import read_trace
 
         run = Path(runs[workers])
         self.df, self.meta = read_trace(str(run / "trace.parquet"), str(run / "meta.yaml"))

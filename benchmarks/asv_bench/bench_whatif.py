@@ -2,8 +2,10 @@
 
 One benchmark is the work of `stragglerlab whatif` after its imports: read and
 validate the trace, run the analysis (every compute ideal), build whatif.json's
-document and encode it. Interpreter start-up and imports are the same for every
-size; `benchmarks/compare.sh` times whole processes, imports included.
+document and encode it, with the replays on one thread so that every commit's number
+is the same work (the verb's `--threads` default overlaps them on two cores).
+Interpreter start-up and imports are the same for every size; `benchmarks/compare.sh`
+times whole processes as users run them, imports and threads included.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ class WhatIf:
 
     def _run(self, inputs, dp):
         from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-        from stragglerlab.atomic import dumps_json
-        from stragglerlab.trace_io import read_trace
+        from stragglerlab.trace.trace_io import read_trace
+        from stragglerlab.util.atomic import dumps_json
 
         trace, meta = inputs[dp]
         df, job = read_trace(trace, meta)
@@ -45,6 +47,6 @@ class WhatIf:
 
     def time_read_trace(self, inputs, dp):
         """Reading and validating the trace alone (about a third of the what-if)."""
-        from stragglerlab.trace_io import read_trace
+        from stragglerlab.trace.trace_io import read_trace
 
         read_trace(*inputs[dp])

@@ -28,7 +28,7 @@ def trace_at_dp(dp: int, folder: Path) -> tuple[str, str]:
         df.to_parquet(trace, index=False)
         meta_path.write_text(yaml.safe_dump(meta, sort_keys=False))
     else:
-        from stragglerlab.trace_io import write_trace
+        from stragglerlab.trace.trace_io import write_trace
         from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
 
         df, meta = synthesize_trace(SyntheticConfig(dp_size=dp, pp_size=4, n_microbatches=8,

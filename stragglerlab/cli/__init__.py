@@ -18,7 +18,7 @@ Every verb follows one convention:
 * `--help` shows every default and at least one example.
 * Bad input prints one clear message (`stragglerlab VERB: error: ...`) on
   stderr and exits 2.
-* A writing verb holds the lock of the folder it writes (stragglerlab/folder_lock.py,
+* A writing verb holds the lock of the folder it writes (stragglerlab/util/folder_lock.py,
   the monitor's too) from the check of its --out to its end: a second writer of the
   same folder is refused at once, exit 2, naming the first's verb and pid (it does not
   wait: a what-if that waited would then replace the one just written).
@@ -38,8 +38,8 @@ import errno
 import importlib
 import sys
 
-from stragglerlab.errors import InputError
-from stragglerlab.interrupts import install_sigterm_handler, interrupt_message
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.interrupts import install_sigterm_handler, interrupt_message
 
 EXIT_BAD_INPUT = 2
 
@@ -63,7 +63,7 @@ VERBS: dict[str, str] = {
 
 def version() -> str:
     """The installed distribution's version (the source tree's when not installed)."""
-    from stragglerlab.package_version import package_version
+    from stragglerlab.util.package_version import package_version
 
     return package_version()
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     # `kill PID` (a scheduler, a timeout) must clean up like Ctrl-C; a run started in the
     # background of a non-interactive shell also ignores SIGINT, leaving SIGTERM as its stop.
     install_sigterm_handler()
-    from stragglerlab.folder_lock import release_at_end
+    from stragglerlab.util.folder_lock import release_at_end
 
     try:
         with release_at_end():  # the folder lock a writing verb takes ends with its run
@@ -256,7 +256,7 @@ def _disk_failed(verb: str, e: OSError) -> int:
     import os
     import shutil
 
-    from stragglerlab.folder_lock import taken
+    from stragglerlab.util.folder_lock import taken
 
     try:  # what stdout still buffers would fail again at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 MAX_PATH_CHARS = 4096
 """Longest --out accepted (Linux PATH_MAX)."""

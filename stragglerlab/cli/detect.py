@@ -25,8 +25,8 @@ from stragglerlab.cli.common import (
     run_inputs,
     run_out,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -89,12 +89,12 @@ def run(args) -> int:
     inputs_not_overwritten(run_inputs([args.run], label="--run") + [("--noise-floor", floor)],
                            out.parent, [out.name])
     not_another_record(out, ("stragglerlab.findings/",), "a detector's findings")
-    from stragglerlab.general_record import is_general_import
+    from stragglerlab.run.general_record import is_general_import
 
     if is_general_import(args.run):
         return _general(args, out)
     from stragglerlab.analysis.detectors import get_detector, load_run
-    from stragglerlab.findings import FindingsDocument, write_findings
+    from stragglerlab.run.findings import FindingsDocument, write_findings
 
     detector = get_detector(args.detector, settings(args.set))
     if hasattr(detector, "use_noise_floor"):
@@ -125,9 +125,9 @@ def run(args) -> int:
 def _general(args, out) -> int:
     """`detect` on an unannotated import: every detector that needs only steps, ranks and
     span times (its `needs`), on the import's compute and communication spans
-    (stragglerlab.step_view); `whatif` names what the import's what-if names."""
+    (stragglerlab.trace.step_view); `whatif` names what the import's what-if names."""
     from stragglerlab.analysis.detectors import TraceNeed, get_detector, load_run
-    from stragglerlab.findings import FindingsDocument, write_findings
+    from stragglerlab.run.findings import FindingsDocument, write_findings
 
     detector = get_detector(args.detector, settings(args.set))
     if detector.needs is TraceNeed.OP_VOCABULARY:
@@ -174,7 +174,7 @@ def _import_detectors() -> list[str]:
 def _validity_line(run: str) -> str:
     """The run's what-if gate where its whatif.json (either model's) withholds the verdict:
     the findings stand, but the what-if they may rest on does not reproduce the trace."""
-    from stragglerlab.whatif_reader import locate_whatif, read_whatif_summary
+    from stragglerlab.run.whatif_reader import locate_whatif, read_whatif_summary
 
     try:
         validity = read_whatif_summary(locate_whatif(run)).validity

@@ -37,9 +37,9 @@ from stragglerlab.cli.common import (
     out_folder,
     run_inputs,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import distinct_runs
-from stragglerlab.folder_lock import lock_folder, writing
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import distinct_runs
+from stragglerlab.util.folder_lock import lock_folder, writing
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -84,10 +84,10 @@ def owned(names: list[str]) -> list[str]:
 
 def run(args) -> int:
     """Load the runs once, build each figure, print one line per figure."""
-    from stragglerlab.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.data import load_figure_data
     from stragglerlab.figures.registry import build_figure, figure_names, find_module
+    from stragglerlab.util.atomic import staged_folder
 
     names = figure_names()
     if args.only:

@@ -14,7 +14,7 @@ says which record_function names a job needs.
 
 Traces without those names (any torch.distributed job) fall back to the
 general op model (stragglerlab/importers/kineto_general.py, docs "Unannotated
-traces"): --out then gets `ops.parquet` (stragglerlab.op_model), `import.json`
+traces"): --out then gets `ops.parquet` (stragglerlab.trace.op_model), `import.json`
 (with "model": "general" and notes) and `whatif.json` (the what-if on that
 model: S, per-step S, attribution to kinds and ranks, M_W, M_S), and the
 summary prints S. Which model was used is said on stderr and in import.json.
@@ -41,8 +41,8 @@ from stragglerlab.cli.common import (
     not_another_run,
     out_folder,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 IMPORT_SCHEMA = "stragglerlab.import/1"
 """The `schema` value of import.json."""
@@ -56,7 +56,7 @@ TRUTH_WRITES = ("faults.json",)
 
 def _truth(args, meta):
     """--faults read and checked against the imported job's layout (None without it)."""
-    from stragglerlab.faults import read_faults
+    from stragglerlab.scenarios.faults import read_faults
 
     if getattr(args, "faults", None) is None:
         return None
@@ -70,8 +70,8 @@ def _owns(writes: tuple[str, ...], truth) -> tuple[str, ...]:
 def _import_wrote(out) -> bool:
     """Whether `out` holds an earlier import's output: its import.json (the writer's
     record) is ours, so a re-import may replace what it wrote."""
-    from stragglerlab.errors import InputError
-    from stragglerlab.filecheck import load_json
+    from stragglerlab.util.errors import InputError
+    from stragglerlab.util.filecheck import load_json
 
     try:
         doc = load_json(out / "import.json", "import.json", "re-import")
@@ -182,10 +182,10 @@ def run(args) -> int:
 
 
 def _vocabulary(args, files, layout, out, progress, parsed):
-    from stragglerlab.atomic import atomic_write_json, staged_folder
-    from stragglerlab.faults import write_faults
     from stragglerlab.importers.kineto import import_kineto
-    from stragglerlab.trace_io import write_trace
+    from stragglerlab.scenarios.faults import write_faults
+    from stragglerlab.trace.trace_io import write_trace
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
 
     res = import_kineto(files, layout=layout, timing=args.timing,
                         allow_partial=args.allow_partial, align=args.align, progress=parsed)
@@ -224,14 +224,14 @@ def _print_vocabulary(res, out, faults: bool) -> None:
 
 def _general(args, events, layout, out, progress) -> int:
     from stragglerlab.analysis.whatif_general import whatif_general
-    from stragglerlab.atomic import atomic_write_json, staged_folder
-    from stragglerlab.errors import InputError
-    from stragglerlab.faults import write_faults
-    from stragglerlab.filecheck import one_line
-    from stragglerlab.general_record import whatif_doc
     from stragglerlab.importers.kineto_general import build_general
-    from stragglerlab.op_model import OPS_SCHEMA
-    from stragglerlab.step_view import layout_of
+    from stragglerlab.run.general_record import whatif_doc
+    from stragglerlab.scenarios.faults import write_faults
+    from stragglerlab.trace.op_model import OPS_SCHEMA
+    from stragglerlab.trace.step_view import layout_of
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
+    from stragglerlab.util.errors import InputError
+    from stragglerlab.util.filecheck import one_line
 
     try:
         res = build_general(events, layout=layout, timing=args.timing, align=args.align,
@@ -290,8 +290,8 @@ def _host_device(path, out, progress) -> int:
     """One GPU rank's trace: replay its steps with the host-device model
     (stragglerlab/analysis/host_device.py), write import.json, print per-step discrepancy."""
     from stragglerlab.analysis.host_device import MAX_DISCREPANCY, simulate_steps
-    from stragglerlab.atomic import atomic_write_json, staged_folder
     from stragglerlab.importers.host_device_events import read_host_device
+    from stragglerlab.util.atomic import atomic_write_json, staged_folder
 
     progress.log("op model: host-device (one rank's GPU trace: its host thread and GPU "
                  "streams replayed step by step)")

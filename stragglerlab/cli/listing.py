@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from stragglerlab.cli.common import examples
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 WHAT = ("scenarios", "detectors", "figures", "faults")
 
@@ -34,7 +34,7 @@ def _first_line(doc: str | None) -> str:
 def rows(what: str, config: str | None = None) -> list[tuple[str, str]]:
     """(name, one-line description) for each item of `what`."""
     if what == "scenarios":
-        from stragglerlab.scenario import list_scenarios
+        from stragglerlab.scenarios.scenario import list_scenarios
 
         out = []
         for sc in list_scenarios(config):

@@ -50,7 +50,7 @@ import sys
 from pathlib import Path
 
 from stragglerlab.cli import ArgumentParser
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -119,7 +119,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 def run(args) -> int:
     """Watch the run until it ends (or once), serving the page unless told not to."""
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.run.run_folder import RunFolder
 
     if args.runs or args.watch:
         return run_many(args)
@@ -223,7 +223,7 @@ def run_many(args) -> int:
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.monitor.fleet import Fleet
     from stragglerlab.monitor.jobs import FleetLimits
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.run.run_folder import RunFolder
 
     if args.run is not None:
         raise InputError("--run watches one run; with --runs/--watch, name it among --runs")
@@ -282,8 +282,8 @@ def summary_many(fleet, n: int) -> str:
 def _a_run_to_read(run: Path) -> None:
     """--once reads what is there now: a folder with no trace of ours is refused before
     monitor/ is made in it (a live monitor may wait for a run still starting)."""
-    from stragglerlab.general_record import is_general_import
-    from stragglerlab.run_folder import TRACE_PARQUET, TRACE_PARTS_DIR
+    from stragglerlab.run.general_record import is_general_import
+    from stragglerlab.run.run_folder import TRACE_PARQUET, TRACE_PARTS_DIR
 
     if any(os.path.lexists(run / n) for n in (TRACE_PARTS_DIR, TRACE_PARQUET)):
         return  # there, if not as it should be: the monitor's own readers name what is wrong

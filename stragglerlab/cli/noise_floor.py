@@ -26,9 +26,9 @@ from stragglerlab.cli.common import (
     out_file,
     run_inputs,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import distinct_runs
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import distinct_runs
+from stragglerlab.util.folder_lock import lock_folder
 
 ASSUMED_CLEAN = "a run with faults: the noise floor is measured on clean runs only"
 
@@ -51,10 +51,10 @@ def run(args) -> int:
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector
     from stragglerlab.analysis.detectors.whatif_noise import WINDOW_STEPS, measure_floor
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.meta import LayoutFamily
-    from stragglerlab.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
-    from stragglerlab.results import STRAGGLING_S
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.method.noise_floor import NOISE_FLOOR_YAML, write_noise_floor
+    from stragglerlab.run.results import STRAGGLING_S
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.trace.meta import LayoutFamily
 
     path = out_file(args.out, NOISE_FLOOR_YAML)  # checked before any work starts
     lock_folder(path.parent, "noise-floor")  # one writer of the folder at a time

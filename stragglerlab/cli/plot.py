@@ -33,9 +33,9 @@ from stragglerlab.cli.common import (
     run_inputs,
     run_out,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
-from stragglerlab.run_folder import PLOT_DIR
+from stragglerlab.run.run_folder import PLOT_DIR
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 OUTPUTS = tuple(f"{name}.{ext}" for name in ("heatmap", "step-slowdown")
                 for ext in ("png", "pdf", "json"))
@@ -76,9 +76,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Find or compute the job's what-if result, draw both pictures, print their paths."""
-    from stragglerlab.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.job_pictures import write_job_pictures
+    from stragglerlab.util.atomic import staged_folder
 
     if not (args.run or args.trace or args.whatif):
         raise InputError("plot needs the job to draw: --run DIR (an analysed folder), "
@@ -112,8 +112,8 @@ def run(args) -> int:
 def _what_if(args, progress):
     """(what-if result to draw, a WhatIfSummary; job name; data source) from --whatif, --run
     or --trace."""
-    from stragglerlab.general_record import is_general_import
-    from stragglerlab.whatif_reader import read_whatif_summary
+    from stragglerlab.run.general_record import is_general_import
+    from stragglerlab.run.whatif_reader import read_whatif_summary
 
     whatif = Path(args.whatif) if args.whatif else None
     trace = Path(args.trace) if args.trace else None
@@ -124,7 +124,7 @@ def _what_if(args, progress):
             raise InputError("no such folder; --run names an analysed folder (trace.parquet "
                              "and meta.yaml, e.g. a run, import kineto or synth output)",
                              str(run_dir))
-        from stragglerlab.run_folder import RunFolder
+        from stragglerlab.run.run_folder import RunFolder
 
         folder = RunFolder(path=run_dir)  # has_*: a folder or a pipe in a file's place is named
         if is_general_import(run_dir):  # an unannotated import: its own what-if, drawn as is
@@ -148,7 +148,7 @@ def _what_if(args, progress):
 
 def _analyse(trace: Path, meta: str | None, args, progress):
     from stragglerlab.analysis.whatif import ComputeIdeal, analyze
-    from stragglerlab.trace_io import read_trace
+    from stragglerlab.trace.trace_io import read_trace
 
     df, job_meta = read_trace(trace, meta)
     progress(f"read {len(df):,} ops from {trace}"

@@ -21,8 +21,8 @@ from stragglerlab.cli.common import (
     out_folder,
     run_inputs,
 )
-from stragglerlab.filecheck import distinct_runs
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.filecheck import distinct_runs
+from stragglerlab.util.folder_lock import lock_folder
 
 OUTPUTS = ("report.md", "report.html")
 """The files the verb writes into --out."""
@@ -47,8 +47,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Write the report and print where it went."""
-    from stragglerlab.atomic import staged_folder
     from stragglerlab.figures.report import write_report
+    from stragglerlab.util.atomic import staged_folder
 
     out = out_folder(args.out)
     lock_folder(out, "report")  # one writer of the folder at a time

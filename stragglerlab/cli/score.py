@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     RUN_INPUTS,
     examples,
@@ -34,9 +33,10 @@ from stragglerlab.cli.common import (
     out_file,
     run_inputs,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import distinct_runs
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import distinct_runs
+from stragglerlab.util.folder_lock import lock_folder
 
 SCORES_NAME = "scores.json"
 """The file `score` writes inside its --out folder."""
@@ -67,7 +67,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 def _findings(truth, name: str, online: bool, required: bool):
     """A run's findings of one detector as `detect` wrote them; None when absent and not
     required. Scoring never runs a detector: a required file that is missing is an error."""
-    from stragglerlab.run_folder import RunFolder  # pandas: only when scoring
+    from stragglerlab.run.run_folder import RunFolder  # pandas: only when scoring
 
     run_dir = truth.run
     folder = RunFolder(path=Path(run_dir))
@@ -219,7 +219,7 @@ def run(args) -> int:
     from stragglerlab.analysis.suite_score import score_suite
     from stragglerlab.cli.progress import Reporter
     from stragglerlab.figures.scores import SCORES_SCHEMA
-    from stragglerlab.general_record import is_general_import
+    from stragglerlab.run.general_record import is_general_import
 
     out = out_file(args.out, SCORES_NAME)
     # one writer of the scores file at a time: other scores may share the folder

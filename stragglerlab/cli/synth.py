@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 
 from stragglerlab.cli.common import examples, not_another_run, out_folder
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
-from stragglerlab.trace_checks import MAX_OPS_PER_STEP
+from stragglerlab.trace.trace_checks import MAX_OPS_PER_STEP
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 MAX_WORKERS = 65_536
 """Largest dp * pp accepted: far past any trace the analysis is benchmarked on."""
@@ -74,7 +74,7 @@ def _synth_wrote(out) -> bool:
     """Whether the trace files in `out` are an earlier synth's: synth names every job
     `synthetic` (SyntheticConfig.trial_name; no flag changes it), so its meta.yaml is the
     writer's record; a rerun (e.g. regenerating examples/slow-worker) may replace them."""
-    from stragglerlab.run_folder import read_meta
+    from stragglerlab.run.run_folder import read_meta
     from stragglerlab.workloads.synthetic import SyntheticConfig
 
     try:
@@ -163,7 +163,7 @@ def run(args) -> int:
     cfg = SyntheticConfig(dp_size=args.dp, pp_size=args.pp, n_microbatches=args.microbatches,
                           n_steps=args.steps, seed=args.seed, jitter=args.jitter,
                           slow_workers=tuple(args.slow), last_stage_factor=args.last_stage_factor)
-    from stragglerlab.atomic import staged_folder
+    from stragglerlab.util.atomic import staged_folder
 
     try:
         with staged_folder(out, owns=WRITES) as tmp:  # all three files or none

@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 
 from stragglerlab.cli.common import examples, out_folder
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import KINETO_DIR
-from stragglerlab.scenario import load_scenario
-from stragglerlab.scenario_vocab import TORCH_WORKLOADS
+from stragglerlab.run.run_folder import KINETO_DIR
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS
+from stragglerlab.util.errors import InputError
 
 
 def add_parser(sub, name: str) -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
 def _load(args, flags: dict):
     """The scenario with the flags' overrides; a bad flag is blamed on the flag, not on
     the scenario file (which is fine without it)."""
-    from stragglerlab.scenario import scenario_table
+    from stragglerlab.scenarios.scenario import scenario_table
 
     if args.config is None and args.scenario not in scenario_table(None)[1]:
         known = ", ".join(sorted(scenario_table(None)[1]))
@@ -236,7 +236,7 @@ def _not_a_finished_run(out: Path, overwrite: bool) -> None:
 
 def failed_cleanly(out: str) -> bool:
     """run.json says `failed` and a trace of at least one complete step was kept."""
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.run.run_folder import RunFolder
 
     folder = RunFolder(path=Path(out))
     try:

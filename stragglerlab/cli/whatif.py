@@ -8,7 +8,7 @@ The one step of the workflow that analyses a trace: it computes the what-if
 once and writes into DIR `whatif.json` (our field names, see README; the
 top-level keys use --compute-ideal, `compute_ideals` holds both the mean and
 the median ideal, plus what the `whatif` detector and the figures read, see
-stragglerlab/results.py), `artifact-format/{result,mw,ms}.json` in the
+stragglerlab/run/results.py), `artifact-format/{result,mw,ms}.json` in the
 OSDI'25 artifact's own layout and, with --timelines, `timeline.json.gz` and
 `ideal-timeline.json.gz` (Perfetto); a rerun removes those of these names it
 did not write again (OUTPUTS). Prints a short summary to stdout (with --quiet
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from pathlib import Path
 
-from stragglerlab.atomic import atomic_write_json
 from stragglerlab.cli.common import (
     defaulted_run,
     examples,
@@ -36,8 +36,9 @@ from stragglerlab.cli.common import (
     out_folder,
     run_out,
 )
-from stragglerlab.errors import InputError
-from stragglerlab.folder_lock import lock_folder
+from stragglerlab.util.atomic import atomic_write_json
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.folder_lock import lock_folder
 
 # Timelines of huge traces keep their first steps only: a timeline is for looking at,
 # and writing millions of JSON events would cost more than the whole analysis.
@@ -85,6 +86,10 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="assert the straggling verdict even where the simulation does not "
                         "reproduce the trace within 5%% (the paper's cut); marked FORCED")
+    p.add_argument("--threads", metavar="N", type=int, default=default_threads(),
+                   help="replay threads in this process, one step part each (default: "
+                        "this machine's CPUs, at most 2); whatif.json is the same bit for "
+                        "bit with any number")
     p.add_argument("--ray-address", metavar="ADDR",
                    help="run the replays on a Ray cluster's cores: its head's HOST:PORT (or "
                         "auto), or 'local' for a Ray started on this machine; the trace is "
@@ -94,6 +99,20 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                    help="Ray workers with --ray-address, one step part and one CPU each "
                         "(default: one per CPU of the cluster, at most one per step)")
     return p
+
+
+MAX_DEFAULT_THREADS = 2
+"""Default replay threads at most: the replays overlap in their array work and serialize
+in the interpreter between ops, so threads beyond two gain little on any machine."""
+
+
+def default_threads() -> int:
+    """This process's CPUs (its affinity), at most MAX_DEFAULT_THREADS."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_DEFAULT_THREADS, cpus))
 
 
 def _ray_checks(args) -> None:
@@ -119,16 +138,18 @@ def _ray_checks(args) -> None:
 
 def run(args) -> int:
     """Analyse, write every output, print the summary."""
-    from stragglerlab.analysis.replays import Replays
+    from stragglerlab.analysis.replays import ThreadReplays
     from stragglerlab.analysis.whatif import ComputeIdeal, ideal_timeline, run_whatif
-    from stragglerlab.artifact_format import fix_json, result_json
-    from stragglerlab.atomic import staged_folder
     from stragglerlab.cli.progress import Reporter
-    from stragglerlab.general_record import is_general_import
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.trace_io import read_trace
+    from stragglerlab.run.artifact_format import fix_json, result_json
+    from stragglerlab.run.general_record import is_general_import
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.trace.trace_io import read_trace
+    from stragglerlab.util.atomic import staged_folder
 
     _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
+    if args.threads < 1:
+        raise InputError(f"--threads {args.threads}: give at least 1")
     if args.ideal_window is not None and args.ideal_window < 1:
         raise InputError(f"--ideal-window {args.ideal_window}: give a window of at least 1 "
                          "step")
@@ -177,7 +198,7 @@ def run(args) -> int:
     # Every compute ideal at once (one graph, one frame): figures and detectors read them
     # from whatif.json instead of re-analysing the trace.
     with contextlib.ExitStack() as stack:
-        replays = Replays
+        replays = stack.enter_context(ThreadReplays(args.threads))
         if args.ray_address is not None:
             from stragglerlab.whatif_ray import RayReplays
 
@@ -227,9 +248,9 @@ def _general(args, run_dir: Path) -> int:
 
     from stragglerlab.analysis.whatif_general import whatif_general
     from stragglerlab.cli.import_kineto import print_general_whatif
-    from stragglerlab.filecheck import load_json
-    from stragglerlab.general_record import OPS_PARQUET, whatif_doc
-    from stragglerlab.ops_table import read_ops
+    from stragglerlab.run.general_record import OPS_PARQUET, whatif_doc
+    from stragglerlab.trace.ops_table import read_ops
+    from stragglerlab.util.filecheck import load_json
 
     if args.timelines:
         raise InputError("the timelines are drawn from the op-level trace, which an "

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 BASE = "stragglerlab"
 """Directory under each cgroup v1 mount that holds every run of this module."""

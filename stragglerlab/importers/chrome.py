@@ -1,20 +1,22 @@
-"""Find and read Chrome-trace JSON files (torch.profiler / Kineto output), gzipped or not.
+"""Find Chrome-trace JSON files (torch.profiler / Kineto output), gzipped or not, and say
+what is wrong with one.
 
     files = find_traces("run/kineto")          # a folder's *.json, *.json.gz, or a glob
-    doc = load_json(files[0])                  # dict with 'traceEvents'; InputError if bad
+    problem = bytes_problem(head, name)        # empty, a zip, ...: what it is instead
+
+and the checks of a trace's pieces both import paths share (events, step ranges, ranks);
+stragglerlab.importers.stream_json reads the files, with bounded memory.
 """
 
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import re
-import zlib
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import entry_problem
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import entry_problem
 
 PATTERNS = ("*.json", "*.json.gz")
 STEP_RE = re.compile(r"ProfilerStep#(\d{1,18})$")
@@ -122,45 +124,6 @@ def shape_problem(doc: object) -> str | None:
     return f"{kind}, {TRACE_OBJECT}"
 
 
-def load_json(path: Path) -> dict:
-    """The JSON document of a (possibly gzipped) Chrome trace; InputError when unreadable."""
-    check_entry(path)  # never open() a FIFO: it blocks
-    try:
-        raw = path.read_bytes()
-        if problem := bytes_problem(raw[:16], path.name):
-            raise InputError(problem, str(path))
-        if raw[:2] == GZIP_MAGIC:
-            raw = gzip.decompress(raw)
-            if raw[:2] == GZIP_MAGIC:
-                raise InputError(TWICE, str(path))
-            if not raw.strip():
-                raise InputError(f"the gzip data holds no JSON (it inflates to "
-                                 f"{len(raw)} bytes of nothing); {FIX}", str(path))
-        doc = json.loads(raw)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as e:  # BadGzipFile is an OSError
-        raise InputError(f"gzip data is truncated or corrupt ({e}); {FIX}", str(path)) \
-            from None
-    except OSError as e:
-        raise InputError(f"cannot read the trace: {e.strerror or e}", str(path)) from None
-    except (UnicodeDecodeError, ValueError) as e:
-        # Text that starts as a trace and breaks off is truncated; other text never was one.
-        why = "probably truncated" if raw.lstrip()[:1] in (b"{", b"[") else \
-            f"starts with {raw.lstrip()[:20]!r}"
-        raise InputError(f"not valid JSON, {why} ({str(e).splitlines()[0]}); {FIX}",
-                         str(path)) from None
-    except RecursionError:
-        raise InputError("JSON nested deeper than a Chrome trace ever is (a trace is a list of "
-                         "flat events); pass the torch.profiler export itself", str(path)) \
-            from None
-    if problem := shape_problem(doc):
-        raise InputError(problem, str(path))
-    if not isinstance(doc.get("traceEvents"), list):
-        raise InputError("not a Chrome trace (no 'traceEvents' list); pass files written by "
-                         "torch.profiler's export_chrome_trace or tensorboard_trace_handler",
-                         str(path))
-    return doc
-
-
 MAX_TIME_US = 2.0 ** 62
 """Largest |ts| or dur accepted, microseconds (~146,000 years): past it a number is no time."""
 
@@ -260,12 +223,3 @@ def dinfo_problem(info: object) -> str | None:
                     f"{json.dumps(v)[:40]} ({type(v).__name__}); pass the trace "
                     f"torch.profiler wrote (torch writes {key} as a number), or fix the value")
     return None
-
-
-def check_rank_doc(doc: dict, where: str) -> None:
-    """InputError for a rank's trace with no events or a distributedInfo rank/world_size
-    that is not an integer (said before 'no distributedInfo' or 'no ranges' would mislead)."""
-    if not doc["traceEvents"]:
-        raise InputError(EMPTY_PROFILE, where)
-    if problem := dinfo_problem(doc.get("distributedInfo")):
-        raise InputError(problem, where)

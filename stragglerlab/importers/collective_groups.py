@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.importers.layout import rank_lists
-from stragglerlab.op_model import P2P_KINDS
+from stragglerlab.trace.op_model import P2P_KINDS
 
 
 def _member_sets(pg_configs: dict[int, list]) -> list[tuple[int, ...]]:

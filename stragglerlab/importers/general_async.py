@@ -1,5 +1,5 @@
 """Which communication ops a rank computed through (async) and which it waited for, from
-an unannotated trace's timing (general op model, stragglerlab.op_model's `async`, `serial`
+an unannotated trace's timing (general op model, stragglerlab.trace.op_model's `async`, `serial`
 and `ready_s`).
 
     lead, beside, resumed = gpu_evidence(frame, rank_events.kernels)    # per NCCL kernel
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.op_model import STEP_END
+from stragglerlab.trace.op_model import STEP_END
 
 ASYNC_BUSY = 0.5
 """Share of the ops' spans the rank must spend computing for the work to be async: a rank

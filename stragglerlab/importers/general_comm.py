@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.importers.kineto_events import P2P_LAUNCHES, CommRecord, RankEvents
-from stragglerlab.op_model import CommKind
+from stragglerlab.trace.op_model import CommKind
 
 ALIASES = {
     "allreduce": CommKind.ALL_REDUCE, "allreduce_coalesced": CommKind.ALL_REDUCE,

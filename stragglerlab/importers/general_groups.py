@@ -6,7 +6,8 @@
 * keys: a P2P pair by (src, dst, order in the step); a collective by (process
   group, `Seq`), else its order within its group in the step, else its order
   among the same kind in the step;
-* clocks: `none` (one clock; gloo collectives with no group then get one from
+* clocks: stragglerlab.importers.rank_checks.align_clocks on the groups' ends,
+  `none` (one clock; gloo collectives with no group then get one from
   pg_config by overlap in time, stragglerlab.importers.collective_groups),
   `collective` (each rank shifted by the median difference of the ends of the
   groups it shares with the lowest rank), `step` (first common ProfilerStep);
@@ -24,7 +25,8 @@ import pandas as pd
 
 from stragglerlab.importers.collective_groups import assign_pg
 from stragglerlab.importers.kineto_events import RankEvents
-from stragglerlab.op_model import P2P_KINDS
+from stragglerlab.importers.rank_checks import align_clocks, resolved_align
+from stragglerlab.trace.op_model import P2P_KINDS
 
 
 def _group_keys(c: pd.DataFrame) -> pd.Series:
@@ -48,17 +50,6 @@ def _group_keys(c: pd.DataFrame) -> pd.Series:
     local = c["kind"].isin(P2P_KINDS | {"sendrecv"}) & (c["peer"] < 0)
     key = np.where(local, "local|" + c.index.astype(str), key)
     return pd.Series(key, index=c.index)
-
-
-def resolved_align(events: list[RankEvents], align: str) -> str:
-    """`auto`: none when every trace names the same host (one clock), collective when they
-    name different hosts, `evidence` when some trace names none (_match_on_evidence)."""
-    if align != "auto":
-        return align
-    hosts = {e.host for e in events}
-    if "" in hosts:
-        return "evidence"
-    return "none" if len(hosts) == 1 else "collective"
 
 
 @dataclass(kw_only=True)
@@ -112,28 +103,21 @@ def _match_on_evidence(c: pd.DataFrame, events: list[RankEvents], steps: list[in
 
 def _offsets(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
              base: dict[int, float]) -> tuple[str, dict[int, float]]:
-    ranks = sorted(e.rank for e in events)
-    ref = ranks[0]
-    if align == "none":
-        return align, {r: 0.0 for r in ranks}
-    if align == "collective":
-        g = c[c["group"] >= 0]
-        ends = g.pivot_table(index="group", columns="rank", values="end", aggfunc="first")
-        if ref in ends and all(r in ends and (ends[r].notna() & ends[ref].notna()).any()
-                               for r in ranks):
-            return align, {r: float(np.nanmedian(ends[ref] - ends[r])) for r in ranks}
-        align = "step"
+    """rank_checks.align_clocks on the matched groups (times hold each rank's base)."""
+    g = c[c["group"] >= 0]
+    ends: dict[int, dict] = {}
+    for (rank, group), end in g.groupby(["rank", "group"], sort=False)["end"].first().items():
+        ends.setdefault(int(rank), {})[group] = end
     first = steps[0]
-    by = {e.rank: e for e in events}
-    return align, {r: (by[ref].steps[first][0] + base[ref]) - (by[r].steps[first][0] + base[r])
-                   for r in ranks}
+    starts = {e.rank: e.steps[first][0] + base[e.rank] for e in events}
+    return align_clocks(align, ends, starts, {e.rank: 0.0 for e in events})
 
 
 def match_groups(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
                  base: dict[int, float], pg_configs: dict[int, list], tol: float,
                  notes: list[str]) -> _Matched:
     """The ops grouped on the clock mode `align` (auto resolved here; see the module doc)."""
-    align = resolved_align(events, align)
+    align = resolved_align({e.host for e in events}, align)
     if align == "evidence":
         return _match_on_evidence(c, events, steps, base, pg_configs, tol, notes)
     return _matched(c, events, steps, align, base, pg_configs, tol)

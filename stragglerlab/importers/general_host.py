@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.op_model import HOST_COLUMNS
+from stragglerlab.trace.op_model import HOST_COLUMNS
 
 GATE_TOL_US = 5.0
 """A GPU op that started within this of its launch call returning (µs; it may start before

@@ -1,7 +1,7 @@
 """One rank's GPU Kineto trace reduced to what the host-device model replays, with bounded
 memory.
 
-    trace = read_host_device(path)     # stragglerlab.host_device_trace.HostDeviceTrace
+    trace = read_host_device(path)     # stragglerlab.trace.host_device_trace.HostDeviceTrace
 
 Kept (numpy arrays; everything else is dropped as it streams past):
 
@@ -25,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
-from stragglerlab.host_device_trace import CALL_KINDS, NO_STREAM, OTHER, HostDeviceTrace
 from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
@@ -38,6 +36,8 @@ from stragglerlab.importers.chrome import (
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.kineto_events import COMPUTE_CATS, LAUNCH_CATS, OLD_CATEGORIES
 from stragglerlab.importers.stream_json import TraceReader
+from stragglerlab.trace.host_device_trace import CALL_KINDS, NO_STREAM, OTHER, HostDeviceTrace
+from stragglerlab.util.errors import InputError
 
 SYNC_CAT = "cuda_sync"
 """Kineto's category of the device-side record of a sync call (args name streams, events)."""

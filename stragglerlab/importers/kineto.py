@@ -4,7 +4,10 @@
     result = import_kineto(paths, layout=None, timing="auto", allow_partial=False)
     write_trace(result.df, result.meta, "out/trace.parquet")
 
-What is read from each file (gzipped or plain, one file per rank):
+What is read from each file (gzipped or plain, one file per rank), streamed with bounded
+memory by stragglerlab.importers.kineto_events.read_rank(vocabulary=True), the
+reader of the general path too; the ranks, steps and clocks are checked by
+stragglerlab.importers.rank_checks, as the general path's are:
 
 * `distributedInfo.rank` / `world_size`: which rank the file is;
   `distributedInfo.pg_config` or `--layout`: its DP rank and stage
@@ -12,7 +15,7 @@ What is read from each file (gzipped or plain, one file per rank):
 * `ProfilerStep#N` ranges: the steps (an op belongs to the step its start
   falls in; ops outside every step are left out);
 * op types: `record_function(<optype>)` ranges (cat user_annotation) named
-  exactly like stragglerlab.schema's vocabulary. Where such ranges nest on a
+  exactly like stragglerlab.trace.schema's vocabulary. Where such ranges nest on a
   thread the outermost one is the op. P2P ranges (send/recv) may be
   asynchronous (opened at post, closed at completion, possibly on another
   thread), so they overlap other ranges and only drop when inside a range of
@@ -34,7 +37,7 @@ What is read from each file (gzipped or plain, one file per rank):
   `step` shifts each rank so its first common ProfilerStep starts with rank
   0's (coarse: ranks start steps tens of ms apart); `auto` (default) = none
   when every trace names the same host_name, else collective (step when no
-  rank has the clip op). The offsets applied are
+  rank has the clip op; rank_checks.align_clocks). The offsets applied are
   `result.report["clock_offsets_s"]`.
 """
 
@@ -47,49 +50,58 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (  # noqa: F401 (find_traces: re-export)
-    add_step,
-    check_rank_doc,
     check_step_order,
-    event_problem,
     find_traces,
-    load_json,
-    one_trace_per_rank,
-    step_number,
 )
-from stragglerlab.importers.kineto_clocks import check_clock_gaps, clock_offsets
-from stragglerlab.importers.kineto_events import VOCAB, vocab_name
+from stragglerlab.importers.kineto_events import (
+    VOCAB,
+    RankEvents,
+    load_ranks,
+    vocab_name,
+)
 from stragglerlab.importers.layout import ORDER_DOC, Layout, from_pg_config
+from stragglerlab.importers.rank_checks import (
+    align_clocks,
+    check_clock_gaps,
+    check_layout_world,
+    check_ranks,
+    common_steps,
+    match_tolerance_us,
+    resolved_align,
+)
 from stragglerlab.importers.vocab_ranges import comm_fallback, inside_ranges, outermost
-from stragglerlab.meta import MAX_WORKERS, JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-
-MAX_WORLD = MAX_WORKERS
-"""Largest world_size a trace may name (65,536 ranks, the job meta's worker limit): every
-rank of the world is checked for a file, so a world_size from a corrupt file must not size
-that work (2**32 ran for minutes and filled the memory)."""
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.util.errors import InputError
 
 COMPUTE_NAMES = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
 
 @dataclass
 class RankTrace:
-    """What one rank's file holds, in microseconds on its own clock."""
+    """One rank's vocabulary ops, a view of what the streaming reader read of its file
+    (stragglerlab.importers.kineto_events.read_rank(vocabulary=True)), microseconds on its
+    own clock."""
 
-    path: str
-    rank: int
-    world: int
-    host: str
-    pg_config: list
-    base_us: float
-    steps: dict[int, tuple[float, float]]
-    ops: list[tuple[str, float, float, int]]  # optype, start, end, kineto tid
-    has_kernels: bool
-    unfinished: int = 0
+    events: RankEvents
+    """The file as read: rank, world, host, pg_config, base time, steps, ranges."""
+    ops: list[tuple[str, float, float, int]]
+    """(optype, start, end, kineto tid), by start."""
     gpu_timed: int = 0
-    respelled: dict[str, int] = field(default_factory=dict)
-    """Range names read as a vocabulary op type but for case, spaces or `_` -> count."""
+    """Ops timed by the GPU span of their range."""
+
+    @property
+    def path(self) -> str:
+        return self.events.path
+
+    @property
+    def rank(self) -> int:
+        return self.events.rank
+
+    @property
+    def steps(self) -> dict[int, tuple[float, float]]:
+        return self.events.steps
 
 
 @dataclass
@@ -101,111 +113,68 @@ class ImportResult:
     report: dict = field(default_factory=dict)
 
 
-def parse_rank(path: Path, timing: str, layout_hint=None) -> RankTrace:
-    """One rank's file -> RankTrace (timing 'cpu', 'gpu' or 'auto')."""
-    where = str(path)
-    doc = load_json(path)
-    check_rank_doc(doc, where)
-    info = doc.get("distributedInfo")
-    if not isinstance(info, dict) or not isinstance(info.get("rank"), int) \
-            or not isinstance(info.get("world_size"), int):
-        raise InputError("no distributedInfo with rank and world_size, so the file's rank is "
-                         "unknown; profile after torch.distributed.init_process_group (torch "
-                         "then writes distributedInfo into every trace)", where)
-    world, rank = info["world_size"], info["rank"]
-    if not 1 <= world <= MAX_WORLD or not 0 <= rank < world:
-        raise InputError(f"distributedInfo says rank {rank} of world_size {world}; need "
-                         f"1 <= world_size <= {MAX_WORLD:,} and 0 <= rank < world_size: pass "
-                         "traces torch.profiler wrote", where)
-    events = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
-    for i, e in enumerate(events):
-        if (problem := event_problem(e)) is not None:
-            bad = sum(event_problem(x) is not None for x in events)
-            raise InputError(f"{bad:,} complete event(s) are malformed, e.g. "
-                             f"{str(e.get('name', '?'))[:60]!r} (event #{i}): {problem}; "
-                             "pass the profiler's export unedited", where)
-    base = doc.get("baseTimeNanoseconds", 0)
-    if isinstance(base, bool) or not isinstance(base, (int, float)) \
-            or not abs(base) < 2.0 ** 63:
-        raise InputError(f"baseTimeNanoseconds {str(base)[:40]!r} is not a time in "
-                         "nanoseconds; pass the profiler's export unedited", where)
-    has_kernels = any(e.get("cat") == "kernel" for e in events)
-    if timing == "gpu" and not has_kernels:
+def rank_trace(ev: RankEvents, timing: str, layout_hint=None) -> RankTrace:
+    """The vocabulary ops of one rank's file as read (timing 'cpu', 'gpu' or 'auto')."""
+    where, v = ev.path, ev.vocab
+    if v is None:
+        raise ValueError("rank_trace needs read_rank(..., vocabulary=True)")
+    if timing == "gpu" and not v.has_kernels:
         raise InputError("--timing gpu, but the trace holds no GPU kernels; use --timing cpu "
                          "(or auto)", where)
-    gpu = timing == "gpu" or (timing == "auto" and has_kernels)
-    steps: dict[int, tuple[float, float]] = {}
-    ranges, gpu_spans, comm, unfinished = [], {}, [], 0
-    respelled: dict[str, int] = {}
-    for e in events:
-        name, cat = str(e.get("name", "")), e.get("cat")
-        if cat in ("user_annotation", "gpu_user_annotation") and name not in VOCAB and \
-                (optype := vocab_name(name)) is not None:
-            if cat == "user_annotation":
-                respelled[name] = respelled.get(name, 0) + 1
-            name = optype
-        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
-        args = e.get("args") or {}
-        if cat == "user_annotation" and name.startswith("ProfilerStep#"):
-            add_step(steps, step_number(name, where), start, end, where)
-        elif cat == "user_annotation" and name in VOCAB:
-            if args.get("finished") is False:
-                unfinished += 1
-                continue
-            ranges.append((name, start, end, e.get("tid", 0), args.get("External id")))
-        elif cat == "gpu_user_annotation" and name in VOCAB and "External id" in args:
-            gpu_spans[args["External id"]] = (start, end)
-        elif "Collective name" in args:
-            comm.append(e)
+    gpu = timing == "gpu" or (timing == "auto" and v.has_kernels)
     ops, gpu_timed = [], 0
-    cpu_ops = outermost(ranges)  # nesting by the CPU ranges
+    cpu_ops = outermost(v.ranges)  # nesting by the CPU ranges
     for name, start, end, tid, ext in cpu_ops:
-        if gpu and ext in gpu_spans:
-            start, end = gpu_spans[ext]
+        if gpu and ext in v.gpu_spans:
+            start, end = v.gpu_spans[ext]
             gpu_timed += 1
         ops.append((name, start, end, tid))
     missing = VOCAB - {o[0] for o in ops}
     if ops and missing:
-        ops += comm_fallback(comm, missing, info["rank"], layout_hint, inside_ranges(cpu_ops))
+        ops += comm_fallback(v.comm, missing, ev.rank, layout_hint, inside_ranges(cpu_ops))
     ops.sort(key=lambda r: r[1])
     if not ops:
         raise InputError("no record_function ranges named like the op vocabulary ("
                          + ", ".join(sorted(VOCAB)) + "); wrap each op of the training step "
                          "in torch.profiler.record_function('<optype>') (README: 'Analyzing "
                          "your own training job')", where)
-    if not steps:
+    if not ev.steps:
         raise InputError("no ProfilerStep#N ranges; profile with a schedule and call "
                          "prof.step() once per training step", where)
-    check_step_order(steps, where)
-    return RankTrace(where, info["rank"], info["world_size"], str(doc.get("host_name", "")),
-                     info.get("pg_config") or [], float(base) / 1e3, steps, ops,
-                     has_kernels, unfinished, gpu_timed, respelled)
+    check_step_order(ev.steps, where)
+    return RankTrace(ev, ops, gpu_timed)
 
 
-def _check_ranks(traces: list[RankTrace]) -> int:
-    one_trace_per_rank([(t.rank, t.path) for t in traces])  # first: none at all is an error
-    worlds = {t.world for t in traces}
-    if len(worlds) != 1:
-        raise InputError(f"the files disagree on world_size ({sorted(worlds)}); pass the "
-                         "traces of one job only", traces[0].path)
-    return worlds.pop()
+def clip_ends(t: RankTrace, steps: list[int]) -> dict[int, float]:
+    """End of the first optimizer-clip-main-grad of each common step on one rank."""
+    ends: dict[int, float] = {}
+    clip = OpType.OPTIMIZER_CLIP_MAIN_GRAD.value
+    for k in steps:
+        s0, s1 = t.steps[k]
+        hits = [end for name, start, end, _ in t.ops if name == clip and s0 <= start <= s1]
+        if hits:
+            ends[k] = min(hits)
+    return ends
 
 
-def _common_steps(traces: list[RankTrace], allow_partial: bool) -> list[int]:
-    sets = {t.rank: set(t.steps) for t in traces}
-    everyone = set.intersection(*sets.values())
-    union = set.union(*sets.values())
-    if not everyone:
-        raise InputError("no ProfilerStep#N that every rank has (steps per rank: "
-                         + "; ".join(f"rank {r}: {sorted(s)[:8]}" for r, s in sets.items())
-                         + "); profile the same steps on every rank")
-    if everyone != union and not allow_partial:
-        lacking = {r: sorted(union - s) for r, s in sets.items() if union - s}
-        raise InputError("ranks miss steps that others have ("
-                         + "; ".join(f"rank {r} lacks {s[:8]}" for r, s in lacking.items())
-                         + "); use the same profiler schedule on every rank, or pass "
-                         "--allow-partial to keep the steps every rank has")
-    return sorted(everyone)
+def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tuple[str, dict]:
+    """(mode used, microseconds to add to each rank's ts to put it on rank 0's clock), by
+    rank_checks.align_clocks on the ends of `optimizer-clip-main-grad` (an all-reduce over
+    every rank) per step. `auto` where a trace names no host: collective only if the clip
+    all-reduce's members, which leave it together, end further apart than
+    match_tolerance_us on the clocks as they are, else none."""
+    ref = min(traces, key=lambda t: t.rank)
+    ends = {t.rank: clip_ends(t, steps) for t in traces}
+    first = {t.rank: t.steps[steps[0]][0] for t in traces}
+    one = {t.rank: t.events.base_us - ref.events.base_us for t in traces}
+    mode = resolved_align({t.events.host for t in traces}, align)
+    if mode != "evidence":
+        return align_clocks(mode, ends, first, one)
+    used, off = align_clocks("collective", ends, first, one)
+    tol = match_tolerance_us([e - s for t in traces for k in steps for s, e in [t.steps[k]]])
+    if used == "collective" and any(abs(off[r] - one[r]) > tol for r in off):
+        return used, off
+    return "none", one  # one clock explains the ends (or nothing to test it on)
 
 
 def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
@@ -215,21 +184,15 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
     """Parse, check and merge per-rank Kineto traces into one schema trace.
 
     progress: called with `rank trace <i>/<n> parsed: <file>` after each file."""
-    say = progress or (lambda _msg: None)
     hint = layout.coords if layout is not None else None
-    traces = []
-    for i, p in enumerate(paths, 1):
-        traces.append(parse_rank(Path(p), timing, hint))
-        say(f"rank trace {i}/{len(paths)} parsed: {Path(p).name}")
-    world = _check_ranks(traces)
+    traces = [rank_trace(ev, timing, hint)
+              for ev in load_ranks(paths, progress=progress, vocabulary=True)]
+    world = check_ranks([t.events for t in traces], [], peers=False)
     where = str(Path(traces[0].path).parent)
     if layout is None:
-        layout = from_pg_config({t.rank: t.pg_config for t in traces}, world, where)
-    elif layout.world_size != world:
-        raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
-                         f"{layout.world_size} ranks but the traces' world_size is {world}; "
-                         "fix --layout", where)
+        layout = from_pg_config({t.rank: t.events.pg_config for t in traces}, world, where)
     else:
+        check_layout_world(layout, world, where)
         _layout_agrees(layout, traces, world, where)
     if any(t.rank >= world for t in traces):
         raise InputError(f"a rank is >= world_size {world}; pass the traces of one job", where)
@@ -250,9 +213,9 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                              "pass every rank's file, or --allow-partial to keep only the DP "
                              "replicas whose every stage is there", where)
         traces = [cells[(d, s)] for d in dp_keep for s in range(layout.pp)]
-    steps = _common_steps(traces, allow_partial)
+    steps = common_steps([t.events for t in traces], [], allow_partial)
     align, offsets = clock_offsets(traces, steps, align)
-    check_clock_gaps(traces, steps, offsets)
+    check_clock_gaps([t.events for t in traces], steps, offsets)
     # Ranks numbered in the kept world (the identity when every rank is kept): with
     # --allow-partial the meta's world_size counts the kept ranks only.
     kept = sorted(t.rank for t in traces)  # new rank i is job rank kept[i]
@@ -274,7 +237,7 @@ def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
         "timing": "gpu" if any(t.gpu_timed for t in traces) else "cpu",
         "align": align, "clock_offsets_s": {str(t.rank): offsets[t.rank] / 1e6 for t in traces},
         "steps": steps, "dp_ranks_kept": dp_keep, "ops": int(len(df)),
-        "unfinished_ranges_dropped": int(sum(t.unfinished for t in traces)),
+        "unfinished_ranges_dropped": int(sum(t.events.vocab.unfinished for t in traces)),
         "respelled_ranges": _respelled(traces),
         "kept_ranks": {str(i): r for i, r in enumerate(kept)},
     }
@@ -285,7 +248,7 @@ def _respelled(traces: list[RankTrace]) -> dict[str, dict]:
     """Range names read as an op type but for spelling -> {op type, count, ranks}."""
     out: dict[str, dict] = {}
     for t in traces:
-        for name, n in t.respelled.items():
+        for name, n in t.events.vocab.respelled.items():
             row = out.setdefault(name, {"optype": vocab_name(name), "count": 0, "ranks": []})
             row["count"] += n
             row["ranks"].append(t.rank)
@@ -325,7 +288,7 @@ def _layout_agrees(layout: Layout, traces: list, world: int, where: str) -> None
     for traces whose groups do not (unnamed, missing); against groups that do, a different
     layout maps ranks to stages their P2P ops contradict."""
     try:
-        told = from_pg_config({t.rank: t.pg_config for t in traces}, world, where)
+        told = from_pg_config({t.rank: t.events.pg_config for t in traces}, world, where)
     except InputError:
         return  # the groups tell nothing: --layout is the only source
     if (told.dp, told.pp, told.tp) != (layout.dp, layout.pp, layout.tp):
@@ -339,7 +302,7 @@ def _analysable(df: pd.DataFrame, meta: JobMeta, files: list[str], align: str) -
     InputError naming the rank traces it came from: an import that writes a trace the
     what-if then refuses points the user at the wrong file. A clock error names the
     alignment that was used and the one to try."""
-    from stragglerlab.validate import validate_trace
+    from stragglerlab.trace.validate import validate_trace
 
     try:
         validate_trace(df, meta, "the imported trace")

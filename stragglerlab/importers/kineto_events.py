@@ -1,6 +1,8 @@
-"""One rank's Kineto trace reduced to what the general op model needs, with bounded memory.
+"""One rank's Kineto trace reduced to what an import path needs, with bounded memory: the
+one reader of both (the general op model's, and with vocabulary=True the vocabulary path's).
 
     ev = read_rank(path)            # RankEvents: steps, communication records, kernels
+    evs = load_ranks(paths)         # every rank's, in parallel processes for large inputs
 
 Kept per event kind (everything else is dropped as it streams past):
 
@@ -23,25 +25,35 @@ An exact copy of an event read before (same cat, name, pid, tid, ts, dur: a
 trace concatenated with itself) is counted in RankEvents.duplicates and adds
 no second communication record.
 
-Vocabulary ranges (stragglerlab.schema's optypes) are counted, so the caller
+Vocabulary ranges (stragglerlab.trace.schema's optypes) are counted, so the caller
 can hand a testbed trace to the vocabulary importer; with stop_at_vocab the
 read stops (VocabularyFound) at the first forward-/backward-compute range or
 the second distinct vocabulary name (one stray range named `optimizer` in
 someone's job does not make it a vocabulary trace).
+
+With vocabulary=True the same stream feeds the vocabulary importer
+(stragglerlab.importers.kineto) instead: every event is parsed (no byte-level
+skip) and checked as a whole (chrome.event_problem), and RankEvents.vocab
+holds the record_function ranges named like the vocabulary, their GPU spans,
+torch's communication records and the ProfilerStep ranges; the file must name
+its rank in distributedInfo. Both importers thus read a file one way: one
+reader, one header, one rank.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import re
 import resource
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (
     EMPTY_PROFILE,
     MAX_TIME_US,
@@ -49,11 +61,14 @@ from stragglerlab.importers.chrome import (
     check_entry,
     check_step_order,
     dinfo_problem,
+    event_problem,
     step_number,
 )
 from stragglerlab.importers.event_filter import EventSkip
 from stragglerlab.importers.stream_json import TraceReader
-from stragglerlab.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.meta import MAX_WORKERS
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.util.errors import InputError
 
 VOCAB = frozenset(OPTYPE_VALUES) - {OpType.FIRST_OP.value}
 
@@ -108,6 +123,12 @@ NUMBER = (int, float)
 """Types a time may have (bool excluded: type() is exact)."""
 
 
+MAX_WORLD = MAX_WORKERS
+"""Largest world_size a vocabulary trace may name (65,536 ranks, the job meta's worker
+limit): every rank of the world is checked for a file, so a world_size from a corrupt file
+must not size that work (2**32 ran for minutes and filled the memory)."""
+
+
 class VocabularyFound(Exception):
     """Raised inside read_rank(stop_at_vocab=True) at the first vocabulary range."""
 
@@ -128,6 +149,106 @@ class CommRecord:
     """The COMM_ARGS present."""
     name: str
     """The event's name."""
+
+
+@dataclass(kw_only=True)
+class VocabRanges:
+    """What the vocabulary importer reads of one rank's file (read_rank(vocabulary=True)),
+    microseconds on the rank's own clock."""
+
+    ranges: list[tuple[str, float, float, object, object]] = field(default_factory=list)
+    """(op type, start, end, tid, External id) of the finished CPU ranges named like the
+    vocabulary (spelling differences read as the op type they spell), in file order."""
+    gpu_spans: dict = field(default_factory=dict)
+    """External id -> (start, end) of the GPU spans Kineto writes for such ranges."""
+    comm: list[dict] = field(default_factory=list)
+    """Events carrying torch's `Collective name` arg (the fallback for op types no range
+    names), as read."""
+    unfinished: int = 0
+    """Ranges that never closed (`"finished": false`), left out."""
+    respelled: dict[str, int] = field(default_factory=dict)
+    """Range names read as an op type but for case, spaces or `_` -> count."""
+    has_kernels: bool = False
+    """Whether the file holds GPU kernels."""
+
+
+class _VocabReader:
+    """read_rank's event loop with vocabulary=True: VocabRanges, the ProfilerStep ranges in
+    file order, and the first malformed complete event (every one is checked whole)."""
+
+    def __init__(self) -> None:
+        self.out = VocabRanges()
+        self.step_ranges: list[tuple[str, float, float]] = []
+        self.seen = self.bad = 0
+        self.first_bad: tuple[str, int, str] | None = None
+
+    def add(self, batch: list) -> None:
+        out = self.out
+        for e in batch:
+            if not isinstance(e, dict) or e.get("ph") != "X":
+                continue
+            i = self.seen
+            self.seen += 1
+            if (problem := event_problem(e)) is not None:
+                self.bad += 1
+                if self.first_bad is None:
+                    self.first_bad = (str(e.get("name", "?"))[:60], i, problem)
+                continue
+            if self.bad:
+                continue  # refused after the loop: only the count matters now
+            name, cat = str(e.get("name", "")), e.get("cat")
+            out.has_kernels = out.has_kernels or cat == "kernel"
+            if cat in ("user_annotation", "gpu_user_annotation") and name not in VOCAB and \
+                    (optype := vocab_name(name)) is not None:
+                if cat == "user_annotation":
+                    out.respelled[name] = out.respelled.get(name, 0) + 1
+                name = optype
+            start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))
+            args = e.get("args") or {}
+            if cat == "user_annotation" and name.startswith("ProfilerStep#"):
+                self.step_ranges.append((name, start, end))
+            elif cat == "user_annotation" and name in VOCAB:
+                if args.get("finished") is False:
+                    out.unfinished += 1
+                    continue
+                out.ranges.append((name, start, end, e.get("tid", 0), args.get("External id")))
+            elif cat == "gpu_user_annotation" and name in VOCAB and "External id" in args:
+                out.gpu_spans[args["External id"]] = (start, end)
+            elif "Collective name" in args:
+                out.comm.append(e)
+
+    def rank_of(self, head: dict, events: int, where: str) -> tuple[int, int, list]:
+        """(rank, world_size, pg_config) from the header, after the checks the vocabulary
+        importer makes of a file, in the order it makes them."""
+        if not events:
+            raise InputError(EMPTY_PROFILE, where)
+        info = head.get("distributedInfo")
+        if problem := dinfo_problem(info):
+            raise InputError(problem, where)
+        if not isinstance(info, dict) or not isinstance(info.get("rank"), int) \
+                or not isinstance(info.get("world_size"), int):
+            raise InputError("no distributedInfo with rank and world_size, so the file's rank "
+                             "is unknown; profile after torch.distributed.init_process_group "
+                             "(torch then writes distributedInfo into every trace)", where)
+        world, rank = info["world_size"], info["rank"]
+        if not 1 <= world <= MAX_WORLD or not 0 <= rank < world:
+            raise InputError(f"distributedInfo says rank {rank} of world_size {world}; need "
+                             f"1 <= world_size <= {MAX_WORLD:,} and 0 <= rank < world_size: "
+                             "pass traces torch.profiler wrote", where)
+        if self.first_bad is not None:
+            name, i, problem = self.first_bad
+            raise InputError(f"{self.bad:,} complete event(s) are malformed, e.g. {name!r} "
+                             f"(event #{i}): {problem}; pass the profiler's export unedited",
+                             where)
+        return rank, world, info.get("pg_config") or []
+
+    def steps(self, where: str) -> dict[int, tuple[float, float]]:
+        """ProfilerStep number -> CPU range (unordered: the importer checks the order once
+        it knows the file holds ops)."""
+        steps: dict[int, tuple[float, float]] = {}
+        for name, start, end in self.step_ranges:
+            add_step(steps, step_number(name, where), start, end, where)
+        return steps
 
 
 @dataclass(kw_only=True)
@@ -184,10 +305,19 @@ class RankEvents:
     gpu_at_launch: int = 0
     """Of those, the ones that started within AT_LAUNCH_TOL_US of their launch call
     returning: the GPU was waiting for the host (a launch-bound stretch)."""
+    vocab: VocabRanges | None = None
+    """What the vocabulary importer reads (read_rank(vocabulary=True) only; the fields
+    above then hold the file, rank, steps and clock, and no op-model events)."""
 
 
 def _num(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < MAX_TIME_US
+
+
+PARALLEL_MIN_BYTES = 16 << 20
+"""Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
+MAX_PROCESSES = 8
+"""Most reader processes."""
 
 
 PROGRESS_EVERY_BYTES = 256 << 20
@@ -196,14 +326,17 @@ PROGRESS_EVERY_BYTES = 256 << 20
 
 def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | None = None,
               max_ratio: float | None = None,
-              progress: Callable[[str], None] | None = None) -> RankEvents:
+              progress: Callable[[str], None] | None = None,
+              vocabulary: bool = False) -> RankEvents:
     """Stream one file into RankEvents (see the module doc); InputError when unusable.
-    progress (optional) gets `<file>: <n> MiB read` every PROGRESS_EVERY_BYTES."""
+    progress (optional) gets `<file>: <n> MiB read` every PROGRESS_EVERY_BYTES.
+    vocabulary: read what the vocabulary importer needs instead (RankEvents.vocab)."""
     path = Path(path)
     where = str(path)
     check_entry(path)  # never open() a FIFO: it blocks
     kw = {k: v for k, v in (("max_bytes", max_bytes), ("max_ratio", max_ratio)) if v}
-    reader = TraceReader(path=path, skip=SKIP, **kw)
+    reader = TraceReader(path=path, skip=None if vocabulary else SKIP, **kw)
+    ranges = _VocabReader() if vocabulary else None
     steps: dict[int, tuple[float, float]] = {}
     nccl, cpu_comms, labels = [], [], []
     launches, kernels, activity = array("d"), array("d"), array("d")
@@ -217,6 +350,9 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
         if progress is not None and reader.source.bytes_out >= next_note:
             progress(f"{path.name}: {reader.source.bytes_out >> 20:,} MiB read")
             next_note += PROGRESS_EVERY_BYTES
+        if ranges is not None:
+            ranges.add(batch)
+            continue
         for e in batch:
             if type(e) is not dict or e.get("ph") != "X":
                 continue
@@ -287,6 +423,8 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                 names.add(optype)
                 if stop_at_vocab and (optype in COMPUTE_VOCAB or len(names) >= 2):
                     raise VocabularyFound(where)
+    if ranges is not None:
+        return _vocabulary_events(ranges, reader, where)
     if bad:
         raise InputError(f"{bad:,} complete event(s) are malformed, e.g. {first_bad}: ts and "
                          "dur must be finite numbers of microseconds, dur >= 0; pass the "
@@ -339,6 +477,57 @@ def read_rank(path: Path | str, stop_at_vocab: bool = False, max_bytes: int | No
                       vocab_ranges=vocab, events=reader.events, notes=notes,
                       bytes_read=reader.source.bytes_out, duplicates=_copies(keys),
                       gpu_launched=launched, gpu_at_launch=at_launch,
+                      peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
+               progress: Callable[[str], None] | None = None,
+               processes: int | None = None, vocabulary: bool = False) -> list[RankEvents]:
+    """read_rank on every file (in the order given), in parallel processes for large
+    inputs; progress gets `rank trace <i>/<n> parsed: <file>` as each finishes.
+    VocabularyFound propagates; vocabulary: read_rank's vocabulary reading."""
+    say = progress or (lambda _m: None)
+    paths = [Path(p) for p in paths]
+    total = sum(p.stat().st_size for p in paths if p.is_file())
+    n = processes if processes is not None else min(len(paths), os.cpu_count() or 1,
+                                                    MAX_PROCESSES)
+    out: list[RankEvents] = []
+    if n <= 1 or len(paths) == 1 or (processes is None and total < PARALLEL_MIN_BYTES):
+        for i, p in enumerate(paths, 1):
+            out.append(read_rank(p, stop_at_vocab, progress=say, vocabulary=vocabulary))
+            say(f"rank trace {i}/{len(paths)} parsed: {p.name}")
+        return out
+    say(f"reading {len(paths)} traces ({total / 2**20:,.0f} MiB on disk) in {n} processes")
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        futs = {pool.submit(read_rank, p, stop_at_vocab, vocabulary=vocabulary): p
+                for p in paths}
+        try:
+            for i, f in enumerate(as_completed(futs), 1):
+                out.append(f.result())
+                say(f"rank trace {i}/{len(paths)} parsed: {futs[f].name}")
+        except BaseException:
+            for f in futs:
+                f.cancel()
+            raise
+    return sorted(out, key=lambda e: paths.index(Path(e.path)))
+
+
+def _vocabulary_events(ranges: _VocabReader, reader: TraceReader, where: str) -> RankEvents:
+    """RankEvents of read_rank(vocabulary=True), after the checks of a vocabulary file."""
+    head = reader.header
+    rank, world, pg_config = ranges.rank_of(head, reader.events, where)
+    base = head.get("baseTimeNanoseconds", 0)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) \
+            or not abs(base) < 2.0 ** 63:
+        raise InputError(f"baseTimeNanoseconds {str(base)[:40]!r} is not a time in "
+                         "nanoseconds; pass the profiler's export unedited", where)
+    empty = np.zeros((0, 4))
+    return RankEvents(path=where, rank=rank, world=world, host=str(head.get("host_name", "")),
+                      pg_config=pg_config, base_us=float(base) / 1e3,
+                      steps=ranges.steps(where), nccl=[], cpu_comms=[], labels=[],
+                      launches=empty, kernels=empty, events=reader.events,
+                      bytes_read=reader.source.bytes_out, vocab=ranges.out,
                       peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 

@@ -3,7 +3,7 @@
     events = load_ranks(paths, progress=print)        # parallel, bounded memory
     res = build_general(events, layout=None)          # GeneralImport: .ops, .report
 
-What it infers (stragglerlab.op_model describes the table):
+What it infers (stragglerlab.trace.op_model describes the table):
 
 * steps from `ProfilerStep#N`: the steps every rank has (a note names any
   left out; no common step at all is an error);
@@ -42,37 +42,33 @@ What it infers (stragglerlab.op_model describes the table):
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
 from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
 from stragglerlab.importers.general_host import gpu_ops, host_columns
-from stragglerlab.importers.general_ranks import (
-    check_ranks,
-    common_steps,
-    number_unranked,
-    rank_roles,
+from stragglerlab.importers.general_ranks import rank_roles
+from stragglerlab.importers.kineto_events import (  # noqa: F401 (load_ranks: re-export)
+    AT_LAUNCH_TOL_US,
+    RankEvents,
+    load_ranks,
 )
-from stragglerlab.importers.kineto_clocks import match_tolerance_us
-from stragglerlab.importers.kineto_events import AT_LAUNCH_TOL_US, RankEvents, read_rank
 from stragglerlab.importers.layout import Layout, from_pg_config
 from stragglerlab.importers.p2p_peers import resolve_group_peers
-from stragglerlab.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
-
-PARALLEL_MIN_BYTES = 16 << 20
-"""Files smaller than this in total are read in this process (a pool costs ~0.3 s)."""
-MAX_PROCESSES = 8
-"""Most reader processes."""
+from stragglerlab.importers.rank_checks import (
+    check_layout_world,
+    check_ranks,
+    common_steps,
+    match_tolerance_us,
+    number_unranked,
+)
+from stragglerlab.trace.op_model import HOST_COLUMNS, P2P_KINDS, STEP_END, gap_ends, previous_points
+from stragglerlab.util.errors import InputError
 
 
 @dataclass(kw_only=True)
@@ -80,51 +76,17 @@ class GeneralImport:
     """The general op model of one job and what the import did."""
 
     ops: pd.DataFrame
-    """The op table (stragglerlab.op_model.OP_COLUMNS)."""
+    """The op table (stragglerlab.trace.op_model.OP_COLUMNS)."""
     report: dict = field(default_factory=dict)
     """files, ranks, steps, timing, clocks, groups, label sources, notes."""
     notes: list[str] = field(default_factory=list)
     """Things a reader should know (partial job, unmatched ops, inferred ranks)."""
 
 
-def load_ranks(paths: Sequence[str | Path], stop_at_vocab: bool = False,
-               progress: Callable[[str], None] | None = None,
-               processes: int | None = None) -> list[RankEvents]:
-    """read_rank on every file, in parallel processes for large inputs; progress gets
-    `rank trace <i>/<n> parsed: <file>` as each finishes. VocabularyFound propagates."""
-    say = progress or (lambda _m: None)
-    paths = [Path(p) for p in paths]
-    total = sum(p.stat().st_size for p in paths if p.is_file())
-    n = processes if processes is not None else min(len(paths), os.cpu_count() or 1,
-                                                    MAX_PROCESSES)
-    out: list[RankEvents] = []
-    if n <= 1 or len(paths) == 1 or (processes is None and total < PARALLEL_MIN_BYTES):
-        for i, p in enumerate(paths, 1):
-            out.append(read_rank(p, stop_at_vocab, progress=say))
-            say(f"rank trace {i}/{len(paths)} parsed: {p.name}")
-        return out
-    say(f"reading {len(paths)} traces ({total / 2**20:,.0f} MiB on disk) in {n} processes")
-    ctx = multiprocessing.get_context("forkserver")
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        futs = {pool.submit(read_rank, p, stop_at_vocab): p for p in paths}
-        try:
-            for i, f in enumerate(as_completed(futs), 1):
-                out.append(f.result())
-                say(f"rank trace {i}/{len(paths)} parsed: {futs[f].name}")
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
-    return sorted(out, key=lambda e: paths.index(Path(e.path)))
-
-
 def _layout(events: list[RankEvents], layout: Layout | None, world: int,
             notes: list[str]) -> Layout | None:
     if layout is not None:
-        if layout.world_size != world:
-            raise InputError(f"--layout dp={layout.dp},pp={layout.pp},tp={layout.tp} gives "
-                             f"{layout.world_size} ranks but the traces' world_size is {world}; "
-                             "fix --layout")
+        check_layout_world(layout, world)
         return layout
     if not any(e.pg_config for e in events):
         return None

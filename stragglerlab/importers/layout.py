@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 DP_DESC = "DATA_PARALLEL_GROUP"
 PP_DESC = "PIPELINE_MODEL_PARALLEL_GROUP"

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from stragglerlab.errors import InputError
 from stragglerlab.importers.chrome import (
     FIX,
     GZIP_MAGIC,
@@ -35,6 +34,7 @@ from stragglerlab.importers.chrome import (
     shape_problem,
 )
 from stragglerlab.importers.event_filter import EventSkip, select
+from stragglerlab.util.errors import InputError
 
 BATCH_BYTES = 2 << 20
 """JSON bytes parsed per batch of events."""
@@ -275,6 +275,12 @@ class TraceReader:
             raise self._bad(f"holds no JSON ({len(buf)} bytes of nothing"
                             f"{' after inflating' if self.source.bytes_in > len(buf) else ''})"
                             f"; {FIX}")
+        if len(buf) <= MAX_EVENT_BYTES:
+            try:  # the whole document is here: an object that breaks off was truncated
+                orjson.loads(buf)
+            except orjson.JSONDecodeError as e:
+                raise self._bad(f"not valid JSON, probably truncated "
+                                f"({str(e).splitlines()[0]}); {FIX}") from None
         raise self._bad("not a Chrome trace (no 'traceEvents' list); pass files written by "
                         "torch.profiler's export_chrome_trace or tensorboard_trace_handler")
 

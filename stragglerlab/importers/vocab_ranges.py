@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from stragglerlab.schema import P2P_OPS, OpType
+from stragglerlab.trace.schema import P2P_OPS, OpType
 
 P2P_NAMES = frozenset(o.value for o in P2P_OPS)
 

@@ -10,8 +10,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import MONITOR_DIR
+from stragglerlab.run.run_folder import MONITOR_DIR
+from stragglerlab.util.errors import InputError
 
 WINDOWS_JSONL = "windows.jsonl"
 """monitor/windows.jsonl: one analysed window per line (schema WINDOW_SCHEMA)."""
@@ -22,7 +22,7 @@ ALERTS_FAILED_JSONL = "alerts-failed.jsonl"
 LOG_FILE = "monitor.log"
 """monitor/monitor.log: the monitor's own log (errors, starts, stops)."""
 LOCK_FILE = "monitor.lock"
-"""monitor/monitor.lock: held (flock, stragglerlab.folder_lock) by the running monitor,
+"""monitor/monitor.lock: held (flock, stragglerlab.util.folder_lock) by the running monitor,
 holds its pid and verb."""
 WINDOW_SCHEMA = "stragglerlab.monitor-window/1"
 """`schema` of every windows.jsonl line."""

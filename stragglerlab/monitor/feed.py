@@ -3,7 +3,7 @@
 For tests and the lag benchmark: a `stragglerlab synth` trace (or any trace)
 becomes a growing run folder the monitor can tail. Each `write_step` appends
 one step's records to every `trace-parts/rank<r>.bin` (the tracer's format,
-stragglerlab/trace_parts.py) and then writes each rank's `status/rank<r>.json`
+stragglerlab/trace/trace_parts.py) and then writes each rank's `status/rank<r>.json`
 (as the trainer does after flushing a step). Times are laid on one clock:
 step after step, `origin` (default: now on CLOCK_MONOTONIC, the tracer's clock)
 plus the step's offset, so the trace-clock lag is meaningful on this host.
@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.atomic import atomic_write_text
-from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR
-from stragglerlab.schema import OPTYPE_VALUES
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR
+from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.trace.trace_parts import RECORD
+from stragglerlab.util.atomic import atomic_write_text
 
 _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 

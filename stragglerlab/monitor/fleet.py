@@ -23,14 +23,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.general_record import OPS_PARQUET
 from stragglerlab.monitor.config import MIN_POLL_S, MonitorConfig
 from stragglerlab.monitor.import_replay import monitor_for
 from stragglerlab.monitor.jobs import FleetLimits, JobRegistry
 from stragglerlab.monitor.runner import Monitor
 from stragglerlab.monitor.state import MonitorState
-from stragglerlab.run_folder import MONITOR_DIR, TRACE_PARQUET, TRACE_PARTS_DIR
+from stragglerlab.run.general_record import OPS_PARQUET
+from stragglerlab.run.run_folder import MONITOR_DIR, TRACE_PARQUET, TRACE_PARTS_DIR
+from stragglerlab.util.errors import InputError
 
 WATCH_DEPTH = 3
 """How deep below a watched folder a run folder is looked for."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.run_folder import GC_DIR
+from stragglerlab.run.run_folder import GC_DIR
 
 _RANK_FILE = re.compile(r"^rank(\d+)\.jsonl$")
 MAX_READ_BYTES = 64 * 1024 * 1024

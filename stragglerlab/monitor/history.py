@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from stragglerlab.atomic import dumps_json
+from stragglerlab.util.atomic import dumps_json
 
 MAX_HISTORY_BYTES = 512 * 1024 * 1024
 """Largest history file read back (a bigger one is read from its last part)."""

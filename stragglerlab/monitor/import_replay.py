@@ -10,14 +10,14 @@ line (schema WINDOW_SCHEMA) that the page, /metrics and the alerts read:
 * the window's what-if is the general what-if (analysis/whatif_general.py) of
   the window's ops: S, the discrepancy and its reproduction gate, S per rank
   (the heatmap's workers: DP x stage where the import knew the layout, else
-  every rank its own DP worker, stragglerlab.step_view.layout_of), and the
+  every rank its own DP worker, stragglerlab.trace.step_view.layout_of), and the
   attribution by kind (`compute` and each communication kind; `host` and
   `device` on GPU traces) in the line's `optype_slowdown`;
 * the `whatif` detector names what that window's what-if names
   (analysis/general_findings.py), once the window holds its `min_steps`;
 * a detector that needs only steps, ranks, span kinds and times
   (TraceNeed.STEP_TIMES) sees the window's compute and communication spans
-  (stragglerlab.step_view) as a run of its own, as it sees a live window;
+  (stragglerlab.trace.step_view) as a run of its own, as it sees a live window;
 * a detector that compares ops by their names (TraceNeed.OP_VOCABULARY) cannot
   run here: it is named once in the log, and the others go on; a monitor left
   with no detector is refused.
@@ -37,13 +37,13 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from stragglerlab.errors import InputError
-from stragglerlab.general_record import is_general_import
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.config import WINDOW_SCHEMA, MonitorConfig
 from stragglerlab.monitor.runner import Monitor
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.window import finding_json
+from stragglerlab.run.general_record import is_general_import
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.util.errors import InputError
 
 OP_MODEL = "general"
 """`op_model` of an import's window line (the general op model's what-if)."""
@@ -75,7 +75,7 @@ class ImportMonitor(Monitor):
 
     def __init__(self, cfg: MonitorConfig, log: Callable[[str], None] | None = None,
                  state: MonitorState | None = None) -> None:
-        from stragglerlab.step_view import layout_of
+        from stragglerlab.trace.step_view import layout_of
 
         for flag, value in (("--dp", cfg.dp), ("--pp", cfg.pp)):
             if value is not None:
@@ -123,7 +123,7 @@ class ImportMonitor(Monitor):
         self.replayed = True
         self.found_at = time.time()
         from stragglerlab.analysis.detectors import TraceNeed
-        from stragglerlab.step_view import step_view
+        from stragglerlab.trace.step_view import step_view
 
         steps = [s for s in self.import_steps if s >= self._warmup()]
         spans = step_view(self.ops) if any(d.needs is TraceNeed.STEP_TIMES
@@ -180,10 +180,10 @@ class ImportMonitor(Monitor):
 
 
 def _read(run) -> tuple[pd.DataFrame, dict]:
-    """An import's op table (checked: stragglerlab.ops_table) and import.json's report (the
+    """An import's op table (checked: stragglerlab.trace.ops_table) and import.json's report (the
     gate's evidence; {} without one)."""
-    from stragglerlab.filecheck import load_json
-    from stragglerlab.run_folder import RunFolder
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.util.filecheck import load_json
 
     ops = RunFolder(path=run).ops()
     again = f"import the traces again with `stragglerlab import kineto --traces ... --out {run}`"
@@ -198,7 +198,7 @@ def _read(run) -> tuple[pd.DataFrame, dict]:
 def import_window(ops: pd.DataFrame, spans: pd.DataFrame | None, meta: JobMeta,
                   detectors: dict, where: str, report: dict | None = None) -> dict:
     """The window line (without lag fields) of an import window's op table `ops` (module doc);
-    `spans`: the whole import's step view (stragglerlab.step_view), sliced to the window for
+    `spans`: the whole import's step view (stragglerlab.trace.step_view), sliced to the window for
     the step-time detectors."""
     from stragglerlab.analysis.detectors import Run
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector

@@ -22,9 +22,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from stragglerlab.errors import InputError
 from stragglerlab.monitor.metrics import jobs_metrics_text
 from stragglerlab.monitor.state import MonitorState
+from stragglerlab.util.errors import InputError
 
 NAME_MAX_CHARS = 64
 """Longest job name (a label value and a URL path segment)."""

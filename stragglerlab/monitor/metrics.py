@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from stragglerlab.findings import RootCause
+from stragglerlab.run.findings import RootCause
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The exposition format's Content-Type."""

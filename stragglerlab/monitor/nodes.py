@@ -1,6 +1,6 @@
 """A cluster run's nodes as the monitor sees them: clock corrections applied live, lost nodes.
 
-The driver of a run on a Ray cluster writes `RUN/nodes.json` (stragglerlab.part_stream
+The driver of a run on a Ray cluster writes `RUN/nodes.json` (stragglerlab.run.part_stream
 NODES_SCHEMA) before its ranks start, and again when a node is lost. The monitor re-reads
 it at every look (a small file; compared by content, not mtime):
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.part_stream import NODES_JSON
+from stragglerlab.run.part_stream import NODES_JSON
 
 MAX_CORRECTION_S = 3600.0
 """Largest clock correction taken from nodes.json: a node an hour off is a broken clock (or
@@ -56,7 +56,7 @@ class NodesView:
             nodes = _parse(json.loads(raw))
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             return (f"{self.path}: {e}; nodes.json is written by `train --ray-address` "
-                    "(stragglerlab/part_stream.py NODES_SCHEMA); its last good content is kept")
+                    "(stragglerlab/run/part_stream.py NODES_SCHEMA); its last good content is kept")
         self.nodes = nodes
         self.correction = {r: n["correction_s"] for n in nodes.values() for r in n["ranks"]
                            if n["correction_s"]}

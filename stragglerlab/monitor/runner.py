@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.alerts import AlertSender, AlertTracker
 from stragglerlab.monitor.config import (
     LOCK_FILE,
@@ -49,8 +47,10 @@ from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout, records_frame
 from stragglerlab.monitor.tail import PartsTail
 from stragglerlab.monitor.window import analyse_window, error_line, make_detectors
-from stragglerlab.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
-from stragglerlab.validate import validate_trace
+from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR, RunFolder
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 
 
 class Monitor:
@@ -91,6 +91,8 @@ class Monitor:
         self.reported: set[str] = {d["message"] for d in lines if d.get("kind") == "error"}
         self.found_at = time.time()
         self.status: dict[int, int] = {}
+        self._status_seen: dict = {}
+        """status/ files as last read (RunFolder.status skips the unchanged ones)."""
         """status/rank<r>.json's last finished step by rank, as of the last look."""
         if self.last_step >= 0:
             self.log(f"resuming after step {self.last_step} ({len(lines)} history lines)")
@@ -280,7 +282,7 @@ class Monitor:
 
     def _status(self) -> dict[int, int]:
         try:
-            return self.folder.last_step_by_rank()
+            return self.folder.last_step_by_rank(self._status_seen)
         except InputError as e:
             self.error(str(e))
             return {}
@@ -408,12 +410,12 @@ class Monitor:
                              "it); the history written so far went with it", str(self.cfg.run))
 
     def _lock(self):
-        """monitor/monitor.lock, held while this monitor runs (stragglerlab.folder_lock, the
+        """monitor/monitor.lock, held while this monitor runs (stragglerlab.util.folder_lock, the
         verbs' one lock): a second monitor on the same run would write the same history
         twice; it is refused (InputError). Returns what `close()` releases."""
         from contextlib import ExitStack
 
-        from stragglerlab.folder_lock import hold
+        from stragglerlab.util.folder_lock import hold
 
         held = ExitStack()
         held.enter_context(hold(self.cfg.monitor_dir, "monitor", name=LOCK_FILE,

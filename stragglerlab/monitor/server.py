@@ -35,12 +35,12 @@ import socket
 import threading
 from pathlib import Path
 
-from stragglerlab.errors import InputError
 from stragglerlab.monitor.jobs import Job, JobRegistry
 from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
 from stragglerlab.monitor.page import OVERVIEW, PAGE
 from stragglerlab.monitor.state import MonitorState
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.util.errors import InputError
 
 SSE_POLL_S = 0.25
 """How often an open /events stream looks for new lines."""

@@ -21,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.method.grouped import group_value_order
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_parts import RECORD
 
 _OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
 _FORWARD_RECV = OPTYPE_VALUES.index(OpType.FORWARD_RECV.value)
@@ -32,7 +33,12 @@ _P2P = [OPTYPE_VALUES.index(t.value) for t in (OpType.FORWARD_SEND, OpType.FORWA
 
 
 class StepBuffer:
-    """The records of the latest steps by rank, kept until no window needs them."""
+    """The records of the latest steps by rank, kept until no window needs them.
+
+    What a look needs per rank is kept beside the records as they arrive (the steps
+    present, their latest op end, the optimizer's steps), so that a look at 1,024 ranks
+    walks no rank's records but the new ones; a rank's records in step order (as the
+    tail takes them) are cut out of the buffer by position, not by testing every row."""
 
     def __init__(self, keep_steps: int) -> None:
         self.keep_steps = keep_steps
@@ -41,17 +47,40 @@ class StepBuffer:
         self.optimizer_steps: dict[int, set[int]] = {}
         self.step_end: dict[int, float] = {}
         """Latest op end of each buffered step over the ranks seen (the trace's clock)."""
+        self.present: dict[int, set[int]] = {}
+        """The steps of each rank's buffered records."""
+        self.in_order: dict[int, bool] = {}
+        """Whether a rank's buffered records are in step order (so `raw` slices them)."""
 
     def add(self, new: dict[int, np.ndarray]) -> None:
         """Keep newly read records (PartsTail.poll)."""
         for rank, rec in new.items():
             self.records.setdefault(rank, []).append(rec)
-            self.last_step[rank] = int(rec["step"][-1])
-            opt = self.optimizer_steps.setdefault(rank, set())
-            opt.update(int(s) for s in np.unique(rec["step"][rec["optype"] == _OPTIMIZER]))
-            for s in np.unique(rec["step"]):
-                end = float(rec["end"][rec["step"] == s].max())
-                self.step_end[int(s)] = max(self.step_end.get(int(s), end), end)
+            steps = rec["step"]
+            ordered = bool(len(steps) < 2 or (steps[1:] >= steps[:-1]).all())
+            prev = self.last_step.get(rank)
+            self.in_order[rank] = self.in_order.get(rank, True) and ordered and (
+                prev is None or not len(steps) or int(steps[0]) >= prev)
+            self.last_step[rank] = int(steps[-1])
+            if ordered and steps[0] == steps[-1]:  # one step (a look per step): one segment
+                s, end = int(steps[0]), float(rec["end"].max())
+                self.present.setdefault(rank, set()).add(s)
+                opt = self.optimizer_steps.setdefault(rank, set())
+                if (rec["optype"] == _OPTIMIZER).any():
+                    opt.add(s)
+                self.step_end[s] = max(self.step_end.get(s, end), end)
+                continue
+            order = slice(None) if ordered else np.argsort(steps, kind="stable")
+            steps, end = steps[order], rec["end"][order]
+            opt = (rec["optype"] == _OPTIMIZER)[order]
+            # One segment per step: its first row, latest end, and optimizer ops.
+            first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+            present = steps[first].tolist()
+            self.present.setdefault(rank, set()).update(present)
+            self.optimizer_steps.setdefault(rank, set()).update(
+                s for s, n in zip(present, np.add.reduceat(opt, first).tolist()) if n)
+            for s, e in zip(present, np.maximum.reduceat(end, first).tolist()):
+                self.step_end[s] = max(self.step_end.get(s, e), e)
 
     def done_through(self, rank: int, status_step: int, ended: bool) -> int:
         """The last step rank is done with (-1: none)."""
@@ -74,12 +103,12 @@ class StepBuffer:
                       ranks: list[int] | None = None) -> list[int]:
         """Buffered steps in (after, last], at or past the warm-up, that every rank (of
         `ranks`, default all buffered) recorded."""
+        wanted = None if ranks is None else set(ranks)
         present = None
-        for rank, chunks in self.records.items():
-            if ranks is not None and rank not in ranks:
+        for rank, steps in self.present.items():
+            if wanted is not None and rank not in wanted:
                 continue
-            steps = set(np.unique(np.concatenate([c["step"] for c in chunks])).tolist())
-            present = steps if present is None else present & steps
+            present = set(steps) if present is None else present & steps
         return sorted(s for s in present or () if after < s <= last and s >= warmup)
 
     def prune(self, oldest_needed: int) -> None:
@@ -87,17 +116,25 @@ class StepBuffer:
         for rank, chunks in self.records.items():
             kept = [c[c["step"] >= oldest_needed] for c in chunks]
             self.records[rank] = [c for c in kept if len(c)]
+            self.present[rank] = {s for s in self.present[rank] if s >= oldest_needed}
         self.step_end = {s: t for s, t in self.step_end.items() if s >= oldest_needed}
 
     def raw(self, steps: list[int]) -> dict[int, np.ndarray]:
         """The records of `steps` by rank (a rank's chunks are merged into one on the way,
         so the next window concatenates two, not K)."""
         want = np.asarray(steps, dtype=np.int64)
+        lo, hi = (int(want.min()), int(want.max())) if len(want) else (0, -1)
+        # Steps lo..hi all wanted: a rank's records in step order are one slice of them.
+        whole = len(want) > 0 and len(set(want.tolist())) == hi - lo + 1
         out = {}
         for rank, chunks in sorted(self.records.items()):
             rec = _cat(chunks)
             self.records[rank] = [rec] if len(rec) else []
-            out[rank] = rec[np.isin(rec["step"], want)]
+            if whole and self.in_order.get(rank, False):
+                s = rec["step"]
+                out[rank] = rec[np.searchsorted(s, lo, "left"):np.searchsorted(s, hi, "right")]
+            else:
+                out[rank] = rec[np.isin(rec["step"], want)]
         return out
 
     def frame(self, steps: list[int], meta: JobMeta) -> pd.DataFrame:
@@ -115,6 +152,15 @@ def _cat(chunks: list[np.ndarray]) -> np.ndarray:
     return np.frombuffer(b"".join(c.tobytes() for c in chunks), dtype=RECORD)
 
 
+def _order(step: np.ndarray, rank: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """`np.lexsort((start, rank, step))`, the order of DataFrame.sort_values on the three
+    (times are finite, tail-checked)."""
+    if not len(step):
+        return np.zeros(0, dtype=np.int64)
+    lo = int(step.min())
+    return group_value_order((step - lo) * (int(rank.max()) + 1) + rank, start)
+
+
 def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
     """A trace DataFrame from per-rank trace-part records (times from the first op)."""
     parts = [(r, rec) for r, rec in sorted(by_rank.items()) if len(rec)]
@@ -123,13 +169,12 @@ def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
     rec = _cat([p for _, p in parts])
     rank = np.concatenate([np.full(len(p), r, dtype=np.int64) for r, p in parts])
     t0 = rec["start"].min()
-    df = pd.DataFrame({
+    cols = {
         "rank": rank,
         "dp_rank": rank % dp,
         "stage": rank // dp,
         "step": rec["step"].astype(np.int64),
-        "optype": pd.Categorical.from_codes(rec["optype"].astype(np.int64),
-                                            categories=list(OPTYPE_VALUES)),
+        "optype": rec["optype"].astype(np.int64),
         "start_ts": rec["start"] - t0,
         "duration": np.maximum(rec["end"] - rec["start"], 0.0),
         "seq_id": rec["seq_id"].astype(np.int64),
@@ -137,8 +182,13 @@ def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
         "mc": rec["mc"].astype(np.int64),
         "gmc": rec["gmc"].astype(np.int64),
         "seq_len_sq_sum": rec["seq_len_sq_sum"].astype(np.float64),
-    })
-    df = df.sort_values(["step", "rank", "start_ts"], kind="stable", ignore_index=True)
+    }
+    # Rows by (step, rank, start_ts), stably, as DataFrame.sort_values orders them (times
+    # are finite, tail-checked): sorted once on the arrays, each column taken once.
+    order = _order(cols["step"], rank, cols["start_ts"])
+    cols = {k: v[order] for k, v in cols.items()}
+    cols["optype"] = pd.Categorical.from_codes(cols["optype"], categories=list(OPTYPE_VALUES))
+    df = pd.DataFrame(cols)
     df.attrs["clock_origin"] = float(t0)  # the trace clock's reading at start_ts 0
     return df
 

@@ -18,18 +18,15 @@ steps it cannot complete without this one).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.errors import InputError
-from stragglerlab.run_folder import TRACE_PARTS_DIR
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import MAX_READ_BYTES, RECORD, check_records
+from stragglerlab.run.run_folder import TRACE_PARTS_DIR
+from stragglerlab.trace.trace_parts import MAX_READ_BYTES, RECORD, all_fine, check_records
+from stragglerlab.util.errors import InputError
 
-OPTIMIZER = OPTYPE_VALUES.index(OpType.OPTIMIZER.value)
-"""Op type code of `optimizer`: a rank's step is over once it is recorded (assemble rule)."""
 _RANK_FILE = re.compile(r"^rank(\d+)\.bin$")
 
 
@@ -45,8 +42,6 @@ class RankTail:
     """Bytes read and kept (whole, checked records)."""
     last_step: int = -1
     """Highest step seen in the records so far."""
-    optimizer_steps: set[int] = field(default_factory=set)
-    """Steps whose optimizer op is recorded (kept for the last few steps)."""
     error: str | None = None
     """Why the part is garbage, or None."""
 
@@ -77,44 +72,57 @@ class PartsTail:
                 self.ranks[int(m[1])] = RankTail(int(m[1]), p)
 
     def poll(self) -> dict[int, np.ndarray]:
-        """New whole records of every rank since the last poll (garbage ones left out)."""
-        self.discover()
-        return {r: rec for r, t in sorted(self.ranks.items())
-                if len(rec := self._read(t))}
+        """New whole records of every rank since the last poll (garbage ones left out).
 
-    def _read(self, t: RankTail) -> np.ndarray:
-        empty = np.zeros(0, dtype=RECORD)
+        Every rank's new records are checked together first (at 1,024 ranks one check
+        per rank is most of a look's reading); only when that finds something wrong is
+        each rank checked alone, to say which part is garbage and where."""
+        self.discover()
+        fresh = [(t, rec) for _, t in sorted(self.ranks.items())
+                 if (rec := self._take(t)) is not None]
+        if not fresh:
+            return {}
+        if len(fresh) > 1 and all_fine([rec for _, rec in fresh], [t.last_step for t, _ in fresh]):
+            return {t.rank: self._keep(t, rec) for t, rec in fresh}
+        out = {}
+        for t, rec in fresh:
+            problem = check_records(rec, t.last_step)
+            if problem:
+                t.error = (f"{t.path}: garbage at byte {t.offset} (rank {t.rank}): {problem}; "
+                           "this is not a trace part written by the tracer "
+                           f"({RECORD.itemsize}-byte records, stragglerlab/trace/trace_parts.py)")
+                continue
+            out[t.rank] = self._keep(t, rec)
+        return out
+
+    def _take(self, t: RankTail) -> np.ndarray | None:
+        """The whole records past the rank's offset, unchecked (None: nothing new)."""
         try:
             size = t.path.stat().st_size
         except OSError:
-            return empty  # not there (yet, or any more): nothing new
+            return None  # not there (yet, or any more): nothing new
         if size < t.offset:
             t.error = (f"{t.path}: the file shrank from {t.offset} to {size} bytes (rewritten "
                        "by a new run in the same folder?); its records are no longer read")
-            return empty
+            return None
         if t.error:
-            return empty
+            return None
         whole = min(size - t.offset, MAX_READ_BYTES) // RECORD.itemsize * RECORD.itemsize
         if whole <= 0:
-            return empty
+            return None
         try:
             with open(t.path, "rb") as f:
                 f.seek(t.offset)
                 raw = f.read(whole)
         except OSError as e:
             t.error = f"{t.path}: cannot be read ({e.strerror})"
-            return empty
+            return None
         raw = raw[:len(raw) // RECORD.itemsize * RECORD.itemsize]
-        rec = np.frombuffer(raw, dtype=RECORD)
-        problem = check_records(rec, t.last_step)
-        if problem:
-            t.error = (f"{t.path}: garbage at byte {t.offset} (rank {t.rank}): {problem}; "
-                       "this is not a trace part written by the tracer "
-                       f"({RECORD.itemsize}-byte records, stragglerlab/trace_parts.py)")
-            return empty
-        t.offset += len(raw)
+        return np.frombuffer(raw, dtype=RECORD) if raw else None
+
+    @staticmethod
+    def _keep(t: RankTail, rec: np.ndarray) -> np.ndarray:
+        """Checked records: the rank's tail moves past them."""
+        t.offset += rec.nbytes
         t.last_step = int(rec["step"][-1])
-        t.optimizer_steps.update(int(s) for s in np.unique(rec["step"][rec["optype"] == OPTIMIZER]))
-        if len(t.optimizer_steps) > 64:
-            t.optimizer_steps = {s for s in t.optimizer_steps if s >= t.last_step - 32}
         return rec

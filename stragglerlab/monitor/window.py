@@ -34,11 +34,11 @@ from stragglerlab.analysis.detectors import Detector, Run, get_detector
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 from stragglerlab.analysis.whatif import run_whatif
-from stragglerlab.findings import Finding
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.config import WINDOW_SCHEMA
-from stragglerlab.results import WhatIfResult
-from stragglerlab.whatif_summary import WhatIfSummary
+from stragglerlab.run.findings import Finding
+from stragglerlab.run.results import WhatIfResult
+from stragglerlab.run.whatif_summary import WhatIfSummary
+from stragglerlab.trace.meta import JobMeta
 
 MAX_FINDING_RANKS = 64
 """Most ranks listed per finding in a window line (a whole-stage finding at 1,024 workers

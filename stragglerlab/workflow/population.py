@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind
-from stragglerlab.scenario import load_scenario, scenario_to_dict
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.scenarios.scenario import load_scenario, scenario_to_dict
+from stragglerlab.util.errors import InputError
 
 CLEAN = "clean"
 """Group kind of jobs without a fault."""

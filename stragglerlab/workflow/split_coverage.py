@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from stragglerlab.faults import FaultKind
-from stragglerlab.meta import LayoutFamily
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.trace.meta import LayoutFamily
 from stragglerlab.workflow.population import FAILING_KINDS
 from stragglerlab.workflow.splits import Case, all_cases, failing_timeout_s
 
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover - a printout for the READ
     """Print both splits' coverage tables for a workflow config (default: config/workflow.yaml)."""
     import yaml
 
-    from stragglerlab.scenario import DEFAULT_CONFIG
+    from stragglerlab.scenarios.scenario import DEFAULT_CONFIG
 
     with open(argv[0] if argv else DEFAULT_CONFIG.parent / "workflow.yaml") as fh:
         cfg = yaml.safe_load(fh)

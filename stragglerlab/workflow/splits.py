@@ -47,9 +47,9 @@ import enum
 import random
 from dataclasses import dataclass
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind
-from stragglerlab.meta import LayoutFamily
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.trace.meta import LayoutFamily
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.population import (
     FAILING_KINDS,
     TARGETED_KINDS,

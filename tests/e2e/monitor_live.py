@@ -22,7 +22,7 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.monitor.feed import PartsFeeder
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
 
 FAULT_FIRST = 3
 """The victim (DP 1, stage 1) is twice as slow from this step on."""

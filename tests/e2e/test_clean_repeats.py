@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from stragglerlab.meta import LayoutFamily
-from stragglerlab.noise_floor import DEFAULT_NOISE_FLOOR, read_noise_floor
+from stragglerlab.method.noise_floor import DEFAULT_NOISE_FLOOR, read_noise_floor
+from stragglerlab.trace.meta import LayoutFamily
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.host.cgroups import CpuIsolation
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 
 pytestmark = pytest.mark.slow
 GPU_SCENARIOS = Path(__file__).resolve().parents[2] / "config" / "gpu-scenarios.yaml"

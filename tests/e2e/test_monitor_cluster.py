@@ -180,7 +180,7 @@ def test_the_monitor_sees_every_node_live_and_a_lost_one(cluster, tmp_path: Path
 
     # One window of the fault, analysed offline from the finished trace: the same findings.
     from stragglerlab.monitor.window import analyse_window, make_detectors
-    from stragglerlab.trace_io import read_trace
+    from stragglerlab.trace.trace_io import read_trace
 
     df, meta = read_trace(out / "trace.parquet", out / "meta.yaml")
     w = next(x for x in windows if x["step"] == named[0] + 1)

@@ -38,7 +38,7 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.monitor.feed import PartsFeeder
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
 from tests.e2e.monitor_live import (
     FAULT_FIRST,
     STEPS,

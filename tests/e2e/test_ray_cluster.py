@@ -28,7 +28,7 @@ import pytest
 
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.host.cgroups import CpuIsolation
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 
 pytestmark = pytest.mark.slow
 ISOLATED = os.geteuid() == 0 and CpuIsolation.available()[0]

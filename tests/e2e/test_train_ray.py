@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 
 pytestmark = pytest.mark.slow
 

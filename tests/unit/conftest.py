@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.trace_io import write_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_io import write_trace
 from tests.unit import monitor_helpers
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -51,9 +51,9 @@ class Base:
 def make_base(root: Path) -> Base:
     """Build the valid inputs once (synth, whatif, detect) under root."""
     from stragglerlab.cli import main
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.run_record import RunRecord
-    from stragglerlab.trace_io import read_trace
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.run.run_record import RunRecord
+    from stragglerlab.trace.trace_io import read_trace
 
     run = root / "run"
     assert main(["synth", "--quiet", "--out", str(run), "--dp", "2", "--pp", "2", "--steps", "3",
@@ -82,8 +82,8 @@ def _copy_run(base: Base, d: Path) -> Path:
 
 
 def _write_trace(df: pd.DataFrame, meta: dict, path: Path) -> None:
-    from stragglerlab.meta import JobMeta
-    from stragglerlab.trace_io import write_trace
+    from stragglerlab.trace.meta import JobMeta
+    from stragglerlab.trace.trace_io import write_trace
 
     write_trace(df, JobMeta(**meta) if isinstance(meta, dict) else meta, path)
 

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stragglerlab.schema import TRACE_COLUMNS
+from stragglerlab.trace.schema import TRACE_COLUMNS
 from tests.unit.fuzz_corpus import Base, Case, _copy_run
 
 KINETO = Path(__file__).resolve().parents[1] / "data" / "kineto" / "dp2-pp2"

@@ -7,9 +7,9 @@ import time
 
 import pandas as pd
 
-from stragglerlab.faults import FaultKind, FaultSpec, Target
 from stragglerlab.injectors.base import Injector, RankContext
 from stragglerlab.injectors.registry import build_injectors
+from stragglerlab.scenarios.faults import FaultKind, FaultSpec, Target
 
 DP = 2
 SLEEP_SLACK_S = 0.15  # a loaded 2-core machine may oversleep; never undersleep

@@ -7,7 +7,7 @@ from pathlib import Path
 from stragglerlab.cli import main
 from stragglerlab.monitor import Monitor, MonitorConfig
 from stragglerlab.monitor.feed import PartsFeeder
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
 
 FAULT_FIRST = 5
 """The synthetic slow worker (DP 1, stage 1) starts at this step."""

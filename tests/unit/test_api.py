@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 import stragglerlab  # noqa: E402
 from stragglerlab.cli import main  # noqa: E402
-from stragglerlab.errors import InputError  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "slow-worker"

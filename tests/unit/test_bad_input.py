@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.trace_io import read_trace, write_trace
-from stragglerlab.validate import validate_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_io import read_trace, write_trace
+from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 
 
 def _error(path: Path, meta_path: Path | None = None) -> str:
@@ -74,7 +74,7 @@ def test_meta_world_size_inconsistent(tmp_path, tiny_parquet):
 
 
 def test_schema_version_mismatch(tmp_path, tiny_df, tiny_meta, monkeypatch):
-    import stragglerlab.trace_io as tio
+    import stragglerlab.trace.trace_io as tio
 
     monkeypatch.setattr(tio, "SCHEMA_VERSION", "99")
     write_trace(tiny_df, tiny_meta, tmp_path / "v99.parquet")

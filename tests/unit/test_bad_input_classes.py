@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import load_json, load_yaml
 from stragglerlab.importers.layout import from_pg_config
 from stragglerlab.monitor.history import read_lines, resumable
-from stragglerlab.trace_io import read_trace, write_trace
+from stragglerlab.trace.trace_io import read_trace, write_trace
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import load_json, load_yaml
 from tests.unit.monitor_helpers import make_monitor, synth
 
 HUGE = "9" * 5000

@@ -17,7 +17,7 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.cli.common import inputs_not_overwritten
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 from tests.unit.cli_errors import one_error as _one_error
 from tests.unit.monitor_helpers import synth

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.filecheck import read_text
 from stragglerlab.monitor.config import MonitorConfig
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import read_text
 from tests.unit.cli_errors import one_error as _one_error
 from tests.unit.monitor_helpers import synth
 

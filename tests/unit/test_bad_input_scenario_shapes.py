@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults
-from stragglerlab.filecheck import number_hint
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
+from stragglerlab.util.filecheck import number_hint
 from stragglerlab.workloads.pacing import ComputePacer
 
 
@@ -77,7 +77,7 @@ def test_list_scenarios_checks_a_users_faults_as_train_does(tmp_path, capsys):
 
 
 def test_a_key_given_twice_is_refused_in_yaml_and_json(tmp_path):
-    from stragglerlab.filecheck import load_json
+    from stragglerlab.util.filecheck import load_json
 
     path = tmp_path / "s.yaml"
     path.write_text("scenarios:\n  a:\n    parallel: {dp: 2}\n    parallel: {dp: 4}\n")

@@ -13,7 +13,7 @@ from stragglerlab.analysis.detectors.signatures import peel_stragglers
 from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth
 from stragglerlab.analysis.scoring import score_run
 from stragglerlab.analysis.suite_score import score_suite
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds
 from stragglerlab.workflow.splits import LayoutFamily, Split, all_cases, expand_splits
 

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.trace_io import write_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_io import write_trace
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

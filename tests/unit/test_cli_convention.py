@@ -102,8 +102,8 @@ def test_score_header_shows_the_latency_unit():
 
 
 def test_scores_schema_and_older_files_without_it(tmp_path):
-    from stragglerlab.errors import InputError
     from stragglerlab.figures.scores import SCORES_SCHEMA, parse_scores
+    from stragglerlab.util.errors import InputError
 
     old = {"whatif": {"f1": 0.5, "n_runs": 2}}
     assert [d.name for d in parse_scores(old, "old.json").detectors] == ["whatif"]
@@ -207,8 +207,8 @@ def test_repeatable_flags_still_repeat(tmp_path, capsys):
 
 def test_monitor_args_override_the_jobs_layout_flags_and_may_not_name_run(tmp_path):
     from stragglerlab.cli.monitor import monitor_argv
-    from stragglerlab.errors import InputError
-    from stragglerlab.scenario import load_scenario
+    from stragglerlab.scenarios.scenario import load_scenario
+    from stragglerlab.util.errors import InputError
 
     scenario = load_scenario("clean-dp2-pp2")
     run = tmp_path / "run"

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 CORE = [
-    "stragglerlab.cli", "stragglerlab.trace_io", "stragglerlab.validate",
+    "stragglerlab.cli", "stragglerlab.trace.trace_io", "stragglerlab.trace.validate",
     "stragglerlab.analysis.graph", "stragglerlab.analysis.frame",
     "stragglerlab.analysis.simulate", "stragglerlab.analysis.whatif",
     "stragglerlab.analysis.timeline", "stragglerlab.figures.fig14_heatmap",

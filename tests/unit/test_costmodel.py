@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from stragglerlab.costmodel import (
+from stragglerlab.scenarios.costmodel import (
     PAPER_S6_MEASURED,
     MicrobatchCost,
     Partition,
@@ -18,8 +18,8 @@ from stragglerlab.costmodel import (
     stage_costs,
     stage_imbalance,
 )
-from stragglerlab.scenario import DataConfig, load_scenario
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.scenario import DataConfig, load_scenario
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
 
 
 def test_even_partition():
@@ -74,8 +74,8 @@ def test_clean_scenarios_are_balanced_by_the_model():
 
 
 def test_stage_imbalance_fault_forces_the_naive_split():
-    from stragglerlab.faults import parse_faults
     from stragglerlab.injectors.registry import build_injectors
+    from stragglerlab.scenarios.faults import parse_faults
 
     sc = load_scenario("stage-imbalance")
     specs = parse_faults(sc.faults, sc.parallel.dp, sc.parallel.pp, sc.run.steps, "test")
@@ -121,7 +121,7 @@ def test_seq_rebalance_gain_model():
 
 
 def test_mean_ideal_shortfall_shrinks_with_microbatches_and_workers():
-    from stragglerlab.costmodel import mean_ideal_shortfall
+    from stragglerlab.scenarios.costmodel import mean_ideal_shortfall
 
     assert mean_ideal_shortfall(1.0, pp=4, microbatches=4, workers=16) == 0.0
     # §6 level 3 at DP 4 x PP 4: the ideal step is (S-1)(m+pp-1)/(16 m) longer than clean.
@@ -135,7 +135,7 @@ def test_mean_ideal_shortfall_shrinks_with_microbatches_and_workers():
 
 
 def test_microbatch_costs_are_the_partition_model_per_microbatch_and_follow_sum_sq():
-    from stragglerlab.partition import microbatch_costs, stage_costs
+    from stragglerlab.scenarios.partition import microbatch_costs, stage_costs
 
     layers, h, v, t = [3, 2, 1], 64, 512, 128
     # Attention over the whole microbatch (sum(s^2) = T^2): the partition's model x T.

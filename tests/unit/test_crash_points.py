@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.folder_lock import LOCK_NAME
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.run_record import RunRecord
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.run.run_record import RunRecord
+from stragglerlab.util.folder_lock import LOCK_NAME
 from tests.unit.fuzz_corpus import make_base
 from tests.unit.general_fixtures import ddp_job
 

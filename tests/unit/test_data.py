@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stragglerlab.dataset import IGNORE_INDEX, draw_lengths, make_microbatch
-from stragglerlab.scenario import DataConfig
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.dataset import IGNORE_INDEX, draw_lengths, make_microbatch
+from stragglerlab.scenarios.scenario import DataConfig
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
 
 VOCAB, MAX_LEN = 512, 256
 

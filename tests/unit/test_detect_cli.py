@@ -10,8 +10,8 @@ import pytest
 from stragglerlab.analysis.detectors import RootCause
 from stragglerlab.analysis.ground_truth import CLEAN, load_truths
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.trace_io import write_trace
+from stragglerlab.trace.trace_io import write_trace
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import (
     SlowWorker,
     SyntheticConfig,

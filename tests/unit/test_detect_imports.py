@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from stragglerlab.analysis.detectors import TraceNeed, detector_names, get_detector
-from stragglerlab.op_model import STEP_END
-from stragglerlab.step_view import GENERAL_COMM, GENERAL_COMPUTE, layout_of, step_view
+from stragglerlab.trace.op_model import STEP_END
+from stragglerlab.trace.step_view import GENERAL_COMM, GENERAL_COMPUTE, layout_of, step_view
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEP_TIME_DETECTORS = [n for n in detector_names()

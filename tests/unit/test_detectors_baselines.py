@@ -19,7 +19,7 @@ from stragglerlab.analysis.detectors.op_minmax import OpMinMaxConfig, OpMinMaxDe
 from stragglerlab.analysis.detectors.rank_score import RankScoreDetector
 from stragglerlab.analysis.detectors.registry import DETECTORS, detector_names, get_detector
 from stragglerlab.analysis.detectors.step_changepoint import StepChangepointDetector
-from stragglerlab.meta import JobMeta
+from stragglerlab.trace.meta import JobMeta
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 BASELINES = ("rank-score", "op-minmax", "last-arrival", "step-changepoint")

@@ -12,8 +12,8 @@ import pytest
 from stragglerlab.analysis.detectors import RootCause, Run, get_detector
 from stragglerlab.analysis.detectors.whatif import Evidence, WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
-from stragglerlab.errors import InputError
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import (
     SlowLink,
     SlowWorker,
@@ -315,7 +315,7 @@ def test_one_end_per_link_prefers_the_cell_more_tests_flag():
 
 def test_a_link_replaces_a_comm_excess_throttle_on_its_other_end_only():
     from stragglerlab.analysis.detectors.whatif_links import merge_links
-    from stragglerlab.findings import Finding, RankRef
+    from stragglerlab.run.findings import Finding, RankRef
 
     def at(cause, *cells):
         return Finding([RankRef(p * 2 + d, d, p) for d, p in cells], 3, 9, cause, 0.8)

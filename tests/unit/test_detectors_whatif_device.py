@@ -8,7 +8,7 @@ import pytest
 from stragglerlab.analysis.detectors import RootCause, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import compute_over_peers, slow_devices
-from stragglerlab.findings import Finding, RankRef
+from stragglerlab.run.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 

@@ -20,7 +20,7 @@ def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int 
     early, and the other way round in the all-gather. Every rank's exit also jitters."""
     import pandas as pd
 
-    from stragglerlab.meta import JobMeta
+    from stragglerlab.trace.meta import JobMeta
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -69,7 +69,7 @@ def test_each_stage_has_its_own_ring_and_two_links_far_apart_are_both_named():
 
     from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
     from stragglerlab.analysis.detectors.whatif_ring import ring_links
-    from stragglerlab.meta import JobMeta
+    from stragglerlab.trace.meta import JobMeta
 
     cfg = WhatIfDetectorConfig()
     # DP 4 x PP 2: stage 1's ring points at DP rank 3, stage 0's ring is clean.
@@ -105,7 +105,7 @@ def test_a_slow_ranks_ring_neighbours_are_not_named():
 
 def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
     from stragglerlab.analysis.detectors.whatif_links import merge_links
-    from stragglerlab.findings import Finding, RankRef
+    from stragglerlab.run.findings import Finding, RankRef
 
     def at(cause, d, **detail):
         return Finding([RankRef(d, d, 0)], 3, 9, cause, 0.8, detail=detail)
@@ -118,7 +118,7 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
 
 def test_the_ring_says_which_end_of_a_pipeline_link_is_throttled():
     from stragglerlab.analysis.detectors.whatif_links import prefer_ring_ends
-    from stragglerlab.findings import Finding, RankRef
+    from stragglerlab.run.findings import Finding, RankRef
 
     def at(d, p, **detail):
         return Finding([RankRef(d * 2 + p, d, p)], 9, 13, RootCause.NET_THROTTLE, 0.8,
@@ -154,7 +154,7 @@ def test_a_ring_of_two_names_its_slow_link_with_both_ends():
 
 def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
     from stragglerlab.analysis.detectors.whatif_links import merge_links
-    from stragglerlab.findings import Finding, RankRef
+    from stragglerlab.run.findings import Finding, RankRef
 
     both = Finding([RankRef(0, 0, 0), RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8,
                    detail={"test": "ring", "link": "either end: a ring of two"})
@@ -163,3 +163,36 @@ def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
     assert merge_links([chose], [], [both], dp=2) == [chose]
     # A slow device on one end is another fault: the link is still named.
     assert merge_links([slow], [], [both], dp=2) == [slow, both]
+
+
+def test_stage_transfers_are_each_stages_transfer_by_rank():
+    """The one-pass transfers of every stage's ring give transfer_by_rank's numbers on that
+    stage's ops, bit for bit (the live monitor's window at 1,024 workers reads them so)."""
+    from stragglerlab.analysis.detectors.whatif_ring import (
+        ALL_GATHER,
+        REDUCE_SCATTER,
+        stage_transfers,
+        transfer_by_rank,
+    )
+    from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
+
+    traces = [_ring_run(5, 2, n_steps=6).trace]
+    for dp, pp in ((4, 3), (3, 2)):
+        df, _ = synthesize_trace(SyntheticConfig(
+            dp_size=dp, pp_size=pp, n_microbatches=4, n_steps=6,
+            slow_workers=(SlowWorker(1, pp - 1, 1.5, 2),)))
+        traces.append(df)
+        shuffled = df.sample(frac=1.0, random_state=1)  # rows in no group order (Kahan sums)
+        traces.append(shuffled)
+    for trace in traces:
+        dp = int(trace["dp_rank"].max()) + 1
+        for steps in (np.arange(6), np.arange(1, 5), np.array([0, 2, 3])):
+            for op in (REDUCE_SCATTER, ALL_GATHER, "forward-compute", "gc-none"):
+                got = stage_transfers(trace, op, dp, steps)
+                for stage, ops in trace.groupby("stage", sort=True):
+                    want = transfer_by_rank(ops, op, dp, steps)
+                    if want is None:
+                        assert got[stage] is None
+                    else:
+                        assert got[stage].tobytes() == want.tobytes()
+                assert list(got) == sorted(trace["stage"].unique().tolist())

@@ -14,7 +14,7 @@ from stragglerlab.analysis.detectors.whatif_shift import (
     slowed_stages,
     stage_rises,
 )
-from stragglerlab.findings import Finding, RankRef
+from stragglerlab.run.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 

@@ -15,8 +15,8 @@ import math
 import pytest
 
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.artifact_format import result_json
-from stragglerlab.trace_io import read_trace
+from stragglerlab.run.artifact_format import result_json
+from stragglerlab.trace.trace_io import read_trace
 from tests.unit.refdata import DIFFERENTIAL, differential_cases
 
 RTOL = 1e-6

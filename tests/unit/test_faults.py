@@ -1,4 +1,5 @@
-"""stragglerlab.faults: parse_faults checks, FaultSpec windows, faults in scenario configs."""
+"""stragglerlab.scenarios.faults: parse_faults checks, FaultSpec windows, faults in scenario
+configs."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultRecord, FaultSpec, Target, parse_faults
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord, FaultSpec, Target, parse_faults
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
 
 DP, PP, STEPS = 2, 3, 10
 

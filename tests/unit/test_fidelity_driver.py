@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.figures.tables import Spread
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.scenario import load_scenario
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 

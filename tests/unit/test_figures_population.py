@@ -21,9 +21,9 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
-from stragglerlab.errors import InputError  # noqa: E402
 from stragglerlab.figures.data import load_figure_data, load_run  # noqa: E402
 from stragglerlab.figures.registry import FIGURES, FigureResult, build_figure, figure_names  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 
 MINE = ["fig03_waste_cdf", "fig04_step_slowdown_cdf", "fig05_waste_by_optype", "fig06_mw_cdf",
         "fig07_ms_cdf", "fig11_fwd_bwd_correlation", "sim_discrepancy_cdf", "table_s6",

@@ -31,7 +31,7 @@ from stragglerlab.figures import (  # noqa: E402
 )
 from stragglerlab.figures.data import FigureData, load_figure_data  # noqa: E402
 from stragglerlab.figures.registry import FIGURES, build_figure  # noqa: E402
-from stragglerlab.trace_io import write_trace  # noqa: E402
+from stragglerlab.trace.trace_io import write_trace  # noqa: E402
 from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace  # noqa: E402
 from tests.unit.refdata import REFERENCE, reference  # noqa: E402
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.folder_lock import LOCK_NAME, Holder, hold, lock_folder, release_at_end
+from stragglerlab.util.folder_lock import LOCK_NAME, Holder, hold, lock_folder, release_at_end
 from tests.unit.fuzz_corpus import make_base
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
-from stragglerlab.folder_lock import hold
+from stragglerlab.util.folder_lock import hold
 with hold(sys.argv[1], sys.argv[2], **({"name": sys.argv[3]} if len(sys.argv) > 3 else {})):
     print("held", flush=True)
     time.sleep(600)
@@ -168,8 +168,8 @@ def test_a_writer_refused_in_its_own_process_too(tmp_path):
 
 
 def test_a_new_folder_gets_every_output_in_one_rename_and_keeps_its_lock(tmp_path):
-    from stragglerlab.atomic import staged_folder
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.atomic import staged_folder
+    from stragglerlab.util.errors import InputError
 
     out = tmp_path / "o"
     with hold(out, "whatif"):
@@ -188,9 +188,9 @@ def test_a_new_folder_gets_every_output_in_one_rename_and_keeps_its_lock(tmp_pat
 def test_a_writer_arriving_during_the_rename_keeps_its_files(tmp_path, monkeypatch):
     """Between moving its lock file away and the rename, a folder is empty; a writer that
     takes it then keeps it, and the first writer fails without touching its files."""
-    from stragglerlab import atomic
-    from stragglerlab.atomic import staged_folder
-    from stragglerlab.errors import InputError
+    from stragglerlab.util import atomic
+    from stragglerlab.util.atomic import staged_folder
+    from stragglerlab.util.errors import InputError
 
     out = tmp_path / "o"
     rename = os.rename
@@ -249,7 +249,7 @@ def test_two_concurrent_whatifs_never_mix_their_files(base, tmp_path):
 def test_a_folder_of_the_verbs_own_is_replaced_whole_and_another_is_merged(tmp_path):
     """Outputs replace a folder holding only the verb's files in one step; a folder also
     holding someone else's file or folder is merged into, and those are kept."""
-    from stragglerlab.atomic import staged_folder
+    from stragglerlab.util.atomic import staged_folder
 
     def write(out: Path, text: str) -> None:
         with hold(out, "whatif"), staged_folder(out, owns=["a", "sub/*.json"]) as tmp:
@@ -278,7 +278,7 @@ def test_a_folder_of_the_verbs_own_is_replaced_whole_and_another_is_merged(tmp_p
 
 def test_the_working_folder_is_merged_into_not_swapped(tmp_path, monkeypatch):
     """`--out .`: a swap would leave the process (and a shell there) in the removed folder."""
-    from stragglerlab.atomic import staged_folder
+    from stragglerlab.util.atomic import staged_folder
 
     out = tmp_path / "here"
 

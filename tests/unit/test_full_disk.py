@@ -97,8 +97,8 @@ def _namespace(tmp: Path) -> list[str] | None:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
     from stragglerlab.cli import main
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.run_record import RunRecord
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.run.run_record import RunRecord
 
     root = tmp_path_factory.mktemp("inputs")
     base = make_base(root)

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import MAX_WORKERS, JobMeta
+from stragglerlab.trace.meta import MAX_WORKERS, JobMeta
+from stragglerlab.util.errors import InputError
 
 FAST = settings(max_examples=200, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -59,7 +59,7 @@ def _refused_or(fn, path: Path):
 @FAST
 @given(st.lists(st.one_of(_fault_like(TREES), TREES), max_size=3))
 def test_faults_json(tmp_path, records):
-    from stragglerlab.faults import read_faults
+    from stragglerlab.scenarios.faults import read_faults
 
     meta = JobMeta(dp_size=2, pp_size=2)
     path = _write(tmp_path / "faults.json", records)
@@ -74,7 +74,7 @@ def test_faults_json(tmp_path, records):
 @FAST
 @given(TREES)
 def test_findings_json(tmp_path, findings):
-    from stragglerlab.findings import read_findings
+    from stragglerlab.run.findings import read_findings
 
     doc = {"schema": "stragglerlab.findings/1", "detector": "whatif", "run": "r",
            "online": False, "findings": findings}
@@ -86,7 +86,7 @@ def test_findings_json(tmp_path, findings):
 @given(st.dictionaries(st.sampled_from(["outcome", "error", "trace", "wall_s", "seed",
                                         "name", "step_time_s"]), TREES, max_size=4))
 def test_run_json(tmp_path, record):
-    from stragglerlab.run_record import read_run_record
+    from stragglerlab.run.run_record import read_run_record
 
     path = _write(tmp_path / "run.json", record)
     _refused_or(lambda: read_run_record(path, JobMeta(dp_size=2, pp_size=2)), path)
@@ -121,8 +121,8 @@ SECTIONS = {
 def test_scenario_config(tmp_path, change):
     import yaml
 
-    from stragglerlab.scenario import load_scenario
-    from stragglerlab.scenario_limits import max_ranks
+    from stragglerlab.scenarios.scenario import load_scenario
+    from stragglerlab.scenarios.scenario_limits import max_ranks
 
     section, key, value = change
     if isinstance(value, float) and not math.isfinite(value):
@@ -158,7 +158,7 @@ CELLS = st.tuples(st.sampled_from(["rank", "dp_rank", "stage", "step", "seq_id",
 def test_trace_cells(tmp_path, trace, changes):
     """A trace with a few cells set to extreme values: refused, or analysed to finite numbers."""
     from stragglerlab.analysis.whatif import run_whatif
-    from stragglerlab.validate import validate_trace
+    from stragglerlab.trace.validate import validate_trace
 
     df, meta = trace
     df = df.copy()
@@ -175,7 +175,7 @@ def test_trace_cells(tmp_path, trace, changes):
     except InputError as e:
         assert str(e).startswith(path) and "\n" not in str(e)
         return
-    from stragglerlab.trace_io import normalize_trace
+    from stragglerlab.trace.trace_io import normalize_trace
 
     try:  # the analysis may still refuse it (e.g. a dependency cycle): one InputError
         result = run_whatif(normalize_trace(pd.DataFrame(df)), meta, where=path).result

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.general_record import is_general_import
-from stragglerlab.whatif_reader import read_whatif_summary
-from stragglerlab.whatif_summary import WhatIfModel
+from stragglerlab.run.general_record import is_general_import
+from stragglerlab.run.whatif_reader import read_whatif_summary
+from stragglerlab.run.whatif_summary import WhatIfModel
 from tests.unit.general_fixtures import ddp_job
 
 EXPECTED_S = 27.0 / 19.5  # general_fixtures: a 2x slow rank 3 of 4
@@ -133,7 +133,7 @@ def test_a_damaged_op_table_gets_one_error(imported, capsys):
 
 def test_the_python_api_says_what_the_folder_is(imported):
     import stragglerlab
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
 
     with pytest.raises(InputError, match="unannotated import"):
         stragglerlab.open(imported)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stragglerlab.faults import FaultKind
 from stragglerlab.injectors.gpu_sleep import spin_cycles
+from stragglerlab.scenarios.faults import FaultKind
 from tests.unit.injector_helpers import build, ctx_for, spec, target
 
 

@@ -1,4 +1,4 @@
-"""stragglerlab.grouped: the array group-bys give pandas' numbers bit for bit (issue 32)."""
+"""stragglerlab.method.grouped: the array group-bys give pandas' numbers bit for bit (issue 32)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.grouped import (
+from stragglerlab.method.grouped import (
     group_median,
     group_quantiles,
     group_sum,
+    group_value_order,
     inner_join,
     optype_mask,
     optype_masks,
@@ -53,6 +54,26 @@ def test_sum_median_quantiles_match_pandas(order):
             assert np.array_equal(got, table[q].to_numpy(), equal_nan=True)
 
 
+@pytest.mark.parametrize("order", sorted(KEY_ORDERS))
+def test_group_value_order_is_the_lexsort(order):
+    """Rows by key then value, ties (equal values, -0.0 and 0.0, every NaN) in row order:
+    the same permutation as np.lexsort, so a value picked by position keeps its sign bit."""
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        n, g = int(rng.integers(1, 300)), int(rng.integers(1, 40))
+        key = KEY_ORDERS[order](rng, n, g)
+        values = _values(rng, n, nan=trial % 2 == 0)
+        if trial % 3 == 0:  # signed zeros and NaN of either sign among the ties
+            values[rng.random(n) < 0.2] = -0.0
+            values[rng.random(n) < 0.2] = 0.0
+            values[rng.random(n) < 0.1] = -np.nan
+        assert np.array_equal(group_value_order(key, values), np.lexsort((values, key)))
+    big = np.array([2**40, 0, 2**40, 5])  # a key too large to fold: the lexsort itself
+    assert np.array_equal(group_value_order(big, np.array([1.0, 2.0, 0.5, np.nan])),
+                          np.lexsort((np.array([1.0, 2.0, 0.5, np.nan]), big)))
+    assert len(group_value_order(np.zeros(0, dtype=np.int64), np.zeros(0))) == 0
+
+
 def test_row_codes_number_groups_as_a_sorted_groupby():
     rng = np.random.default_rng(1)
     a, b = rng.integers(0, 4, 200), rng.integers(-2, 3, 200)
@@ -60,6 +81,33 @@ def test_row_codes_number_groups_as_a_sorted_groupby():
     expect = pd.DataFrame({"a": a, "b": b}).groupby(["a", "b"]).ngroup().to_numpy()
     assert np.array_equal(codes, expect) and n == expect.max() + 1
     assert row_codes([np.zeros(0, dtype=np.int64)])[1] == 0
+
+
+def test_row_codes_fold_integer_keys_as_the_lexsort_numbers_them():
+    """Integer keys folded into one integer per row give the codes of the lexsort's groups
+    (negative keys, bools, a key too wide to fold, a float key)."""
+
+    def by_lexsort(keys):
+        order = np.lexsort(tuple(reversed(keys)))
+        new = np.zeros(len(order), dtype=bool)
+        new[0] = True
+        for k in keys:
+            new[1:] |= k[order][1:] != k[order][:-1]
+        codes = np.empty(len(order), dtype=np.int64)
+        codes[order] = np.cumsum(new) - 1
+        return codes, int(new.sum())
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        keys = [rng.integers(-5, 9, n), rng.integers(0, 3, n) == 1, rng.integers(0, 50, n)]
+        if trial % 4 == 1:
+            keys.append(rng.integers(-2**61, 2**61, n))  # too wide to fold with the rest
+        if trial % 4 == 2:
+            keys.append(np.round(rng.normal(size=n), 1))  # a float key
+        got, n_codes = row_codes(keys)
+        want, n_want = by_lexsort(keys)
+        assert n_codes == n_want and np.array_equal(got, want)
 
 
 def test_inner_join_rows_come_in_merge_order():

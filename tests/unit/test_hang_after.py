@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.scenario import load_scenario
 from stragglerlab.workloads.rank_actors import hang_after_s
 
 

@@ -21,13 +21,13 @@ from stragglerlab.analysis.host_device import (
     simulate_steps,
 )
 from stragglerlab.cli import main
-from stragglerlab.host_device_trace import (
+from stragglerlab.importers.host_device_events import read_host_device
+from stragglerlab.trace.host_device_trace import (
     CALL_KINDS,
     NO_STREAM,
     OTHER,
     HostDeviceTrace,
 )
-from stragglerlab.importers.host_device_events import read_host_device
 from tests.unit.general_fixtures import ddp_doc, write_docs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -320,7 +320,7 @@ def test_reader_keeps_calls_ops_links_and_steps(tmp_path):
 
 
 def test_reader_refuses_a_cpu_only_trace(tmp_path):
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
 
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(_doc([{"ph": "X", "cat": "cpu_op", "name": "aten::mm",

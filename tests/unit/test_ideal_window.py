@@ -11,7 +11,7 @@ import pytest
 
 from stragglerlab.analysis.whatif import run_whatif, windowed_ideal
 from stragglerlab.cli import main
-from stragglerlab.run_folder import RunFolder
+from stragglerlab.run.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_RING = ROOT / "tests" / "data" / "job-wide" / "shared-ring-dp4-two"

@@ -1,15 +1,16 @@
-"""Imbalance phrased outside `faults` becomes an explicit fault (stragglerlab/implied_faults.py),
-so ground truth never calls an imbalanced job clean."""
+"""Imbalance phrased outside `faults` becomes an explicit fault
+(stragglerlab/scenarios/implied_faults.py), so ground truth never calls an imbalanced job
+clean."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.registry import build_injectors
-from stragglerlab.scenario import list_scenarios, load_scenario
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario import list_scenarios, load_scenario
+from stragglerlab.util.errors import InputError
 
 
 def _user(tmp_path, **scenarios) -> str:

@@ -23,7 +23,7 @@ import pytest
 
 from stragglerlab.analysis.whatif_general import whatif_general
 from stragglerlab.importers.kineto_general import build_general, load_ranks
-from stragglerlab.op_model import previous_points
+from stragglerlab.trace.op_model import previous_points
 from tests.unit.general_fixtures import MS, _x, write_docs
 
 WORLD, SLOW, FACTOR = 4, 3, 2.0

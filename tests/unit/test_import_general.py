@@ -13,12 +13,12 @@ import pytest
 
 from stragglerlab.analysis.whatif_general import _ideal_transfers, whatif_general
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
 from stragglerlab.importers import stream_json
 from stragglerlab.importers.kineto_events import VocabularyFound, read_rank
 from stragglerlab.importers.kineto_general import build_general, load_ranks
 from stragglerlab.importers.stream_json import TraceReader
-from stragglerlab.op_model import STEP_END
+from stragglerlab.trace.op_model import STEP_END
+from stragglerlab.util.errors import InputError
 from tests.unit.general_fixtures import ddp_doc, ddp_job, write_docs
 
 HTA = Path("/work/shared/external-traces/hta-sampled-2rank")

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
 from stragglerlab.importers.kineto import find_traces, import_kineto
 from stragglerlab.importers.layout import Layout
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 from tests.unit.kineto_fixtures import FIXTURES, rank_doc, write
 
 DP2PP2 = FIXTURES / "dp2-pp2"

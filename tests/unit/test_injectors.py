@@ -12,8 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind
 from stragglerlab.host.cgroups import MIN_QUOTA_US, quota_for
 from stragglerlab.injectors import crash as crash_mod
 from stragglerlab.injectors import hang as hang_mod
@@ -27,7 +25,9 @@ from stragglerlab.injectors.registry import build_injectors, injector_classes
 from stragglerlab.injectors.seq_imbalance import SeqImbalance
 from stragglerlab.injectors.slow_worker import SlowWorker
 from stragglerlab.injectors.stage_imbalance import StageImbalance
-from stragglerlab.p2p_pairs import p2p_pair_latency
+from stragglerlab.method.p2p_pairs import p2p_pair_latency
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.util.errors import InputError
 from tests.unit.injector_helpers import (
     SLEEP_SLACK_S,
     build,
@@ -361,7 +361,7 @@ def test_record_turns_a_failed_measurement_into_an_error(monkeypatch):
 
 def _write_parts(run_dir: Path, per_rank_ms: dict[int, float], steps=range(3)) -> None:
     """trace-parts/rank<r>.bin with one forward and one backward of the given duration."""
-    from stragglerlab.schema import OpType
+    from stragglerlab.trace.schema import OpType
     from stragglerlab.workloads.tracer import Tracer
 
     for rank, ms in per_rank_ms.items():

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from stragglerlab.faults import FaultKind, FaultSpec, Target, parse_faults
 from stragglerlab.injectors.net_throttle import BYTES_PER_FLOAT, NetThrottle
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.faults import FaultKind, FaultSpec, Target, parse_faults
+from stragglerlab.scenarios.scenario import load_scenario
 from tests.unit.injector_helpers import (
     SLEEP_SLACK_S,
     build,

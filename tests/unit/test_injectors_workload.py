@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.dataset import deal_by_square_sum, draw_lengths, rank_microbatches
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, parse_faults
 from stragglerlab.injectors.registry import build_injectors
 from stragglerlab.injectors.stage_imbalance import balanced_partition, stage_costs
-from stragglerlab.scenario import DataConfig, load_scenario
-from stragglerlab.scenario_vocab import LengthDistribution
+from stragglerlab.scenarios.dataset import deal_by_square_sum, draw_lengths, rank_microbatches
+from stragglerlab.scenarios.faults import FaultKind, parse_faults
+from stragglerlab.scenarios.scenario import DataConfig, load_scenario
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution
+from stragglerlab.util.errors import InputError
 from tests.unit.injector_helpers import (
     build,
     compute_trace,

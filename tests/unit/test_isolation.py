@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.errors import InputError
 from stragglerlab.host.cgroups import STATE_DIR, CpuIsolation, cleanup_stale
+from stragglerlab.util.errors import InputError
 
 OK, WHY = CpuIsolation.available()
 pytestmark = pytest.mark.skipif(not OK, reason=f"CPU isolation unavailable: {WHY}")

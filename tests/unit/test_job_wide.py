@@ -15,7 +15,7 @@ from stragglerlab.analysis.detectors import load_run
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth, load_truths
 from stragglerlab.analysis.scoring import score_run
-from stragglerlab.findings import Finding, RankRef, RootCause
+from stragglerlab.run.findings import Finding, RankRef, RootCause
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "job-wide" / "shared-ring-dp4-two"
 
@@ -88,7 +88,7 @@ def test_a_job_wide_finding_is_not_accepted_where_a_peer_can_place_the_fault():
 
 def test_observable_as_follows_the_layout():
     from stragglerlab.analysis.fault_observability import observable_as
-    from stragglerlab.faults import FaultRecord
+    from stragglerlab.scenarios.faults import FaultRecord
 
     def rec(kind="net-throttle", measured=None):
         return FaultRecord(kind=kind, targets=[{"rank": 1, "dp_rank": 1, "stage": 0}],

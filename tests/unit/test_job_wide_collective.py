@@ -22,7 +22,7 @@ from stragglerlab.analysis.detectors import load_run
 from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.over_time import change_point, collective_changes, step_times
-from stragglerlab.findings import RootCause
+from stragglerlab.run.findings import RootCause
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "job-wide" / "shared-ring-dp4"
 COMPUTE = ("forward-compute", "backward-compute")

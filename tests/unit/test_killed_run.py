@@ -11,11 +11,11 @@ import platform
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
 from stragglerlab.host.residue import driver_mark
 from stragglerlab.monitor.feed import PartsFeeder
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.scenario import load_scenario
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.killed_run import (
     KILLED_KIND,
     finish_killed_run,

@@ -19,7 +19,7 @@ from stragglerlab.analysis.launch import FIRST_OP, first_ops, launch_decompositi
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.analysis.whatif import attribution_type
 from stragglerlab.cli import main
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 from tests.unit.conftest import DATA
 
 TESTBED = DATA / "testbed"

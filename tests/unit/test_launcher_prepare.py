@@ -25,7 +25,7 @@ def test_prepare_run_dir_removes_every_output_of_an_earlier_run(tmp_path: Path):
 
 def test_many_ranks_on_few_cores_get_a_longer_period_not_a_failure(monkeypatch):
     import stragglerlab.workloads.launcher as launcher
-    from stragglerlab.scenario import load_scenario
+    from stragglerlab.scenarios.scenario import load_scenario
 
     made = {}
 

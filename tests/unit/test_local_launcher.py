@@ -6,10 +6,10 @@ import datetime
 
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.slow_worker import _on_gpu
-from stragglerlab.scenario_vocab import Backend, Workload
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario_vocab import Backend, Workload
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.local_launcher import check_shared_gpu, local_devices
 
 

@@ -6,9 +6,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from stragglerlab.dataset import make_microbatch  # noqa: E402
-from stragglerlab.scenario import DataConfig, ModelConfig  # noqa: E402
-from stragglerlab.scenario_vocab import LengthDistribution  # noqa: E402
+from stragglerlab.scenarios.dataset import make_microbatch  # noqa: E402
+from stragglerlab.scenarios.scenario import DataConfig, ModelConfig  # noqa: E402
+from stragglerlab.scenarios.scenario_vocab import LengthDistribution  # noqa: E402
 from stragglerlab.workloads.model import StageModel  # noqa: E402
 
 CFG = ModelConfig(n_layers=4, hidden=16, n_heads=2, vocab=32, max_seq_len=32)

@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
 from stragglerlab.monitor.history import append_line, read_lines
 from stragglerlab.monitor.metrics import metrics_text
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_parts import RECORD
+from stragglerlab.util.errors import InputError
 from tests.unit.monitor_helpers import FAULT_FIRST, make_feeder, make_monitor, named
 
 
@@ -259,6 +259,42 @@ def test_a_record_that_ends_before_it_starts_is_garbage():
     assert check_records(rec, 3) is None
 
 
+def test_all_ranks_checked_at_once_agree_with_each_rank_checked_alone():
+    """trace_parts.all_fine (the tail's one check of every rank's new records) is True
+    exactly when check_records finds nothing in any rank's, whatever is wrong where."""
+    import numpy as np
+
+    from stragglerlab.trace.trace_parts import all_fine, check_records
+
+    def chunk(steps):
+        rec = np.zeros(len(steps), dtype=RECORD)
+        rec["step"] = steps
+        rec["start"] = np.arange(len(steps), dtype=float)
+        rec["end"] = rec["start"] + 0.5
+        return rec
+
+    spoil = {
+        "op type": lambda c: c["optype"].__setitem__(-1, 200),
+        "negative step": lambda c: c["step"].__setitem__(0, -1),
+        "backwards": lambda c: c["step"].__setitem__(-1, 0),
+        "nan": lambda c: c["start"].__setitem__(0, np.nan),
+        "absurd time": lambda c: c["end"].__setitem__(0, 1e11),
+        "ends first": lambda c: c["end"].__setitem__(1, 0.0),
+    }
+    for where in range(3):
+        for name, how in [("none", None), *spoil.items()]:
+            chunks = [chunk([4, 4, 5]), chunk([4, 5, 5]), chunk([5, 5, 5])]
+            if how:
+                how(chunks[where])
+            lasts = [4, 3, 5]
+            want = all(check_records(c, last) is None for c, last in zip(chunks, lasts))
+            assert all_fine(chunks, lasts) == want, (name, where)
+            assert want == (how is None)
+        # A rank's records behind its last step, and steps that only go back across ranks.
+        chunks = [chunk([6, 7]), chunk([2, 3])]
+        assert all_fine(chunks, [6, 2]) and not all_fine(chunks, [6, 3])
+
+
 def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, slow_src,
                                                                       capsys):
     import shutil
@@ -284,8 +320,8 @@ def test_once_over_garbage_parts_exits_2_and_a_parts_file_is_refused(tmp_path, s
 def test_the_noise_floor_given_holds_the_windows_findings(tmp_path, slow_src):
     from stragglerlab.analysis.detectors.whatif_config import RATIOS
     from stragglerlab.analysis.detectors.whatif_noise import RELAXED
-    from stragglerlab.meta import LayoutFamily
-    from stragglerlab.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+    from stragglerlab.method.noise_floor import FamilyFloor, NoiseFloor, write_noise_floor
+    from stragglerlab.trace.meta import LayoutFamily
 
     # A floor whose clean runs reached 3x their peers in every ratio statistic, in 8-step
     # windows: the 2x slow worker stands under it, so no window names it.

@@ -11,7 +11,7 @@ import pytest
 
 from stragglerlab.cli import main
 from stragglerlab.monitor.metrics import metrics_text
-from stragglerlab.trace_parts import RECORD
+from stragglerlab.trace.trace_parts import RECORD
 from tests.unit.monitor_helpers import make_feeder, make_monitor, named
 
 

@@ -15,9 +15,9 @@ import urllib.request
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
 from stragglerlab.monitor.config import check_host
 from stragglerlab.monitor.metrics import metrics_text
+from stragglerlab.util.errors import InputError
 from tests.unit.monitor_helpers import make_feeder, make_monitor
 
 

@@ -1,5 +1,5 @@
 """The detector noise floor: its file, its measurement with the detector's own rules, and
-thresholds raised to it (stragglerlab/noise_floor.py, analysis/detectors/whatif_noise.py)."""
+thresholds raised to it (stragglerlab/method/noise_floor.py, analysis/detectors/whatif_noise.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,7 @@ from stragglerlab.analysis.detectors.whatif_noise import (
     reading,
 )
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.findings import Finding, RootCause
-from stragglerlab.meta import JobMeta, LayoutFamily
-from stragglerlab.noise_floor import (
+from stragglerlab.method.noise_floor import (
     DEFAULT_NOISE_FLOOR,
     FamilyFloor,
     NoiseFloor,
@@ -28,6 +25,9 @@ from stragglerlab.noise_floor import (
     read_noise_floor,
     write_noise_floor,
 )
+from stragglerlab.run.findings import Finding, RootCause
+from stragglerlab.trace.meta import JobMeta, LayoutFamily
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import SlowWorker
 
 

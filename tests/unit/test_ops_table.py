@@ -1,4 +1,4 @@
-"""ops.parquet read back (stragglerlab.ops_table): the importer's contract holds, or one
+"""ops.parquet read back (stragglerlab.trace.ops_table): the importer's contract holds, or one
 clear error names the broken rule (found by a fuzz: NaN, negative and absurd S before)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.op_model import OP_COLUMNS
-from stragglerlab.ops_table import read_ops
+from stragglerlab.trace.op_model import OP_COLUMNS
+from stragglerlab.trace.ops_table import read_ops
+from stragglerlab.util.errors import InputError
 
 
 def _table() -> pd.DataFrame:

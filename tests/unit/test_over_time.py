@@ -16,8 +16,8 @@ from stragglerlab.analysis.over_time import (
     over_time,
     step_times,
 )
-from stragglerlab.findings import RootCause
-from stragglerlab.meta import JobMeta
+from stragglerlab.run.findings import RootCause
+from stragglerlab.trace.meta import JobMeta
 
 
 def _dp_trace(dp: int, n_steps: int, slow_from: int | None = None, slow_to: int | None = None,
@@ -176,7 +176,7 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
         arbitrate,
     )
     from stragglerlab.analysis.detectors.whatif_signals import Signals
-    from stragglerlab.findings import Finding, RankRef
+    from stragglerlab.run.findings import Finding, RankRef
 
     assert PRECEDENCE[-1] == Entry(rule="job_wide", settle=Settle.UNLESS_ANY)
     link = Finding([RankRef(1, 1, 0)], 6, 11, RootCause.NET_THROTTLE, confidence=1.0)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from stragglerlab.analysis.p2p import match_stream
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 
 def match(is_recv, op_start, op_end, comp_start, comp_end, stage=1, pp=4, vpp=1, gmc=None,

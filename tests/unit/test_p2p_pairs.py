@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stragglerlab.p2p_pairs import (
+from stragglerlab.method.p2p_pairs import (
     p2p_pair_latency,
     sender_window_signals,
     worker_window_signals,
@@ -81,7 +81,7 @@ def test_pairs_not_own_serve_only_as_reference():
 
 
 def test_leave_one_out_quantiles_match_pandas_without_the_member():
-    from stragglerlab.p2p_pairs import _leave_one_out_quantiles
+    from stragglerlab.method.p2p_pairs import _leave_one_out_quantiles
 
     rng = np.random.default_rng(3)
     n = 400

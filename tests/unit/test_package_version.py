@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from stragglerlab.package_version import package_version
+from stragglerlab.util.package_version import package_version
 
 
 def test_installed_version_is_the_distributions():

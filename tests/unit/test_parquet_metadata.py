@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.ops_table import read_ops
+from stragglerlab.trace.ops_table import read_ops
+from stragglerlab.util.errors import InputError
 from tests.unit.test_ops_table import _table
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "slow-worker"

@@ -1,4 +1,4 @@
-"""Streaming a node's trace parts to the monitor's host (stragglerlab.part_stream): duplicates,
+"""Streaming a node's trace parts to the monitor's host (stragglerlab.run.part_stream): duplicates,
 out-of-order and late frames, garbage, truncated batches, a restarted receiver, and the
 clock corrections the monitor applies from nodes.json."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stragglerlab import part_stream as ps
-from stragglerlab.trace_parts import RECORD, read_records
+from stragglerlab.run import part_stream as ps
+from stragglerlab.trace.trace_parts import RECORD, read_records
 
 
 def records(steps: list[int], t0: float = 100.0, ops: int = 3) -> np.ndarray:

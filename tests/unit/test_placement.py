@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stragglerlab.scenario import load_scenario
-from stragglerlab.scenario_vocab import Backend, Placement
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.scenarios.scenario_vocab import Backend, Placement
 from stragglerlab.workloads import placement as pl
 
 ROUTE_REMOTE = "10.0.0.7 via 10.0.0.1 dev ens5 src 10.0.0.9 uid 0 \\    cache "
@@ -110,7 +110,7 @@ def test_wants_gpu_and_placement_config():
 
 
 def test_bad_placement_is_one_input_error():
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
 
     with pytest.raises(InputError, match="run.placement: 'diagonal' is not one of pack, spread"):
         load_scenario("clean-dp2-pp2", None, {"run": {"placement": "diagonal"}})
@@ -140,7 +140,7 @@ def test_clock_record_corrects_only_other_kernels():
 
 
 def test_workflow_config_passes_a_ray_address():
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
     from stragglerlab.workflow.config import load_workflow_config
 
     raw = {"fixed": [{"scenario": "clean-dp2-pp2", "seeds": [0]}], "population": None}
@@ -152,7 +152,7 @@ def test_workflow_config_passes_a_ray_address():
 
 
 def test_ray_address_is_host_port_or_auto():
-    from stragglerlab.errors import InputError
+    from stragglerlab.util.errors import InputError
 
     assert pl.check_ray_address(" 10.0.0.1:6379 ") == "10.0.0.1:6379"
     assert pl.check_ray_address("auto") == "auto"
@@ -194,7 +194,7 @@ def test_an_unreachable_ray_head_is_one_input_error_at_once(tmp_path, capsys):
 
 def test_assemble_trace_puts_every_node_on_rank_0s_clock(tmp_path):
     """A rank on a node whose clock runs 100 s ahead lands where it ran once corrected."""
-    from stragglerlab.schema import OpType
+    from stragglerlab.trace.schema import OpType
     from stragglerlab.workloads.run_folder import assemble_trace
     from stragglerlab.workloads.tracer import Tracer
 

@@ -25,9 +25,9 @@ from stragglerlab.figures.job_pictures import (  # noqa: E402
     job_series,
     step_slowdown_figure,
 )
-from stragglerlab.p2p_pairs import p2p_pair_rows  # noqa: E402
-from stragglerlab.trace_io import read_trace  # noqa: E402
-from stragglerlab.whatif_reader import read_whatif_summary  # noqa: E402
+from stragglerlab.method.p2p_pairs import p2p_pair_rows  # noqa: E402
+from stragglerlab.run.whatif_reader import read_whatif_summary  # noqa: E402
+from stragglerlab.trace.trace_io import read_trace  # noqa: E402
 from tests.unit.refdata import reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind
-from stragglerlab.scenario import load_scenario, scenario_to_dict
+from stragglerlab.scenarios.faults import FaultKind
+from stragglerlab.scenarios.scenario import load_scenario, scenario_to_dict
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.population import (
     TARGETED_KINDS,
     coverage,

@@ -43,8 +43,8 @@ def dataset(tmp_path_factory):
     """A shared folder of runs: a run with its what-if and findings, two clean runs, and a
     figures folder; read-only to the verbs run by `stragglerlab_ro`."""
     from stragglerlab.cli import main
-    from stragglerlab.run_folder import RunFolder
-    from stragglerlab.run_record import RunRecord
+    from stragglerlab.run.run_folder import RunFolder
+    from stragglerlab.run.run_record import RunRecord
 
     root = tmp_path_factory.mktemp("dataset")
     if os.geteuid() == 0:

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from stragglerlab.analysis.whatif import analyze
-from stragglerlab.artifact_format import fix_json, result_json
-from stragglerlab.meta import JobMeta
+from stragglerlab.run.artifact_format import fix_json, result_json
+from stragglerlab.trace.meta import JobMeta
 from tests.unit.refdata import reference
 
 RTOL = 1e-4

@@ -18,7 +18,6 @@ import pytest  # noqa: E402
 import yaml  # noqa: E402
 
 from stragglerlab.cli import main  # noqa: E402
-from stragglerlab.errors import InputError  # noqa: E402
 from stragglerlab.figures.report import (  # noqa: E402
     flatten_ours,
     load_figure_entries,
@@ -28,6 +27,7 @@ from stragglerlab.figures.report import (  # noqa: E402
 )
 from stragglerlab.figures.report_blocks import Block, render_html, render_markdown  # noqa: E402
 from stragglerlab.figures.style import figure_style, new_figure, save_figure  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 
 MITIGATION_MD = ("| mitigation | gain (ours) | gain (paper) |\n|---|---|---|\n"
                  "| planned GC | +17.7% | +12.6% |")

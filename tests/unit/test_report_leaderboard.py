@@ -23,11 +23,11 @@ import pytest  # noqa: E402
 from matplotlib.image import imread  # noqa: E402
 
 from stragglerlab.cli import main  # noqa: E402
-from stragglerlab.errors import InputError  # noqa: E402
 from stragglerlab.figures.data import FigureData, load_figure_data  # noqa: E402
 from stragglerlab.figures.registry import build_figure, figure_inputs, figure_names  # noqa: E402
 from stragglerlab.figures.report import load_scores, write_report  # noqa: E402
 from stragglerlab.figures.scores import read_scores  # noqa: E402
+from stragglerlab.util.errors import InputError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "scores_small.json"

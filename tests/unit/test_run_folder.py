@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from stragglerlab.meta import JobMeta
-from stragglerlab.scenario import load_scenario
-from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
-from stragglerlab.trace_io import read_trace
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COLUMN_NAMES, OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.run_folder import assemble_trace, job_meta, read_run, write_run_folder
 from stragglerlab.workloads.tracer import Tracer
 
@@ -159,8 +159,8 @@ def test_write_run_folder(tmp_path: Path, scenario):
 
 
 def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
-    from stragglerlab.faults import parse_faults
     from stragglerlab.injectors.registry import build_injectors
+    from stragglerlab.scenarios.faults import parse_faults
 
     specs = parse_faults([{"kind": "crash", "targets": [{"dp_rank": 1, "stage": 0}],
                            "first_step": 2}], dp=DP, pp=PP, steps=STEPS, where="t")
@@ -174,3 +174,39 @@ def test_write_run_folder_faults_and_empty_trace(tmp_path: Path, scenario):
                        "measured": {"failed_rank": 1, "failure_kind": "worker-died",
                                     "steps_completed": 0}}]
     assert record["trace"]["complete_steps"] == []
+
+
+def test_status_seen_skips_only_settled_unchanged_files(tmp_path):
+    """RunFolder.status(seen): a status file read well after its mtime, and unchanged since
+    (inode, size, mtime), is served from `seen`; one read within STATUS_SETTLED_NS of its
+    mtime is read again (a rewrite within the same mtime tick could keep its key)."""
+    import os
+    import time
+
+    from stragglerlab.run.run_folder import STATUS_SETTLED_NS, RunFolder
+
+    folder = RunFolder(path=tmp_path)
+    path = tmp_path / "status" / "rank0.json"
+    path.parent.mkdir()
+
+    def write_in_place(step: int, mtime_ns: int) -> None:
+        with open(path, "r+" if path.exists() else "w") as f:  # same inode
+            f.write(f'{{"step": {step}}}')
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+
+    now = time.time_ns()
+    seen: dict = {}
+    settled = now - 10 * STATUS_SETTLED_NS
+    write_in_place(1, settled)
+    assert folder.last_step_by_rank(seen) == {0: 1}
+    write_in_place(2, settled)  # same inode, size and mtime: taken as unchanged
+    assert folder.last_step_by_rank(seen) == {0: 1}
+    assert folder.last_step_by_rank() == {0: 2}  # without `seen`, read afresh
+    write_in_place(3, settled + 1)  # a later mtime: read again
+    assert folder.last_step_by_rank(seen) == {0: 3}
+
+    fresh = time.time_ns() + 100 * STATUS_SETTLED_NS  # (ahead: however slow this test runs)
+    write_in_place(4, fresh)
+    assert folder.last_step_by_rank(seen) == {0: 4}
+    write_in_place(5, fresh)  # same key, but the last read was within the tick: read again
+    assert folder.last_step_by_rank(seen) == {0: 5}

@@ -1,4 +1,4 @@
-"""The run-folder contract (stragglerlab.run_folder): round trips, old files, bad files.
+"""The run-folder contract (stragglerlab.run.run_folder): round trips, old files, bad files.
 
 tests/data/run_folder_v0 is a hand-built run folder in the format written
 before schema versions and the one root-cause vocabulary (no `schema` keys,
@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab import filecheck
-from stragglerlab.errors import InputError
-from stragglerlab.faults import FaultKind, FaultRecord
-from stragglerlab.findings import (
+from stragglerlab.run.findings import (
     FINDINGS_SCHEMA,
     Finding,
     FindingsDocument,
@@ -25,16 +22,19 @@ from stragglerlab.findings import (
     RootCause,
     same_cause,
 )
-from stragglerlab.meta import JobMeta
-from stragglerlab.run_folder import (
+from stragglerlab.run.run_folder import (
     FAULTS_JSON,
     META_YAML,
     RUN_JSON,
     WHATIF_JSON,
     RunFolder,
 )
-from stragglerlab.run_record import RUN_SCHEMA, RunRecord
-from stragglerlab.trace_io import read_trace
+from stragglerlab.run.run_record import RUN_SCHEMA, RunRecord
+from stragglerlab.scenarios.faults import FaultKind, FaultRecord
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util import filecheck
+from stragglerlab.util.errors import InputError
 
 V0 = Path(__file__).resolve().parents[1] / "data" / "run_folder_v0"
 FINDINGS = "detect/whatif.json"

@@ -9,8 +9,8 @@ import time
 import pytest
 
 import stragglerlab.workloads.run_lifecycle as lifecycle
-from stragglerlab.interrupts import Terminated
-from stragglerlab.scenario import load_scenario
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.util.interrupts import Terminated
 from stragglerlab.workloads.run_lifecycle import Launch, recorded
 
 

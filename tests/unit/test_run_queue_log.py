@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from stragglerlab.run_folder import RunFolder
-from stragglerlab.run_queue_log import (
+from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.run.run_queue_log import (
     StepWait,
     append_records,
     foreign_cores,

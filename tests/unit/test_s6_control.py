@@ -16,7 +16,7 @@ from stragglerlab.analysis.steps import step_times  # noqa: E402
 from stragglerlab.figures.data import load_figure_data  # noqa: E402
 from stragglerlab.figures.registry import build_figure  # noqa: E402
 from stragglerlab.figures.s6_control import in_run  # noqa: E402
-from stragglerlab.trace_io import write_trace  # noqa: E402
+from stragglerlab.trace.trace_io import write_trace  # noqa: E402
 from stragglerlab.workloads.synthetic import (  # noqa: E402
     SlowWorker,
     SyntheticConfig,
@@ -120,7 +120,7 @@ def test_the_mean_ideals_own_shortfall_is_predicted_from_the_layout(tmp_path):
     # ideal is slowed with it and the mean-ideal estimate falls short by an amount the
     # layout alone predicts (costmodel.mean_ideal_shortfall); net of it, what is left is
     # the simulation's error, here with no timing noise.
-    from stragglerlab.costmodel import mean_ideal_shortfall
+    from stragglerlab.scenarios.costmodel import mean_ideal_shortfall
 
     slow, _ = _run(tmp_path / "slow", "slow-worker-1",
                    slow_workers=(SlowWorker(dp_rank=1, stage=1, factor=2.0, first_step=5),))

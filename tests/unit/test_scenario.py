@@ -10,15 +10,15 @@ import pytest
 import yaml
 
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
-from stragglerlab.scenario import (
+from stragglerlab.scenarios.scenario import (
     DEFAULT_CONFIG,
     list_scenarios,
     load_scenario,
     scenario_table,
     scenario_to_dict,
 )
-from stragglerlab.scenario_vocab import Backend, LengthDistribution
+from stragglerlab.scenarios.scenario_vocab import Backend, LengthDistribution
+from stragglerlab.util.errors import InputError
 
 
 def write_config(tmp_path: Path, obj: object, name: str = "user.yaml") -> Path:
@@ -110,7 +110,7 @@ def test_user_config_merges_defaults_and_builtin_scenarios(tmp_path: Path):
     assert mine.faults[0] == {"kind": "slow-worker", "targets": [{"dp_rank": 0, "stage": 1}],
                               "params": {"factor": 2.0}}
     # long-tailed lengths and a logit layer (vocab 256) 12 % over a one-block stage are
-    # imbalance the job runs: faults too (stragglerlab/implied_faults.py)
+    # imbalance the job runs: faults too (stragglerlab/scenarios/implied_faults.py)
     assert [(f["kind"], f["params"]["implied_by"]) for f in mine.faults[1:]] == [
         ("stage-imbalance", "model.vocab"), ("seq-imbalance", "data.length_distribution")]
     assert mine.run.seed == 42
@@ -320,8 +320,8 @@ def test_cli_train_bad_config_fails_before_launch(tmp_path: Path, monkeypatch, c
 def test_warmup_and_auto_pace_rates_pace_variable_lengths_too():
     # A varlen microbatch is paced to its own modelled work (its attention's sum(s^2)),
     # so variable lengths do not fall back to the CPU rule.
-    from stragglerlab.scenario import load_scenario
-    from stragglerlab.scenario_vocab import PaceRate
+    from stragglerlab.scenarios.scenario import load_scenario
+    from stragglerlab.scenarios.scenario_vocab import PaceRate
 
     for rate in ("warmup", "auto"):
         over = {"run": {"pace_rate": rate}}

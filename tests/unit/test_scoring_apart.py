@@ -13,7 +13,7 @@ from stragglerlab.analysis.fault_observability import observability
 from stragglerlab.analysis.ground_truth import CLEAN, FaultTruth, RunTruth, _fault_truths
 from stragglerlab.analysis.scoring import score_run
 from stragglerlab.analysis.suite_score import score_suite
-from stragglerlab.faults import FaultRecord
+from stragglerlab.scenarios.faults import FaultRecord
 
 
 def _fault(kind: str, ranks: set[int], slowdown: float | None = None,

@@ -12,7 +12,7 @@ from stragglerlab.analysis.graph import DepGraph, Group, build_graph
 from stragglerlab.analysis.replays import restore_each_dp_rank as _restore_each_dp_rank
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.analysis.whatif import ideal_values
-from stragglerlab.meta import JobMeta
+from stragglerlab.trace.meta import JobMeta
 from tests.unit.conftest import DATA
 from tests.unit.refdata import reference
 

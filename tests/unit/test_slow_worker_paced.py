@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stragglerlab.faults import FaultKind
+from stragglerlab.scenarios.faults import FaultKind
 from tests.unit.injector_helpers import build, ctx_for, spec, target, timed
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.workloads.synthetic import SyntheticConfig, synthesize_trace
 from tests.unit.bench_modules import load_benchmark
 

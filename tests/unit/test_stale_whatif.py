@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from stragglerlab.cli import main
-from stragglerlab.trace_io import read_trace, write_trace
+from stragglerlab.trace.trace_io import read_trace, write_trace
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "slow-worker"
 

@@ -11,9 +11,9 @@ import pytest
 
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.cli import main
-from stragglerlab.meta import JobMeta
-from stragglerlab.trace_io import read_trace
-from stragglerlab.validate import validate_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.trace.validate import validate_trace
 from stragglerlab.workloads.synthetic import (
     SlowWorker,
     SyntheticConfig,

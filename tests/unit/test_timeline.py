@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from stragglerlab.analysis.timeline import STREAMS, write_perfetto
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 
 OPS = [  # (optype, start_s, duration_s, seq_id, mb_id) for one worker and one step
     ("params-all-gather", 0.000, 0.001, 0, -1),

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from stragglerlab.compute_log import ComputeLog, measure_frame, peer_ratio, read_log
-from stragglerlab.errors import InputError
-from stragglerlab.faults import parse_faults
 from stragglerlab.injectors.base import RankContext
 from stragglerlab.injectors.slow_worker import SlowWorker, _peer_compute_ratio
-from stragglerlab.scenario import load_scenario
-from stragglerlab.scenario_vocab import TORCH_WORKLOADS, Workload
+from stragglerlab.run.compute_log import ComputeLog, measure_frame, peer_ratio, read_log
+from stragglerlab.scenarios.faults import parse_faults
+from stragglerlab.scenarios.scenario import load_scenario
+from stragglerlab.scenarios.scenario_vocab import TORCH_WORKLOADS, Workload
+from stragglerlab.util.errors import InputError
 
 
 def _user(tmp_path, **scenarios) -> str:
@@ -189,7 +189,7 @@ def test_without_isolation_the_linear_pacer_is_the_slow_device():
 
 @pytest.mark.parametrize("isolation,mechanism", [(False, "paced-rate"), (True, "cpu-quota")])
 def test_a_torch_workload_records_what_slowed_its_victim(tmp_path, isolation, mechanism):
-    from stragglerlab.scenario import scenario_to_dict
+    from stragglerlab.scenarios.scenario import scenario_to_dict
 
     sc = load_scenario("torch-ddp-slow")
     run = {"backend": "gloo", "scenario": scenario_to_dict(sc),

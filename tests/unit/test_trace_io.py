@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from stragglerlab.errors import InputError
-from stragglerlab.meta import JobMeta
-from stragglerlab.schema import COLUMN_NAMES, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
-from stragglerlab.trace_io import read_trace, write_trace
-from stragglerlab.validate import validate_trace
+from stragglerlab.trace.meta import JobMeta
+from stragglerlab.trace.schema import COLUMN_NAMES, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
+from stragglerlab.trace.trace_io import read_trace, write_trace
+from stragglerlab.trace.validate import validate_trace
+from stragglerlab.util.errors import InputError
 from tests.unit.refdata import reference
 
 INT_COLUMNS = [c.name for c in TRACE_COLUMNS if c.kind == "int"]

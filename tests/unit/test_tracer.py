@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.schema import OPTYPE_VALUES, OpType
-from stragglerlab.trace_parts import RECORD, read_records
+from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_parts import RECORD, read_records
 from stragglerlab.workloads.tracer import Tracer
 
 F, B, OPT = OpType.FORWARD_COMPUTE, OpType.BACKWARD_COMPUTE, OpType.OPTIMIZER

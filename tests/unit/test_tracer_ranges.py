@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from stragglerlab.importers.chrome import load_json
-from stragglerlab.schema import OpType
+from stragglerlab.trace.schema import OpType
 from stragglerlab.workloads.tracer import Tracer, now
 
 
@@ -31,7 +31,7 @@ def test_sync_and_async_ops_become_ranges(tmp_path):
     tr.close()
     path = tmp_path / "k.json"
     prof.export_chrome_trace(str(path))
-    ranges = {e["name"]: e for e in load_json(path)["traceEvents"]
+    ranges = {e["name"]: e for e in json.loads(path.read_text())["traceEvents"]
               if e.get("cat") == "user_annotation"}
     assert ranges["forward-compute"]["dur"] >= 2000
     send = ranges["forward-send"]

@@ -1,4 +1,4 @@
-"""The reproduction gate (stragglerlab.validity), the step definition the discrepancy uses,
+"""The reproduction gate (stragglerlab.run.validity), the step definition the discrepancy uses,
 and the known-answer GPU traces of benchmarks/kineto_gpu_synth.py through the general path."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stragglerlab.validity import MAX_DISCREPANCY, Finding, Reason, judge
+from stragglerlab.run.validity import MAX_DISCREPANCY, Finding, Reason, judge
 from tests.unit.bench_modules import load_benchmark
 
 synth = load_benchmark("kineto_gpu_synth")

@@ -17,7 +17,7 @@ from stragglerlab.analysis.detectors.whatif_arbitration import (
     Settle,
     arbitrate,
 )
-from stragglerlab.findings import Finding, RankRef, RootCause
+from stragglerlab.run.findings import Finding, RankRef, RootCause
 
 
 class _Meta:

@@ -21,9 +21,9 @@ from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_rules.late_arrival import rule
 from stragglerlab.cli import main
-from stragglerlab.findings import Finding, RankRef, RootCause
-from stragglerlab.trace_io import read_trace, write_trace
-from stragglerlab.whatif_record import WhatIfRecord
+from stragglerlab.run.findings import Finding, RankRef, RootCause
+from stragglerlab.run.whatif_record import WhatIfRecord
+from stragglerlab.trace.trace_io import read_trace, write_trace
 from tests.unit.conftest import DATA
 from tests.unit.refdata import DIFFERENTIAL, differential_cases
 

@@ -11,7 +11,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_rules.quiet_link import rule
-from stragglerlab.findings import RankRef, RootCause
+from stragglerlab.run.findings import RankRef, RootCause
 
 
 def _signals(excess: np.ndarray, job_s: float) -> SimpleNamespace:

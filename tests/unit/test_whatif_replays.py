@@ -16,10 +16,10 @@ import json
 import numpy as np
 import pytest
 
-from stragglerlab.analysis.replays import ChunkedReplays, Replays, step_parts
+from stragglerlab.analysis.replays import ChunkedReplays, Replays, ThreadReplays, step_parts
 from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
 from stragglerlab.cli import main
-from stragglerlab.trace_io import read_trace
+from stragglerlab.trace.trace_io import read_trace
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 from tests.unit.refdata import DIFFERENTIAL, reference
 
@@ -72,6 +72,27 @@ def test_split_replays_give_the_same_document_bit_for_bit(name, df, meta):
         assert split == one, f"{name}: {n_parts} parts differ from one process"
 
 
+@pytest.mark.parametrize("name,df,meta", [t for t in traces() if t[0] in (
+    "reference ST", "differential gc-pauses", "synth dp4 pp2, a slow worker from step 3")],
+    ids=lambda v: v if isinstance(v, str) else "")
+def test_threads_give_the_same_document_bit_for_bit(name, df, meta):
+    """`whatif --threads N`: the step parts replayed on threads of this process, each
+    part's replays running at once, merge into the one-thread document."""
+    one = document(df, meta, name)
+    for threads in (2, 3):
+        with ThreadReplays(threads) as replays:
+            assert document(df, meta, name, replays) == one, f"{name}: {threads} threads"
+
+
+def test_thread_replays_refuse_zero_threads_and_stop_their_threads():
+    with pytest.raises(ValueError, match="at least 1"):
+        ThreadReplays(0)
+    with ThreadReplays(2) as replays:
+        pool = replays._pool
+        assert pool is not None
+    assert replays._pool is None and pool._shutdown
+
+
 def test_step_parts_cover_the_steps_in_order():
     assert step_parts(8, 3) == [slice(0, 2), slice(2, 5), slice(5, 8)]
     assert step_parts(2, 5) == [slice(0, 1), slice(1, 2)]
@@ -85,6 +106,7 @@ def test_step_parts_cover_the_steps_in_order():
     (["--ray-address", "local", "--ray-workers", "0"], "give at least 1"),
     (["--ray-address", "head-without-port"], "HOST:PORT"),
     (["--ray-address", "127.0.0.1:1"], "cannot reach the Ray cluster"),
+    (["--threads", "0"], "--threads 0: give at least 1"),
 ])
 def test_ray_flag_mistakes_are_one_clear_error(tmp_path, capsys, flags, words):
     code = main(["whatif", "--trace", str(reference("trace-ST.parquet")), "--meta",

@@ -8,7 +8,7 @@ from stragglerlab.analysis.detectors import RootCause, Run
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 from stragglerlab.analysis.detectors.whatif_residual import ResidualJob, residual_findings
-from stragglerlab.findings import Finding, RankRef
+from stragglerlab.run.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker
 from tests.unit.whatif_runs import cells
 

@@ -1,5 +1,5 @@
 """One what-if result: every whatif.json either model writes, old files included, reads into
-one WhatIfSummary (stragglerlab.whatif_reader), with the same names and units; a bad file is
+one WhatIfSummary (stragglerlab.run.whatif_reader), with the same names and units; a bad file is
 one error saying how to rewrite it."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import pytest
 import stragglerlab.api
 from stragglerlab.analysis.whatif import analyze
 from stragglerlab.cli import main
-from stragglerlab.errors import InputError
 from stragglerlab.figures.job_pictures import job_series
-from stragglerlab.trace_io import read_trace
-from stragglerlab.whatif_reader import read_whatif_summary, summary_of_document
-from stragglerlab.whatif_summary import SUMMARY_KEY, WhatIfModel, WhatIfSummary
+from stragglerlab.run.whatif_reader import read_whatif_summary, summary_of_document
+from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfModel, WhatIfSummary
+from stragglerlab.trace.trace_io import read_trace
+from stragglerlab.util.errors import InputError
 from tests.unit.general_fixtures import ddp_job
 
 ROOT = Path(__file__).resolve().parents[2]

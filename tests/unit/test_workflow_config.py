@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from stragglerlab.errors import InputError
+from stragglerlab.util.errors import InputError
 from stragglerlab.workflow.config import load_workflow_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import itertools
 
 from stragglerlab.analysis.detectors import Run
 from stragglerlab.cli import main
-from stragglerlab.trace_io import write_trace
+from stragglerlab.trace.trace_io import write_trace
 
 _FOLDERS = itertools.count()
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 """Causes read off the job's shape (a heavy partition, long sequences): they lengthen

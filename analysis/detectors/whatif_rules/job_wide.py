@@ -45,7 +45,7 @@ from stragglerlab.analysis.over_time import (
     link_times,
     over_time,
 )
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

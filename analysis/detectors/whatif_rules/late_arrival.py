@@ -22,7 +22,7 @@ from stragglerlab.analysis.detectors.base import named_cells
 from stragglerlab.analysis.detectors.whatif_device import median_of_others
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 
 def over_other_ranks(launch: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 from stragglerlab.analysis.detectors.signatures import step_time_total
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -10,7 +10,7 @@ from stragglerlab.analysis.detectors.whatif_links import slowed_workers
 from stragglerlab.analysis.detectors.whatif_ring import ring_links
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

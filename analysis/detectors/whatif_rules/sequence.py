@@ -7,7 +7,7 @@ from __future__ import annotations
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -9,7 +9,7 @@ from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_sequence import sequences_or_stage
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.detectors.whatif_stage import stage_by_compute
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board
 from stragglerlab.analysis.detectors.whatif_shift import slowed_stages
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding
+from stragglerlab.run.findings import Finding
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

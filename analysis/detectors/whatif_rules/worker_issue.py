@@ -11,7 +11,7 @@ import numpy as np
 
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_signals import Signals
-from stragglerlab.findings import Finding, RootCause
+from stragglerlab.run.findings import Finding, RootCause
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
