@@ -23,20 +23,11 @@ from stragglerlab.analysis.detectors.base import Run
 from stragglerlab.analysis.detectors.whatif import WhatIfDetector
 from stragglerlab.analysis.over_time import change_point, collective_changes, step_times
 from stragglerlab.run.findings import RootCause
+from tests.unit.bench_modules import load_benchmark
 
 RUN = Path(__file__).resolve().parents[1] / "data" / "job-wide" / "shared-ring-dp4"
-COMPUTE = ("forward-compute", "backward-compute")
-
-
-def _stretched(trace: pd.DataFrame, k: float) -> pd.DataFrame:
-    """Every compute op k times as long; later ops on its rank start that much later."""
-    t = trace.sort_values(["rank", "start_ts"]).copy()
-    comp = t["optype"].astype(str).isin(COMPUTE).to_numpy()
-    extra = pd.Series(np.where(comp, (k - 1) * t["duration"].to_numpy(float), 0.0),
-                      index=t.index)
-    t["start_ts"] = t["start_ts"] + extra.groupby(t["rank"]).cumsum() - extra
-    t.loc[comp, "duration"] = t.loc[comp, "duration"] * k
-    return t.sort_index()
+_stretched = load_benchmark("stretch_compute").stretched
+"""Every compute op k times as long, later ops on its rank shifted (the benchmark's own)."""
 
 
 def _detect(trace: pd.DataFrame, run: Run):
