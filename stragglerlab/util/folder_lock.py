@@ -22,6 +22,7 @@ import errno
 import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -150,6 +151,24 @@ def holds(folder: str | Path) -> bool:
     return _key(folder) in _HELD
 
 
+HOLDER_READS = 50
+"""How many times a refused writer reads the lock file for its holder's record, HOLDER_WAIT_S
+apart: the holder writes the record just after it takes the lock, so a writer refused in
+between would otherwise name an unknown holder ('another ?')."""
+HOLDER_WAIT_S = 0.01
+"""Seconds between those reads (half a second in all at most)."""
+
+
+def _holder_of(fd: int) -> Holder:
+    """The lock's holder as the lock file names it, once it does (see HOLDER_READS)."""
+    for _ in range(HOLDER_READS):
+        holder = Holder.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+        if holder.pid is not None:
+            break
+        time.sleep(HOLDER_WAIT_S)
+    return holder
+
+
 def _acquire(path: Path, folder: Path, verb: str, hint: str) -> int:
     """A descriptor of `path` holding its exclusive flock, with this process written in."""
     for _ in range(_OPEN_TRIES):
@@ -160,7 +179,7 @@ def _acquire(path: Path, folder: Path, verb: str, hint: str) -> int:
             if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 os.close(fd)
                 raise
-            holder = Holder.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+            holder = _holder_of(fd)
             os.close(fd)
             who = f"pid {holder.pid}" if holder.pid is not None else "pid ?"
             raise InputError(f"another {holder.verb} (`stragglerlab {holder.verb}`, {who}) is "

@@ -4,11 +4,13 @@ pid. A lock left by a killed writer blocks nobody."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -165,6 +167,24 @@ def test_a_writer_refused_in_its_own_process_too(tmp_path):
     with hold(tmp_path / "o", "plot") as path:
         assert Holder.parse(path.read_text()) == Holder(pid=os.getpid(), verb="plot")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_writer_refused_before_the_holder_wrote_its_record_names_the_holder(tmp_path):
+    """The holder writes its record just after it takes the lock: a writer refused in
+    between waits for the record instead of naming 'another ?'."""
+    out = tmp_path / "o"
+    out.mkdir()
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held, the record not yet written
+    late = threading.Timer(0.1, os.pwrite, (fd, b'{"pid": 4242, "verb": "whatif"}\n', 0))
+    late.start()
+    try:
+        with pytest.raises(Exception, match=r"another whatif \(`stragglerlab whatif`, pid 4242\)"):
+            with hold(out, "plot"):
+                pass
+    finally:
+        late.join()
+        os.close(fd)
 
 
 def test_a_new_folder_gets_every_output_in_one_rename_and_keeps_its_lock(tmp_path):
