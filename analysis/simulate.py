@@ -91,6 +91,7 @@ def simulate(
     chunk = batch if keep_times else max(1, CHUNK_ELEMENTS // per_batch)
     chunk = min(chunk, batch)
     work = np.empty((2, n_nodes * chunk * lanes))
+    plan = _plan(graph)
     times = []
     for lo in range(0, batch, chunk):
         hi = min(batch, lo + chunk)
@@ -99,7 +100,7 @@ def simulate(
         start, end = (w[:size].reshape(shape) for w in work)
         v = value.nodes(lo, hi) if isinstance(value, Mixed) else value[:, lo:hi]
         d = None if delay is None else delay[:, lo:hi]
-        times.append(_simulate_block(graph, v, d, start, end))
+        times.append(_simulate_block(graph, plan, v, d, start, end))
     step_time = times[0] if len(times) == 1 else np.concatenate(times)
     if keep_times:
         return SimResult(start, end, step_time)
@@ -123,11 +124,11 @@ def _latest(rows: np.ndarray, nodes: tuple[int, ...], out: np.ndarray) -> np.nda
     return out
 
 
-def _simulate_block(graph, value, delay, start, end) -> np.ndarray:
-    """Replay one chunk into `start`/`end` (every node written); its step times. `value[m]`
-    is node m's values, broadcastable to [batch, lanes]."""
+def _simulate_block(graph, plan, value, delay, start, end) -> np.ndarray:
+    """Replay one chunk into `start`/`end` (every node written) by `plan` (_plan(graph)); its
+    step times. `value[m]` is node m's values, broadcastable to [batch, lanes]."""
     scratch = np.empty(start.shape[1:])
-    for members, member_deps, is_comm, dp_sync in _plan(graph):
+    for members, member_deps, is_comm, dp_sync in plan:
         for m, d in zip(members, member_deps):
             if len(d) == 1:
                 start[m] = end[d[0]]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from pathlib import Path
 
 from stragglerlab.cli.common import (
@@ -36,6 +35,7 @@ from stragglerlab.cli.common import (
     out_folder,
     run_out,
 )
+from stragglerlab.scenarios.scenario_limits import host_cores
 from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.folder_lock import lock_folder
@@ -107,12 +107,8 @@ in the interpreter between ops, so threads beyond two gain little on any machine
 
 
 def default_threads() -> int:
-    """This process's CPUs (its affinity), at most MAX_DEFAULT_THREADS."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_DEFAULT_THREADS, cpus))
+    """This process's cores (scenario_limits.host_cores), at most MAX_DEFAULT_THREADS."""
+    return max(1, min(MAX_DEFAULT_THREADS, host_cores()))
 
 
 def _ray_checks(args) -> None:

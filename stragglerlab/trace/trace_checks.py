@@ -155,9 +155,10 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     np.add(slot, np.where(ok, seq, 0), out=slot, casting="unsafe")  # < n where ok
     del g
     row_at = np.full(n, -1, dtype=idx)
-    if ok.all():  # every slot in range: a permutation exactly when every slot is filled
+    in_range = bool(ok.all())
+    if in_range:  # every slot in range: a permutation exactly when every slot is filled
         row_at[slot] = np.arange(n, dtype=idx)
-    if not ok.all() or (row_at < 0).any():
+    if not in_range or (row_at < 0).any():
         slot[~ok] = n
         taken = np.bincount(slot, minlength=n + 1)[:n]
         bad = ~ok | (taken[np.minimum(slot, n - 1)] > 1)
