@@ -37,20 +37,15 @@ def row_codes(keys: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
     if n == 0:
         return np.zeros(0, dtype=np.int64), 0
     folded = _fold(keys)
-    if folded is not None:  # one integer per row, ascending as the keys: its dense rank
-        order = np.argsort(folded)  # equal integers get one code, whatever their order
-        srt = folded[order]
-        new = np.empty(n, dtype=bool)
-        new[0] = True
-        new[1:] = srt[1:] != srt[:-1]
-        codes = np.empty(n, dtype=np.int64)
-        codes[order] = np.cumsum(new) - 1
-        return codes, int(new.sum())
-    order = np.lexsort(tuple(reversed([np.asarray(k) for k in keys])))
+    # One integer per row, ascending as the keys, sorts alone (equal integers get one code
+    # whatever their order); other keys go through lexsort. `new`: a group starts there.
+    sorted_keys = [folded] if folded is not None else [np.asarray(k) for k in keys]
+    order = (np.argsort(folded) if folded is not None
+             else np.lexsort(tuple(reversed(sorted_keys))))
     new = np.zeros(n, dtype=bool)
     new[0] = True
-    for k in keys:
-        srt = np.asarray(k)[order]
+    for k in sorted_keys:
+        srt = k[order]
         new[1:] |= srt[1:] != srt[:-1]
     codes = np.empty(n, dtype=np.int64)
     codes[order] = np.cumsum(new) - 1
