@@ -260,9 +260,15 @@ def _evaluate(graph: DepGraph, frame: OpFrame, meta: JobMeta, value: np.ndarray,
         return replayed.mixed(ideal, mask, keep_original=True)
 
     by_optype: dict[str, np.ndarray] = {}
-    for bucket in dict.fromkeys(attribution_type(t) for t in graph.optype):
-        nodes = np.array([attribution_type(t) == bucket for t in graph.optype])
-        by_optype[bucket] = restore(nodes[:, None, None])
+    # Each node's bucket, as the bucket's index in order of first appearance (the order
+    # the attributions are listed in): one look-up per distinct optype, not per node.
+    types, first, type_of = np.unique(graph.optype.astype(str), return_index=True,
+                                      return_inverse=True)
+    buckets = list(dict.fromkeys(attribution_type(str(types[i])) for i in np.argsort(first)))
+    bucket_of = np.array([buckets.index(attribution_type(str(t))) for t in types],
+                         dtype=np.int64)[type_of.ravel()]
+    for i, bucket in enumerate(buckets):
+        by_optype[bucket] = restore((bucket_of == i)[:, None, None])
     say(f"attributed to {len(by_optype)} op types")
     by_stage = {p: restore((graph.stage == p)[:, None, None]) for p in range(meta.pp_size)}
     say(f"attributed to {meta.pp_size} stages")

@@ -45,6 +45,7 @@ from stragglerlab.method.p2p_pairs import (
     LinkSignals,
     PairArrays,
     p2p_pair_latency,
+    reference_quartiles,
     sender_window_signals,
     worker_window_signals,
 )
@@ -163,10 +164,13 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 sig.excess_iqr >= cfg.link_excess_iqr) & (sig.count >= cfg.link_min_pairs) \
                 & (cost >= cfg.link_step_share)
 
+    # Both tests hold a pair to the same DP peers' pairs: their quartiles, computed once.
+    reference = reference_quartiles(arrays, steps, pp, dp) if dp > 1 else None
     by_sender = sender_window_signals(arrays, pp, dp, steps, cfg.min_steps, ~to_slow,
-                                      informative=True)
+                                      informative=True, reference=reference)
     by_worker = worker_window_signals(arrays, pp, dp, steps, cfg.min_steps,
-                                      ~(to_slow | from_slow), informative=True)
+                                      ~(to_slow | from_slow), informative=True,
+                                      reference=reference)
     tests = {"sender": (by_sender, *flags(by_sender, [sender])),
              "worker": (by_worker, *flags(by_worker, [sender, receiver]))}
     flagged = {name: {(int(p), int(d)) for p, d in zip(*np.nonzero(f.any(axis=2)))}

@@ -9,6 +9,7 @@ detector derives is the same as with pandas:
     codes = row_codes([step, dp_rank, stage])      # dense group code per row
     li, ri = inner_join(left_keys, right_keys)     # DataFrame.merge(how="inner") rows
     med = group_median(key, values, n_groups)      # groupby(key)[v].median()
+    med = sorted_group_median(key, values, n)      # the same, rows already by key, value
     q25, q75 = group_quantiles(key, values, n_groups, (0.25, 0.75))  # .quantile(...)
     sums = group_sum(key, values, n_groups)        # groupby(key)[v].sum()
     mask = optype_mask(trace["optype"], ["forward-send"])  # astype(str).isin(...)
@@ -115,7 +116,13 @@ def sorted_in_groups(key: np.ndarray, values: np.ndarray) -> np.ndarray:
 def group_median(key: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
     """Per group 0..n_groups-1, the median of its non-NaN values (NaN where none), as
     pandas' groupby median: an even count takes the mean of the two middle values."""
-    v = sorted_in_groups(key, values)  # by group, then value; NaN sorts last in a group
+    order = group_value_order(key, values)  # by group, then value; NaN sorts last in a group
+    return sorted_group_median(key[order], values[order], n_groups)
+
+
+def sorted_group_median(key: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """`group_median` of rows already by group, then value (NaN last in a group): the
+    order `group_value_order` gives, or a subset of rows kept in it."""
     size = np.bincount(key, minlength=n_groups)
     valid = np.bincount(key[~np.isnan(values)], minlength=n_groups)
     start = np.cumsum(size) - size
@@ -123,7 +130,7 @@ def group_median(key: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarr
     has = valid > 0
     lo = start[has] + (valid[has] - 1) // 2
     hi = start[has] + valid[has] // 2
-    out[has] = np.where(lo == hi, v[lo], (v[lo] + v[hi]) / 2)
+    out[has] = np.where(lo == hi, values[lo], (values[lo] + values[hi]) / 2)
     return out
 
 

@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.method.grouped import (
-    group_median,
     group_quantiles,
     group_value_order,
     inner_join,
     optype_masks,
-    row_codes,
+    sorted_group_median,
 )
 
 _KEYS = ["step", "dp_rank", "stage", "seq_id"]
@@ -180,7 +179,8 @@ class PairArrays:
 def sender_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
                           steps: np.ndarray, window: int,
                           own_ok: pd.Series | np.ndarray | None = None,
-                          informative: bool = False) -> LinkSignals:
+                          informative: bool = False,
+                          reference: list[np.ndarray] | None = None) -> LinkSignals:
     """Per sender and window of `window` consecutive steps (starting at each step), pooled
     over the window's pairs: see `LinkSignals`.
 
@@ -195,7 +195,8 @@ def sender_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
     others serve only as reference (e.g. pairs whose receiver is a slow device, which
     completes its recvs late by itself); a Series is aligned with a frame's index, an
     array is by position. pairs: `p2p_pair_latency`'s frame, or its `PairArrays` when
-    the caller runs both signal functions on it.
+    the caller runs both signal functions on it; reference: `reference_quartiles` of
+    those arrays when the caller runs both (they share it, whatever their own_ok).
 
     The reference of a pair is the same step's pairs of the other senders, and with DP
     peers only those of the same stage and direction: pairs differ by where they sit in
@@ -203,11 +204,10 @@ def sender_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
     compared with the senders in its place. NaN where a sender has no pair in a window,
     or the run is shorter than `window`.
     """
-    out, n_win, waiting, own, _ = _start(pairs, pp, dp, steps, window, own_ok)
+    out, n_win, waiting, own, own_mask = _start(pairs, pp, dp, steps, window, own_ok)
     if out is None:
         return LinkSignals.empty(pp, dp, n_win)
-    q = _leave_one_out_quantiles(waiting.latency, *_place(waiting, steps, pp, dp),
-                                 *_place(own, steps, pp, dp), (0.25, 0.5, 0.75))
+    q = _own_quartiles(waiting, own, own_mask, steps, pp, dp, reference)
     _pool_windows(out, own.sender * dp + own.dp_rank, np.searchsorted(steps, own.step),
                   own.latency, q, dp, n_win, window, own.waiting if informative else None)
     return out
@@ -216,7 +216,8 @@ def sender_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
 def worker_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
                           steps: np.ndarray, window: int,
                           own_ok: pd.Series | np.ndarray | None = None,
-                          informative: bool = False) -> LinkSignals:
+                          informative: bool = False,
+                          reference: list[np.ndarray] | None = None) -> LinkSignals:
     """Per worker [stage, dp] and window, pooled over the pairs it sends *or receives*.
 
     A throttled veth (tc, both ways) slows every pair that passes the worker's link, so
@@ -232,17 +233,16 @@ def worker_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
       same: the trace cannot tell which end of the one link is slow, and a slow link that
       lasts the whole run has no reference at all.
 
-    own_ok and informative: as for `sender_window_signals`.
+    own_ok, informative and reference: as for `sender_window_signals`.
     """
-    out, n_win, waiting, own, _ = _start(pairs, pp, dp, steps, window, own_ok)
+    out, n_win, waiting, own, own_mask = _start(pairs, pp, dp, steps, window, own_ok)
     if out is None:
         return LinkSignals.empty(pp, dp, n_win)
     ends = (own.sender, own.receiver)
     step_i, latency = np.searchsorted(steps, own.step), own.latency
     waited = own.waiting if informative else None
     if dp > 1:  # each pair against its DP peers', counted for both its ends
-        q = _leave_one_out_quantiles(waiting.latency, *_place(waiting, steps, pp, dp),
-                                     *_place(own, steps, pp, dp), (0.25, 0.5, 0.75))
+        q = _own_quartiles(waiting, own, own_mask, steps, pp, dp, reference)
         d = own.dp_rank
         _pool_windows(out, np.concatenate([ends[0] * dp + d, ends[1] * dp + d]),
                       np.tile(step_i, 2), np.tile(latency, 2), [np.tile(x, 2) for x in q],
@@ -275,7 +275,8 @@ def worker_window_signals(pairs: pd.DataFrame | PairArrays, pp: int, dp: int,
 def _start(pairs: pd.DataFrame | PairArrays, pp: int, dp: int, steps: np.ndarray,
            window: int, own_ok: pd.Series | np.ndarray | None) -> tuple:
     """(signals to fill or None when there is nothing to measure, window count, reference
-    pairs (receiver waiting), own pairs, all pairs' arrays), all within `steps`."""
+    pairs (receiver waiting), own pairs, the own pairs' mask over all pairs), all within
+    `steps`."""
     n_win = max(len(steps) - window + 1, 0)
     if isinstance(own_ok, pd.Series) and isinstance(pairs, pd.DataFrame) \
             and not own_ok.index.equals(pairs.index):
@@ -287,7 +288,36 @@ def _start(pairs: pd.DataFrame | PairArrays, pp: int, dp: int, steps: np.ndarray
     waiting, own = arrays.rows(waiting_mask), arrays.rows(own_mask)
     out = None if (not waiting_mask.any() or not own_mask.any() or n_win == 0) \
         else LinkSignals.empty(pp, dp, n_win)
-    return out, n_win, waiting, own, arrays
+    return out, n_win, waiting, own, own_mask
+
+
+def reference_quartiles(pairs: PairArrays, steps: np.ndarray, pp: int,
+                        dp: int) -> list[np.ndarray]:
+    """Per pair of `pairs` within `steps` (NaN for the others): the quartiles [q25, q50,
+    q75] of its reference pairs (receiver waiting) in its place, itself and its member's
+    left out (see `_place`); both signal functions take them as `reference`, so a caller
+    that runs both computes them once."""
+    in_steps = np.isin(pairs.step, steps)
+    waiting = pairs.rows(in_steps & pairs.waiting.astype(bool))
+    out = [np.full(len(pairs.step), np.nan) for _ in range(3)]
+    if len(waiting.step) and in_steps.any():
+        q = _leave_one_out_quantiles(waiting.latency, *_place(waiting, steps, pp, dp),
+                                     *_place(pairs.rows(in_steps), steps, pp, dp),
+                                     (0.25, 0.5, 0.75))
+        for column, values in zip(out, q):
+            column[in_steps] = values
+    return out
+
+
+def _own_quartiles(waiting: PairArrays, own: PairArrays, own_mask: np.ndarray,
+                   steps: np.ndarray, pp: int, dp: int,
+                   reference: list[np.ndarray] | None) -> list[np.ndarray]:
+    """The own pairs' reference quartiles: taken from `reference` when given (a pair's
+    quartiles do not depend on which other pairs are wanted), else computed."""
+    if reference is not None:
+        return [column[own_mask] for column in reference]
+    return _leave_one_out_quantiles(waiting.latency, *_place(waiting, steps, pp, dp),
+                                    *_place(own, steps, pp, dp), (0.25, 0.5, 0.75))
 
 
 def _place(pairs: PairArrays, steps: np.ndarray, pp: int,
@@ -317,34 +347,48 @@ def _pool_windows(out: LinkSignals, owner: np.ndarray, step_i: np.ndarray,
                   latency: np.ndarray, q: list[np.ndarray], dp: int, n_win: int,
                   window: int, waited: np.ndarray | None = None) -> None:
     """Fill `out` per owner (stage * dp + dp_rank) and window from per-pair latencies and
-    their reference quartiles q = [q25, q50, q75]; pairs without a reference are left out."""
+    their reference quartiles q = [q25, q50, q75]; pairs without a reference are left out.
+
+    The pairs are sorted once per median (by owner, then value); a window's pairs keep that
+    order, so each window's per-owner medians are read at positions, with no sort of the
+    pairs copied into every window that holds their step (`window` times as many rows)."""
     q25, q50, q75 = q
     keep = ~np.isnan(q50)  # a pair with no reference pair left says nothing
     if waited is not None:  # a late receiver's fast pair hides what the link did
         keep &= waited | (latency > q75)
     latency, q25, q50, q75 = latency[keep], q25[keep], q50[keep], q75[keep]
-    above = latency - q50
-    over, rel = latency > q75, above / np.maximum(q75 - q25, 1e-6)
     if not len(latency):
         return
-    # Each pair counts in every window that holds its step: windows start at step_i - o.
-    w = (step_i[keep][None, :] - np.arange(window)[:, None]).ravel()
-    row = np.tile(np.arange(len(latency)), window)
-    inside = (w >= 0) & (w < n_win)
-    w, row = w[inside], row[inside]
-    if not len(row):
-        return
-    owner = owner[keep][row]
-    code, n = row_codes([owner, w])  # the (owner, window) groups, as a sorted groupby's
-    first = np.zeros(n, dtype=np.int64)
-    first[code[::-1]] = np.arange(len(code))[::-1]  # a row of each group
-    s, w = owner[first], w[first]
-    size = np.bincount(code, minlength=n)
-    # The share is the mean of a bool (an exact count over the size, as pandas' mean).
-    out.share[s // dp, s % dp, w] = np.bincount(code, weights=over[row], minlength=n) / size
-    out.excess_iqr[s // dp, s % dp, w] = group_median(code, rel[row], n)
-    out.excess_s[s // dp, s % dp, w] = group_median(code, above[row], n)
-    out.count[s // dp, s % dp, w] = size
+    owner, step_i = owner[keep], step_i[keep]
+    above = latency - q50
+    over, rel = latency > q75, above / np.maximum(q75 - q25, 1e-6)
+    n_owner = out.share.shape[0] * out.share.shape[1]
+    medians = []  # per median: (pairs by owner then value, their steps' order)
+    for values in (rel, above):
+        order = group_value_order(owner, values)
+        by_step = np.argsort(step_i[order], kind="stable")  # positions in `order`, by step
+        medians.append((values, order, by_step))
+    # Pairs of steps before t: bounds[t] (step_i < n_win + window - 1, the run's steps).
+    bounds = np.r_[0, np.cumsum(np.bincount(step_i, minlength=n_win + window - 1))]
+    for w in range(n_win):  # the window of steps w .. w + window - 1
+        lo, hi = bounds[w], bounds[w + window]
+        if lo == hi:
+            continue
+        for k, (values, order, by_step) in enumerate(medians):
+            rows = order[np.sort(by_step[lo:hi])]  # the window's pairs, by owner then value
+            key = owner[rows]
+            med = sorted_group_median(key, values[rows], n_owner)
+            if k == 0:
+                size = np.bincount(key, minlength=n_owner)
+                s = np.flatnonzero(size)
+                # The share is the mean of a bool (an exact count over the size, as pandas'
+                # mean).
+                share = np.bincount(key, weights=over[rows], minlength=n_owner)
+                out.share[s // dp, s % dp, w] = share[s] / size[s]
+                out.count[s // dp, s % dp, w] = size[s]
+                out.excess_iqr[s // dp, s % dp, w] = med[s]
+            else:
+                out.excess_s[s // dp, s % dp, w] = med[s]
 
 
 def _leave_one_out_quantiles(values: np.ndarray, group: np.ndarray, member: np.ndarray,

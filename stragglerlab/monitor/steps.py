@@ -51,6 +51,10 @@ class StepBuffer:
         """The steps of each rank's buffered records."""
         self.in_order: dict[int, bool] = {}
         """Whether a rank's buffered records are in step order (so `raw` slices them)."""
+        self.blocks: dict[int, dict[str, np.ndarray]] = {}
+        """Each step's rows as `frame` builds them (`_step_block`), kept while the step is
+        buffered: the window slides by one step, so a look sorts the new step's rows only.
+        Records that arrive for a step drop its block."""
 
     def add(self, new: dict[int, np.ndarray]) -> None:
         """Keep newly read records (PartsTail.poll)."""
@@ -58,6 +62,10 @@ class StepBuffer:
             self.records.setdefault(rank, []).append(rec)
             steps = rec["step"]
             ordered = bool(len(steps) < 2 or (steps[1:] >= steps[:-1]).all())
+            if self.blocks and len(steps):  # a step's block no longer holds all its rows
+                one = ordered and steps[0] == steps[-1]
+                for s in (int(steps[0]),) if one else np.unique(steps).tolist():
+                    self.blocks.pop(s, None)
             prev = self.last_step.get(rank)
             self.in_order[rank] = self.in_order.get(rank, True) and ordered and (
                 prev is None or not len(steps) or int(steps[0]) >= prev)
@@ -118,6 +126,7 @@ class StepBuffer:
             self.records[rank] = [c for c in kept if len(c)]
             self.present[rank] = {s for s in self.present[rank] if s >= oldest_needed}
         self.step_end = {s: t for s, t in self.step_end.items() if s >= oldest_needed}
+        self.blocks = {s: b for s, b in self.blocks.items() if s >= oldest_needed}
 
     def raw(self, steps: list[int]) -> dict[int, np.ndarray]:
         """The records of `steps` by rank (a rank's chunks are merged into one on the way,
@@ -138,8 +147,73 @@ class StepBuffer:
         return out
 
     def frame(self, steps: list[int], meta: JobMeta) -> pd.DataFrame:
-        """The trace (design.md §3 columns) of `steps`, as the run-folder assembler builds it."""
-        return records_frame(self.raw(steps), meta.dp_size)
+        """The trace (design.md §3 columns) of `steps`, as the run-folder assembler builds it:
+        `records_frame` of their records, from each step's rows sorted once (`blocks`)."""
+        if sorted(set(steps)) != list(steps):
+            return records_frame(self.raw(steps), meta.dp_size)
+        for s in steps:
+            if s not in self.blocks:
+                self.blocks[s] = _step_block(self.raw([s]))
+        blocks = [self.blocks[s] for s in steps]
+        cols = {k: np.concatenate([b[k] for b in blocks]) for k in _BLOCK_COLUMNS}
+        if not len(cols["rank"]):
+            return pd.DataFrame()
+        start = cols.pop("start")
+        t0 = start.min()
+        start_ts = start - t0
+        rank, step = cols["rank"], cols["step"]
+        # Rows of a (step, rank) are by start, ties in record order; records_frame sorts by
+        # start - t0, where the subtraction could round two starts to one value (then record
+        # order decides): if it did, that frame is built as records_frame builds it.
+        if ((start_ts[1:] == start_ts[:-1]) & (start[1:] != start[:-1])
+                & (rank[1:] == rank[:-1]) & (step[1:] == step[:-1])).any():
+            return records_frame(self.raw(steps), meta.dp_size)
+        return _frame_of({"rank": rank, "dp_rank": rank % meta.dp_size,
+                          "stage": rank // meta.dp_size, "step": step,
+                          "optype": cols["optype"], "start_ts": start_ts,
+                          "duration": cols["duration"], **{k: cols[k] for k in _PLAIN}},
+                         float(t0))
+
+
+_PLAIN = ("seq_id", "mb_id", "mc", "gmc", "seq_len_sq_sum")
+"""Record fields that are frame columns as they are (int64, or float64 for the last)."""
+_BLOCK_COLUMNS = ("rank", "step", "optype", "start", "duration", *_PLAIN)
+
+
+def _record_columns(by_rank: dict[int, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Per-rank records as columns (ranks ascending, each rank's records in its order; the
+    start as recorded), or None when there is no record."""
+    parts = [(r, rec) for r, rec in sorted(by_rank.items()) if len(rec)]
+    if not parts:
+        return None
+    rec = _cat([p for _, p in parts])
+    return {
+        "rank": np.concatenate([np.full(len(p), r, dtype=np.int64) for r, p in parts]),
+        "step": rec["step"].astype(np.int64),
+        "optype": rec["optype"].astype(np.int64),
+        "start": rec["start"],
+        "duration": np.maximum(rec["end"] - rec["start"], 0.0),
+        **{k: rec[k].astype(np.float64 if k == "seq_len_sq_sum" else np.int64)
+           for k in _PLAIN},
+    }
+
+
+def _step_block(by_rank: dict[int, np.ndarray]) -> dict[str, np.ndarray]:
+    """One step's record columns, rows by (rank, start), ties in record order."""
+    cols = _record_columns(by_rank)
+    if cols is None:
+        return {k: np.zeros(0, dtype=np.float64 if k in ("start", "duration", "seq_len_sq_sum")
+                            else np.int64) for k in _BLOCK_COLUMNS}
+    order = group_value_order(cols["rank"], cols["start"])
+    return {k: cols[k][order] for k in _BLOCK_COLUMNS}
+
+
+def _frame_of(cols: dict[str, np.ndarray], t0: float) -> pd.DataFrame:
+    """The trace DataFrame of sorted columns (optype as the schema's categorical)."""
+    cols["optype"] = pd.Categorical.from_codes(cols["optype"], categories=list(OPTYPE_VALUES))
+    df = pd.DataFrame(cols)
+    df.attrs["clock_origin"] = t0  # the trace clock's reading at start_ts 0
+    return df
 
 
 def _cat(chunks: list[np.ndarray]) -> np.ndarray:
@@ -163,34 +237,18 @@ def _order(step: np.ndarray, rank: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 def records_frame(by_rank: dict[int, np.ndarray], dp: int) -> pd.DataFrame:
     """A trace DataFrame from per-rank trace-part records (times from the first op)."""
-    parts = [(r, rec) for r, rec in sorted(by_rank.items()) if len(rec)]
-    if not parts:
+    cols = _record_columns(by_rank)
+    if cols is None:
         return pd.DataFrame()
-    rec = _cat([p for _, p in parts])
-    rank = np.concatenate([np.full(len(p), r, dtype=np.int64) for r, p in parts])
-    t0 = rec["start"].min()
-    cols = {
-        "rank": rank,
-        "dp_rank": rank % dp,
-        "stage": rank // dp,
-        "step": rec["step"].astype(np.int64),
-        "optype": rec["optype"].astype(np.int64),
-        "start_ts": rec["start"] - t0,
-        "duration": np.maximum(rec["end"] - rec["start"], 0.0),
-        "seq_id": rec["seq_id"].astype(np.int64),
-        "mb_id": rec["mb_id"].astype(np.int64),
-        "mc": rec["mc"].astype(np.int64),
-        "gmc": rec["gmc"].astype(np.int64),
-        "seq_len_sq_sum": rec["seq_len_sq_sum"].astype(np.float64),
-    }
+    rank, start = cols["rank"], cols.pop("start")
+    t0 = start.min()
+    cols = {"rank": rank, "dp_rank": rank % dp, "stage": rank // dp, "step": cols["step"],
+            "optype": cols["optype"], "start_ts": start - t0, "duration": cols["duration"],
+            **{k: cols[k] for k in _PLAIN}}
     # Rows by (step, rank, start_ts), stably, as DataFrame.sort_values orders them (times
     # are finite, tail-checked): sorted once on the arrays, each column taken once.
     order = _order(cols["step"], rank, cols["start_ts"])
-    cols = {k: v[order] for k, v in cols.items()}
-    cols["optype"] = pd.Categorical.from_codes(cols["optype"], categories=list(OPTYPE_VALUES))
-    df = pd.DataFrame(cols)
-    df.attrs["clock_origin"] = float(t0)  # the trace clock's reading at start_ts 0
-    return df
+    return _frame_of({k: v[order] for k, v in cols.items()}, float(t0))
 
 
 def infer_layout(by_rank: dict[int, np.ndarray]) -> tuple[int, int] | str:

@@ -343,3 +343,42 @@ def test_the_noise_floor_given_holds_the_windows_findings(tmp_path, slow_src):
     path.write_text("schema: stragglerlab.noise-floor/1\nfamilies: {dp+pp: {n_runs: 0}}\n")
     with pytest.raises(InputError, match="n_runs"):
         make_monitor(tmp_path / "bad", noise_floor=str(path))
+
+
+def test_window_frame_from_cached_steps_is_records_frame(tmp_path, slow_src):
+    """The window's frame, built from each step's rows sorted once, is the frame of the
+    window's records, as the window slides, when late records change a buffered step, and
+    when the shift to the window's first op would round two starts into one."""
+    import numpy as np
+    import pandas as pd
+
+    from stragglerlab.monitor.steps import StepBuffer, records_frame
+
+    feeder, mon = make_feeder(slow_src, tmp_path), make_monitor(tmp_path)
+    meta = JobMeta(dp_size=2, pp_size=2)
+    for step in feeder.steps:
+        feeder.write_step(step)
+        mon.buffer.add(mon.tail.poll())
+        steps = sorted(mon.buffer.present[0])[-3:]
+        pd.testing.assert_frame_equal(mon.buffer.frame(steps, meta),
+                                      records_frame(mon.buffer.raw(steps), 2), check_exact=True)
+        mon.buffer.prune(steps[-1] - 1)
+    assert len(mon.buffer.blocks) == 2  # the steps a window still needs
+    mon.sender.close()
+
+    def records(steps, starts, seq):
+        rec = np.zeros(len(steps), dtype=RECORD)
+        rec["step"], rec["start"], rec["seq_id"] = steps, starts, seq
+        rec["end"] = rec["start"] + 0.5
+        return rec
+
+    buf, one = StepBuffer(4), JobMeta(dp_size=1, pp_size=1)
+    # Before the shift, 1.0 and the next float are two starts; 1.0 below zero, one.
+    buf.add({0: records([0, 1, 1], [-1.0, np.nextafter(1.0, 2.0), 1.0], [0, 1, 2])})
+    frame = buf.frame([0, 1], one)
+    pd.testing.assert_frame_equal(frame, records_frame(buf.raw([0, 1]), 1), check_exact=True)
+    assert frame["seq_id"].tolist() == [0, 1, 2]  # tied after the shift: record order
+    buf.add({0: records([1, 0], [0.5, -2.0], [3, 4])})  # late records of both steps
+    pd.testing.assert_frame_equal(buf.frame([0, 1], one), records_frame(buf.raw([0, 1]), 1),
+                                  check_exact=True)
+    assert len(buf.frame([0, 1], one)) == 5

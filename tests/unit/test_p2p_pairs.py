@@ -170,3 +170,60 @@ def test_informative_pairs_keep_a_delay_a_late_receiver_hides():
     informed = sender_window_signals(pairs, 4, 1, steps, 3, informative=True)
     assert (plain.share[0, 0, 2:] < 0.5).all()
     assert (informed.share[0, 0, 2:] == 1.0).all() and (informed.count[0, 0, 2:] == 3).all()
+
+
+def test_pooled_windows_match_pandas_over_each_windows_pairs():
+    """Per owner and window: the share over the upper quartile (a bool's mean), the median
+    excess in IQRs and in seconds and the count, as a pandas groupby over the pairs each
+    window holds (a pair counts in every window that holds its step), bit for bit."""
+    from stragglerlab.method.p2p_pairs import LinkSignals, _pool_windows
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        pp, dp, n_steps, window = 3, int(rng.integers(1, 4)), int(rng.integers(1, 12)), \
+            int(rng.integers(1, 5))
+        n_win = max(n_steps - window + 1, 0)
+        n = int(rng.integers(1, 200))
+        owner, step_i = rng.integers(0, pp * dp, n), rng.integers(0, n_steps, n)
+        latency = np.round(rng.exponential(1.0, n), 2)  # ties included
+        q50 = np.where(rng.random(n) < 0.1, np.nan, np.round(rng.exponential(1.0, n), 1))
+        q25, q75 = q50 - rng.random(n) * (trial % 2), q50 + rng.random(n)
+        waited = rng.random(n) < 0.6 if trial % 3 else None
+        got = LinkSignals.empty(pp, dp, n_win)
+        _pool_windows(got, owner, step_i, latency, [q25, q50, q75], dp, n_win, window, waited)
+        keep = ~np.isnan(q50) & (True if waited is None else waited | (latency > q75))
+        pairs = pd.DataFrame({"owner": owner, "step": step_i, "over": latency > q75,
+                              "above": latency - q50,
+                              "rel": (latency - q50) / np.maximum(q75 - q25, 1e-6)})[keep]
+        want = LinkSignals.empty(pp, dp, n_win)
+        for w in range(n_win):
+            by = pairs[(pairs["step"] >= w) & (pairs["step"] < w + window)].groupby("owner")
+            for o, g in by:
+                at = (o // dp, o % dp, w)
+                want.share[at], want.count[at] = g["over"].mean(), len(g)
+                want.excess_iqr[at], want.excess_s[at] = g["rel"].median(), g["above"].median()
+        for field in ("share", "excess_iqr", "excess_s", "count"):
+            assert np.array_equal(getattr(got, field), getattr(want, field), equal_nan=True)
+
+
+def test_shared_reference_gives_each_test_its_own_signals():
+    """The reference quartiles computed once for all pairs give each signal function, whatever
+    its own pairs, the signals it computes alone."""
+    from stragglerlab.method.p2p_pairs import PairArrays, reference_quartiles
+
+    def extra(step, d, stage, k):
+        return 0.003 if (d, stage) == (1, 0) and step >= 2 else 0.0
+
+    arrays = PairArrays.of(p2p_pair_latency(_trace(extra, dp=3, waiting=lambda s, d, k: k != 2)))
+    rng = np.random.default_rng(2)
+    for steps in (np.arange(6), np.arange(1, 5)):
+        reference = reference_quartiles(arrays, steps, 3, 3)
+        for own_ok in (None, rng.random(len(arrays.step)) < 0.7):
+            for signals in (sender_window_signals, worker_window_signals):
+                alone = signals(arrays, 3, 3, steps, 3, own_ok, informative=True)
+                shared = signals(arrays, 3, 3, steps, 3, own_ok, informative=True,
+                                 reference=reference)
+                for field in ("share", "excess_iqr", "excess_s", "count"):
+                    assert np.array_equal(getattr(alone, field), getattr(shared, field),
+                                          equal_nan=True)
+                assert (alone.count > 0).any()

@@ -10,6 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from stragglerlab.analysis.steps import step_times  # noqa: E402
@@ -135,3 +137,20 @@ def test_the_mean_ideals_own_shortfall_is_predicted_from_the_layout(tmp_path):
     assert ours["level1_run_errors_net_pct"] == [round(100 * m.net_error("mean"), 1)]
     assert ours["level1_mean_shortfall_pct"] == [round(100 * m.mean_shortfall, 1)]
     assert "(net " in ours["markdown"]
+
+
+def test_step_times_are_pandas_groupby_with_rows_by_step_or_not():
+    """Rows by step (a window's frame) take a path without a sort; both give pandas' numbers
+    (latest end - earliest start per step), bit for bit."""
+    rng = np.random.default_rng(4)
+    for trial in range(60):
+        n = int(rng.integers(1, 200))
+        step = rng.integers(0, 6, n)
+        trace = pd.DataFrame({"step": np.sort(step) if trial % 2 else step,
+                              "start_ts": rng.random(n) * 10.0 ** rng.integers(-6, 6),
+                              "duration": rng.random(n)})
+        end = trace["start_ts"] + trace["duration"]
+        want = end.groupby(trace["step"]).max() - trace.groupby("step")["start_ts"].min()
+        got = step_times(trace)
+        assert np.array_equal(got.to_numpy(), want.to_numpy())
+        assert got.index.tolist() == want.index.tolist()
