@@ -33,57 +33,57 @@ _P2P = [OPTYPE_VALUES.index(t.value) for t in (OpType.FORWARD_SEND, OpType.FORWA
 
 
 class StepBuffer:
-    """The records of the latest steps by rank, kept until no window needs them.
+    """The records of the latest steps by step and rank, kept until no window needs them.
 
     What a look needs per rank is kept beside the records as they arrive (the steps
     present, their latest op end, the optimizer's steps), so that a look at 1,024 ranks
-    walks no rank's records but the new ones; a rank's records in step order (as the
-    tail takes them) are cut out of the buffer by position, not by testing every row."""
+    walks no rank's records but the new ones; the records are filed by step as they
+    arrive (a chunk of one step, as a look per step reads them, is filed whole), so a
+    step's records are taken without cutting them out of each rank's buffer."""
 
     def __init__(self, keep_steps: int) -> None:
         self.keep_steps = keep_steps
-        self.records: dict[int, list[np.ndarray]] = {}
+        self.by_step: dict[int, dict[int, list[np.ndarray]]] = {}
+        """step -> rank -> that rank's records of the step, in the order they came."""
         self.last_step: dict[int, int] = {}
         self.optimizer_steps: dict[int, set[int]] = {}
         self.step_end: dict[int, float] = {}
         """Latest op end of each buffered step over the ranks seen (the trace's clock)."""
         self.present: dict[int, set[int]] = {}
         """The steps of each rank's buffered records."""
-        self.in_order: dict[int, bool] = {}
-        """Whether a rank's buffered records are in step order (so `raw` slices them)."""
         self.blocks: dict[int, dict[str, np.ndarray]] = {}
         """Each step's rows as `frame` builds them (`_step_block`), kept while the step is
         buffered: the window slides by one step, so a look sorts the new step's rows only.
         Records that arrive for a step drop its block."""
 
+    def _file(self, step: int, rank: int, rec: np.ndarray) -> None:
+        self.by_step.setdefault(step, {}).setdefault(rank, []).append(rec)
+        self.blocks.pop(step, None)  # its block no longer holds all its rows
+
     def add(self, new: dict[int, np.ndarray]) -> None:
         """Keep newly read records (PartsTail.poll)."""
         for rank, rec in new.items():
-            self.records.setdefault(rank, []).append(rec)
             steps = rec["step"]
             ordered = bool(len(steps) < 2 or (steps[1:] >= steps[:-1]).all())
-            if self.blocks and len(steps):  # a step's block no longer holds all its rows
-                one = ordered and steps[0] == steps[-1]
-                for s in (int(steps[0]),) if one else np.unique(steps).tolist():
-                    self.blocks.pop(s, None)
-            prev = self.last_step.get(rank)
-            self.in_order[rank] = self.in_order.get(rank, True) and ordered and (
-                prev is None or not len(steps) or int(steps[0]) >= prev)
             self.last_step[rank] = int(steps[-1])
             if ordered and steps[0] == steps[-1]:  # one step (a look per step): one segment
                 s, end = int(steps[0]), float(rec["end"].max())
+                self._file(s, rank, rec)
                 self.present.setdefault(rank, set()).add(s)
                 opt = self.optimizer_steps.setdefault(rank, set())
                 if (rec["optype"] == _OPTIMIZER).any():
                     opt.add(s)
                 self.step_end[s] = max(self.step_end.get(s, end), end)
                 continue
-            order = slice(None) if ordered else np.argsort(steps, kind="stable")
-            steps, end = steps[order], rec["end"][order]
-            opt = (rec["optype"] == _OPTIMIZER)[order]
+            if not ordered:  # by step, each step's records in the order they came
+                rec = rec[np.argsort(steps, kind="stable")]
+                steps = rec["step"]
+            end, opt = rec["end"], rec["optype"] == _OPTIMIZER
             # One segment per step: its first row, latest end, and optimizer ops.
             first = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
             present = steps[first].tolist()
+            for s, lo, hi in zip(present, first.tolist(), [*first[1:].tolist(), len(rec)]):
+                self._file(s, rank, rec[lo:hi])
             self.present.setdefault(rank, set()).update(present)
             self.optimizer_steps.setdefault(rank, set()).update(
                 s for s, n in zip(present, np.add.reduceat(opt, first).tolist()) if n)
@@ -121,30 +121,18 @@ class StepBuffer:
 
     def prune(self, oldest_needed: int) -> None:
         """Drop buffered records of steps before `oldest_needed`."""
-        for rank, chunks in self.records.items():
-            kept = [c[c["step"] >= oldest_needed] for c in chunks]
-            self.records[rank] = [c for c in kept if len(c)]
+        for rank in self.present:
             self.present[rank] = {s for s in self.present[rank] if s >= oldest_needed}
-        self.step_end = {s: t for s, t in self.step_end.items() if s >= oldest_needed}
-        self.blocks = {s: b for s, b in self.blocks.items() if s >= oldest_needed}
+        for name in ("by_step", "step_end", "blocks"):
+            setattr(self, name, {s: v for s, v in getattr(self, name).items()
+                                 if s >= oldest_needed})
 
     def raw(self, steps: list[int]) -> dict[int, np.ndarray]:
-        """The records of `steps` by rank (a rank's chunks are merged into one on the way,
-        so the next window concatenates two, not K)."""
-        want = np.asarray(steps, dtype=np.int64)
-        lo, hi = (int(want.min()), int(want.max())) if len(want) else (0, -1)
-        # Steps lo..hi all wanted: a rank's records in step order are one slice of them.
-        whole = len(want) > 0 and len(set(want.tolist())) == hi - lo + 1
-        out = {}
-        for rank, chunks in sorted(self.records.items()):
-            rec = _cat(chunks)
-            self.records[rank] = [rec] if len(rec) else []
-            if whole and self.in_order.get(rank, False):
-                s = rec["step"]
-                out[rank] = rec[np.searchsorted(s, lo, "left"):np.searchsorted(s, hi, "right")]
-            else:
-                out[rank] = rec[np.isin(rec["step"], want)]
-        return out
+        """The records of `steps` by rank (every rank seen; a rank's records by step, each
+        step's in the order they came)."""
+        held = [self.by_step.get(s, {}) for s in sorted(set(steps))]
+        return {rank: _cat([c for per_rank in held for c in per_rank.get(rank, ())])
+                for rank in sorted(self.last_step)}
 
     def frame(self, steps: list[int], meta: JobMeta) -> pd.DataFrame:
         """The trace (design.md §3 columns) of `steps`, as the run-folder assembler builds it:
