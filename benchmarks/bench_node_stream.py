@@ -12,8 +12,12 @@ folder of the monitor's host (`PartReceiver.accept`), as workloads/cluster_strea
 does with the bytes Ray carried; `stragglerlab monitor --run RUN --no-serve` (its own
 process, default 0.5 s look) analyses each complete step's window.
 
-Reported: the stream's lag, from a step's end to every rank's records of it being on
-the monitor's host (the part this path adds to a one-host run), and the lag from a
+Reported: the stream's lag, from the parts being written (this process writes every
+rank's, one after another, then every rank's status) to every rank's records of the step
+being on the monitor's host (the part this path adds to a one-host run), how long after
+the step's end this process had written the parts and the status files (a step is
+complete to the monitor once every rank's status says so; a job's ranks write their own
+at once, so this share is the benchmark's, not a job's), and the lag from a
 step's last op to its window being published (`lag_from_step_end_s` of windows.jsonl;
 the page shows it within the server's 0.25 s event poll), median and max over full
 windows, with the host's load average (the window's analysis time is
@@ -99,6 +103,7 @@ def main() -> None:
         stats = {"pulls": 0, "bytes": 0, "errors": 0, "pull_s": []}
         ends: dict[int, tuple[float, int]] = {}  # step -> (its end, part bytes through it)
         arrived: dict[int, float] = {}
+        written: dict[int, tuple[float, float]] = {}  # step -> parts, statuses written (s)
 
         seen: dict[int, dict] = {n: {} for n in nodes}  # each helper's status_seen
 
@@ -137,7 +142,8 @@ def main() -> None:
             for step in range(args.steps):
                 g = by_step[src_steps[step % len(src_steps)]]
                 end_rel = float((g["start_ts"] + g["duration"]).max())
-                recs = step_records(g, time.monotonic() - end_rel)
+                step_end = time.monotonic()  # the step's last op ends now (the trace clock)
+                recs = step_records(g, step_end - end_rel)
                 for rank, rec in recs.items():
                     rec["step"] = step
                     folder = nodes[node_of[rank]]
@@ -151,6 +157,7 @@ def main() -> None:
                     atomic_write_text(nodes[node_of[rank]] / "status" / f"rank{rank}.json",
                                       json.dumps({"rank": rank, "step": step,
                                                   "started": step + 1}))
+                written[step] = (ends[step][0] - step_end, time.monotonic() - step_end)
                 next_at = t_start + (step + 1) * args.step_s
                 while time.monotonic() < next_at:
                     if (kib := rss_kib(mon.pid)) is not None:
@@ -199,6 +206,19 @@ def main() -> None:
           f"thread's CPU time), the "
           f"monitor {mon_cpu / max(1, len(windows)):.3f} s per window (its whole CPU time "
           f"over {len(windows)} windows, start-up included)")
+    after_written = [w["lag_from_step_end_s"] - written[w["step"]][1] for w in full[:-1]
+                     if w["lag_from_step_end_s"] is not None and w["step"] in written]
+    if after_written:
+        print(f"window lag from the last status file written (the stream and the monitor, "
+              f"the benchmark's own writing left out): median "
+              f"{statistics.median(after_written):.3f} s, max {max(after_written):.3f} s")
+    print(f"the monitor: {statistics.median(w['lag_s'] for w in full):.3f} s median from the "
+          "look that found a step complete to its window published (lag_s)")
+    print(f"the ranks' files, written by this one process rank after rank (a job's ranks "
+          f"write their own at once): parts {statistics.median(w[0] for w in written.values()):.3f}"
+          f" s, status files {statistics.median(w[1] for w in written.values()):.3f} s after "
+          "the step's end (median); a step is complete to the monitor once every status is "
+          "there")
     print(f"stream: {stats['pulls']} pulls, {stats['bytes'] / 2**20:.1f} MiB, "
           f"{stats['errors']} refused batches; monitor errors: {errors[:3]}; "
           f"lag quartiles {np.percentile(lags, [25, 50, 75]).round(3).tolist()}")
