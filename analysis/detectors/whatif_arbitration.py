@@ -28,13 +28,16 @@ board by its `Settle` mode. It is the one place that says which finding wins:
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from stragglerlab.analysis.detectors.base import named_cells
 from stragglerlab.analysis.detectors.whatif_links import merge_links, prefer_ring_ends
-from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board
+from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board, Threshold
+from stragglerlab.analysis.detectors.whatif_rules import THRESHOLDS as SHARED
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
 
@@ -61,11 +64,19 @@ class Entry:
     settle: Settle
     """How its candidates are settled."""
 
+    @property
+    def module(self) -> ModuleType:
+        """The rule's module (its `rule`, `THRESHOLDS`)."""
+        return importlib.import_module(f"{RULES_PACKAGE}.{self.rule}")
+
     def run(self, s: Signals, board: Board) -> list[Finding]:
         """The rule's candidates."""
-        fn: Callable[[Signals, Board], list[Finding]] = importlib.import_module(
-            f"stragglerlab.analysis.detectors.whatif_rules.{self.rule}").rule
+        fn: Callable[[Signals, Board], list[Finding]] = self.module.rule
         return fn(s, board)
+
+
+RULES_PACKAGE = "stragglerlab.analysis.detectors.whatif_rules"
+"""Where a table entry's `rule` module is looked up."""
 
 
 PRECEDENCE: tuple[Entry, ...] = (
@@ -96,6 +107,29 @@ A residual job is the run with the faults found taken out, so its steps change w
 removed fault began or ended; that change is the removal's, not a regime the job shares."""
 
 _LINKS = (Settle.PIPELINE_LINK, Settle.RING_LINK)
+
+SHARED_RULE = "(every rule)"
+"""The rule column of the thresholds every rule shares (`whatif_rules.THRESHOLDS`)."""
+
+
+def declared_thresholds(table: tuple[Entry, ...] = PRECEDENCE) -> dict[str, tuple[str, Threshold]]:
+    """Threshold name -> (the rule declaring it, its declaration): the shared thresholds,
+    then each rule's `THRESHOLDS` in the table's order. A name declared twice is a
+    ValueError (one threshold, one owner)."""
+    return _declared(table)
+
+
+@functools.cache
+def _declared(table: tuple[Entry, ...]) -> dict[str, tuple[str, Threshold]]:
+    out: dict[str, tuple[str, Threshold]] = {}
+    for rule, declared in ((SHARED_RULE, SHARED),
+                           *((e.rule, getattr(e.module, "THRESHOLDS", ())) for e in table)):
+        for t in declared:
+            if t.name in out:
+                raise ValueError(f"threshold {t.name!r} is declared by {out[t.name][0]} and "
+                                 f"{rule}: one threshold has one owner")
+            out[t.name] = (rule, t)
+    return out
 
 
 def not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:

@@ -9,14 +9,24 @@ it in `detail`. It never removes or edits another rule's finding: overlaps are
 settled by the precedence table (`whatif_arbitration.PRECEDENCE`), the one place that
 says which rule wins.
 
+Each rule module declares, beside its `rule`:
+
+    THRESHOLDS: tuple[Threshold, ...]   # what it compares its statistics with
+
+A `Threshold` says its name (the `WhatIfDetectorConfig` field, the `--set` key and the
+noise floor's statistic), default value, unit, the statistic the noise floor reads for it
+and where the value came from; the rule table in docs/detectors.md is rendered from
+these declarations (`whatif_table.py`). The thresholds every rule shares are declared
+here (`THRESHOLDS`).
+
 Adding a rule: write `whatif_rules/<name>.py` with a `rule` function of this
-signature (read thresholds from `s.config`; add a field with its docstring to
-`whatif_config.WhatIfDetectorConfig` if it needs a new one), then add one line to
-`PRECEDENCE` saying where it stands and how its candidates are settled.
+signature and its `THRESHOLDS`, then add one line to `PRECEDENCE` saying
+where it stands and how its candidates are settled (docs/layout.md, "Adding a rule").
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from stragglerlab.run.findings import Finding, RootCause
@@ -38,3 +48,77 @@ class Board:
     rose: set[int] = field(default_factory=set)
     """Stages whose own compute rose mid-run (`stage_shift`): slow devices, so no
     heavy-stage finding stands on them."""
+
+
+class Unit(str, enum.Enum):
+    """What a threshold's value measures (the rule table's unit column)."""
+
+    RATIO = "ratio over its reference"
+    """A measure over its reference (a slowdown S, a score over the best's, a compute over
+    the peers'): 1 takes the threshold away, under 1 names ranks faster than their
+    reference (`whatif_config.RATIOS` holds these to >= 1)."""
+    STEP_SHARE = "share of a step"
+    JOB_SHARE = "share of job time"
+    SHARE = "share"
+    CORRELATION = "correlation"
+    STEPS = "steps"
+    PAIRS = "pairs"
+    IQRS = "interquartile ranges"
+
+
+@dataclass(frozen=True)
+class NoiseStatistic:
+    """How the noise floor reads a threshold's statistic on clean runs
+    (`whatif_noise.py`): the value that takes the threshold away, and the finding detail
+    keys the rule writes the statistic under."""
+
+    off: float
+    """The value under which the threshold passes everything."""
+    keys: tuple[str, ...]
+    """Finding detail keys that hold the statistic (the rule's own evidence)."""
+    both: bool = False
+    """The statistic is the least of the keys (a rule that needs every reading over it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Threshold:
+    """One threshold a rule declares: the rule table's row, the noise floor's statistic."""
+
+    name: str
+    """Its `WhatIfDetectorConfig` field: the `--set` key, the workflow config's
+    `detector_settings` key and the noise floor file's statistic."""
+    value: float
+    """Its default."""
+    unit: Unit
+    """What the value measures."""
+    what: str
+    """One line: what it decides (the rule table's text)."""
+    noise: tuple[NoiseStatistic, ...] = ()
+    """How the noise floor reads its statistic (the first says how the threshold is taken
+    away; every one's readings count); empty: the floor does not hold it."""
+    per_step: bool = False
+    """Its statistic is a time over the step's, whose clean noise is host jitter in
+    seconds per step (`whatif_noise.PER_STEP`)."""
+    provenance: str
+    """Where the value came from: the paper, or the dev runs that set it (never the test
+    split's)."""
+
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="straggling_slowdown", value=1.1, unit=Unit.RATIO,
+        what=("job slowdown S at which a job straggles (paper)"),
+        provenance="""\
+        Job slowdown S at which a job straggles (paper §4)."""),
+    Threshold(
+        name="min_steps", value=3, unit=Unit.STEPS,
+        what=("counted steps a straggler (and a link or device window) needs"),
+        provenance="""\
+        Counted steps a straggler needs (one or two slow steps are noise)."""),
+    Threshold(
+        name="online_window_steps", value=12, unit=Unit.STEPS,
+        what=("steps analysed after each step online"),
+        provenance="""\
+        Online mode analyses this many latest steps after each step (a sliding window)."""),
+)
+"""The thresholds every rule shares (and the online window), declared once."""

@@ -22,9 +22,34 @@ from __future__ import annotations
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import category_excess, peel_stragglers
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="step_threshold", value=1.15, unit=Unit.RATIO,
+        what=("a step counts toward a straggler when the worker's score is this much over the "
+              "best's"),
+        provenance="""\
+        A step counts toward a straggler when the worker's score is this much over the best's."""),
+    Threshold(
+        name="worker_threshold", value=1.1, unit=Unit.RATIO,
+        what=("mean score over the best worker's, across the window, that names a straggler"),
+        noise=(NoiseStatistic(1.0, ("relative_score",)),),
+        provenance="""\
+        Mean score over the best worker's, across the flagged window, that names a straggler."""),
+    Threshold(
+        name="compute_ratio", value=1.1, unit=Unit.RATIO,
+        what=("a straggler whose compute is this much over its stage peers' is a slow worker"),
+        noise=(NoiseStatistic(1.0, ("compute_ratio",)),),
+        provenance="""\
+        A straggler whose own compute over its peers' (`Signals.compute_over_peers`: GC-free,
+        work-normalized, over the median of its stage's other DP ranks), median over its
+        straggling window, is at least this is a slow worker: the one compute measure every
+        rule reads."""),
+)
+
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
