@@ -2,9 +2,11 @@
 
 The rules (`whatif_rules/`, one module each) propose candidate findings; this module
 runs them in the order of `PRECEDENCE` and settles each one's candidates against the
-board by its `Settle` mode. It is the one place that says which finding wins:
+board: first by the rule's declared exclusions (`EXCLUDES`: a candidate on a worker a
+board finding of an excluding cause names is dropped), then by its `Settle` mode. It is
+the one place that says which finding wins:
 
-* `ADD`: added (the rule itself skips workers the board already names).
+* `ADD`: added.
 * `FIRST_MATCH`: of a run of consecutive `FIRST_MATCH` rules the first with candidates
   wins and the rest are not run (the method's order of causes); a candidate that
   names only workers a `gc-pauses` finding names is GC seen again, and is dropped.
@@ -15,7 +17,8 @@ board by its `Settle` mode. It is the one place that says which finding wins:
   P2P link on the pipeline neighbour of a rank a ring named is dropped (the ring says
   which end of a veth throttled both ways it is), a `net-throttle` another rule named
   on a link's neighbour gives way to the link's own finding, and a link on ranks
-  already named gives way to that finding (`whatif_links.merge_links`).
+  already named gives way to that finding (`merge_links`). Before them the board's
+  slowed workers are set (`Board.slowed`): a link rule reads no link to them.
 * `UNLESS_STAGE`: run and added only when no `stage-imbalance` is on the board.
 * `UNLESS_STAGE_LIKE`: run and added only when no `stage-imbalance` or
   `seq-imbalance` is on the board.
@@ -35,8 +38,18 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from stragglerlab.analysis.detectors.base import named_cells
-from stragglerlab.analysis.detectors.whatif_links import merge_links, prefer_ring_ends
-from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE, Board, Threshold
+from stragglerlab.analysis.detectors.whatif_links import (
+    pipeline_ends,
+    ring_ends,
+    slowed_workers,
+)
+from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
+from stragglerlab.analysis.detectors.whatif_rules import (
+    STAGE_LIKE,
+    Board,
+    Exclusion,
+    Threshold,
+)
 from stragglerlab.analysis.detectors.whatif_rules import THRESHOLDS as SHARED
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
@@ -66,13 +79,22 @@ class Entry:
 
     @property
     def module(self) -> ModuleType:
-        """The rule's module (its `rule`, `THRESHOLDS`)."""
+        """The rule's module (its `rule`, `THRESHOLDS`, `EXCLUDES`)."""
         return importlib.import_module(f"{RULES_PACKAGE}.{self.rule}")
+
+    @property
+    def excludes(self) -> Exclusion:
+        """The findings that suppress the rule's candidates (its `EXCLUDES`)."""
+        return self.module.EXCLUDES
 
     def run(self, s: Signals, board: Board) -> list[Finding]:
         """The rule's candidates."""
         fn: Callable[[Signals, Board], list[Finding]] = self.module.rule
         return fn(s, board)
+
+    def candidates(self, s: Signals, board: Board) -> list[Finding]:
+        """The rule's candidates less those its exclusions drop (`excluded`)."""
+        return excluded(self.run(s, board), self.excludes, board)
 
 
 RULES_PACKAGE = "stragglerlab.analysis.detectors.whatif_rules"
@@ -132,6 +154,62 @@ def _declared(table: tuple[Entry, ...]) -> dict[str, tuple[str, Threshold]]:
     return out
 
 
+def excluded(candidates: list[Finding], excludes: Exclusion, board: Board) -> list[Finding]:
+    """Candidates less those on a worker a board finding of an excluding cause names (a
+    candidate's first named worker: each such rule names one worker per finding)."""
+    if not excludes.named_by or not candidates:
+        return candidates
+    named = named_cells([f for f in board.findings if f.root_cause in excludes.named_by])
+    return [f for f in candidates
+            if not f.ranks or (f.ranks[0].dp_rank, f.ranks[0].stage) not in named]
+
+
+def _throttle_on(f: Finding, ends: set[tuple[int, int]]) -> bool:
+    """A `net-throttle` naming only ranks in `ends`: a link seen from its other end."""
+    return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
+        (r.dp_rank, r.stage) in ends for r in f.ranks)
+
+
+def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list[Finding]:
+    """P2P link findings, less those on the pipeline neighbour of a rank a ring named
+    (`whatif_ring.py`): a veth throttled both ways slows the P2P pairs of both ends, but
+    only its own stage's ring, so the ring says which end it is. Only where the
+    neighbour's own stage has a ring to show it (3 or more DP ranks)."""
+    if dp < MIN_RING or not ring:
+        return links
+    ring_cells = named_cells(ring)
+    ends = pipeline_ends(ring_cells) - ring_cells
+    return [f for f in links if not _throttle_on(f, ends)]
+
+
+def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] = (),
+                dp: int = 0) -> list[Finding]:
+    """The other rules' findings plus the slow links (P2P `links`, then `ring` links,
+    `whatif_ring.py`) on ranks they did not name.
+
+    A `net-throttle` another rule named from comm excess on a neighbour of a slow link
+    is that link seen from its other end (a pair's excess lands on both ends; in a ring,
+    on the ranks either side): the link's own finding replaces it. Neighbours: of a P2P
+    link, same DP rank, next or previous stage; of a ring link, the same stage's DP
+    ranks either side (mod `dp`).
+    """
+    p2p_cells, ring_cells = named_cells(links), named_cells(ring)
+    ends = pipeline_ends(p2p_cells)
+    if dp:
+        ends |= ring_ends(ring_cells, dp)
+    ends -= p2p_cells | ring_cells
+    links = [*links, *ring]
+    kept = [f for f in found if not _throttle_on(f, ends)]
+    # A heavy stage or long sequences lengthen compute, never a transfer (end minus the
+    # pair's latest start): a slow link on a rank they name is a fault of its own.
+    named = named_cells([f for f in kept if f.root_cause not in STAGE_LIKE])
+    # A link named with both ends (no trace tells them apart) gives way to a rule that
+    # chose one of them as a slow link.
+    chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
+    return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
+                   and not (len(f.ranks) > 1 and named_cells([f]) & chosen)]
+
+
 def not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:
     """The findings less any stage-imbalance on a stage whose compute rose mid-run."""
     return [f for f in findings if f.root_cause is not RootCause.STAGE_IMBALANCE
@@ -157,14 +235,15 @@ def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding
                 group.append(table[i])
                 i += 1
             for member in group:
-                candidates = member.run(s, board)
+                candidates = member.candidates(s, board)
                 if candidates:
                     board.findings += _not_gc_again(candidates, board)
                     break
         elif mode in _LINKS:
             p2p, ring = [], []
+            board.slowed = slowed_workers(board.findings)
             while i < len(table) and table[i].settle in _LINKS:
-                found = table[i].run(s, board)  # every link rule reads the same board
+                found = table[i].candidates(s, board)  # every link rule reads one board
                 (ring if table[i].settle is Settle.RING_LINK else p2p).extend(found)
                 i += 1
             dp = s.run.meta.dp_size
@@ -181,7 +260,7 @@ def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding
                 continue
             if mode is Settle.UNLESS_ANY and board.findings:
                 continue
-            candidates = entry.run(s, board)
+            candidates = entry.candidates(s, board)
             if mode is Settle.STAGE_SHIFT:
                 board.rose |= {r.stage for f in candidates for r in f.ranks}
             board.findings = board.findings + candidates

@@ -42,9 +42,7 @@ def render(table: tuple[Entry, ...] = PRECEDENCE) -> str:
            "Precedence (`whatif_arbitration.PRECEDENCE`), in the order the rules run:", "",
            "| # | rule | settled | exclusions |", "|---:|---|---|---|"]
     for i, e in enumerate(table, 1):
-        excludes = getattr(e.module, "EXCLUDES", None)
-        out.append(f"| {i} | `{e.rule}` | `{e.settle.value}` | "
-                   f"{excludes.describe() if excludes is not None else '-'} |")
+        out.append(f"| {i} | `{e.rule}` | `{e.settle.value}` | {e.excludes.describe()} |")
     out += ["", "Thresholds, each declared by the rule that owns it (`whatif_rules/<rule>.py`, "
             "with where its value comes from):", "",
             "| threshold | rule | default | unit | noise floor reads | what it is |",

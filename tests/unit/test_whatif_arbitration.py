@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from stragglerlab.analysis.detectors.whatif_arbitration import (
     Settle,
     arbitrate,
 )
+from stragglerlab.analysis.detectors.whatif_rules import NO_EXCLUSION, Exclusion
 from stragglerlab.run.findings import Finding, RankRef, RootCause
 
 
@@ -38,6 +41,10 @@ class Fake(Entry):
 
     out: tuple = ()
     ran: list | None = None
+
+    @property
+    def excludes(self):
+        return NO_EXCLUSION
 
     def run(self, s, board):
         if self.ran is not None:
@@ -125,3 +132,38 @@ def test_a_link_gives_way_to_a_finding_on_its_ranks_and_replaces_its_far_end():
                        finding(RootCause.NET_THROTTLE, (2, 1)))))
     assert causes(arbitrate(_Signals(), table)) == [
         (RootCause.SLOW_WORKER, [(1, 0)]), (RootCause.NET_THROTTLE, [(2, 1)])]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Excluding(Fake):
+    """A fake rule with declared exclusions."""
+
+    excl: Exclusion = NO_EXCLUSION
+
+    @property
+    def excludes(self):
+        return self.excl
+
+
+def test_the_arbitration_applies_a_rules_exclusions_not_the_rule():
+    gc, slow = finding(RootCause.GC_PAUSES, (1, 0)), finding(RootCause.SLOW_WORKER, (0, 0))
+    device = [finding(RootCause.SLOW_WORKER, c) for c in ((0, 0), (1, 0), (2, 0))]
+    table = (Fake(rule="gc", settle=Settle.ADD, out=(gc,)),
+             Fake(rule="stragglers", settle=Settle.ADD, out=(slow,)),
+             Excluding(rule="device", settle=Settle.ADD, out=tuple(device),
+                       excl=Exclusion.any_cause_but(RootCause.GC_PAUSES)))
+    # the slow worker keeps its cell; the GC victim does not hide a slow device
+    assert causes(arbitrate(_Signals(), table)) == causes([gc, slow, device[1], device[2]])
+    table = table[:2] + (dataclasses.replace(table[2], excl=Exclusion.any_cause_but()),)
+    assert causes(arbitrate(_Signals(), table)) == causes([gc, slow, device[2]])
+
+
+def test_no_rule_filters_the_board_itself():
+    """A rule reads what the arbitration settled (`Board.slowed`, `Board.links`), never
+    the findings themselves: which finding wins is the precedence table's and the rules'
+    declared `EXCLUDES`."""
+    for m in pkgutil.iter_modules(whatif_rules.__path__):
+        text = (Path(whatif_rules.__path__[0]) / f"{m.name}.py").read_text()
+        assert "board.findings" not in text, m.name
+        module = importlib.import_module(f"{whatif_rules.__name__}.{m.name}")
+        assert isinstance(getattr(module, "EXCLUDES", None), Exclusion), m.name

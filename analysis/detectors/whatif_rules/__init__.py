@@ -5,13 +5,14 @@
 A rule reads the evidence (`whatif_signals.Signals`: the what-if metrics and the
 signals derived from them, each computed once) and what the rules before it settled
 (`Board`), and returns its candidate findings, each carrying the evidence that made
-it in `detail`. It never removes or edits another rule's finding: overlaps are
-settled by the precedence table (`whatif_arbitration.PRECEDENCE`), the one place that
-says which rule wins.
+it in `detail`. It never removes or edits another rule's finding, nor filters the
+board: overlaps are settled by the precedence table (`whatif_arbitration.PRECEDENCE`),
+the one place that says which rule wins, with the exclusions each rule declares.
 
 Each rule module declares, beside its `rule`:
 
     THRESHOLDS: tuple[Threshold, ...]   # what it compares its statistics with
+    EXCLUDES: Exclusion                  # which findings on the board suppress it
 
 A `Threshold` says its name (the `WhatIfDetectorConfig` field, the `--set` key and the
 noise floor's statistic), default value, unit, the statistic the noise floor reads for it
@@ -20,7 +21,7 @@ these declarations (`whatif_table.py`). The thresholds every rule shares are dec
 here (`THRESHOLDS`).
 
 Adding a rule: write `whatif_rules/<name>.py` with a `rule` function of this
-signature and its `THRESHOLDS`, then add one line to `PRECEDENCE` saying
+signature, its `THRESHOLDS` and `EXCLUDES`, then add one line to `PRECEDENCE` saying
 where it stands and how its candidates are settled (docs/layout.md, "Adding a rule").
 """
 
@@ -48,6 +49,38 @@ class Board:
     rose: set[int] = field(default_factory=set)
     """Stages whose own compute rose mid-run (`stage_shift`): slow devices, so no
     heavy-stage finding stands on them."""
+    slowed: set[tuple[int, int]] = field(default_factory=set)
+    """(dp_rank, stage) of the workers the findings so far name a slow device or GC victim
+    (set before the link rules run): their own slowness shows in the links they touch,
+    which says nothing of a link."""
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Which findings on the board suppress a rule's candidates: a candidate on a worker
+    a board finding of one of these causes names is dropped. The arbitration applies it
+    (`whatif_arbitration.excluded`); the rule never filters the board itself."""
+
+    named_by: frozenset[RootCause] = frozenset()
+    """The causes whose findings' workers the rule leaves to them."""
+
+    @classmethod
+    def any_cause_but(cls, *kept: RootCause) -> Exclusion:
+        """Every finding on the board suppresses the rule, except those of `kept` causes."""
+        return cls(frozenset(c for c in RootCause if c not in kept))
+
+    def describe(self) -> str:
+        """One line for the rule table."""
+        if not self.named_by:
+            return "-"
+        if len(self.named_by) == len(RootCause):
+            return "a worker any finding names"
+        but = sorted(c.value for c in RootCause if c not in self.named_by)
+        return f"a worker any finding but {', '.join(f'`{c}`' for c in but)} names"
+
+
+NO_EXCLUSION = Exclusion()
+"""No finding on the board suppresses the rule."""
 
 
 class Unit(str, enum.Enum):

@@ -5,7 +5,13 @@
 from __future__ import annotations
 
 from stragglerlab.analysis.detectors.whatif_failure import gc_pauses
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding
 
@@ -24,6 +30,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         A rank is named for GC when its pauses are at least this share of the worst rank's."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

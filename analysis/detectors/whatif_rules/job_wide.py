@@ -35,7 +35,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.over_time import (
     KIND_RATIO,
@@ -108,6 +114,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         read 0.13 and 0.11 (`tests/unit/test_job_wide_collective.py`)."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -11,16 +11,22 @@ noise divided out), held over `min_steps` consecutive steps, is arriving late. I
 is the one whose launch slowdown stands highest over that window (the only one without
 stages). The attribution exists only where the job's launch slowdown reaches the
 method's threshold (1.03), so a run whose untraced time is in the noise has no table and
-no finding; needs DP peers. Workers a finding on the board names are left to it.
+no finding; needs DP peers. Excluded (`EXCLUDES`): workers a finding on the board names
+are left to it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.base import named_cells
 from stragglerlab.analysis.detectors.whatif_device import median_of_others
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    Board,
+    Exclusion,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
 
@@ -59,8 +65,12 @@ def held_over(ratio: np.ndarray, steps: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(ratio, steps, axis=1).min(axis=2)
 
 
+EXCLUDES = Exclusion.any_cause_but()
+
+
 def rule(s: Signals, board: Board) -> list[Finding]:
-    """Late-arriving DP ranks on workers not yet named."""
+    """Late-arriving DP ranks (the arbitration leaves named workers to their findings,
+    `EXCLUDES`)."""
     cfg, run, steps = s.config, s.run, s.steps
     launch = s.evidence.launch_by_dp_rank
     w = cfg.min_steps
@@ -68,7 +78,6 @@ def rule(s: Signals, board: Board) -> list[Finding]:
         return []
     held = held_over(over_other_ranks(launch), w)
     by_stage = s.evidence.launch_by_stage
-    named = named_cells(board.findings)
     out = []
     for d in np.flatnonzero(held.max(axis=1) >= cfg.late_arrival_ratio):
         where = np.flatnonzero(held[d] >= cfg.late_arrival_ratio)
@@ -76,8 +85,6 @@ def rule(s: Signals, board: Board) -> list[Finding]:
         stage = 0
         if by_stage is not None and by_stage.shape[0] >= 2:
             stage = int(np.argmax(over_other_ranks(by_stage)[:, first:last + 1].mean(axis=1)))
-        if (int(d), stage) in named:
-            continue
         peak = float(held[d].max())
         out.append(Finding(
             [run.worker(int(d), stage)], int(steps[first]), int(steps[last]),

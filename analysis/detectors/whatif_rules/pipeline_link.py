@@ -1,12 +1,19 @@
 """Rule `pipeline_link`: a P2P sender nearly all of whose pairs are slower than the other
 senders' in its place, or a worker nearly all of the pairs it sends or receives are (a
 link throttled both ways), by `link_step_share` of a step -> `net-throttle` on it
-(`whatif_links.slow_links`). Pairs to a worker the board names slow do not count."""
+(`whatif_links.slow_links`). Pairs to a worker the board names slow (`Board.slowed`,
+which the arbitration sets) do not count."""
 
 from __future__ import annotations
 
 from stragglerlab.analysis.detectors.whatif_links import slow_links
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding
 
@@ -58,7 +65,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
 
 
 
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
+
+
 def rule(s: Signals, board: Board) -> list[Finding]:
     """Slow P2P links beside the findings on the board."""
     return slow_links(s.run, s.steps, s.config, s.evidence.comm_excess_by_worker,
-                      s.view.slowdown, board.findings, s.p2p_pairs)
+                      s.view.slowdown, board.slowed, s.p2p_pairs)

@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import step_time_total
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
 
@@ -27,6 +33,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         ...and over the median worker's, names a slow link when no straggler stands out."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -4,7 +4,7 @@ microbatches are slow (fwd-bwd correlation, or compute following sum(seq_len^2))
 
 from __future__ import annotations
 
-from stragglerlab.analysis.detectors.whatif_rules import Board, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import NO_EXCLUSION, Board, Threshold, Unit
 from stragglerlab.analysis.detectors.whatif_sequence import sequence_imbalance
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding
@@ -54,6 +54,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         for fixed lengths, 0.70-0.90 for seq runs) decided every case, so 0.5 was not moved."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -5,7 +5,13 @@ its per-microbatch variation follows sum(seq_len^2), which is sequences
 
 from __future__ import annotations
 
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_sequence import sequences_or_stage
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.detectors.whatif_stage import stage_imbalance
@@ -36,6 +42,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         Stage peers are named too when their excess is at least this share of the worst's."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -5,7 +5,13 @@ lengthens the partition's compute ops (`whatif_stage.stage_by_compute`)."""
 
 from __future__ import annotations
 
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.detectors.whatif_stage import stage_by_compute
 from stragglerlab.run.findings import Finding
@@ -27,6 +33,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         1.1 is the detector's straggler ratio, in the gap."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

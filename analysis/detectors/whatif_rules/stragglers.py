@@ -22,7 +22,13 @@ from __future__ import annotations
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import category_excess, peel_stragglers
-from stragglerlab.analysis.detectors.whatif_rules import Board, NoiseStatistic, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
 
@@ -50,6 +56,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         rule reads."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

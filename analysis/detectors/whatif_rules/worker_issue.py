@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.whatif_rules import Board, Threshold, Unit
+from stragglerlab.analysis.detectors.whatif_rules import NO_EXCLUSION, Board, Threshold, Unit
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
 
@@ -28,6 +28,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
         every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""),
 )
 
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
