@@ -54,8 +54,8 @@ class WhatIfDetectorConfig:
     """Counted steps a straggler (and a link or device window) needs. Declared, with where its
     value comes from, in `whatif_rules/__init__.py`."""
     compute_ratio: float = 1.1
-    """A straggler whose compute is this much over its stage peers' is a slow worker. Declared,
-    with where its value comes from, in `whatif_rules/stragglers.py`."""
+    """`Signals.compute_over_peers`, median over a straggler's window, that names it a slow
+    worker. Declared, with where its value comes from, in `whatif_rules/stragglers.py`."""
     peer_share: float = 0.6
     """Stage peers are named too when their excess is at least this share of the worst's.
     Declared, with where its value comes from, in `whatif_rules/stage.py`."""
@@ -78,9 +78,10 @@ class WhatIfDetectorConfig:
     """The least share of a step a P2P link must cost. Declared, with where its value comes
     from, in `whatif_rules/pipeline_link.py`."""
     device_compute_ratio: float = 1.1
-    """Work-normalized compute over the stage's other DP ranks that names a slow device (set on
-    paced compute). Declared, with where its value comes from, in
-    `whatif_rules/slow_device.py`."""
+    """`Signals.compute_over_peers` held over `min_steps` consecutive steps that names a slow
+    device, straggling or not: the same measure as `compute_ratio`, a different statistic
+    of it (a held minimum, not a straggler's median), each with its own noise floor.
+    Declared, with where its value comes from, in `whatif_rules/slow_device.py`."""
     shift_ratio: float = 1.2
     """A stage's own compute rise, over its other steps and the other stages', with no unslowed
     DP peer. Declared, with where its value comes from, in `whatif_rules/stage_shift.py`."""

@@ -36,8 +36,7 @@ from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.method.grouped import group_median, group_sum, optype_mask, row_codes
-
-_COMPUTE = ("forward-compute", "backward-compute")
+from stragglerlab.trace.schema import COMPUTE_VALUES
 
 
 def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
@@ -73,7 +72,7 @@ def normalized_compute(trace: pd.DataFrame, pp: int, dp: int,
     if not all(k.dtype.kind in "iu" for k in keys) or \
             not all(f.dtype.kind == "f" for f in floats):
         return _normalized_compute_frame(trace, pp, dp, steps)
-    rows = np.flatnonzero(optype_mask(optype, _COMPUTE) & np.isin(keys[2], steps))
+    rows = np.flatnonzero(optype_mask(optype, COMPUTE_VALUES) & np.isin(keys[2], steps))
     if not len(rows):
         return None
     stage, rank, step = (k[rows] for k in keys[:3])
@@ -136,7 +135,7 @@ def _fit_lengths(cost: np.ndarray, group: np.ndarray, s2: np.ndarray, dur: np.nd
 def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
                               steps: np.ndarray) -> np.ndarray | None:
     """`normalized_compute` with pandas, for traces its arrays do not fit."""
-    ops = trace[trace["optype"].isin(_COMPUTE) & trace["step"].isin(steps)]
+    ops = trace[trace["optype"].isin(COMPUTE_VALUES) & trace["step"].isin(steps)]
     if ops.empty:
         return None
     pause = ops["gc_pause_s"].fillna(0.0) if "gc_pause_s" in ops.columns else 0.0
@@ -151,18 +150,10 @@ def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
     return cell_grid(sums["duration"] / np.maximum(sums["cost"], 1e-12), pp, dp, steps)
 
 
-def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
-                       steps: np.ndarray) -> np.ndarray | None:
-    """[stage, dp_rank, step]: work-normalized compute over the median of the stage's
-    other DP ranks in that step; None with one DP rank or no compute ops."""
-    if dp < 2:
-        return None
-    return over_peers(normalized_compute(trace, pp, dp, steps))
-
-
 def over_peers(grid: np.ndarray | None) -> np.ndarray | None:
     """`normalized_compute`'s grid over the median of each stage's other DP ranks;
-    None without a grid or with one DP rank."""
+    None without a grid or with one DP rank. The one measure of a worker's compute
+    against its peers (`Signals.compute_over_peers` keeps it per diagnosis)."""
     if grid is None or grid.shape[1] < 2:
         return None
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
@@ -199,18 +190,20 @@ def median_of_others(grid: np.ndarray) -> np.ndarray:
 
 def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                  found: list[Finding], worker_scores: np.ndarray,
-                 grid: np.ndarray | None = None) -> list[Finding]:
+                 grid: np.ndarray | None = None,
+                 over: np.ndarray | None = None) -> list[Finding]:
     """`slow-worker` findings for workers whose own compute is slow against their DP
     peers' (module docstring), on workers no finding in `found` names.
 
     worker_scores: the what-if's per-step worker score [pp, dp, steps], for the
     estimate of how much the device held the job. grid: `normalized_compute` of the
-    run over `steps` when the caller has it (computed here otherwise)."""
+    run over `steps` when the caller has it (computed here otherwise); over: its
+    `over_peers`, the measure itself, when the caller has that (`Signals.compute_over_peers`)."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
     w = cfg.min_steps
     if grid is None and dp >= 2:
         grid = normalized_compute(run.trace, pp, dp, steps)
-    ratio = over_peers(grid)
+    ratio = over if over is not None else over_peers(grid)
     if ratio is None or ratio.shape[2] < w:
         return []
     held = np.lib.stride_tricks.sliding_window_view(ratio, w, axis=2).min(axis=3)

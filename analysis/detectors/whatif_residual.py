@@ -66,7 +66,7 @@ from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask, row_slo
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.run.findings import Finding, RootCause
-from stragglerlab.trace.schema import OpType
+from stragglerlab.trace.schema import COMPUTE_VALUES
 from stragglerlab.util.errors import InputError
 
 RESIDUAL = " (residual)"
@@ -79,7 +79,6 @@ ESTIMATED = frozenset({RootCause.SLOW_WORKER}) | LINK_CAUSES
 """Causes whose removal is an estimate (their cells' leftovers are not new faults)."""
 REMOVED = ESTIMATED | {RootCause.GC_PAUSES}
 """Causes the residual job has removed."""
-_DEVICE_OPS = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
 
 def _cells(f: Finding) -> set[tuple[int, int]]:
@@ -175,7 +174,7 @@ class ResidualJob:
 
     def _remove_slow(self, d: int, s: int, w: np.ndarray, slow: list[Finding],
                      value: np.ndarray) -> None:
-        nodes = np.flatnonzero((self.graph.stage == s) & np.isin(self.graph.optype, _DEVICE_OPS))
+        nodes = np.flatnonzero((self.graph.stage == s) & np.isin(self.graph.optype, COMPUTE_VALUES))
         if not len(nodes) or not w.any():
             return
         named = {c for f in slow for c in _cells(f)}

@@ -7,7 +7,11 @@ import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import compute_over_peers, slow_devices
+from stragglerlab.analysis.detectors.whatif_device import (
+    normalized_compute,
+    over_peers,
+    slow_devices,
+)
 from stragglerlab.run.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
@@ -63,7 +67,7 @@ def test_gc_pauses_inside_compute_are_not_device_time():
     trace["gc_pause_s"] = np.where(hit, 0.04, 0.0)
     trace.loc[hit, "duration"] += 0.04
     assert _found(Run(trace, run.meta, "gc"), steps) == []
-    ratio = compute_over_peers(trace.drop(columns="gc_pause_s"), 2, 2, steps)
+    ratio = over_peers(normalized_compute(trace.drop(columns="gc_pause_s"), 2, 2, steps))
     # Counted as compute, the pauses would look like a device.
     assert ratio[0, 0].min() > WhatIfDetectorConfig().device_compute_ratio
 
@@ -72,7 +76,7 @@ def test_one_dp_rank_has_no_peers():
     df, meta = synthesize_trace(SyntheticConfig(dp_size=1, pp_size=2, n_steps=8,
                                                 slow_workers=(SlowWorker(0, 0, 2.0),)))
     run = Run(df, meta, "pure-pp")
-    assert compute_over_peers(df, 2, 1, np.sort(df["step"].unique())) is None
+    assert over_peers(normalized_compute(df, 2, 1, np.sort(df["step"].unique()))) is None
     assert _found(run, np.sort(df["step"].unique())) == []
 
 

@@ -22,8 +22,8 @@ from stragglerlab.run.findings import Finding, RootCause
 THRESHOLDS: tuple[Threshold, ...] = (
     Threshold(
         name="device_compute_ratio", value=1.1, unit=Unit.RATIO,
-        what=("work-normalized compute over the stage's other DP ranks that names a slow device "
-              "(set on paced compute)"),
+        what=("`compute_over_peers` held over `min_steps` consecutive steps that names a slow "
+              "device, straggling or not (set on paced compute)"),
         noise=(NoiseStatistic(1.0, ("compute_over_peers",)),
                NoiseStatistic(1.0, ("shift_over_other_stages", "shift_own"), both=True),),
         provenance="""\
@@ -49,4 +49,5 @@ EXCLUDES = Exclusion.any_cause_but(RootCause.GC_PAUSES)
 def rule(s: Signals, board: Board) -> list[Finding]:
     """Slow devices, wherever they are (the arbitration leaves named workers to their
     findings, `EXCLUDES`)."""
-    return slow_devices(s.run, s.steps, s.config, [], s.scores, s.grid)
+    return slow_devices(s.run, s.steps, s.config, [], s.scores, s.grid,
+                        over=s.compute_over_peers)

@@ -47,7 +47,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
         Mean score over the best worker's, across the flagged window, that names a straggler."""),
     Threshold(
         name="compute_ratio", value=1.1, unit=Unit.RATIO,
-        what=("a straggler whose compute is this much over its stage peers' is a slow worker"),
+        what=("`compute_over_peers`, median over a straggler's window, that names it a slow "
+              "worker (`worker_issue`, `quiet_link` read it too)"),
         noise=(NoiseStatistic(1.0, ("compute_ratio",)),),
         provenance="""\
         A straggler whose own compute over its peers' (`Signals.compute_over_peers`: GC-free,
