@@ -105,9 +105,10 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, Run, TraceNeed
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_arbitration import (
-    ACROSS_RANKS,
     PRECEDENCE,
+    across_ranks,
     arbitrate,
+    rules_config,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
@@ -146,7 +147,7 @@ class WhatIfDetector(Detector):
         """noise_floor: the measured floor thresholds are raised to (`whatif_noise.py`);
         "default" reads the shipped config/noise-floor.yaml, which was measured on this
         testbed and so applies to its runs only (run.json), None uses none."""
-        self.config = config or WhatIfDetectorConfig()
+        self.config = rules_config(config)
         self.noise_floor = (noise_floor_option(None) if noise_floor == "default"
                             else noise_floor)
         self.shipped_floor = noise_floor == "default"
@@ -265,6 +266,6 @@ class WhatIfDetector(Detector):
 
     def _rules_on_fresh_analysis(self, run: Run) -> list[Finding]:
         """The rules across ranks alone on a fresh what-if of `run` (a residual job has no
-        whatif.json; its step times change where a removed fault began, `ACROSS_RANKS`)."""
+        whatif.json; its step times change where a removed fault began, `across_ranks`)."""
         return arbitrate(Signals(run=run, evidence=Evidence.analyse(run), config=self.config),
-                         ACROSS_RANKS)
+                         across_ranks())

@@ -30,6 +30,7 @@ the one place that says which finding wins:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import importlib
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from stragglerlab.analysis.detectors.base import named_cells
+from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_links import (
     pipeline_ends,
     ring_ends,
@@ -73,14 +75,16 @@ class Entry:
     """One line of the precedence table."""
 
     rule: str
-    """Module name in `whatif_rules/` (imported on first use)."""
+    """Module name in `package` (imported on first use)."""
     settle: Settle
     """How its candidates are settled."""
+    package: str = "stragglerlab.analysis.detectors.whatif_rules"
+    """The package holding the rule's module (a plug-in's own, or a test's)."""
 
     @property
     def module(self) -> ModuleType:
         """The rule's module (its `rule`, `THRESHOLDS`, `EXCLUDES`)."""
-        return importlib.import_module(f"{RULES_PACKAGE}.{self.rule}")
+        return importlib.import_module(f"{self.package}.{self.rule}")
 
     @property
     def excludes(self) -> Exclusion:
@@ -95,10 +99,6 @@ class Entry:
     def candidates(self, s: Signals, board: Board) -> list[Finding]:
         """The rule's candidates less those its exclusions drop (`excluded`)."""
         return excluded(self.run(s, board), self.excludes, board)
-
-
-RULES_PACKAGE = "stragglerlab.analysis.detectors.whatif_rules"
-"""Where a table entry's `rule` module is looked up."""
 
 
 PRECEDENCE: tuple[Entry, ...] = (
@@ -123,10 +123,19 @@ PRECEDENCE: tuple[Entry, ...] = (
 )
 """The `whatif` detector's rules in order, each with how its candidates are settled."""
 
-ACROSS_RANKS: tuple[Entry, ...] = tuple(e for e in PRECEDENCE if e.settle is not Settle.UNLESS_ANY)
-"""The table less the rules over time: what the residual pass runs (`whatif_residual.py`).
-A residual job is the run with the faults found taken out, so its steps change wherever a
-removed fault began or ended; that change is the removal's, not a regime the job shares."""
+
+
+def across_ranks(table: tuple[Entry, ...] | None = None) -> tuple[Entry, ...]:
+    """The table (default: `PRECEDENCE` as it stands) less the rules over time: what the
+    residual pass runs (`whatif_residual.py`). A residual job is the run with the faults
+    found taken out, so its steps change wherever a removed fault began or ended; that
+    change is the removal's, not a regime the job shares."""
+    return tuple(e for e in (PRECEDENCE if table is None else table)
+                 if e.settle is not Settle.UNLESS_ANY)
+
+
+ACROSS_RANKS: tuple[Entry, ...] = across_ranks()
+"""`across_ranks` of the shipped table."""
 
 _LINKS = (Settle.PIPELINE_LINK, Settle.RING_LINK)
 
@@ -134,11 +143,12 @@ SHARED_RULE = "(every rule)"
 """The rule column of the thresholds every rule shares (`whatif_rules.THRESHOLDS`)."""
 
 
-def declared_thresholds(table: tuple[Entry, ...] = PRECEDENCE) -> dict[str, tuple[str, Threshold]]:
+def declared_thresholds(table: tuple[Entry, ...] | None = None
+                        ) -> dict[str, tuple[str, Threshold]]:
     """Threshold name -> (the rule declaring it, its declaration): the shared thresholds,
-    then each rule's `THRESHOLDS` in the table's order. A name declared twice is a
-    ValueError (one threshold, one owner)."""
-    return _declared(table)
+    then each rule's `THRESHOLDS` in the order of `table` (default: `PRECEDENCE` as it
+    stands). A name declared twice is a ValueError (one threshold, one owner)."""
+    return _declared(PRECEDENCE if table is None else table)
 
 
 @functools.cache
@@ -222,8 +232,10 @@ def _not_gc_again(candidates: list[Finding], board: Board) -> list[Finding]:
     return [f for f in candidates if not f.ranks or not named_cells([f]) <= gc]
 
 
-def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding]:
-    """Run the rules of `table` in order and settle their candidates (module docstring)."""
+def arbitrate(s: Signals, table: tuple[Entry, ...] | None = None) -> list[Finding]:
+    """Run the rules of `table` (default: `PRECEDENCE` as it stands) in order and settle
+    their candidates (module docstring)."""
+    table = PRECEDENCE if table is None else table
     board = Board()
     i = 0
     while i < len(table):
@@ -266,3 +278,32 @@ def arbitrate(s: Signals, table: tuple[Entry, ...] = PRECEDENCE) -> list[Finding
             board.findings = board.findings + candidates
         board.findings = not_heavy(board.findings, board.rose)
     return board.findings
+
+
+def rules_config(config: WhatIfDetectorConfig | None = None,
+                 table: tuple[Entry, ...] | None = None) -> WhatIfDetectorConfig:
+    """`config` (default: the defaults) holding every threshold the rules of `table`
+    (default: `PRECEDENCE` as it stands) declare. The shipped rules' thresholds are
+    `WhatIfDetectorConfig`'s own fields; a threshold a newer rule declares that the config
+    lacks becomes a field of a subclass, at its declared default, so a rule added with its
+    own threshold is set by `detect --set`, the workflow and the noise floor like any
+    other (docs/layout.md, "Adding a rule")."""
+    config = WhatIfDetectorConfig() if config is None else config
+    cls = _config_class(PRECEDENCE if table is None else table)
+    if isinstance(config, cls):
+        return config
+    return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
+
+
+@functools.cache
+def _config_class(table: tuple[Entry, ...]) -> type[WhatIfDetectorConfig]:
+    """`WhatIfDetectorConfig`, or its subclass with a field per declared threshold it
+    lacks."""
+    have = {f.name for f in dataclasses.fields(WhatIfDetectorConfig)}
+    extra = [t for _, t in _declared(table).values() if t.name not in have]
+    if not extra:
+        return WhatIfDetectorConfig
+    return dataclasses.make_dataclass(
+        WhatIfDetectorConfig.__name__,
+        [(t.name, type(t.value), dataclasses.field(default=t.value)) for t in extra],
+        bases=(WhatIfDetectorConfig,), frozen=True, kw_only=True)

@@ -51,15 +51,30 @@ ABOVE = 1e-6
 """A raised threshold sits this far (relative) above the floor: a finding must exceed it."""
 
 
-NOISE: dict[str, tuple[NoiseStatistic, ...]] = {
-    name: t.noise for name, (_, t) in declared_thresholds().items() if t.noise}
-"""Threshold field -> how the noise floor reads its statistic: every rule's declared
-`Threshold.noise` (`whatif_rules/`), in the precedence table's order."""
+def noise_statistics() -> dict[str, tuple[NoiseStatistic, ...]]:
+    """Threshold field -> how the noise floor reads its statistic: every rule's declared
+    `Threshold.noise` (`whatif_rules/`), in the order of the precedence table as it stands
+    (a rule added to it is read too)."""
+    return {name: t.noise for name, (_, t) in declared_thresholds().items() if t.noise}
 
-RELAXED: dict[str, NoiseStatistic] = {name: stats[0] for name, stats in NOISE.items()}
-"""Threshold field -> how it is taken away (its first statistic's `off`)."""
 
-PER_STEP = tuple(name for name, (_, t) in declared_thresholds().items() if t.per_step)
+def relaxed_thresholds() -> dict[str, NoiseStatistic]:
+    """Threshold field -> how it is taken away (its first statistic's `off`)."""
+    return {name: stats[0] for name, stats in noise_statistics().items()}
+
+
+def per_step_statistics() -> tuple[str, ...]:
+    """The statistics declared `per_step` (`PER_STEP`)."""
+    return tuple(name for name, (_, t) in declared_thresholds().items() if t.per_step)
+
+
+NOISE = noise_statistics()
+"""`noise_statistics` of the shipped rules."""
+
+RELAXED: dict[str, NoiseStatistic] = relaxed_thresholds()
+"""`relaxed_thresholds` of the shipped rules."""
+
+PER_STEP = per_step_statistics()
 """Statistics that are a time over the step's (a rank's comm excess, a link's cost, GC
 pauses; each declared `per_step`). Their clean noise is host jitter, about the same time
 per step however long the step at one layout (measured: a rank's top comm excess 15-42 ms
@@ -84,7 +99,8 @@ def _values(detail: dict, relaxed: NoiseStatistic) -> list[float]:
 
 def reading(findings: list[Finding], name: str) -> float | None:
     """The highest value of threshold `name`'s statistic among findings, None without one."""
-    vals = [x for stat in NOISE[name] for f in findings for x in _values(f.detail, stat)]
+    vals = [x for stat in noise_statistics()[name]
+            for f in findings for x in _values(f.detail, stat)]
     return max(vals) if vals else None
 
 
@@ -129,16 +145,17 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
     if step_s is not None and step_s > 0 and per_step:
         # Jitter in seconds per step, over this run's own steps (a share of shorter steps).
         report["step_s"] = round(float(step_s), 6)
-        timed = {k: v / step_s for k, v in per_step.items() if k in PER_STEP}
+        timed = {k: v / step_s for k, v in per_step.items() if k in per_step_statistics()}
         # the statistics the run's own step time holds higher than the shares do
         report["per_step"] = sorted(k for k, v in timed.items() if v > statistics.get(k, 0))
         statistics = _higher(statistics, timed)
     raised = report["raised"]
     # A statistic this detector version does not floor (a newer file's, or a typo): kept
     # out, and said, so a misspelt threshold is not silently left unraised.
-    report["ignored"] = sorted(k for k in statistics if k not in RELAXED)
+    relaxed = relaxed_thresholds()
+    report["ignored"] = sorted(k for k in statistics if k not in relaxed)
     for name, value in statistics.items():
-        if name not in RELAXED:
+        if name not in relaxed:
             continue
         configured = getattr(config, name)
         if value * (1 + ABOVE) > configured:
@@ -203,12 +220,12 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
     def read(found: Callable[[WhatIfDetectorConfig], Diagnosed]
              ) -> tuple[dict[str, float | None], dict[str, float | None]]:
         shares, per_step = {}, {}
-        for name, relaxed in RELAXED.items():
+        for name, relaxed in relaxed_thresholds().items():
             got = [(reading(f, name), step_s) for f, step_s in
                    found(replace(config, **{name: relaxed.off}))]
             got = [(v, step_s) for v, step_s in got if v is not None]
             shares[name] = max((v for v, _ in got), default=None)
-            if name in PER_STEP:
+            if name in per_step_statistics():
                 per_step[name] = max((v * step_s for v, step_s in got), default=None)
         return shares, per_step
 
@@ -230,7 +247,7 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
 def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
     """Per threshold field, the highest reading over the runs (fields never read: absent)."""
     out = {}
-    for name in RELAXED:
+    for name in relaxed_thresholds():
         vals = [v for r in readings if (v := r.get(name)) is not None]
         if vals:
             out[name] = max(vals)
