@@ -47,6 +47,8 @@ from stragglerlab.analysis.detectors.whatif_links import (
 )
 from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.analysis.detectors.whatif_rules import (
+    ESTIMATED,
+    LINK_CAUSES,
     STAGE_LIKE,
     Board,
     Exclusion,
@@ -218,6 +220,32 @@ def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] 
     chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
     return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
                    and not (len(f.ranks) > 1 and named_cells([f]) & chosen)]
+
+
+def _link_ends(cells: set[tuple[int, int]], dp: int) -> set[tuple[int, int]]:
+    """The cells and every rank they talk to: DP ring neighbours and pipeline neighbours."""
+    return cells | ring_ends(cells, dp) | pipeline_ends(cells)
+
+
+def residual_part(f: Finding, board: list[Finding], removed: list[Finding],
+                  dp: int) -> Finding | None:
+    """The part of a residual finding that names what the board does not, or None: the
+    residual pass's precedence (`whatif_residual.py`'s docstring says why). `removed`:
+    the findings taken out of the job before it was seen."""
+    if f.root_cause in STAGE_LIKE and any(r.root_cause in ESTIMATED for r in removed):
+        return None  # the stages' balance is then the removal's estimate, not the trace's
+    if not f.ranks:
+        return None if any(b.root_cause is f.root_cause for b in board) else f
+    covered = named_cells([b for b in board if b.root_cause is RootCause.SLOW_WORKER])
+    covered |= {c for b in board if b.root_cause in LINK_CAUSES
+                for c in _link_ends(named_cells([b]), dp)}
+    covered |= named_cells([b for b in board if b.root_cause is f.root_cause])
+    fresh = [r for r in f.ranks if (r.dp_rank, r.stage) not in covered]
+    if not fresh:
+        return None
+    if f.root_cause is RootCause.STAGE_IMBALANCE:
+        return f
+    return dataclasses.replace(f, ranks=fresh)
 
 
 def not_heavy(findings: list[Finding], rose: set[int]) -> list[Finding]:

@@ -2,7 +2,7 @@
 
 A slow device is a fault whether or not it straggles: 1F1B's slack can absorb a
 mild one, and a heavy stage or a second slow worker can take the job's
-critical path from it, so the per-step worker scores (rule 5 of `whatif.py`)
+critical path from it, so the per-step worker scores (the `stragglers` rule)
 do not always rank it. What it always does is take longer over the same work
 than the other DP ranks of its stage, which run the same partition on the
 same microbatch shapes. Per step, each worker's *work-normalized* compute,

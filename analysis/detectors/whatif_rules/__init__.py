@@ -35,6 +35,11 @@ from stragglerlab.run.findings import Finding, RootCause
 STAGE_LIKE = (RootCause.STAGE_IMBALANCE, RootCause.SEQ_IMBALANCE)
 """Causes read off the job's shape (a heavy partition, long sequences): they lengthen
 compute from the first step, never a transfer, and an estimated removal moves them."""
+LINK_CAUSES = frozenset({RootCause.NET_THROTTLE, RootCause.NET_DELAY})
+"""Causes named on a link's end."""
+ESTIMATED = frozenset({RootCause.SLOW_WORKER}) | LINK_CAUSES
+"""Causes whose removal from the job (the residual pass) is an estimate: their cells'
+leftovers are not new faults."""
 
 
 @dataclass(kw_only=True)
