@@ -49,6 +49,7 @@ from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.analysis.detectors.whatif_rules import (
     ESTIMATED,
     LINK_CAUSES,
+    NO_EXCLUSION,
     STAGE_LIKE,
     Board,
     Exclusion,
@@ -90,8 +91,9 @@ class Entry:
 
     @property
     def excludes(self) -> Exclusion:
-        """The findings that suppress the rule's candidates (its `EXCLUDES`)."""
-        return self.module.EXCLUDES
+        """What suppresses the rule's candidates (its `EXCLUDES`; a plug-in rule without
+        one: nothing)."""
+        return getattr(self.module, "EXCLUDES", NO_EXCLUSION)
 
     def run(self, s: Signals, board: Board) -> list[Finding]:
         """The rule's candidates."""
@@ -99,7 +101,10 @@ class Entry:
         return fn(s, board)
 
     def candidates(self, s: Signals, board: Board) -> list[Finding]:
-        """The rule's candidates less those its exclusions drop (`excluded`)."""
+        """The rule's candidates less those its exclusions drop (`excluded`); none on a
+        failed run when that excludes it (the rule is then not run)."""
+        if self.excludes.failed_run and s.run.outcome != "ok":
+            return []
         return excluded(self.run(s, board), self.excludes, board)
 
 

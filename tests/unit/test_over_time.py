@@ -193,14 +193,17 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
 
 
 def test_a_failed_run_gets_no_job_wide_finding():
+    """The rule's declared exclusion: the arbitration does not run it on a failed run."""
     from stragglerlab.analysis.detectors.base import Run
-    from stragglerlab.analysis.detectors.whatif_rules import Board
-    from stragglerlab.analysis.detectors.whatif_rules.job_wide import rule
+    from stragglerlab.analysis.detectors.whatif_arbitration import Entry, Settle, arbitrate
     from stragglerlab.analysis.detectors.whatif_signals import Signals
 
-    run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
-              outcome="failed")
-    assert rule(Signals(run=run, evidence=None, config=WhatIfDetectorConfig()), Board()) == []
+    table = (Entry(rule="job_wide", settle=Settle.UNLESS_ANY),)
+    for outcome, found in (("failed", []), ("ok", [RootCause.JOB_WIDE_COMM])):
+        run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
+                  outcome=outcome)
+        s = Signals(run=run, evidence=None, config=WhatIfDetectorConfig())
+        assert [f.root_cause for f in arbitrate(s, table)] == found
 
 
 def test_a_collective_kinds_added_time_on_every_rank_is_its_least_over_ranks():

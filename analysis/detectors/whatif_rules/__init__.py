@@ -68,6 +68,9 @@ class Exclusion:
 
     named_by: frozenset[RootCause] = frozenset()
     """The causes whose findings' workers the rule leaves to them."""
+    failed_run: bool = False
+    """A run that did not end ok (a hang, a crash) suppresses the rule: the failure
+    findings name what happened to it."""
 
     @classmethod
     def any_cause_but(cls, *kept: RootCause) -> Exclusion:
@@ -76,12 +79,13 @@ class Exclusion:
 
     def describe(self) -> str:
         """One line for the rule table."""
-        if not self.named_by:
-            return "-"
+        said = ["a failed run"] if self.failed_run else []
         if len(self.named_by) == len(RootCause):
-            return "a worker any finding names"
-        but = sorted(c.value for c in RootCause if c not in self.named_by)
-        return f"a worker any finding but {', '.join(f'`{c}`' for c in but)} names"
+            said.append("a worker any finding names")
+        elif self.named_by:
+            but = sorted(c.value for c in RootCause if c not in self.named_by)
+            said.append(f"a worker any finding but {', '.join(f'`{c}`' for c in but)} names")
+        return "; ".join(said) or "-"
 
 
 NO_EXCLUSION = Exclusion()

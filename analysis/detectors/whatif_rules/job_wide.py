@@ -19,7 +19,7 @@ time as well as across ranks"). Like a straggler, a regime holds `min_steps` ste
 the rules across ranks then see those steps first, and a slow worker's waiting peers are
 not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
 worker's peers wait in the collective, it does not). A failed run is left to the failure
-findings.
+findings (`EXCLUDES`).
 
 Where compute dominates the step, a ring's slower transfer moves the step time little (a
 DP 4 ring with one throttled link on a loaded host: 1.23-1.39x, under the step's own noise
@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from stragglerlab.analysis.detectors.whatif_rules import (
-    NO_EXCLUSION,
     Board,
+    Exclusion,
     NoiseStatistic,
     Threshold,
     Unit,
@@ -116,14 +116,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
 
 
 
-EXCLUDES = NO_EXCLUSION
-"""No finding on the board suppresses its candidates."""
+EXCLUDES = Exclusion(failed_run=True)
+"""A failed run suppresses it: the failure findings name what happened."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
-    """The job-wide regime change, if any (board empty: the arbitration sees to it)."""
-    if s.run.outcome != "ok":
-        return []
+    """The job-wide regime change, if any (board empty, run not failed: the arbitration
+    sees to both)."""
     kind = next((c for c in collective_changes(s.run.trace)
                  if c.n_steps >= s.config.min_steps and c.added_s > 0), None)
     return _step_change(s, kind) or _kind_change(s, kind)
