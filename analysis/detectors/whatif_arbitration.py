@@ -2,9 +2,10 @@
 
 The rules (`whatif_rules/`, one module each) propose candidate findings; this module
 runs them in the order of `PRECEDENCE` and settles each one's candidates against the
-board: first by the rule's declared exclusions (`EXCLUDES`: a candidate on a worker a
-board finding of an excluding cause names is dropped), then by its `Settle` mode. It is
-the one place that says which finding wins:
+board: first by the rule's declared exclusions (`EXCLUDES`, `whatif_rules.Exclusion`: the
+rule is not run on a failed run or while the board holds a finding of some causes, and a
+candidate on a worker a board finding of an excluding cause names is dropped), then by
+its `Settle` mode. It is the one place that says which finding wins:
 
 * `ADD`: added.
 * `FIRST_MATCH`: of a run of consecutive `FIRST_MATCH` rules the first with candidates
@@ -19,11 +20,6 @@ the one place that says which finding wins:
   on a link's neighbour gives way to the link's own finding, and a link on ranks
   already named gives way to that finding (`merge_links`). Before them the board's
   slowed workers are set (`Board.slowed`): a link rule reads no link to them.
-* `UNLESS_STAGE`: run and added only when no `stage-imbalance` is on the board.
-* `UNLESS_STAGE_LIKE`: run and added only when no `stage-imbalance` or
-  `seq-imbalance` is on the board.
-* `UNLESS_ANY`: run and added only when the board holds no finding at all (a change
-  every rank shares is named only where no comparison across ranks named anything).
 
     findings = arbitrate(Signals(run=run, evidence=evidence, config=config))
 """
@@ -68,9 +64,6 @@ class Settle(str, enum.Enum):
     STAGE_SHIFT = "stage-shift"
     PIPELINE_LINK = "pipeline-link"
     RING_LINK = "ring-link"
-    UNLESS_STAGE = "unless-stage"
-    UNLESS_STAGE_LIKE = "unless-stage-like"
-    UNLESS_ANY = "unless-any"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +74,8 @@ class Entry:
     """Module name in `package` (imported on first use)."""
     settle: Settle
     """How its candidates are settled."""
+    across_ranks: bool = True
+    """A comparison across ranks (the residual pass runs it), not a change over time."""
     package: str = "stragglerlab.analysis.detectors.whatif_rules"
     """The package holding the rule's module (a plug-in's own, or a test's)."""
 
@@ -103,9 +98,13 @@ class Entry:
     def candidates(self, s: Signals, board: Board) -> list[Finding]:
         """The rule's candidates less those its exclusions drop (`excluded`); none on a
         failed run when that excludes it (the rule is then not run)."""
-        if self.excludes.failed_run and s.run.outcome != "ok":
+        excludes = self.excludes
+        if excludes.failed_run and s.run.outcome != "ok":
             return []
-        return excluded(self.run(s, board), self.excludes, board)
+        if excludes.board_has and any(f.root_cause in excludes.board_has
+                                      for f in board.findings):
+            return []
+        return excluded(self.run(s, board), excludes, board)
 
 
 PRECEDENCE: tuple[Entry, ...] = (
@@ -123,10 +122,10 @@ PRECEDENCE: tuple[Entry, ...] = (
     Entry(rule="pipeline_link", settle=Settle.PIPELINE_LINK),
     Entry(rule="ring_link", settle=Settle.RING_LINK),
     Entry(rule="late_arrival", settle=Settle.ADD),
-    Entry(rule="stage_without_links", settle=Settle.UNLESS_STAGE),
-    Entry(rule="stage_by_compute", settle=Settle.UNLESS_STAGE_LIKE),
+    Entry(rule="stage_without_links", settle=Settle.ADD),
+    Entry(rule="stage_by_compute", settle=Settle.ADD),
     # Over time, last: a regime change every rank shares, where nothing across ranks stood.
-    Entry(rule="job_wide", settle=Settle.UNLESS_ANY),
+    Entry(rule="job_wide", settle=Settle.ADD, across_ranks=False),
 )
 """The `whatif` detector's rules in order, each with how its candidates are settled."""
 
@@ -138,7 +137,7 @@ def across_ranks(table: tuple[Entry, ...] | None = None) -> tuple[Entry, ...]:
     found taken out, so its steps change wherever a removed fault began or ended; that
     change is the removal's, not a regime the job shares."""
     return tuple(e for e in (PRECEDENCE if table is None else table)
-                 if e.settle is not Settle.UNLESS_ANY)
+                 if e.across_ranks)
 
 
 ACROSS_RANKS: tuple[Entry, ...] = across_ranks()
@@ -297,14 +296,6 @@ def arbitrate(s: Signals, table: tuple[Entry, ...] | None = None) -> list[Findin
             board.links = p2p + ring
         else:
             i += 1
-            if mode is Settle.UNLESS_STAGE and any(
-                    f.root_cause is RootCause.STAGE_IMBALANCE for f in board.findings):
-                continue
-            if mode is Settle.UNLESS_STAGE_LIKE and any(
-                    f.root_cause in STAGE_LIKE for f in board.findings):
-                continue
-            if mode is Settle.UNLESS_ANY and board.findings:
-                continue
             candidates = entry.candidates(s, board)
             if mode is Settle.STAGE_SHIFT:
                 board.rose |= {r.stage for f in candidates for r in f.ranks}

@@ -42,7 +42,8 @@ def render(table: tuple[Entry, ...] = PRECEDENCE) -> str:
            "Precedence (`whatif_arbitration.PRECEDENCE`), in the order the rules run:", "",
            "| # | rule | settled | exclusions |", "|---:|---|---|---|"]
     for i, e in enumerate(table, 1):
-        out.append(f"| {i} | `{e.rule}` | `{e.settle.value}` | {e.excludes.describe()} |")
+        settled = f"`{e.settle.value}`" + ("" if e.across_ranks else ", not in the residual pass")
+        out.append(f"| {i} | `{e.rule}` | {settled} | {e.excludes.describe()} |")
     out += ["", "Thresholds, each declared by the rule that owns it (`whatif_rules/<rule>.py`, "
             "with where its value comes from):", "",
             "| threshold | rule | default | unit | noise floor reads | what it is |",

@@ -178,7 +178,7 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
     from stragglerlab.analysis.detectors.whatif_signals import Signals
     from stragglerlab.run.findings import Finding, RankRef
 
-    assert PRECEDENCE[-1] == Entry(rule="job_wide", settle=Settle.UNLESS_ANY)
+    assert PRECEDENCE[-1] == Entry(rule="job_wide", settle=Settle.ADD, across_ranks=False)
     link = Finding([RankRef(1, 1, 0)], 6, 11, RootCause.NET_THROTTLE, confidence=1.0)
     fake = types.ModuleType("fake_link")
     fake.rule = lambda s, board: [link]
@@ -186,7 +186,7 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
                         "stragglerlab.analysis.detectors.whatif_rules.fake_link", fake)
     run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s", testbed=True)
     s = Signals(run=run, evidence=None, config=WhatIfDetectorConfig())
-    alone = (Entry(rule="job_wide", settle=Settle.UNLESS_ANY),)
+    alone = (Entry(rule="job_wide", settle=Settle.ADD),)
     assert [f.root_cause for f in arbitrate(s, alone)] == [RootCause.JOB_WIDE_COMM]
     after_link = (Entry(rule="fake_link", settle=Settle.ADD), *alone)
     assert arbitrate(s, after_link) == [link]
@@ -198,7 +198,7 @@ def test_a_failed_run_gets_no_job_wide_finding():
     from stragglerlab.analysis.detectors.whatif_arbitration import Entry, Settle, arbitrate
     from stragglerlab.analysis.detectors.whatif_signals import Signals
 
-    table = (Entry(rule="job_wide", settle=Settle.UNLESS_ANY),)
+    table = (Entry(rule="job_wide", settle=Settle.ADD),)
     for outcome, found in (("failed", []), ("ok", [RootCause.JOB_WIDE_COMM])):
         run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
                   outcome=outcome)

@@ -22,7 +22,8 @@ here (`THRESHOLDS`).
 
 Adding a rule: write `whatif_rules/<name>.py` with a `rule` function of this
 signature, its `THRESHOLDS` and `EXCLUDES`, then add one line to `PRECEDENCE` saying
-where it stands and how its candidates are settled (docs/layout.md, "Adding a rule").
+where it stands and how its candidates are settled (docs/layout.md, "Adding a rule to
+the `whatif` detector").
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ class Board:
 
 @dataclass(frozen=True)
 class Exclusion:
-    """Which findings on the board suppress a rule's candidates: a candidate on a worker
-    a board finding of one of these causes names is dropped. The arbitration applies it
-    (`whatif_arbitration.excluded`); the rule never filters the board itself."""
+    """What suppresses a rule: a failed run, findings on the board of some causes (the
+    rule is then not run), and a candidate on a worker a board finding of an excluding
+    cause names (dropped). The arbitration applies it (`whatif_arbitration.Entry.
+    candidates`); the rule never filters the board itself."""
 
     named_by: frozenset[RootCause] = frozenset()
     """The causes whose findings' workers the rule leaves to them."""
     failed_run: bool = False
     """A run that did not end ok (a hang, a crash) suppresses the rule: the failure
     findings name what happened to it."""
+    board_has: frozenset[RootCause] = frozenset()
+    """The rule is not run while the board holds a finding of one of these causes."""
 
     @classmethod
     def any_cause_but(cls, *kept: RootCause) -> Exclusion:
@@ -80,6 +84,11 @@ class Exclusion:
     def describe(self) -> str:
         """One line for the rule table."""
         said = ["a failed run"] if self.failed_run else []
+        if len(self.board_has) == len(RootCause):
+            said.append("any finding")
+        elif self.board_has:
+            said.append(" or ".join(f"a `{c.value}` finding" for c in sorted(
+                self.board_has, key=lambda c: c.value)))
         if len(self.named_by) == len(RootCause):
             said.append("a worker any finding names")
         elif self.named_by:

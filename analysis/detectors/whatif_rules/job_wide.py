@@ -1,6 +1,6 @@
 """Rule `job_wide`: a regime change every rank shares, named by what changed over time.
 
-When no rule across ranks named anything (the arbitration's `UNLESS_ANY`) and the job's
+When no rule across ranks named anything (its declared `EXCLUDES`) and the job's
 step time over a sustained window of steps (`analysis.over_time.change_point`: every
 step inside beyond every step outside) changes, the change is reported when it is
 `job_wide_ratio` times its time outside and a communication kind carries it
@@ -116,8 +116,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
 
 
 
-EXCLUDES = Exclusion(failed_run=True)
-"""A failed run suppresses it: the failure findings name what happened."""
+EXCLUDES = Exclusion(failed_run=True, board_has=frozenset(RootCause))
+"""Not run on a failed run (the failure findings name what happened), nor once any
+rule across ranks named anything: a change every rank shares is named only where no
+comparison across ranks named anything."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

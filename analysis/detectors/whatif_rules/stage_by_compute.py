@@ -6,8 +6,9 @@ lengthens the partition's compute ops (`whatif_stage.stage_by_compute`)."""
 from __future__ import annotations
 
 from stragglerlab.analysis.detectors.whatif_rules import (
-    NO_EXCLUSION,
+    STAGE_LIKE,
     Board,
+    Exclusion,
     NoiseStatistic,
     Threshold,
     Unit,
@@ -35,8 +36,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
 
 
 
-EXCLUDES = NO_EXCLUSION
-"""No finding on the board suppresses its candidates."""
+EXCLUDES = Exclusion(board_has=frozenset(STAGE_LIKE))
+"""Not run once a stage or sequence imbalance is named."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
