@@ -21,6 +21,10 @@ its `Settle` mode. It is the one place that says which finding wins:
   already named gives way to that finding (`merge_links`). Before them the board's
   slowed workers are set (`Board.slowed`): a link rule reads no link to them.
 
+After every rule a stage-imbalance finding on a stage that rose is dropped (`not_heavy`).
+The residual pass's findings are settled here too: `residual_part` keeps the part of one
+that names what the board does not.
+
     findings = arbitrate(Signals(run=run, evidence=evidence, config=config))
 """
 
@@ -128,7 +132,6 @@ PRECEDENCE: tuple[Entry, ...] = (
     Entry(rule="job_wide", settle=Settle.ADD, across_ranks=False),
 )
 """The `whatif` detector's rules in order, each with how its candidates are settled."""
-
 
 
 def across_ranks(table: tuple[Entry, ...] | None = None) -> tuple[Entry, ...]:
