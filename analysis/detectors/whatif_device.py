@@ -16,7 +16,11 @@ op is its (stage, op type) median with fixed lengths, and with varying lengths
 the least-squares line a + b * sum(seq_len^2) over the stage's ops of that type
 (attention grows with sum(s^2), so a rank that drew the long sequences is not
 a slow device). A worker whose held ratio reaches `device_compute_ratio` is
-named `slow-worker` over the steps it holds it, unless another rule named it.
+named `slow-worker` over the steps it holds it, unless another rule named it, and
+unless its ratio over those steps stands no further over its own other steps than the
+run's noise over time (`analysis.over_time.over_own_noise`: on a shared host two DP ranks'
+compute ratio can swing 0.77-1.32 from step to step, and three such steps in a row are
+not a device).
 
 Needs DP peers (with one DP rank there is nothing to hold a stage's compute
 against). Runs beside every other rule, before the slow-link rules, whose pairs
@@ -35,6 +39,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.over_time import over_own_noise
 from stragglerlab.method.grouped import group_median, group_sum, optype_mask, row_codes
 from stragglerlab.trace.schema import COMPUTE_VALUES
 
@@ -214,6 +219,8 @@ def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
             continue
         where = np.flatnonzero(held[stage, d] >= cfg.device_compute_ratio)
         first, last = int(where[0]), int(where[-1] + w - 1)
+        if not over_own_noise(ratio[stage, d], first, last + 1):
+            continue  # no more than its compute over its peers' moves on its other steps
         peak = float(held[stage, d].max())
         score = worker_scores[stage, d, first:last + 1] if worker_scores.size else np.ones(1)
         out.append(Finding(

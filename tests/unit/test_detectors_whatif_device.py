@@ -90,3 +90,23 @@ def test_median_of_others_is_the_leave_one_out_median():
         loo = np.stack([np.median(np.delete(grid, d, axis=1), axis=1) for d in range(n)],
                        axis=1)
         np.testing.assert_allclose(median_of_others(grid), loo)
+
+
+def test_three_slow_steps_within_the_runs_own_swings_are_not_a_device():
+    # On a shared host two DP ranks take turns being slow: rank 0 of stage 0 runs its
+    # compute 0.77-1.31x its peer's, three steps in a row over 1.1 (steps 7-9), no
+    # further over its other steps than it swings (`over_time.over_own_noise`).
+    run, steps = _run()
+    swings = [0.83, 0.97, 1.13, 1.27, 0.77, 0.98, 0.84, 1.31, 1.20, 1.15]
+    df = run.trace
+    cell = (df["dp_rank"] == 0) & (df["stage"] == 0) \
+        & df["optype"].astype(str).isin(["forward-compute", "backward-compute"])
+    for step, f in zip(steps, swings, strict=True):
+        df.loc[cell & (df["step"] == step), "duration"] *= f
+    assert _found(run, steps) == []
+    # The same swings with the device 2x slower over steps 7-9: far over them, named.
+    for step in steps[7:]:
+        df.loc[cell & (df["step"] == step), "duration"] *= 2.0
+    (finding,) = _found(run, steps)
+    assert (finding.ranks[0].dp_rank, finding.ranks[0].stage) == (0, 0)
+    assert (finding.first_step, finding.last_step) == (int(steps[7]), int(steps[9]))

@@ -18,8 +18,13 @@ comparison across ranks; only the same ops' own earlier steps show it (design.md
 time as well as across ranks"). Like a straggler, a regime holds `min_steps` steps (online
 the rules across ranks then see those steps first, and a slow worker's waiting peers are
 not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
-worker's peers wait in the collective, it does not). A failed run is left to the failure
-findings (`EXCLUDES`).
+worker's peers wait in the collective, it does not). A communication kind carries it as
+communication only where its transfer moved with it by `job_wide_kind_share` of a step
+(`over_time.KindChange.transfer_moved`: a collective's least time over its ranks, a P2P
+pair's latency from the later of its two starts); a kind whose time moved while its
+transfer did not spent the time waiting on compute that a drifting host slowed, and the
+change is held to the compute ratio. A failed run is left to the failure findings
+(`EXCLUDES`).
 
 Where compute dominates the step, a ring's slower transfer moves the step time little (a
 DP 4 ring with one throttled link on a loaded host: 1.23-1.39x, under the step's own noise
@@ -145,7 +150,8 @@ def _step_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
         return []  # a regime holds `min_steps`, as a straggler does (the rules across
         #            ranks then see the same steps first: online it pre-empts none of them)
     meta = run.meta
-    ot = over_time(run.trace, meta.dp_size, meta.pp_size, ring_step_share=cfg.ring_step_share)
+    ot = over_time(run.trace, meta.dp_size, meta.pp_size, ring_step_share=cfg.ring_step_share,
+                   transfer_share=cfg.job_wide_kind_share)
     if ot.kinds and not ot.kinds[0].every_rank:
         return []  # the kind carrying it moved on some ranks only: not shared by every rank
     cause, field = ((RootCause.JOB_WIDE_COMM, "job_wide_ratio") if ot.comm else
