@@ -34,7 +34,8 @@ class OpFrame:
     duration: np.ndarray
     """Traced duration per op, [n_nodes, n_steps, dp_size]."""
     transfer: np.ndarray
-    """Transfer duration (comm ops: end minus the group's latest start; compute: duration)."""
+    """Transfer duration (comm ops: end minus the group's latest start; other ops: their
+    traced duration): the value the simulator replays (sim_value)."""
     launch_delay: np.ndarray
     """Start minus the latest end of the op's dependencies (or the step start)."""
     worker_rank: np.ndarray
@@ -45,9 +46,21 @@ class OpFrame:
         """Traced end per op."""
         return self.start + self.duration
 
+    def step_span(self) -> np.ndarray:
+        """Each step's traced time, first start to last end over the job, [n_steps], s.
+        Ends are formed node by node: no frame-sized array of them."""
+        last_end = np.full(len(self.steps), -np.inf)
+        for start, duration in zip(self.start, self.duration):
+            np.maximum(last_end, (start + duration).max(axis=1), out=last_end)
+        return last_end - self.start.min(axis=(0, 2))
+
     def sim_value(self, graph: DepGraph) -> np.ndarray:
-        """The per-op quantity the simulator consumes: transfer for comm ops, else duration."""
-        return np.where(comm_mask(graph)[:, None, None], self.transfer, self.duration)
+        """The per-op quantity the simulator consumes: transfer for comm ops, else duration.
+        That is `transfer` itself, returned read-only (a frame-sized array, not copied):
+        copy it to edit. `graph` is the graph the frame was built on."""
+        value = self.transfer.view()
+        value.flags.writeable = False
+        return value
 
 
 def comm_mask(graph: DepGraph) -> np.ndarray:
@@ -64,20 +77,24 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     n_nodes, dp = graph.n_nodes, meta.dp_size
     steps, flat = row_slots(df, graph, meta, where)
     size = n_nodes * len(steps) * dp
-    counts = np.bincount(flat, minlength=size)
-    if (counts != 1).any():
-        _report_fill_error(counts, graph, steps, dp, where)
+    # As many rows as slots, every slot hit: each exactly once (the counts only on error).
+    filled = np.zeros(size, dtype=bool)
+    filled[flat] = True
+    if len(flat) != size or not filled.all():
+        _report_fill_error(np.bincount(flat, minlength=size), graph, steps, dp, where)
+    del filled
+    # The columns as stored (float32 stays float32 until here), widened exactly on the
+    # scatter; the index columns likewise: no row-length int64 or float64 copies.
     start = np.empty(size)
     duration = np.empty(size)
-    start[flat] = df["start_ts"].to_numpy(np.float64)
-    duration[flat] = df["duration"].to_numpy(np.float64)
+    start[flat] = df["start_ts"].to_numpy()
+    duration[flat] = df["duration"].to_numpy()
     shape = (n_nodes, len(steps), dp)
     start, duration = start.reshape(shape), duration.reshape(shape)
 
     worker_rank = np.zeros((meta.pp_size, dp), dtype=np.int64)
     # Every row of a (stage, dp_rank) cell carries the same rank: one scatter, no groupby.
-    worker_rank[df["stage"].to_numpy(np.int64), df["dp_rank"].to_numpy(np.int64)] = (
-        df["rank"].to_numpy(np.int64))
+    worker_rank[_ints(df["stage"]), _ints(df["dp_rank"])] = _ints(df["rank"])
 
     transfer = _transfer_durations(graph, start, duration)
     delay = _launch_delays(graph, start, duration)
@@ -88,38 +105,51 @@ def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
               where: str) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct steps, each row's flat index into the [node, step, dp] arrays):
     how rows scatter into an OpFrame, and how arrays of that shape map back onto rows."""
-    steps, step_idx = _step_ids(df["step"].to_numpy(np.int64))
-    node_idx = _node_of_rows(df, graph, where)
-    flat = (node_idx * len(steps) + step_idx) * meta.dp_size + df["dp_rank"].to_numpy(np.int64)
+    steps, step_idx = _step_ids(_ints(df["step"]))
+    flat = _node_of_rows(df, graph, where)  # int64 (its lookup table is): the flat index
+    flat *= len(steps)
+    flat += step_idx
+    del step_idx
+    flat *= meta.dp_size
+    flat += _ints(df["dp_rank"])
     return steps, flat
+
+
+def _ints(column: pd.Series) -> np.ndarray:
+    """An int column's values as stored when an integer dtype (read_trace may give int32),
+    else as int64: for indexing and comparing, not for products (widen those)."""
+    values = column.to_numpy()
+    return values if values.dtype.kind == "i" else column.to_numpy(np.int64)
 
 
 def _step_ids(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct steps, index of each row's step): O(n) for a compact step range."""
     lo, hi = int(step.min()), int(step.max())
     if hi - lo <= 4 * len(step) + 1_000_000:
-        present = np.bincount(step - lo, minlength=hi - lo + 1) > 0
+        shifted = step.astype(np.int64) - lo if step.dtype != np.int64 else step - lo
+        present = np.bincount(shifted, minlength=hi - lo + 1) > 0
         remap = np.cumsum(present) - 1
-        return np.flatnonzero(present) + lo, remap[step - lo]
+        return np.flatnonzero(present) + lo, remap[shifted]
     return np.unique(step, return_inverse=True)
 
 
 def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
     """Node index of every row via a dense (stage, optype, seq_id) lookup table."""
     code_of = {t: i for i, t in enumerate(OPTYPE_VALUES)}
-    seq = df["seq_id"].to_numpy(np.int64)
+    seq = _ints(df["seq_id"])
     n_seq = int(max(seq.max(initial=0), graph.seq_id.max(initial=0))) + 1
-    n_stage = int(max(df["stage"].max(), graph.stage.max())) + 1
+    stage = _ints(df["stage"])
+    n_stage = int(max(stage.max(), graph.stage.max())) + 1
     lookup = np.full((n_stage, len(OPTYPE_VALUES), n_seq), -1, dtype=np.int64)
     g_codes = np.array([code_of[t] for t in graph.optype], dtype=np.int64)
     lookup[graph.stage, g_codes, graph.seq_id] = np.arange(graph.n_nodes)
     optype = df["optype"]
     if isinstance(optype.dtype, pd.CategoricalDtype) and tuple(
             optype.cat.categories) == OPTYPE_VALUES:
-        codes = optype.cat.codes.to_numpy(np.int64)  # read_trace's normalized form: no re-coding
+        codes = optype.cat.codes.to_numpy()  # read_trace's normalized form: no re-coding
     else:
-        codes = pd.Categorical(optype, categories=OPTYPE_VALUES).codes.astype(np.int64)
-    node = lookup[df["stage"].to_numpy(np.int64), codes, seq]
+        codes = pd.Categorical(optype, categories=OPTYPE_VALUES).codes
+    node = lookup[stage, codes, seq]
     if (node < 0).any():
         bad = df.loc[node < 0, ["step", "dp_rank", "stage", "optype", "seq_id"]].head(3)
         raise InputError(
@@ -141,26 +171,34 @@ def _report_fill_error(counts, graph, steps, dp, where) -> None:
 
 
 def _transfer_durations(graph: DepGraph, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
-    end = start + duration
+    # Ends are formed group by group (start + duration, the same float64 sums as a whole
+    # end array): no second frame-sized array beside the frame.
     transfer = duration.copy()
     for g in graph.groups:
         if not g.is_comm:
             continue
         members = list(g.members)
-        latest = start[members].max(axis=0)
+        first = start[members]
+        latest = first.max(axis=0)
         if g.dp_sync:
             latest = latest.max(axis=-1, keepdims=True)
-        transfer[members] = end[members] - latest
-    transfer[transfer <= NEGATIVE_CUTOFF_S] = 0.0
+        first += duration[members]  # the members' ends
+        first -= latest
+        first[first <= NEGATIVE_CUTOFF_S] = 0.0
+        transfer[members] = first
     return transfer
 
 
 def _launch_delays(graph: DepGraph, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
-    end = start + duration
     step_start = start.min(axis=(0, 2))[:, None]  # earliest start of each step over the job
     delay = np.empty_like(start)
     for node, deps in enumerate(graph.deps):
-        ready = end[deps].max(axis=0) if len(deps) else step_start
+        if len(deps):
+            ready = start[deps]
+            ready += duration[deps]  # the deps' ends, formed here (see _transfer_durations)
+            ready = ready.max(axis=0)
+        else:
+            ready = step_start
         delay[node] = start[node] - ready
     delay[delay <= NEGATIVE_CUTOFF_S] = 0.0
     return delay

@@ -22,7 +22,7 @@ import pandas as pd
 
 from stragglerlab.analysis.p2p import match_stream
 from stragglerlab.trace.meta import JobMeta
-from stragglerlab.trace.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OpType
+from stragglerlab.trace.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, TRACE_COLUMNS, OpType
 from stragglerlab.util.errors import InputError
 
 Op = OpType  # short alias for the many rules below
@@ -119,6 +119,9 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
     step_rows needs columns optype, seq_id, stage, start_ts, duration, mb_id, mc, gmc.
     """
     ops = step_rows.copy()
+    # The node arrays index and multiply: int64 whatever width the trace was read at.
+    ops = ops.astype({c.name: np.int64 for c in TRACE_COLUMNS
+                      if c.kind == "int" and c.name in ops.columns})
     ops["optype"] = ops["optype"].astype(str)
     ops["end"] = ops["start_ts"].astype(np.float64) + ops["duration"].astype(np.float64)
     # Stream order within each stage: (start_ts, seq_id, optype).

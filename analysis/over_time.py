@@ -19,6 +19,12 @@ pure numpy/pandas over a trace (no Ray, no torch, no what-if):
   only where every step inside is longer than every step outside (or shorter): a
   sustained change, not an outlier;
 * `changed_kinds` / `changed_links`: what moved over that window, on which ranks;
+* `transfer_times` / `transfer_change`: a communication kind's transfer once every party
+  was there (a collective's least time over its ranks, a P2P pair's latency from the
+  later of its two starts), per step and over a window: a slower link moves it, waiting
+  on a slower compute does not (`KindChange.transfer_moved`);
+* `over_own_noise`: whether a rank's comparison with its peers over a window stands
+  over how far the same comparison moves on the run's other steps (its noise over time);
 * `collective_changes`: each collective kind's time on the rank that waited least in it,
   per step, against its own earlier steps: the seconds a step it adds over its own
   change-point window, on every rank (a ring's transfer slowed, however much compute
@@ -62,6 +68,11 @@ KIND_RATIO = 1.5
 the way the step did (the what-if's regime note's `analysis.regime.REGIME_RATIO`). Fixed,
 not a detector threshold: what moved, and so whether a change is communication's or
 compute's, does not depend on how large a change a rule asks for."""
+NOISE_SDS = 4.0
+"""Robust standard deviations (1.4826 x MAD) of a series' own steps outside a window that
+its level inside must stand over to be beyond the run's noise over time
+(`over_own_noise`). Not fitted here: the repository's bound for a step beyond the noise
+(`analysis.settling.SETTLING_SDS`, `analysis.regime.LOW_STEP_SDS`)."""
 
 
 @dataclass(kw_only=True)
@@ -150,6 +161,28 @@ def change_point(steps, values, min_side: int = MIN_SIDE) -> ChangePoint | None:
     return None
 
 
+def over_own_noise(series, start: int, stop: int, sds: float = NOISE_SDS) -> bool:
+    """Whether a per-step series' median over the steps [start, stop) stands over its
+    median outside them by `sds` robust standard deviations of the outside steps.
+
+    The series is a rank held against its peers at the same step (its compute over
+    theirs, its score over the step's best), so a host that slows every rank alike is
+    already divided out; what is left moves over time by the run's own noise (on a shared
+    host, two processes take turns being slow). A window that does not stand over how far
+    the same comparison moves on the run's other steps is that noise, not a slow rank.
+    True where fewer than MIN_SIDE finite steps lie outside (no noise to measure: the
+    comparison across ranks decides alone)."""
+    x = np.asarray(series, dtype=float)
+    inside = np.zeros(x.size, dtype=bool)
+    inside[start:stop] = True
+    within, outside = x[inside & np.isfinite(x)], x[~inside & np.isfinite(x)]
+    if outside.size < MIN_SIDE or not within.size:
+        return True
+    base = float(np.median(outside))
+    sd = 1.4826 * float(np.median(np.abs(outside - base)))
+    return bool(np.median(within) - base > sds * sd)
+
+
 def step_times(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(steps ascending, the job's step time per step in s: latest end - earliest start)."""
     end = trace["start_ts"].to_numpy(float) + trace["duration"].to_numpy(float)
@@ -231,16 +264,45 @@ class KindChange:
     """Every rank with such ops moved by at least the ratio threshold the caller used."""
     ranks_moved: list[int] = field(default_factory=list)
     """The ranks whose own time of the kind moved by at least that threshold."""
+    transfer_ratio: float | None = None
+    """A communication kind's transfer time (`transfer_times`: the time once every party
+    was there) inside the window over outside, medians; None for compute kinds, or where
+    no transfer could be timed (`over_time` fills it)."""
+    transfer_added_s: float = 0.0
+    """Seconds a step the transfer adds in the slower regime over the faster (medians)."""
 
     @property
     def comm(self) -> bool:
         """The kind is communication."""
         return self.kind in COMM_KINDS
 
+    def transfer_moved(self, step_s: float, share: float) -> bool:
+        """The kind's transfer itself (`transfer_times`) moved by `KIND_RATIO`, the way
+        its time did, adding at least `share` of a normal step (`step_s`) a step: a slower
+        link or switch, which lengthens the transfer every member spends once all are
+        there. A host whose speed drifts lengthens compute, and the ranks that arrive
+        early wait longer in the collective or recv; a kind whose time moved while its
+        transfer did not spent the added time waiting, so the change is compute's. The
+        share is the one the collective kinds' own statistic is held to
+        (`job_wide_kind_share`): on a CPU host a busy scheduler lengthens even the
+        transfers, by a few ms (the clean-run campaign's tuning seeds 801-803: a pure PP 4
+        run's forward-send 3.6x as long, its step 1.29x, its pairs' latency 1.6x but 0.020 s,
+        1.7 % of a step), while a throttle every member waits on adds a large part of the
+        step (the recorded two-link DP 4 ring: its reduce-scatter's least time 0.98 s a
+        step, 49 %)."""
+        if self.transfer_ratio is None or step_s <= 0:
+            return False
+        r = self.transfer_ratio
+        moved = r >= KIND_RATIO if self.ratio >= 1 else r <= 1 / KIND_RATIO
+        return bool(moved and self.transfer_added_s >= share * step_s)
+
     def to_dict(self) -> dict:
         """JSON-ready."""
         return {"kind": self.kind, "ratio": float(self.ratio), "added_s": float(self.added_s),
-                "every_rank": self.every_rank, "ranks_moved": list(self.ranks_moved)}
+                "every_rank": self.every_rank, "ranks_moved": list(self.ranks_moved),
+                "transfer_ratio": (None if self.transfer_ratio is None
+                                   else float(self.transfer_ratio)),
+                "transfer_added_s": float(self.transfer_added_s)}
 
 
 def _medians(values: pd.Series, inside: np.ndarray) -> pd.DataFrame:
@@ -287,6 +349,52 @@ def changed_kinds(kt: pd.DataFrame, cp: ChangePoint, steps: np.ndarray,
                               every_rank=every, ranks_moved=ranks_moved))
     out.sort(key=lambda k: -abs(k.added_s))
     return out
+
+
+def transfer_times(trace: pd.DataFrame, kind: str, steps: np.ndarray) -> np.ndarray | None:
+    """Per step, the time a communication kind's transfers took once every party was there,
+    s (NaN where a step has none); None for a compute kind or where none can be timed.
+
+    A collective: the least time of the kind over the ranks that run it (the rank that
+    arrived last waited least; `collective_changes`). A P2P kind: the summed latency of
+    its direction's send/recv pairs, from the later of the two starts to the recv's end
+    (`p2p_pair_latency`: a recv posted early waits for its sender, that wait left out),
+    each link's pairs counted at their median (a pair the scheduler delayed is one pair; a
+    slower link delays them all)."""
+    steps = np.asarray(steps)
+    if kind in COLLECTIVE_KINDS:
+        ops = trace[trace["optype"].astype(str) == kind]
+        if ops.empty:
+            return None
+        least = kind_times(ops).groupby("step")["time_s"].min()
+        return least.reindex(steps).to_numpy(float)
+    if kind in {o.value for o in P2P_OPS}:
+        pairs = p2p_pair_latency(trace)
+        pairs = pairs[pairs["direction"].astype(str) == kind.split("-")[0]]
+        if pairs.empty:
+            return None
+        per_link = pairs.groupby(["step", "sender_stage", "dp_rank"])["latency_s"]
+        per_link = per_link.median() * per_link.size()
+        return per_link.groupby("step").sum().reindex(steps).to_numpy(float)
+    return None
+
+
+def transfer_change(trace: pd.DataFrame, kind: str, cp: ChangePoint,
+                    steps: np.ndarray) -> tuple[float, float] | None:
+    """A communication kind's transfer time (`transfer_times`) inside the change-point's
+    window over outside it (medians), and the seconds a step it adds in the slower of the
+    two; None where it cannot be timed on both sides."""
+    t = transfer_times(trace, kind, steps)
+    if t is None:
+        return None
+    inside = cp.inside(len(steps))
+    within, outside = t[inside & np.isfinite(t)], t[~inside & np.isfinite(t)]
+    if not within.size or not outside.size:
+        return None
+    hi, lo = float(np.median(within)), float(np.median(outside))
+    if lo <= 0:
+        return None
+    return hi / lo, abs(hi - lo)
 
 
 @dataclass(kw_only=True)
@@ -445,11 +553,20 @@ class OverTime:
     """Each moved kind's own change-point in its time per step (summed over ranks)."""
     links: list[LinkChange] = field(default_factory=list)
     """Links that place it."""
+    transfer_share: float = 0.05
+    """The share of a normal step a communication kind's transfer must add for the change
+    to be communication's (`comm`; the caller's `job_wide_kind_share`)."""
 
     @property
     def comm(self) -> bool:
-        """The kind adding the most time over the window is communication."""
-        return bool(self.kinds) and self.kinds[0].comm
+        """The kind adding the most time over the window is communication and its transfer
+        moved with it by `transfer_share` of a normal step (`KindChange.transfer_moved`);
+        else the change is compute's, however much of it was spent waiting in
+        communication ops."""
+        if not self.kinds or not self.kinds[0].comm or self.change is None:
+            return False
+        normal = min(self.change.within, self.change.outside)
+        return self.kinds[0].transfer_moved(normal, self.transfer_share)
 
     def note(self) -> str:
         """One line: from which step, what, where (empty without a change)."""
@@ -463,7 +580,9 @@ class OverTime:
             f = k.ratio if cp.ratio >= 1 else 1 / k.ratio
             what = (f"{k.kind} takes {f:.1f}x {way}"
                     + (" on every rank" if k.every_rank else
-                       f" on rank(s) {', '.join(map(str, k.ranks_moved))}"))
+                       f" on rank(s) {', '.join(map(str, k.ranks_moved))}")
+                    + (", its transfer not (waiting on compute)"
+                       if k.comm and not self.comm else ""))
         else:
             what = f"the step takes {cp.factor:.1f}x {way}, no one kind carrying it"
         where = (f" ({'; '.join(c.link for c in self.links)})" if self.links else "")
@@ -479,17 +598,22 @@ class OverTime:
 
 
 def over_time(trace: pd.DataFrame, dp: int, pp: int, ratio: float = KIND_RATIO,
-              ring_step_share: float = 0.05) -> OverTime:
+              ring_step_share: float = 0.05, transfer_share: float = 0.05) -> OverTime:
     """The trace's evidence over time: its step-time change-point and, where there is one,
-    the kinds that moved by `ratio` (the way the step did) and the links that place it
+    the kinds that moved by `ratio` (the way the step did), their transfers
+    (`transfer_change`; `transfer_share` for `OverTime.comm`) and the links that place it
     (`changed_links`; `ring_step_share` for a ring's order)."""
     steps, sec = step_times(trace)
     cp = change_point(steps, sec)
-    out = OverTime(steps=steps, step_s=sec, change=cp)
+    out = OverTime(steps=steps, step_s=sec, change=cp, transfer_share=transfer_share)
     if cp is None:
         return out
     kt = kind_times(trace)
     out.kinds = changed_kinds(kt, cp, steps, ratio)
+    for k in out.kinds:
+        got = transfer_change(trace, k.kind, cp, steps) if k.comm else None
+        if got is not None:
+            k.transfer_ratio, k.transfer_added_s = got
     per_step = kt.groupby(["kind", "step"])["time_s"].sum()
     for k in out.kinds:
         series = per_step.loc[k.kind].reindex(steps)

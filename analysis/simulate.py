@@ -29,7 +29,7 @@ import numpy as np
 from stragglerlab.analysis.graph import DepGraph
 
 # Elements per array chunk: bounds memory of the [n_nodes, batch, lanes] working set.
-CHUNK_ELEMENTS = 4_000_000
+CHUNK_ELEMENTS = 2_000_000
 
 
 @dataclass
@@ -147,5 +147,9 @@ def _simulate_block(graph, plan, value, delay, start, end) -> np.ndarray:
             latest = latest.max(axis=-1, keepdims=True)
         for m in members:
             np.add(latest, value[m], out=end[m])
-    ends = end[graph.step_end_nodes] if len(graph.step_end_nodes) else end
-    return ends.max(axis=(0, 2)) - start.min(axis=(0, 2))
+    # The step's last end, node by node (no gathered copy of the end nodes; max is exact).
+    last, at = None, graph.step_end_nodes
+    for n in (at if len(at) else range(len(end))):
+        node_last = end[n].max(axis=-1)
+        last = node_last if last is None else np.maximum(last, node_last, out=last)
+    return last - start.min(axis=(0, 2))

@@ -181,7 +181,7 @@ def run_whatif(
     say(f"frame: {len(frame.steps)} steps x {meta.dp_size} DP ranks x {meta.pp_size} stages")
 
     value = frame.sim_value(graph)
-    t_base = frame.end.max(axis=(0, 2)) - frame.start.min(axis=(0, 2))
+    t_base = frame.step_span()
     replayed = replays(graph, value)
     t_nodelay = replayed.nodelay()
     say("simulated base and no-delay frames")

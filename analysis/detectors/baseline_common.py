@@ -14,9 +14,6 @@ import pandas as pd
 
 from stragglerlab.trace.schema import OpType
 
-COMPUTE_VALUES: tuple[str, ...] = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
-"""Optypes whose duration is the worker's own compute (no waiting inside)."""
-
 
 def step_times(trace: pd.DataFrame) -> pd.Series:
     """Job step time per step, s: latest optimizer end (any rank) minus the step's earliest start.

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Detector, Finding, RootCause, Run
-from stragglerlab.analysis.detectors.baseline_common import COMPUTE_VALUES, flagged_span, window_ids
+from stragglerlab.analysis.detectors.baseline_common import flagged_span, window_ids
 from stragglerlab.analysis.detectors.config_ranges import in_range
-from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.trace.schema import COMPUTE_VALUES, OPTYPE_VALUES
 
 
 @dataclass(frozen=True, kw_only=True)

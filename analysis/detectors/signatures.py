@@ -34,14 +34,13 @@ from stragglerlab.analysis.steps import step_times
 from stragglerlab.analysis.whatif import comm_excess_by_worker
 from stragglerlab.method.grouped import group_median, optype_mask, row_codes
 from stragglerlab.run.results import IdealView
-from stragglerlab.trace.schema import COMMUNICATION_OPS
+from stragglerlab.trace.schema import COMMUNICATION_OPS, COMPUTE_VALUES
 
 __all__ = ["category_excess", "cell_grid", "comm_excess_by_worker",
            "microbatch_variation_share", "peel_stragglers",
            "flagged_steps", "gc_pauses_by_rank", "relative_scores", "seq_len_correlation",
            "stage_compute_ratios", "step_time_total", "mean_step_time", "step_worker_scores"]
 
-_COMPUTE = ["forward-compute", "backward-compute"]
 _COMM_BUCKETS = {t.value for t in COMMUNICATION_OPS} | {"forward-pp-comm", "backward-pp-comm"}
 
 
@@ -84,7 +83,7 @@ def stage_compute_ratios(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
         return _stage_compute_ratios_frame(trace, pp)
     duration = trace["duration"].to_numpy(dtype=float)
     ratios = []
-    for optype in _COMPUTE:
+    for optype in COMPUTE_VALUES:
         rows = np.flatnonzero(optype_mask(optypes, [optype]))
         if not len(rows):
             return None
@@ -113,13 +112,13 @@ def _stage_ratios(values: np.ndarray, stage_of: np.ndarray, pp: int) -> np.ndarr
 
 def _stage_compute_ratios_frame(trace: pd.DataFrame, pp: int) -> np.ndarray | None:
     """`stage_compute_ratios` with pandas, for keys that are not integers."""
-    compute = trace[trace["optype"].isin(_COMPUTE)]
+    compute = trace[trace["optype"].isin(COMPUTE_VALUES)]
     if compute.empty:
         return None
     med = compute.groupby(["optype", "stage", "dp_rank", "step"], observed=True)["duration"] \
         .median()
     ratios = []
-    for optype in _COMPUTE:
+    for optype in COMPUTE_VALUES:
         if optype not in med.index.get_level_values(0):
             return None
         table = med.loc[optype].unstack("step")  # [(stage, dp), step]

@@ -5,73 +5,14 @@ Offline it reads the run's what-if result, `<run>/whatif/whatif.json`, as
 S_stage and the comm excess per worker): the analysis is computed once per
 run, by the whatif step, never again here. Without that file it stops with an
 InputError saying to run `stragglerlab whatif` first. From it and the trace it
-reads, in this order (one pipeline: the evidence is `whatif_signals.Signals`, each rule
-one module of `whatif_rules/`, and `whatif_arbitration.PRECEDENCE` the table that runs
-them in this order and settles their overlaps):
-
-1. a failed run (hang, crash): the rank the runtime saw stop (run.json's
-   error, else the rank whose progress stopped first) -> `crash` when its
-   process died, else `hang`;
-2. GC: measured pauses outside the planned `gc` op (`gc_pause_s`) take at
-   least `gc_min_share` of the job's time -> `gc-pauses` on the ranks that pause;
-3. sequence imbalance: long microbatches are slow and not because of one
-   worker (M_W < 0.5): forward and backward durations of the same microbatch
-   correlate (within-worker-step residuals, >= `seq_correlation`; the job must
-   straggle, S >= 1.1) or a microbatch's compute time follows its
-   sum(seq_len^2) (the trace's `seq_len_sq_sum`; residuals within (stage,
-   step), >= `seq_len_correlation`; S >= `seq_min_slowdown`, 1.03; with one DP
-   rank M_W is not read, and when the top worker explains most (M_W >= 0.5, a slow
-   device beside the lengths) the slowdown left once it is explained and removed,
-   1 + (S - 1)(1 - M_W), must still reach 1.03) -> `seq-imbalance` for the whole job;
-4. stage imbalance: the job straggles (S >= 1.1), one stage's S_stage is
-   `worker_threshold` over the lightest's, its DP ranks straggle alike and computation carries the
-   slowdown -> `stage-imbalance` on that stage (`whatif_stage.py`);
-5. stragglers by worker score: per step, each worker's min(S_dp, S_stage)
-   over the step's best worker's (a busy host lifts every worker, a
-   straggler lifts one). A worker is a straggler when, from its first to its
-   last step above `step_threshold` (at least `min_steps` of them), its mean
-   ratio is at least `worker_threshold`; that window is the finding's steps.
-   The stragglers are then named:
-   * a straggler whose own compute time is `compute_ratio` over its stage
-     peers' -> `slow-worker` (a slow device); stage peers that straggle much less
-     than the stage's worst only share its collectives and are not named;
-   * every DP rank of a stage straggling, computation carrying the slowdown
-     -> `stage-imbalance` on that stage;
-   * any other straggler waits on communication -> `net-throttle` (a slow link), on the rank
-     whose comm ops collect the most transfer time over their op type's
-     median (a slow link is in every slow group; a peer in only some);
-6. no straggler by step, but the job straggles and M_W >= `mw_worker` (the
-   paper's worker issue), with DP peers -> `slow-worker` on the top workers
-   whose own compute is `compute_ratio` over their peers';
-7. no straggler, but one rank's comm ops collect `link_over_median` times
-   the median worker's excess and `link_share` of the job's time, its own
-   compute not slow -> `net-throttle` on that rank (a mild slow link that slows
-   every rank it talks to about equally).
-
-Beside all of these, a worker whose own compute, per unit of modelled work (sum(s^2)
-where lengths vary) and without its GC pauses, holds `device_compute_ratio` over
-the median of its stage's other DP ranks -> `slow-worker` on it: a slow device is a
-fault whether or not 1F1B's slack or another fault keeps it off the critical path
-(`whatif_device.py`); and where a device has no unslowed DP peer (pure PP, or a whole stage
-slowed), a stage whose own compute rose mid-run by `device_compute_ratio`, over its
-earlier or later steps and over the other stages' -> `slow-worker` on its DP ranks (a
-heavy stage is heavy from the first step; `whatif_shift.py`). And (a slow link is often
-one fault of several, and a mild one does not make the job straggle): a P2P sender
-nearly all of whose pairs are slower than the other senders' in its place, or a worker
-nearly all of the pairs it sends or
-receives are (a link throttled both ways), by enough to cost `link_step_share` of a
-step -> `net-throttle` on it, unless another finding named it (`whatif_links.py`);
-in every stage's DP group of 3 or more ranks, the rank whose ring neighbours leave the
-reduce-scatter and the all-gather late and early in the pattern a throttled ring link
-leaves, by `ring_step_share` of a step -> `net-throttle` on it (`whatif_ring.py`;
-with stages it also says which end of a slow pipeline link is throttled).
-A throttled link's transfers enter the ideal and can hide a heavy stage: when links
-are found and no stage was named, the steps outside their windows are re-analysed
-for one (explain one straggler, remove it, re-analyse; `whatif_stage.py`). And when no
-finding names a stage or sequence imbalance, a stage whose forward and backward ops take
-`stage_compute_ratio` over the other stages' on every DP rank in nearly every step is
-named: a link, a slow worker or GC can carry the job's S, but none lengthens the
-partition's compute ops (`whatif_stage.stage_by_compute`).
+reads the evidence (`whatif_signals.Signals`: the what-if metrics and every signal derived
+from them, each computed once) and runs the rules, one module each in `whatif_rules/`, in
+the order of the precedence table (`whatif_arbitration.PRECEDENCE`), which settles their
+overlaps with each rule's declared exclusions. What each rule names, and on what
+evidence, is its module's docstring; its thresholds are its `THRESHOLDS` (value, unit,
+noise statistic, provenance). docs/detectors.md's rule table is rendered from both
+(`whatif_table.py`). Before the rules, a failed run (hang, crash) is named on the rank the
+runtime saw stop (`whatif_failure.failure_findings`).
 
 Then the residual pass (`whatif_residual.py`): the faults found are removed from the job,
 the job is simulated without them (every other op as traced) and the same rules
@@ -79,7 +20,7 @@ diagnose that residual job; what it names on a cell nothing explained yet is a f
 its own (a fault beside a larger one hides behind it in the first pass). Offline only:
 online windows keep one analysis per step.
 
-Every threshold above stands over the noise measured on clean runs of the run's layout
+Every threshold stands over the noise measured on clean runs of the run's layout
 family: where the noise floor (config/noise-floor.yaml, `whatif_noise.py`) reaches a
 threshold, it is raised just above it, and what the configured thresholds alone would
 have named is reported under the floor and not counted (`noise_report`).
@@ -105,9 +46,10 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Detector, Finding, Run, TraceNeed
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_arbitration import (
-    ACROSS_RANKS,
     PRECEDENCE,
+    across_ranks,
     arbitrate,
+    rules_config,
 )
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence, read_evidence
@@ -146,7 +88,7 @@ class WhatIfDetector(Detector):
         """noise_floor: the measured floor thresholds are raised to (`whatif_noise.py`);
         "default" reads the shipped config/noise-floor.yaml, which was measured on this
         testbed and so applies to its runs only (run.json), None uses none."""
-        self.config = config or WhatIfDetectorConfig()
+        self.config = rules_config(config)
         self.noise_floor = (noise_floor_option(None) if noise_floor == "default"
                             else noise_floor)
         self.shipped_floor = noise_floor == "default"
@@ -265,6 +207,6 @@ class WhatIfDetector(Detector):
 
     def _rules_on_fresh_analysis(self, run: Run) -> list[Finding]:
         """The rules across ranks alone on a fresh what-if of `run` (a residual job has no
-        whatif.json; its step times change where a removed fault began, `ACROSS_RANKS`)."""
+        whatif.json; its step times change where a removed fault began, `across_ranks`)."""
         return arbitrate(Signals(run=run, evidence=Evidence.analyse(run), config=self.config),
-                         ACROSS_RANKS)
+                         across_ranks())

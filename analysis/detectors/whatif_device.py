@@ -2,7 +2,7 @@
 
 A slow device is a fault whether or not it straggles: 1F1B's slack can absorb a
 mild one, and a heavy stage or a second slow worker can take the job's
-critical path from it, so the per-step worker scores (rule 5 of `whatif.py`)
+critical path from it, so the per-step worker scores (the `stragglers` rule)
 do not always rank it. What it always does is take longer over the same work
 than the other DP ranks of its stage, which run the same partition on the
 same microbatch shapes. Per step, each worker's *work-normalized* compute,
@@ -16,7 +16,11 @@ op is its (stage, op type) median with fixed lengths, and with varying lengths
 the least-squares line a + b * sum(seq_len^2) over the stage's ops of that type
 (attention grows with sum(s^2), so a rank that drew the long sequences is not
 a slow device). A worker whose held ratio reaches `device_compute_ratio` is
-named `slow-worker` over the steps it holds it, unless another rule named it.
+named `slow-worker` over the steps it holds it, unless another rule named it, and
+unless its ratio over those steps stands no further over its own other steps than the
+run's noise over time (`analysis.over_time.over_own_noise`: on a shared host two DP ranks'
+compute ratio can swing 0.77-1.32 from step to step, and three such steps in a row are
+not a device).
 
 Needs DP peers (with one DP rank there is nothing to hold a stage's compute
 against). Runs beside every other rule, before the slow-link rules, whose pairs
@@ -35,9 +39,9 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import cell_grid
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.over_time import over_own_noise
 from stragglerlab.method.grouped import group_median, group_sum, optype_mask, row_codes
-
-_COMPUTE = ("forward-compute", "backward-compute")
+from stragglerlab.trace.schema import COMPUTE_VALUES
 
 
 def modelled_cost(ops: pd.DataFrame) -> np.ndarray:
@@ -73,7 +77,7 @@ def normalized_compute(trace: pd.DataFrame, pp: int, dp: int,
     if not all(k.dtype.kind in "iu" for k in keys) or \
             not all(f.dtype.kind == "f" for f in floats):
         return _normalized_compute_frame(trace, pp, dp, steps)
-    rows = np.flatnonzero(optype_mask(optype, _COMPUTE) & np.isin(keys[2], steps))
+    rows = np.flatnonzero(optype_mask(optype, COMPUTE_VALUES) & np.isin(keys[2], steps))
     if not len(rows):
         return None
     stage, rank, step = (k[rows] for k in keys[:3])
@@ -136,7 +140,7 @@ def _fit_lengths(cost: np.ndarray, group: np.ndarray, s2: np.ndarray, dur: np.nd
 def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
                               steps: np.ndarray) -> np.ndarray | None:
     """`normalized_compute` with pandas, for traces its arrays do not fit."""
-    ops = trace[trace["optype"].isin(_COMPUTE) & trace["step"].isin(steps)]
+    ops = trace[trace["optype"].isin(COMPUTE_VALUES) & trace["step"].isin(steps)]
     if ops.empty:
         return None
     pause = ops["gc_pause_s"].fillna(0.0) if "gc_pause_s" in ops.columns else 0.0
@@ -151,18 +155,10 @@ def _normalized_compute_frame(trace: pd.DataFrame, pp: int, dp: int,
     return cell_grid(sums["duration"] / np.maximum(sums["cost"], 1e-12), pp, dp, steps)
 
 
-def compute_over_peers(trace: pd.DataFrame, pp: int, dp: int,
-                       steps: np.ndarray) -> np.ndarray | None:
-    """[stage, dp_rank, step]: work-normalized compute over the median of the stage's
-    other DP ranks in that step; None with one DP rank or no compute ops."""
-    if dp < 2:
-        return None
-    return over_peers(normalized_compute(trace, pp, dp, steps))
-
-
 def over_peers(grid: np.ndarray | None) -> np.ndarray | None:
     """`normalized_compute`'s grid over the median of each stage's other DP ranks;
-    None without a grid or with one DP rank."""
+    None without a grid or with one DP rank. The one measure of a worker's compute
+    against its peers (`Signals.compute_over_peers` keeps it per diagnosis)."""
     if grid is None or grid.shape[1] < 2:
         return None
     # Each worker over the median of the stage's *other* DP ranks: the least of many peers
@@ -199,18 +195,20 @@ def median_of_others(grid: np.ndarray) -> np.ndarray:
 
 def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                  found: list[Finding], worker_scores: np.ndarray,
-                 grid: np.ndarray | None = None) -> list[Finding]:
+                 grid: np.ndarray | None = None,
+                 over: np.ndarray | None = None) -> list[Finding]:
     """`slow-worker` findings for workers whose own compute is slow against their DP
     peers' (module docstring), on workers no finding in `found` names.
 
     worker_scores: the what-if's per-step worker score [pp, dp, steps], for the
     estimate of how much the device held the job. grid: `normalized_compute` of the
-    run over `steps` when the caller has it (computed here otherwise)."""
+    run over `steps` when the caller has it (computed here otherwise); over: its
+    `over_peers`, the measure itself, when the caller has that (`Signals.compute_over_peers`)."""
     pp, dp = run.meta.pp_size, run.meta.dp_size
     w = cfg.min_steps
     if grid is None and dp >= 2:
         grid = normalized_compute(run.trace, pp, dp, steps)
-    ratio = over_peers(grid)
+    ratio = over if over is not None else over_peers(grid)
     if ratio is None or ratio.shape[2] < w:
         return []
     held = np.lib.stride_tricks.sliding_window_view(ratio, w, axis=2).min(axis=3)
@@ -221,6 +219,8 @@ def slow_devices(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
             continue
         where = np.flatnonzero(held[stage, d] >= cfg.device_compute_ratio)
         first, last = int(where[0]), int(where[-1] + w - 1)
+        if not over_own_noise(ratio[stage, d], first, last + 1):
+            continue  # no more than its compute over its peers' moves on its other steps
         peak = float(held[stage, d].max())
         score = worker_scores[stage, d, first:last + 1] if worker_scores.size else np.ones(1)
         out.append(Finding(

@@ -1,5 +1,5 @@
 """Two rules of the `whatif` detector that read the run, not the what-if: a failed run's
-lost rank (rule 1) and measured GC pauses (rule 2).
+lost rank (before the rules) and measured GC pauses (the `gc` rule).
 
     failure_findings(run)                               # [] for a run that did not fail
     gc_pauses(run, slowdown, steps, config)             # Finding or None

@@ -22,7 +22,7 @@ one fault of several (a slow worker plus a delayed link), and a mild one does
 not make the job straggle. Pairs to a worker another rule named slow (a slow
 device, GC pauses) do not count against their sender: a slow receiver completes
 its recvs late by itself. Ranks another rule named are not named again
-(`merge_links`), except that a `net-throttle` named from comm excess on the
+(`whatif_arbitration.merge_links`), except that a `net-throttle` named from comm excess on the
 other end of a slow link gives way to the link's sender. Two neighbours flagged
 are one link (`_one_end_per_link` says which end is named).
 
@@ -39,8 +39,6 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run, named_cells
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
-from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
 from stragglerlab.method.p2p_pairs import (
     LinkSignals,
     PairArrays,
@@ -69,52 +67,6 @@ def ring_ends(cells: set[tuple[int, int]], dp: int) -> set[tuple[int, int]]:
     return {((d + o) % dp, p) for d, p in cells for o in (-1, 1)}
 
 
-def _throttle_on(f: Finding, ends: set[tuple[int, int]]) -> bool:
-    """A `net-throttle` naming only ranks in `ends`: a link seen from its other end."""
-    return f.root_cause is RootCause.NET_THROTTLE and bool(f.ranks) and all(
-        (r.dp_rank, r.stage) in ends for r in f.ranks)
-
-
-def prefer_ring_ends(links: list[Finding], ring: list[Finding], dp: int) -> list[Finding]:
-    """P2P link findings, less those on the pipeline neighbour of a rank a ring named
-    (`whatif_ring.py`): a veth throttled both ways slows the P2P pairs of both ends, but
-    only its own stage's ring, so the ring says which end it is. Only where the
-    neighbour's own stage has a ring to show it (3 or more DP ranks)."""
-    if dp < MIN_RING or not ring:
-        return links
-    ring_cells = named_cells(ring)
-    ends = pipeline_ends(ring_cells) - ring_cells
-    return [f for f in links if not _throttle_on(f, ends)]
-
-
-def merge_links(found: list[Finding], links: list[Finding], ring: list[Finding] = (),
-                dp: int = 0) -> list[Finding]:
-    """The other rules' findings plus the slow links (P2P `links`, then `ring` links,
-    `whatif_ring.py`) on ranks they did not name.
-
-    A `net-throttle` another rule named from comm excess on a neighbour of a slow link
-    is that link seen from its other end (a pair's excess lands on both ends; in a ring,
-    on the ranks either side): the link's own finding replaces it. Neighbours: of a P2P
-    link, same DP rank, next or previous stage; of a ring link, the same stage's DP
-    ranks either side (mod `dp`).
-    """
-    p2p_cells, ring_cells = named_cells(links), named_cells(ring)
-    ends = pipeline_ends(p2p_cells)
-    if dp:
-        ends |= ring_ends(ring_cells, dp)
-    ends -= p2p_cells | ring_cells
-    links = [*links, *ring]
-    kept = [f for f in found if not _throttle_on(f, ends)]
-    # A heavy stage or long sequences lengthen compute, never a transfer (end minus the
-    # pair's latest start): a slow link on a rank they name is a fault of its own.
-    named = named_cells([f for f in kept if f.root_cause not in STAGE_LIKE])
-    # A link named with both ends (no trace tells them apart) gives way to a rule that
-    # chose one of them as a slow link.
-    chosen = named_cells([f for f in kept if f.root_cause is RootCause.NET_THROTTLE])
-    return kept + [f for f in links if (f.ranks[0].dp_rank, f.ranks[0].stage) not in named
-                   and not (len(f.ranks) > 1 and named_cells([f]) & chosen)]
-
-
 def _in_cells(dp_rank: np.ndarray, stage: np.ndarray,
               cells: list[tuple[int, int]]) -> np.ndarray:
     """Per pair end: whether its (dp_rank, stage) is one of `cells` (a handful)."""
@@ -126,13 +78,15 @@ def _in_cells(dp_rank: np.ndarray, stage: np.ndarray,
 
 def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                comm_excess: np.ndarray, slowdown: float,
-               found: list[Finding], pairs: pd.DataFrame | None = None) -> list[Finding]:
+               slowed: set[tuple[int, int]], pairs: pd.DataFrame | None = None
+               ) -> list[Finding]:
     """Findings for senders whose pairs are slow over a window (see the module docstring).
 
     comm_excess: per worker [stage, dp] transfer excess over the run (whatif.json), s.
-    found: the other rules' findings; pairs to a worker they named slow (a slow device,
-    GC pauses) do not count as their sender's own: a slow receiver completes its recvs
-    late by itself. pairs: `p2p_pair_latency(run.trace)` when the caller has it.
+    slowed: (dp_rank, stage) of the workers the other rules named slow (a slow device, GC
+    pauses: `slowed_workers`); pairs to them do not count as their sender's own: a slow
+    receiver completes its recvs late by itself. pairs: `p2p_pair_latency(run.trace)`
+    when the caller has it.
     """
     pp, dp = run.meta.pp_size, run.meta.dp_size
     if pp < 2 or len(steps) < cfg.min_steps:
@@ -143,7 +97,7 @@ def slow_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
     arrays = PairArrays.of(p2p_pair_latency(run.trace) if pairs is None else pairs)
     in_steps = np.isin(arrays.step, steps)
     dp_rank, sender, receiver = arrays.dp_rank, arrays.sender, arrays.receiver
-    slow = sorted(slowed_workers(found))
+    slow = sorted(slowed)
     # A slow receiver completes its recvs late by itself: its pairs say nothing of a link
     # (reference only), for its sender and for the worker test alike.
     to_slow, from_slow = _in_cells(dp_rank, receiver, slow), _in_cells(dp_rank, sender, slow)

@@ -4,10 +4,10 @@ Every rule of the detector compares one statistic with one threshold field of
 `WhatIfDetectorConfig` (a link's cost as a share of the step, a device's compute
 over its peers, ...). How high that statistic goes on clean runs is measured
 with the rule itself: on a clean run, the detector is run again with that one
-threshold taken away (`RELAXED`), the other tests of the rule left as they are,
-and the highest value the statistic takes among what it then reports is the
-run's reading. Windows, peers and references are the rule's own, so the floor
-is read over the same window length the rule uses. A family's floor is the
+threshold taken away (`RELAXED`, from each rule's declared `Threshold.noise`), the other
+tests of the rule left as they are, and the highest value the statistic takes among what
+it then reports is the run's reading. Windows, peers and references are the rule's own,
+so the floor is read over the same window length the rule uses. A family's floor is the
 highest reading over its clean runs (`measure_floor`).
 
 The online mode and the live monitor diagnose a sliding window of the latest steps
@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stragglerlab.analysis.detectors.base import Finding, Run
+from stragglerlab.analysis.detectors.whatif_arbitration import declared_thresholds
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.detectors.whatif_rules import NoiseStatistic
 from stragglerlab.method.noise_floor import FamilyFloor, NoiseFloor, Spread
 from stragglerlab.run.run_folder import RunFolder
 from stragglerlab.trace.meta import JobMeta, LayoutFamily
@@ -49,70 +51,41 @@ ABOVE = 1e-6
 """A raised threshold sits this far (relative) above the floor: a finding must exceed it."""
 
 
-@dataclass(frozen=True)
-class Relaxed:
-    """How one threshold is taken away, and where its rules write the statistic."""
-
-    off: float
-    """The value under which the threshold passes everything."""
-    keys: tuple[str, ...]
-    """Finding detail keys that hold the statistic (the rule's own evidence)."""
-    both: bool = False
-    """The statistic is the least of the keys (a rule that needs every reading over it)."""
+def noise_statistics() -> dict[str, tuple[NoiseStatistic, ...]]:
+    """Threshold field -> how the noise floor reads its statistic: every rule's declared
+    `Threshold.noise` (`whatif_rules/`), in the order of the precedence table as it stands
+    (a rule added to it is read too)."""
+    return {name: t.noise for name, (_, t) in declared_thresholds().items() if t.noise}
 
 
-RELAXED: dict[str, Relaxed] = {
-    # comm cost of a slow P2P link, share of a step (whatif_links.py)
-    "link_step_share": Relaxed(0.0, ("step_share",)),
-    # a DP ring link's signed excess, share of a step (whatif_ring.py)
-    "ring_step_share": Relaxed(0.0, ("ring_step_share",)),
-    # a device's compute over its DP peers' (whatif_device.py)
-    "device_compute_ratio": Relaxed(1.0, ("compute_over_peers",)),
-    # a straggler's windowed worker score over the step's best (whatif_rules/stragglers)
-    "worker_threshold": Relaxed(1.0, ("relative_score",)),
-    # the heaviest stage's S_stage over the lightest's (whatif_stage.stage_imbalance)
-    "stage_ratio": Relaxed(1.0, ("stage_ratio",)),
-    # a stage's own compute rise with no unslowed DP peer (whatif_shift.py)
-    "shift_ratio": Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True),
-    # the one link of a DP-2 ring over its quietest window (whatif_ring.two_rank_link)
-    "two_rank_step_share": Relaxed(0.0, ("two_rank_step_share",)),
-    # a straggler's own compute over its stage peers' (rules 5 and 6)
-    "compute_ratio": Relaxed(1.0, ("compute_ratio",)),
-    # a stage's forward and backward over the other stages' (whatif_stage.stage_by_compute)
-    "stage_compute_ratio": Relaxed(1.0, ("stage_compute_ratio",)),
-    # measured GC pause time over job time (rule 2)
-    "gc_min_share": Relaxed(0.0, ("gc_pause_share",)),
-    # a DP rank's launch slowdown over its peers' (whatif_rules/late_arrival.py)
-    "late_arrival_ratio": Relaxed(1.0, ("late_arrival_ratio",)),
-    # a rank's comm excess over job time when no straggler stands out (rule 7)
-    "link_share": Relaxed(0.0, ("comm_excess_share",)),
-    # the job's step time over a sustained window over outside it, no finding across
-    # ranks (whatif_rules/job_wide.py): the noise over time
-    "job_wide_ratio": Relaxed(1.0, ("job_wide_ratio",)),
-    # the same, a change carried by compute (every device slowed alike)
-    "job_wide_compute_ratio": Relaxed(1.0, ("job_wide_compute_ratio",)),
-    # a collective kind's added time on every rank over its own earlier steps, share of
-    # the normal step (whatif_rules/job_wide.py)
-    "job_wide_kind_share": Relaxed(0.0, ("job_wide_kind_share",)),
-}
-"""Threshold field -> how its noise is read. The stage-shift rule reads
-`device_compute_ratio` too, as the lesser of its two readings."""
+def relaxed_thresholds() -> dict[str, NoiseStatistic]:
+    """Threshold field -> how it is taken away (its first statistic's `off`)."""
+    return {name: stats[0] for name, stats in noise_statistics().items()}
 
-PER_STEP = ("link_share", "link_step_share", "ring_step_share", "two_rank_step_share",
-            "gc_min_share")
+
+def per_step_statistics() -> tuple[str, ...]:
+    """The statistics declared `per_step` (`PER_STEP`)."""
+    return tuple(name for name, (_, t) in declared_thresholds().items() if t.per_step)
+
+
+NOISE = noise_statistics()
+"""`noise_statistics` of the shipped rules."""
+
+RELAXED: dict[str, NoiseStatistic] = relaxed_thresholds()
+"""`relaxed_thresholds` of the shipped rules."""
+
+PER_STEP = per_step_statistics()
 """Statistics that are a time over the step's (a rank's comm excess, a link's cost, GC
-pauses). Their clean noise is host jitter, about the same time per step however long the
-step at one layout (measured: a rank's top comm excess 15-42 ms per step in clean
-DP 2 x PP 2 runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and 0.02-0.03 of the
-step), though not across layouts (DP 4 x PP 4 on 2 cores, of far longer steps, read 0.5 s).
-So the floor keeps them in seconds per step per layout too and holds a run of a measured
-layout to that over its own mean step time (`FamilyFloor.per_step_s`)."""
-
-SHIFT = Relaxed(1.0, ("shift_over_other_stages", "shift_own"), both=True)
-"""The stage-shift rule's reading of `device_compute_ratio` (whatif_shift.py)."""
+pauses; each declared `per_step`). Their clean noise is host jitter, about the same time
+per step however long the step at one layout (measured: a rank's top comm excess 15-42 ms
+per step in clean DP 2 x PP 2 runs of 0.3 s and of 0.9 s steps, that is 0.05-0.13 and
+0.02-0.03 of the step), though not across layouts (DP 4 x PP 4 on 2 cores, of far longer
+steps, read 0.5 s). So the floor keeps them in seconds per step per layout too and holds
+a run of a measured layout to that over its own mean step time
+(`FamilyFloor.per_step_s`)."""
 
 
-def _values(detail: dict, relaxed: Relaxed) -> list[float]:
+def _values(detail: dict, relaxed: NoiseStatistic) -> list[float]:
     """The statistic a finding's detail holds, as numbers (a per-worker dict: each)."""
     got = []
     for key in relaxed.keys:
@@ -126,9 +99,8 @@ def _values(detail: dict, relaxed: Relaxed) -> list[float]:
 
 def reading(findings: list[Finding], name: str) -> float | None:
     """The highest value of threshold `name`'s statistic among findings, None without one."""
-    vals = [x for f in findings for x in _values(f.detail, RELAXED[name])]
-    if name == "device_compute_ratio":
-        vals += [x for f in findings for x in _values(f.detail, SHIFT)]
+    vals = [x for stat in noise_statistics()[name]
+            for f in findings for x in _values(f.detail, stat)]
     return max(vals) if vals else None
 
 
@@ -173,16 +145,17 @@ def floored_config(config: WhatIfDetectorConfig, noise_floor: NoiseFloor | None,
     if step_s is not None and step_s > 0 and per_step:
         # Jitter in seconds per step, over this run's own steps (a share of shorter steps).
         report["step_s"] = round(float(step_s), 6)
-        timed = {k: v / step_s for k, v in per_step.items() if k in PER_STEP}
+        timed = {k: v / step_s for k, v in per_step.items() if k in per_step_statistics()}
         # the statistics the run's own step time holds higher than the shares do
         report["per_step"] = sorted(k for k, v in timed.items() if v > statistics.get(k, 0))
         statistics = _higher(statistics, timed)
     raised = report["raised"]
     # A statistic this detector version does not floor (a newer file's, or a typo): kept
     # out, and said, so a misspelt threshold is not silently left unraised.
-    report["ignored"] = sorted(k for k in statistics if k not in RELAXED)
+    relaxed = relaxed_thresholds()
+    report["ignored"] = sorted(k for k in statistics if k not in relaxed)
     for name, value in statistics.items():
-        if name not in RELAXED:
+        if name not in relaxed:
             continue
         configured = getattr(config, name)
         if value * (1 + ABOVE) > configured:
@@ -247,12 +220,12 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
     def read(found: Callable[[WhatIfDetectorConfig], Diagnosed]
              ) -> tuple[dict[str, float | None], dict[str, float | None]]:
         shares, per_step = {}, {}
-        for name, relaxed in RELAXED.items():
+        for name, relaxed in relaxed_thresholds().items():
             got = [(reading(f, name), step_s) for f, step_s in
                    found(replace(config, **{name: relaxed.off}))]
             got = [(v, step_s) for v, step_s in got if v is not None]
             shares[name] = max((v for v, _ in got), default=None)
-            if name in PER_STEP:
+            if name in per_step_statistics():
                 per_step[name] = max((v * step_s for v, step_s in got), default=None)
         return shares, per_step
 
@@ -274,7 +247,7 @@ def clean_reading(run: Run, evidence, config: WhatIfDetectorConfig,
 def _highest(readings: list[dict[str, float | None]]) -> dict[str, float]:
     """Per threshold field, the highest reading over the runs (fields never read: absent)."""
     out = {}
-    for name in RELAXED:
+    for name in relaxed_thresholds():
         vals = [v for r in readings if (v := r.get(name)) is not None]
         if vals:
             out[name] = max(vals)

@@ -31,9 +31,10 @@ Removal of a finding, on its ranks and in its steps (`ResidualJob.without`):
 * `stage-imbalance`, `seq-imbalance`: the job's own shape, not removed (a heavy
   partition is heavy in every what-if); `hang`, `crash`: nothing to simulate.
 
-A residual finding is new where it names a cell (dp_rank, stage) that no removed
-*estimate* covers and that no finding names with its cause; it keeps only those cells
-(a stage-imbalance finding is kept whole). A slow-worker or link removal is an estimate,
+A residual finding is new (the arbitration decides it, `whatif_arbitration.residual_part`)
+where it names a cell (dp_rank, stage) that no removed *estimate* covers and that no
+finding names with its cause; it keeps only those cells (a stage-imbalance finding is
+kept whole). A slow-worker or link removal is an estimate,
 so what it leaves over is its leftovers, not a fault: on a slow worker's own cell, and on
 a link's ends, the named rank and every rank it talks to (its DP ring and pipeline
 neighbours: a throttle over the whole run has no clean steps to take its DP collective's
@@ -52,7 +53,6 @@ the false-finding rate of clean runs.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,13 +60,13 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Run, named_cells
-from stragglerlab.analysis.detectors.whatif_links import pipeline_ends, ring_ends
-from stragglerlab.analysis.detectors.whatif_rules import STAGE_LIKE
+from stragglerlab.analysis.detectors.whatif_arbitration import residual_part
+from stragglerlab.analysis.detectors.whatif_rules import ESTIMATED, LINK_CAUSES
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask, row_slots
 from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import simulate
 from stragglerlab.run.findings import Finding, RootCause
-from stragglerlab.trace.schema import OpType
+from stragglerlab.trace.schema import COMPUTE_VALUES
 from stragglerlab.util.errors import InputError
 
 RESIDUAL = " (residual)"
@@ -74,12 +74,8 @@ RESIDUAL = " (residual)"
 MAX_ROUNDS = 3
 """Residual rounds at most: each needs a new removable finding from the one before."""
 
-LINK_CAUSES = frozenset({RootCause.NET_THROTTLE, RootCause.NET_DELAY})
-ESTIMATED = frozenset({RootCause.SLOW_WORKER}) | LINK_CAUSES
-"""Causes whose removal is an estimate (their cells' leftovers are not new faults)."""
 REMOVED = ESTIMATED | {RootCause.GC_PAUSES}
 """Causes the residual job has removed."""
-_DEVICE_OPS = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
 
 
 def _cells(f: Finding) -> set[tuple[int, int]]:
@@ -175,7 +171,7 @@ class ResidualJob:
 
     def _remove_slow(self, d: int, s: int, w: np.ndarray, slow: list[Finding],
                      value: np.ndarray) -> None:
-        nodes = np.flatnonzero((self.graph.stage == s) & np.isin(self.graph.optype, _DEVICE_OPS))
+        nodes = np.flatnonzero((self.graph.stage == s) & np.isin(self.graph.optype, COMPUTE_VALUES))
         if not len(nodes) or not w.any():
             return
         named = {c for f in slow for c in _cells(f)}
@@ -230,30 +226,6 @@ class ResidualJob:
                 arr[np.ix_(members, w, lanes)] = np.minimum(cut, ref[:, None, None])
 
 
-def _link_ends(cells: set[tuple[int, int]], dp: int) -> set[tuple[int, int]]:
-    """The cells and every rank they talk to: DP ring neighbours and pipeline neighbours."""
-    return cells | ring_ends(cells, dp) | pipeline_ends(cells)
-
-
-def _new_part(f: Finding, board: list[Finding], removed: list[Finding],
-              dp: int) -> Finding | None:
-    """The part of a residual finding that names what the board does not (module docstring)."""
-    if f.root_cause in STAGE_LIKE and any(r.root_cause in ESTIMATED for r in removed):
-        return None  # the stages' balance is then the removal's estimate, not the trace's
-    if not f.ranks:
-        return None if any(b.root_cause is f.root_cause for b in board) else f
-    covered = {c for b in board if b.root_cause is RootCause.SLOW_WORKER for c in _cells(b)}
-    covered |= {c for b in board if b.root_cause in LINK_CAUSES
-                for c in _link_ends(_cells(b), dp)}
-    covered |= {c for b in board if b.root_cause is f.root_cause for c in _cells(b)}
-    fresh = [r for r in f.ranks if (r.dp_rank, r.stage) not in covered]
-    if not fresh:
-        return None
-    if f.root_cause is RootCause.STAGE_IMBALANCE:
-        return f
-    return dataclasses.replace(f, ranks=fresh)
-
-
 def residual_findings(run: Run, found: list[Finding],
                       diagnose: Callable[[Run], list[Finding]]) -> list[Finding]:
     """Findings of the residual job (module docstring) that `found` does not hold, each
@@ -275,7 +247,7 @@ def residual_findings(run: Run, found: list[Finding],
             break
         new = []
         for f in candidates:
-            part = _new_part(f, board + new, removed, run.meta.dp_size)
+            part = residual_part(f, board + new, removed, run.meta.dp_size)
             if part is not None:
                 part.detail = {**part.detail, "residual_of": [
                     {"root_cause": r.root_cause.value,

@@ -31,7 +31,7 @@ With stages, each stage's DP ranks run their own ring (its gradients and
 parameters), so the same score is read in every stage's group of 3 or more DP
 ranks. There it also settles which end of a slow P2P link is throttled: a veth
 throttled both ways slows the P2P pairs on both ends of a pipeline link, but
-only its own stage's ring (`whatif_links.prefer_ring_ends`). A ring of two with
+only its own stage's ring (`whatif_arbitration.prefer_ring_ends`). A ring of two with
 stages is left to the P2P tests, which see both of its ends' links.
 
 What it cannot see (and names nothing): with 3 or more ranks, an in-process delay (the

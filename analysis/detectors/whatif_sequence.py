@@ -1,4 +1,4 @@
-"""Sequence-length imbalance for the `whatif` detector (rule 3 of `whatif.py`).
+"""Sequence-length imbalance for the `whatif` detector (the `sequence` rule).
 
 Sequence imbalance is per-microbatch variation in compute that follows each
 microbatch's sum(seq_len^2) (attention cost), not one slow worker and not a

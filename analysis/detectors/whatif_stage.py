@@ -1,5 +1,5 @@
-"""Stage imbalance for the `whatif` detector: one stage heavier than the others (rule 4 of
-`whatif.py`), also looked for again once slow links are explained and their steps removed.
+"""Stage imbalance for the `whatif` detector: one stage heavier than the others (the
+`stage` rule), also looked for again once slow links are explained and their steps removed.
 
 Pure functions of a run, its what-if view and the detector's config:
 

@@ -189,7 +189,7 @@ def run(args) -> int:
     # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
     progress = Reporter(quiet=args.quiet, live=False)
 
-    df, meta = read_trace(args.trace, args.meta)
+    df, meta = read_trace(args.trace, args.meta, compact_ints=True)
     progress(f"read {len(df):,} ops from {args.trace}")
     # Every compute ideal at once (one graph, one frame): figures and detectors read them
     # from whatif.json instead of re-analysing the trace.

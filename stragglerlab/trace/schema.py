@@ -39,6 +39,9 @@ class OpType(str, enum.Enum):
 OPTYPE_VALUES: tuple[str, ...] = tuple(o.value for o in OpType)
 
 COMPUTE_OPS = frozenset({OpType.FORWARD_COMPUTE, OpType.BACKWARD_COMPUTE})
+COMPUTE_VALUES: tuple[str, ...] = (OpType.FORWARD_COMPUTE.value, OpType.BACKWARD_COMPUTE.value)
+"""The compute ops' trace spellings, forward first: the one op set every measure of a
+worker's own compute reads (the detectors' signatures, the device and residual passes)."""
 P2P_OPS = frozenset(
     {OpType.FORWARD_SEND, OpType.FORWARD_RECV, OpType.BACKWARD_SEND, OpType.BACKWARD_RECV}
 )

@@ -63,6 +63,8 @@ def _fail(path: str, what: str, rows: str, fix: str) -> None:
 
 def _range(path: str, rows: Rows, name: str, v: np.ndarray, lo: float, hi: float,
            why: str) -> None:
+    if v.dtype.kind == "f":  # float32 values against the bounds in float64, not rounded
+        lo, hi = np.float64(lo), np.float64(hi)
     bad = (v < lo) | (v > hi)
     if bad.any():
         _fail(path, f"column '{name}' outside [{lo:g}, {hi:g}] ({why})", rows(bad, name),
@@ -91,23 +93,28 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     a dense range, so nothing here sorts the trace: O(rows).
     """
     world = meta.world_size
+    # Each column's values are taken, checked and dropped: on a trace of millions of rows
+    # every held row-length copy is tens of MB at the reader's peak.
     _range(path, rows, "rank", ints("rank"), 0, world - 1, f"world_size={world} of the job meta")
-    step = ints("step")
-    _range(path, rows, "step", step, 0, MAX_STEP, "training steps count from 0")
+    _range(path, rows, "step", ints("step"), 0, MAX_STEP, "training steps count from 0")
     _range(path, rows, "mb_id", ints("mb_id"), -1, MAX_OPS_PER_STEP, "-1 for non-compute ops")
     mc = ints("mc")
     _range(path, rows, "mc", mc, -1, meta.vpp_size - 1, f"vpp_size={meta.vpp_size}")
-    _range(path, rows, "gmc", ints("gmc"), -1, meta.vpp_size * meta.pp_size - 1,
-           f"vpp_size*pp_size={meta.vpp_size * meta.pp_size}")
     compute_codes = _codes(o.value for o in COMPUTE_OPS)
     compute = _of_kind(opt, compute_codes)
-    if meta.vpp_size > 1 and compute.any() and int(mc[compute].max()) != meta.vpp_size - 1:
+    top_chunk = int(mc[compute].max()) if meta.vpp_size > 1 and compute.any() else None
+    del mc
+    _range(path, rows, "gmc", ints("gmc"), -1, meta.vpp_size * meta.pp_size - 1,
+           f"vpp_size*pp_size={meta.vpp_size * meta.pp_size}")
+    if top_chunk is not None and top_chunk != meta.vpp_size - 1:
         raise InputError(
             f"the job meta says vpp_size={meta.vpp_size} but the compute ops use model chunks "
-            f"(mc) up to {int(mc[compute].max())}; set vpp_size to the number of chunks the "
+            f"(mc) up to {top_chunk}; set vpp_size to the number of chunks the "
             "trace holds (1 without a virtual pipeline)", path)
     _check_pipeline_ends(opt, cell % meta.pp_size, meta, path, rows)
 
+    # At their stored width (float32 stays float32): the bounds below are exact in float32,
+    # and the times are widened to float64 (exactly) once put in slot order.
     start, dur = floats("start_ts"), floats("duration")
     _range(path, rows, "start_ts", start, -MAX_SPAN_S, MAX_START_S,
            "seconds on one clock for the whole job")
@@ -128,6 +135,8 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
                              path)
 
     ncell, nsteps = meta.dp_size * meta.pp_size, len(steps)
+    # step_idx may be int32: every (step, cell) holds a row (complete), so these products
+    # stay under the row count.
     per_cell = np.bincount(step_idx * ncell + cell, minlength=nsteps * ncell)
     if per_cell.max() > MAX_OPS_PER_STEP:
         at = int(np.argmax(per_cell))
@@ -152,7 +161,7 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     n = len(g)
     ok = (seq >= 0) & (seq < count[g])
     slot = offset[g]
-    np.add(slot, np.where(ok, seq, 0), out=slot, casting="unsafe")  # < n where ok
+    np.add(slot, seq, out=slot, where=ok, casting="unsafe")  # < n where ok
     del g
     row_at = np.full(n, -1, dtype=idx)
     in_range = bool(ok.all())
@@ -166,7 +175,7 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
             f"seq_id must number each optype's ops of a worker in a step 0, 1, 2, ... (each "
             f"once), but {rows(bad, 'seq_id')} break that; fix the tracer's seq_id", path)
     del slot, ok
-    st = start[row_at]
+    st = start[row_at].astype(np.float64, copy=False)
     first = np.zeros(n, dtype=bool)
     first[offset[count > 0]] = True
     back_sorted = np.r_[False, ~first[1:] & (st[1:] < st[:-1] - ORDER_TOLERANCE_S)]
@@ -199,7 +208,9 @@ def check_plausible(ints: Callable[[str], np.ndarray], floats: Callable[[str], n
     span = _check_one_clock(cell_lo, cell_hi, steps, meta, path)
     if meta.pp_size > 1 and meta.vpp_size == 1:
         send, recv = _p2p_slots(used, count[:npair], offset, npair, nsteps, meta)
-        _check_p2p_order(send, recv, st, en, row_at, span, cell, step_idx, steps, meta, path)
+        times = st[send], st[recv], en[recv]
+        del st, en  # the pairs' own times only: the check's temporaries fit beside the frame
+        _check_p2p_order(send, recv, *times, row_at, span, cell, step_idx, steps, meta, path)
 
 
 def _check_ops_present(rows_of: np.ndarray, compute: np.ndarray, cell: np.ndarray,
@@ -283,8 +294,9 @@ def _p2p_slots(used: np.ndarray, per_step: np.ndarray, offset: np.ndarray, npair
     return np.concatenate(sends), np.concatenate(recvs)
 
 
-def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, end: np.ndarray,
-                     row_at: np.ndarray, span: float, cell: np.ndarray, step_idx: np.ndarray,
+def _check_p2p_order(send: np.ndarray, recv: np.ndarray, send_start: np.ndarray,
+                     recv_start: np.ndarray, recv_end: np.ndarray, row_at: np.ndarray,
+                     span: float, cell: np.ndarray, step_idx: np.ndarray,
                      steps: np.ndarray, meta: JobMeta, path: str) -> None:
     """No recv ends before its send starts, beyond CLOCK_TOLERANCE of the median worker
     step span: on one clock the data cannot arrive before it is sent. A rank whose clock
@@ -292,16 +304,15 @@ def _check_p2p_order(send: np.ndarray, recv: np.ndarray, start: np.ndarray, end:
     reverses some pairs, and the what-if would read the shift as waiting. Measured
     (recv end - send start): at least +0.2 ms on every pair of the artifact's two samples
     and of 165 traces with a pipeline, from the differential traces and testbed runs.
-    `send`, `recv`: the slots of each pair; `start`, `end`: every slot's start and end;
-    `row_at`: each slot's row."""
+    `send`, `recv`: the slots of each pair; `send_start`, `recv_start`, `recv_end`: their
+    times, pair by pair; `row_at`: each slot's row."""
     # A recv of no measurable length (a tracer that records the posting only, durations
     # too small to move the clock) says nothing about when its data came.
-    recv_end = end[recv]
-    timed = recv_end > start[recv]
-    send, recv, recv_end = send[timed], recv[timed], recv_end[timed]
+    timed = recv_end > recv_start
+    send, recv = send[timed], recv[timed]
     if not len(send):
         return
-    early = start[send] - recv_end  # > 0: the recv ended first
+    early = send_start[timed] - recv_end[timed]  # > 0: the recv ended first
     i = int(np.argmax(early))
     if early[i] <= CLOCK_TOLERANCE * span:
         return

@@ -5,7 +5,9 @@
     write_trace(df, meta, "out/trace.parquet")
 
 `read_trace` returns a validated DataFrame in one canonical form: the int
-columns of stragglerlab.trace.schema as int64, float columns in their stored float
+columns of stragglerlab.trace.schema as int64 (`compact_ints=True`: the narrowest of
+int16/int32/int64 that holds each column, for traces of millions of rows), float columns
+in their stored float
 dtype (float32 stays float32: the what-if numbers depend on the exact stored
 values), `optype` as a Categorical whose categories are exactly
 schema.OPTYPE_VALUES, extra columns as stored. Bad files never give a
@@ -131,14 +133,18 @@ def _check_version(pf: pq.ParquetFile, path: str) -> None:
         )
 
 
-def normalize_trace(df: pd.DataFrame) -> pd.DataFrame:
-    """Canonical dtypes for a *validated* trace (see the module doc); returns a new frame."""
+def normalize_trace(df: pd.DataFrame, *, compact_ints: bool = False) -> pd.DataFrame:
+    """Canonical dtypes for a *validated* trace (see the module doc); returns a new frame.
+    `compact_ints`: each int column in the narrowest of int16, int32 and int64 that holds
+    its values (a quarter to half the memory of int64), for callers that index and compare
+    with them and widen before any product (the what-if's frame and graph)."""
     out = df.copy(deep=False)
     for col in TRACE_COLUMNS:
         s = out[col.name]
         if col.kind == "int":
-            if s.dtype != np.int64:
-                out[col.name] = (s if _is_numeric(s) else pd.to_numeric(s)).to_numpy(np.int64)
+            target = _int_width(s) if compact_ints else np.dtype(np.int64)
+            if s.dtype != target:
+                out[col.name] = (s if _is_numeric(s) else pd.to_numeric(s)).to_numpy(target)
         elif col.kind == "float":
             if isinstance(s.dtype, np.dtype) and s.dtype.kind == "f":
                 continue  # stored float width kept: float32 stays float32
@@ -155,17 +161,30 @@ def normalize_trace(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _int_width(s: pd.Series) -> np.dtype:
+    """The narrowest of int16, int32 and int64 that holds every value of the (validated,
+    integral) column. Not int8: a stage or chunk number plus one stays in range."""
+    v = s.to_numpy()
+    if len(v) == 0:
+        return np.dtype(np.int16)
+    lo, hi = v.min(), v.max()
+    for t in (np.int16, np.int32):
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
 def _is_numeric(s: pd.Series) -> bool:
     """True for int/float columns (not bool, not text)."""
     return pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
 
 
 def read_trace(
-    trace_path: str | Path, meta_path: str | Path | None = None
+    trace_path: str | Path, meta_path: str | Path | None = None, *, compact_ints: bool = False
 ) -> tuple[pd.DataFrame, JobMeta]:
     """Read, validate and normalize a trace; the meta comes from meta_path or the parquet.
     The numeric columns are read-only views of the file's data (no copy): edit a
-    `df.copy()`.
+    `df.copy()`. `compact_ints`: see normalize_trace (the int columns in half the memory).
 
     Raises InputError for a missing, empty, non-parquet or invalid trace, and
     for a trace without embedded meta when meta_path is None.
@@ -197,6 +216,9 @@ def read_trace(
     # self_destruct frees each arrow column once converted: halves the peak on big traces.
     df = frame_from_columns(table, split_blocks=True, self_destruct=True)
     del table
+    # Arrow's allocator keeps the pages it decoded into (and those of the columns converted
+    # away) for a next allocation that never comes: back to the system, before the checks.
+    pa.default_memory_pool().release_unused()
     try:
         validate_trace(df, meta, path)
     except InputError as e:
@@ -204,7 +226,9 @@ def read_trace(
             raise
         # A trace/meta contradiction: name the meta file too, either may be the wrong one.
         raise InputError(f"{str(e)[len(path) + 2:]} (job meta: {meta_path})", path) from None
-    return normalize_trace(df), meta
+    df = normalize_trace(df, compact_ints=compact_ints)
+    pa.default_memory_pool().release_unused()  # the columns normalized away (see above)
+    return df, meta
 
 
 _COLUMNS = {c.name: c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
@@ -219,7 +243,9 @@ def _as_written(name: str) -> str:
 
 def _arrow_types(table: pa.Table, path: str) -> pa.Table:
     """The schema columns in types the reader can judge by value, at the file's edge:
-    ints widened to int64 (cheaper in arrow than in pandas), decimals to float64; text,
+    ints kept at their stored width (the checks widen what they compute with; one copy of
+    a narrow column is the frame's, not two), unsigned 64-bit ones to int64, decimals to
+    float64; text,
     lists, structs, binary, a repeated column name or unsigned ints past int64 are one
     clear error each (pandas would turn them into objects no check expects)."""
     names = table.schema.names
@@ -242,7 +268,7 @@ def _arrow_types(table: pa.Table, path: str) -> pa.Table:
                                            or pa.types.is_large_binary(t)):
             raise InputError(f"column {field.name!r} holds {t} values, not one number per "
                              f"row; write it as {_as_written(field.name)}", path)
-        elif field.name in _INT_COLUMNS and pa.types.is_integer(t):  # extras keep theirs
+        elif field.name in _INT_COLUMNS and pa.types.is_uint64(t):  # extras keep theirs
             try:
                 table = table.set_column(i, field.name, table.column(i).cast(pa.int64()))
             except pa.ArrowInvalid:

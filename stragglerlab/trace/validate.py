@@ -122,7 +122,8 @@ def _check_one_rank_per_worker(df: pd.DataFrame, cell: np.ndarray, rank: np.ndar
 
 
 def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each value in the sorted distinct values, the sorted distinct values)."""
+    """(index of each value in the sorted distinct values, the sorted distinct values).
+    The index is int32 where the values are fewer than 2**31: widen it before multiplying."""
     lo = int(values.min())
     span = int(values.max()) - lo + 1
     if span <= 4 * len(values) + 1_000_000:
@@ -130,6 +131,8 @@ def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         shifted = values - lo
         present = np.bincount(shifted, minlength=span) > 0
         remap = np.cumsum(present) - 1
+        if len(values) < np.iinfo(np.int32).max:
+            remap = remap.astype(np.int32)
         return remap[shifted], np.flatnonzero(present) + lo
     idx, uniq = pd.factorize(values, sort=True)
     return idx, np.asarray(uniq)
@@ -148,7 +151,8 @@ def _check_complete(
     nsteps = len(steps)
     # Counts per (step, cell, optype) kept sparse (key, count): on bad input (e.g. one
     # step per row) the dense grid could be huge. bincount is the fast path for sane sizes.
-    flat = step_idx * (ncell * nopt)  # int64 (step_idx is): no overflow however many steps
+    flat = step_idx.astype(np.int64)  # int64: no overflow however many steps
+    flat *= ncell * nopt
     flat += cell * nopt
     flat += opt
     if nsteps * ncell * nopt <= 4 * len(flat) + 1_000_000:
@@ -355,9 +359,10 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
     _check_one_rank_per_worker(df, cell, ints("rank"), meta, path)
     step_idx, steps = _check_complete(cell, ints("step"), opt, meta, path)
 
-    def floats(name: str) -> np.ndarray:
+    def floats(name: str) -> np.ndarray:  # a float column's values, float32 kept float32
         v = values[name]
-        return df[name].to_numpy(dtype=np.float64) if v is None else v.astype(np.float64)
+        v = df[name].to_numpy() if v is None else v
+        return v if v.dtype in (np.float32, np.float64) else v.astype(np.float64)
 
     check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
                     lambda mask, show: rows_text(df, mask, show))

@@ -314,7 +314,7 @@ def test_one_end_per_link_prefers_the_cell_more_tests_flag():
 
 
 def test_a_link_replaces_a_comm_excess_throttle_on_its_other_end_only():
-    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.analysis.detectors.whatif_arbitration import merge_links
     from stragglerlab.run.findings import Finding, RankRef
 
     def at(cause, *cells):

@@ -7,7 +7,11 @@ import pytest
 
 from stragglerlab.analysis.detectors import RootCause, Run
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
-from stragglerlab.analysis.detectors.whatif_device import compute_over_peers, slow_devices
+from stragglerlab.analysis.detectors.whatif_device import (
+    normalized_compute,
+    over_peers,
+    slow_devices,
+)
 from stragglerlab.run.findings import Finding, RankRef
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
@@ -63,7 +67,7 @@ def test_gc_pauses_inside_compute_are_not_device_time():
     trace["gc_pause_s"] = np.where(hit, 0.04, 0.0)
     trace.loc[hit, "duration"] += 0.04
     assert _found(Run(trace, run.meta, "gc"), steps) == []
-    ratio = compute_over_peers(trace.drop(columns="gc_pause_s"), 2, 2, steps)
+    ratio = over_peers(normalized_compute(trace.drop(columns="gc_pause_s"), 2, 2, steps))
     # Counted as compute, the pauses would look like a device.
     assert ratio[0, 0].min() > WhatIfDetectorConfig().device_compute_ratio
 
@@ -72,7 +76,7 @@ def test_one_dp_rank_has_no_peers():
     df, meta = synthesize_trace(SyntheticConfig(dp_size=1, pp_size=2, n_steps=8,
                                                 slow_workers=(SlowWorker(0, 0, 2.0),)))
     run = Run(df, meta, "pure-pp")
-    assert compute_over_peers(df, 2, 1, np.sort(df["step"].unique())) is None
+    assert over_peers(normalized_compute(df, 2, 1, np.sort(df["step"].unique()))) is None
     assert _found(run, np.sort(df["step"].unique())) == []
 
 
@@ -86,3 +90,23 @@ def test_median_of_others_is_the_leave_one_out_median():
         loo = np.stack([np.median(np.delete(grid, d, axis=1), axis=1) for d in range(n)],
                        axis=1)
         np.testing.assert_allclose(median_of_others(grid), loo)
+
+
+def test_three_slow_steps_within_the_runs_own_swings_are_not_a_device():
+    # On a shared host two DP ranks take turns being slow: rank 0 of stage 0 runs its
+    # compute 0.77-1.31x its peer's, three steps in a row over 1.1 (steps 7-9), no
+    # further over its other steps than it swings (`over_time.over_own_noise`).
+    run, steps = _run()
+    swings = [0.83, 0.97, 1.13, 1.27, 0.77, 0.98, 0.84, 1.31, 1.20, 1.15]
+    df = run.trace
+    cell = (df["dp_rank"] == 0) & (df["stage"] == 0) \
+        & df["optype"].astype(str).isin(["forward-compute", "backward-compute"])
+    for step, f in zip(steps, swings, strict=True):
+        df.loc[cell & (df["step"] == step), "duration"] *= f
+    assert _found(run, steps) == []
+    # The same swings with the device 2x slower over steps 7-9: far over them, named.
+    for step in steps[7:]:
+        df.loc[cell & (df["step"] == step), "duration"] *= 2.0
+    (finding,) = _found(run, steps)
+    assert (finding.ranks[0].dp_rank, finding.ranks[0].stage) == (0, 0)
+    assert (finding.first_step, finding.last_step) == (int(steps[7]), int(steps[9]))

@@ -104,7 +104,7 @@ def test_a_slow_ranks_ring_neighbours_are_not_named():
 
 
 def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
-    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.analysis.detectors.whatif_arbitration import merge_links
     from stragglerlab.run.findings import Finding, RankRef
 
     def at(cause, d, **detail):
@@ -117,7 +117,7 @@ def test_a_ring_link_replaces_a_comm_excess_throttle_on_a_ring_neighbour():
 
 
 def test_the_ring_says_which_end_of_a_pipeline_link_is_throttled():
-    from stragglerlab.analysis.detectors.whatif_links import prefer_ring_ends
+    from stragglerlab.analysis.detectors.whatif_arbitration import prefer_ring_ends
     from stragglerlab.run.findings import Finding, RankRef
 
     def at(d, p, **detail):
@@ -153,7 +153,7 @@ def test_a_ring_of_two_names_its_slow_link_with_both_ends():
 
 
 def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
-    from stragglerlab.analysis.detectors.whatif_links import merge_links
+    from stragglerlab.analysis.detectors.whatif_arbitration import merge_links
     from stragglerlab.run.findings import Finding, RankRef
 
     both = Finding([RankRef(0, 0, 0), RankRef(1, 1, 0)], 5, 9, RootCause.NET_THROTTLE, 0.8,

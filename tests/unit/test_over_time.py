@@ -178,7 +178,7 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
     from stragglerlab.analysis.detectors.whatif_signals import Signals
     from stragglerlab.run.findings import Finding, RankRef
 
-    assert PRECEDENCE[-1] == Entry(rule="job_wide", settle=Settle.UNLESS_ANY)
+    assert PRECEDENCE[-1] == Entry(rule="job_wide", settle=Settle.ADD, across_ranks=False)
     link = Finding([RankRef(1, 1, 0)], 6, 11, RootCause.NET_THROTTLE, confidence=1.0)
     fake = types.ModuleType("fake_link")
     fake.rule = lambda s, board: [link]
@@ -186,21 +186,24 @@ def test_the_arbitration_runs_it_only_where_nothing_across_ranks_was_named(monke
                         "stragglerlab.analysis.detectors.whatif_rules.fake_link", fake)
     run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s", testbed=True)
     s = Signals(run=run, evidence=None, config=WhatIfDetectorConfig())
-    alone = (Entry(rule="job_wide", settle=Settle.UNLESS_ANY),)
+    alone = (Entry(rule="job_wide", settle=Settle.ADD),)
     assert [f.root_cause for f in arbitrate(s, alone)] == [RootCause.JOB_WIDE_COMM]
     after_link = (Entry(rule="fake_link", settle=Settle.ADD), *alone)
     assert arbitrate(s, after_link) == [link]
 
 
 def test_a_failed_run_gets_no_job_wide_finding():
+    """The rule's declared exclusion: the arbitration does not run it on a failed run."""
     from stragglerlab.analysis.detectors.base import Run
-    from stragglerlab.analysis.detectors.whatif_rules import Board
-    from stragglerlab.analysis.detectors.whatif_rules.job_wide import rule
+    from stragglerlab.analysis.detectors.whatif_arbitration import Entry, Settle, arbitrate
     from stragglerlab.analysis.detectors.whatif_signals import Signals
 
-    run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
-              outcome="failed")
-    assert rule(Signals(run=run, evidence=None, config=WhatIfDetectorConfig()), Board()) == []
+    table = (Entry(rule="job_wide", settle=Settle.ADD),)
+    for outcome, found in (("failed", []), ("ok", [RootCause.JOB_WIDE_COMM])):
+        run = Run(_dp_trace(4, 12, slow_from=6), JobMeta(dp_size=4, pp_size=1), "s",
+                  outcome=outcome)
+        s = Signals(run=run, evidence=None, config=WhatIfDetectorConfig())
+        assert [f.root_cause for f in arbitrate(s, table)] == found
 
 
 def test_a_collective_kinds_added_time_on_every_rank_is_its_least_over_ranks():
@@ -245,3 +248,52 @@ def _rescaled(trace: pd.DataFrame) -> pd.DataFrame:
     out = trace.sort_values(["rank", "step", "start_ts"]).copy()
     out["start_ts"] = out.groupby("rank")["duration"].cumsum() - out["duration"]
     return out
+
+
+def test_a_collective_that_moved_only_by_waiting_is_not_communication():
+    # From step 6 the ranks take turns arriving last (a host whose speed drifts): every
+    # other rank waits 0.2 s longer in the reduce-scatter, so every rank's own time of it
+    # moves, but the last arrival's, the transfer, does not.
+    trace = _dp_trace(4, 12)
+    late = (trace["step"] % 4).to_numpy()
+    waits = (trace["optype"] == "grads-reduce-scatter").to_numpy() \
+        & (trace["step"] >= 6).to_numpy() & (trace["rank"].to_numpy() != late)
+    trace.loc[waits, "duration"] += 0.2
+    trace = _rescaled(trace)
+    ot = over_time(trace, dp=4, pp=1)
+    assert ot.change.first_step == 6 and ot.kinds[0].kind == "grads-reduce-scatter"
+    assert ot.kinds[0].comm and ot.kinds[0].every_rank
+    assert ot.kinds[0].transfer_ratio == pytest.approx(1.0, abs=0.1)
+    assert not ot.comm and "its transfer not (waiting on compute)" in ot.note()
+    assert all(f.root_cause is not RootCause.JOB_WIDE_COMM for f in _rule(trace, 4, 1))
+    # The ring every member waits on moves the transfer itself: communication.
+    ring = over_time(_dp_trace(4, 12, slow_from=6), dp=4, pp=1)
+    assert ring.comm and ring.kinds[0].transfer_ratio == pytest.approx(8.0, rel=0.1)
+
+
+def test_a_pipeline_transfer_is_communication_only_where_it_adds_its_share_of_a_step():
+    # Pairs 1.9x as long from step 5 add 0.018 s a step, 8 % of it: communication where
+    # the transfer must add 5 % of a step, compute's change where it must add half.
+    from stragglerlab.analysis.over_time import transfer_times
+
+    trace = _pp2_trace(10, slow_from=5, factor=1.9)
+    steps = np.unique(trace["step"])
+    t = transfer_times(trace, "forward-recv", steps)
+    assert t[:5] == pytest.approx(0.02) and t[5:] == pytest.approx(0.038)
+    ot = over_time(trace, dp=1, pp=2, transfer_share=0.5)
+    assert ot.kinds and ot.kinds[0].comm and not ot.comm
+    assert over_time(trace, dp=1, pp=2, transfer_share=0.05).comm
+
+
+def test_a_window_stands_out_only_over_its_own_noise_over_time():
+    from stragglerlab.analysis.over_time import over_own_noise
+
+    rng = np.random.default_rng(5)
+    quiet = 1 + rng.normal(0, 0.01, 12)
+    quiet[6:] += 0.3                   # a slow device from step 6: far over 0.01
+    assert over_own_noise(quiet, 6, 12)
+    # Two ranks taking turns on a shared host: a rank's compute over its peer's swings
+    # 0.77-1.32, and three steps over 1.1 in a row stand no further than it moves.
+    swings = np.array([0.83, 0.97, 1.13, 1.27, 0.77, 0.98, 0.84, 1.31, 1.20, 1.15, 0.86, 1.02])
+    assert not over_own_noise(swings, 7, 10)
+    assert over_own_noise(swings, 0, 11)        # one step outside: nothing to measure

@@ -84,3 +84,20 @@ def test_diagnosis_of_reference_jobs(job):
         scores = result.slowdown_by(result.by_stage)
         assert max(scores, key=scores.get) == 3
         assert result.m_s.rem > 0.5
+
+
+@pytest.mark.parametrize("name", ["AR", "ST"])
+def test_compact_int_columns_give_the_same_result_bit_for_bit(name):
+    """`stragglerlab whatif` reads the trace with compact_ints (int16/int32 columns): its
+    result is the default int64 read's, every number, the sim values read-only throughout."""
+    from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
+    from stragglerlab.trace.trace_io import read_trace
+
+    trace, meta_path = reference(f"trace-{name}.parquet"), reference(f"meta-{name}.yaml")
+    docs = []
+    for compact in (False, True):
+        df, meta = read_trace(trace, meta_path, compact_ints=compact)
+        assert (df["stage"].dtype.itemsize == 2) is compact
+        run = run_whatif(df, meta, where=str(trace), other_ideals=list(ComputeIdeal))
+        docs.append(json.dumps(run.result.to_json(), sort_keys=True))
+    assert docs[0] == docs[1]

@@ -169,3 +169,19 @@ def test_a_trace_missing_the_ops_the_method_needs_is_refused(tiny_df, tiny_meta,
         df.loc[worker, "duration"] = 0.0
     with pytest.raises(InputError, match=needle):
         validate_trace(df.reset_index(drop=True), tiny_meta, "t")
+
+
+@pytest.mark.parametrize("shift, width", [(0, np.int16), (40_000, np.int32), (2**40, np.int64)])
+def test_compact_ints_read_each_int_column_at_the_narrowest_width_that_holds_it(
+        tmp_path, tiny_df, tiny_meta, shift, width):
+    df = tiny_df.copy()
+    df["step"] += shift
+    write_trace(df, tiny_meta, tmp_path / "t.parquet")
+    compact, _ = read_trace(tmp_path / "t.parquet", compact_ints=True)
+    wide, _ = read_trace(tmp_path / "t.parquet")
+    _assert_canonical(wide)
+    assert compact["step"].dtype == width
+    for name in INT_COLUMNS:
+        if name != "step":
+            assert compact[name].dtype == np.int16, name
+        np.testing.assert_array_equal(compact[name].to_numpy(), wide[name].to_numpy())

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from stragglerlab.analysis.detectors.whatif_arbitration import (
     Settle,
     arbitrate,
 )
+from stragglerlab.analysis.detectors.whatif_rules import NO_EXCLUSION, STAGE_LIKE, Exclusion
 from stragglerlab.run.findings import Finding, RankRef, RootCause
 
 
@@ -39,10 +42,25 @@ class Fake(Entry):
     out: tuple = ()
     ran: list | None = None
 
+    @property
+    def excludes(self):
+        return NO_EXCLUSION
+
     def run(self, s, board):
         if self.ran is not None:
             self.ran.append(self.rule)
         return list(self.out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Excluding(Fake):
+    """A fake rule with declared exclusions."""
+
+    excl: Exclusion = NO_EXCLUSION
+
+    @property
+    def excludes(self):
+        return self.excl
 
 
 def finding(cause: RootCause, *cells: tuple[int, int]) -> Finding:
@@ -98,20 +116,36 @@ def test_a_stage_that_rose_mid_run_is_no_heavy_stage_now_or_later():
         (RootCause.SLOW_WORKER, [(d, 1) for d in range(4)])]
 
 
-@pytest.mark.parametrize(("on_board", "mode", "runs"), [
-    (RootCause.STAGE_IMBALANCE, Settle.UNLESS_STAGE, False),
-    (RootCause.SEQ_IMBALANCE, Settle.UNLESS_STAGE, True),
-    (RootCause.SEQ_IMBALANCE, Settle.UNLESS_STAGE_LIKE, False),
-    (RootCause.SLOW_WORKER, Settle.UNLESS_STAGE_LIKE, True),
+STAGE = Exclusion(board_has=frozenset({RootCause.STAGE_IMBALANCE}))
+STAGE_OR_SEQ = Exclusion(board_has=frozenset(STAGE_LIKE))
+ANY = Exclusion(board_has=frozenset(RootCause))
+
+
+@pytest.mark.parametrize(("on_board", "excl", "runs"), [
+    (RootCause.STAGE_IMBALANCE, STAGE, False),
+    (RootCause.SEQ_IMBALANCE, STAGE, True),
+    (RootCause.SEQ_IMBALANCE, STAGE_OR_SEQ, False),
+    (RootCause.SLOW_WORKER, STAGE_OR_SEQ, True),
+    (RootCause.SLOW_WORKER, ANY, False),
+    (None, ANY, True),
 ])
-def test_conditional_rules_run_only_when_no_stage_finding_stands(on_board, mode, runs):
+def test_conditional_rules_run_only_when_no_excluding_finding_stands(on_board, excl, runs):
     ran = []
-    table = (Fake(rule="first", settle=Settle.ADD, out=(finding(on_board, (0, 0)),)),
-             Fake(rule="cond", settle=mode, ran=ran,
-                  out=(finding(RootCause.STAGE_IMBALANCE, (0, 1)),)))
+    first = () if on_board is None else (finding(on_board, (0, 0)),)
+    table = (Fake(rule="first", settle=Settle.ADD, out=first),
+             Excluding(rule="cond", settle=Settle.ADD, ran=ran, excl=excl,
+                       out=(finding(RootCause.STAGE_IMBALANCE, (0, 1)),)))
     found = arbitrate(_Signals(), table)
     assert (ran == ["cond"]) is runs
-    assert len(found) == (2 if runs else 1)
+    assert len(found) == len(first) + runs
+
+
+def test_the_shipped_conditions_are_the_rules_declared_exclusions():
+    by_rule = {e.rule: e for e in PRECEDENCE}
+    assert by_rule["stage_without_links"].excludes == STAGE
+    assert by_rule["stage_by_compute"].excludes == STAGE_OR_SEQ
+    assert by_rule["job_wide"].excludes == Exclusion(failed_run=True, board_has=ANY.board_has)
+    assert [e.rule for e in PRECEDENCE if not e.across_ranks] == ["job_wide"]
 
 
 def test_a_link_gives_way_to_a_finding_on_its_ranks_and_replaces_its_far_end():
@@ -125,3 +159,27 @@ def test_a_link_gives_way_to_a_finding_on_its_ranks_and_replaces_its_far_end():
                        finding(RootCause.NET_THROTTLE, (2, 1)))))
     assert causes(arbitrate(_Signals(), table)) == [
         (RootCause.SLOW_WORKER, [(1, 0)]), (RootCause.NET_THROTTLE, [(2, 1)])]
+
+
+def test_the_arbitration_applies_a_rules_exclusions_not_the_rule():
+    gc, slow = finding(RootCause.GC_PAUSES, (1, 0)), finding(RootCause.SLOW_WORKER, (0, 0))
+    device = [finding(RootCause.SLOW_WORKER, c) for c in ((0, 0), (1, 0), (2, 0))]
+    table = (Fake(rule="gc", settle=Settle.ADD, out=(gc,)),
+             Fake(rule="stragglers", settle=Settle.ADD, out=(slow,)),
+             Excluding(rule="device", settle=Settle.ADD, out=tuple(device),
+                       excl=Exclusion.any_cause_but(RootCause.GC_PAUSES)))
+    # the slow worker keeps its cell; the GC victim does not hide a slow device
+    assert causes(arbitrate(_Signals(), table)) == causes([gc, slow, device[1], device[2]])
+    table = table[:2] + (dataclasses.replace(table[2], excl=Exclusion.any_cause_but()),)
+    assert causes(arbitrate(_Signals(), table)) == causes([gc, slow, device[2]])
+
+
+def test_no_rule_filters_the_board_itself():
+    """A rule reads what the arbitration settled (`Board.slowed`, `Board.links`), never
+    the findings themselves: which finding wins is the precedence table's and the rules'
+    declared `EXCLUDES`."""
+    for m in pkgutil.iter_modules(whatif_rules.__path__):
+        text = (Path(whatif_rules.__path__[0]) / f"{m.name}.py").read_text()
+        assert "board.findings" not in text, m.name
+        module = importlib.import_module(f"{whatif_rules.__name__}.{m.name}")
+        assert isinstance(getattr(module, "EXCLUDES", None), Exclusion), m.name

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from stragglerlab.analysis.detectors.whatif_arbitration import Entry, Settle
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_rules import Board
 from stragglerlab.analysis.detectors.whatif_rules.late_arrival import rule
@@ -129,7 +130,11 @@ def test_no_finding_when_every_rank_is_as_late_too_short_no_table_or_already_nam
     late[3, 1:6] = 1.2
     named = Finding([RankRef(rank=3, dp_rank=3, stage=0)], 10, 17, RootCause.SLOW_WORKER,
                     confidence=0.9, estimated_slowdown=1.2)
-    assert rule(_signals(late), Board(findings=[named])) == []
+    assert rule(_signals(late), Board(findings=[named])) != []  # the rule names it...
+    # ...and the arbitration leaves a named worker to its finding (the rule's EXCLUDES)
+    entry = Entry(rule="late_arrival", settle=Settle.ADD)
+    assert entry.candidates(_signals(late), Board(findings=[named])) == []
+    assert entry.candidates(_signals(late), Board()) != []
     assert len(rule(_signals(late), Board())) == 1
 
 

@@ -115,7 +115,7 @@ def test_a_pause_between_ops_goes_with_the_gc_too(whatif_run):
 
 
 def test_a_leftover_on_a_removed_cell_or_a_link_end_is_not_a_new_fault(whatif_run):
-    from stragglerlab.analysis.detectors.whatif_residual import _new_part
+    from stragglerlab.analysis.detectors.whatif_arbitration import residual_part as _new_part
 
     run = whatif_run(dp_size=4, pp_size=2)
     link = _finding(run, RootCause.NET_THROTTLE, [(1, 1)], 0, 9)

@@ -8,9 +8,35 @@ from __future__ import annotations
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import step_time_total
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="link_share", value=0.1, unit=Unit.JOB_SHARE,
+        what=("a rank's comm excess, as a share of job time, for the mild-link rule"),
+        noise=(NoiseStatistic(0.0, ("comm_excess_share",)),),
+        per_step=True,
+        provenance="""\
+        A rank's comm excess over its op types' medians, as a share of job time, that..."""),
+    Threshold(
+        name="link_over_median", value=1.25, unit=Unit.RATIO,
+        what=("... and over the median worker's excess"),
+        provenance="""\
+        ...and over the median worker's, names a slow link when no straggler stands out."""),
+)
+
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

@@ -4,10 +4,17 @@ for one (`whatif_stage.stage_without_links`)."""
 
 from __future__ import annotations
 
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import Board, Exclusion, Threshold
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.analysis.detectors.whatif_stage import stage_without_links
-from stragglerlab.run.findings import Finding
+from stragglerlab.run.findings import Finding, RootCause
+
+THRESHOLDS: tuple[Threshold, ...] = ()
+"""None of its own: the `stage` rule's, on the steps outside the links' windows."""
+
+
+EXCLUDES = Exclusion(board_has=frozenset({RootCause.STAGE_IMBALANCE}))
+"""Not run once a heavy stage is named: the links hid none."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:

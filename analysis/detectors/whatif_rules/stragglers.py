@@ -4,7 +4,9 @@ Per step, each worker's min(S_dp, S_stage) over the step's best worker's (a busy
 lifts every worker, a straggler lifts one). A worker is a straggler when, from its first
 to its last step above `step_threshold` (at least `min_steps` of them), its mean ratio
 is at least `worker_threshold`; that window is the finding's steps. Explain the worst,
-remove it, re-score: several stragglers at once (`signatures.peel_stragglers`). Named:
+remove it, re-score: several stragglers at once (`signatures.peel_stragglers`). A
+straggler whose score over the best stands no further over its own other steps than the
+run's noise over time is that noise (`analysis.over_time.over_own_noise`). Named:
 
 * a straggler whose own compute (`Signals.compute_over_peers`: GC-free, per unit of
   modelled work, over its stage's other DP ranks' median) is `compute_ratio` or more,
@@ -21,10 +23,51 @@ from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.signatures import category_excess, peel_stragglers
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.signatures import (
+    category_excess,
+    peel_stragglers,
+    relative_scores,
+)
+from stragglerlab.analysis.detectors.whatif_rules import (
+    NO_EXCLUSION,
+    Board,
+    NoiseStatistic,
+    Threshold,
+    Unit,
+)
 from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.analysis.over_time import over_own_noise
 from stragglerlab.run.findings import Finding, RootCause
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="step_threshold", value=1.15, unit=Unit.RATIO,
+        what=("a step counts toward a straggler when the worker's score is this much over the "
+              "best's"),
+        provenance="""\
+        A step counts toward a straggler when the worker's score is this much over the best's."""),
+    Threshold(
+        name="worker_threshold", value=1.1, unit=Unit.RATIO,
+        what=("mean score over the best worker's, across the window, that names a straggler"),
+        noise=(NoiseStatistic(1.0, ("relative_score",)),),
+        provenance="""\
+        Mean score over the best worker's, across the flagged window, that names a straggler."""),
+    Threshold(
+        name="compute_ratio", value=1.1, unit=Unit.RATIO,
+        what=("`compute_over_peers`, median over a straggler's window, that names it a slow "
+              "worker (`worker_issue`, `quiet_link` read it too)"),
+        noise=(NoiseStatistic(1.0, ("compute_ratio",)),),
+        provenance="""\
+        A straggler whose own compute over its peers' (`Signals.compute_over_peers`: GC-free,
+        work-normalized, over the median of its stage's other DP ranks), median over its
+        straggling window, is at least this is a slow worker: the one compute measure every
+        rule reads."""),
+)
+
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
@@ -34,6 +77,10 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     peeled = peel_stragglers(result.step_s_dp, result.step_s_stage,
                              step_threshold=cfg.step_threshold,
                              worker_threshold=cfg.worker_threshold, min_steps=cfg.min_steps)
+    # A straggler's score over the step's best must stand over its own other steps by
+    # more than the run's noise over time (`over_own_noise`), else it is that noise.
+    relative = relative_scores(scores)
+    peeled = [w for w in peeled if over_own_noise(relative[w[0], w[1]], w[2], w[3] + 1)]
     windows = {(p, d): (f, la) for p, d, f, la, _ in peeled}
     excess = {(p, d): r - 1.0 for p, d, _, _, r in peeled}
     if not windows:

@@ -9,9 +9,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from stragglerlab.analysis.detectors.whatif_rules import Board
+from stragglerlab.analysis.detectors.whatif_rules import NO_EXCLUSION, Board, Threshold, Unit
 from stragglerlab.analysis.detectors.whatif_signals import Signals
 from stragglerlab.run.findings import Finding, RootCause
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    Threshold(
+        name="mw_worker", value=0.5, unit=Unit.SHARE,
+        what=("M_W at or above which the slowdown is one worker's (paper §5.1)"),
+        provenance="""\
+        M_W at or above which the slowdown is one worker's (paper §5.1), not the sequences';
+        in a straggling job (S >= `straggling_slowdown`) with DP peers it also names the top
+        workers whose own compute is slow when no step stood out (`whatif_rules/worker_issue`;
+        the §6 level-1 job of the default suite: S 1.153, M_W 0.86, victim 1.14x the best
+        worker, under `step_threshold`).
+        Not read against a sum(seq_len^2) signal when there is one DP rank: then the top
+        ⌈3%⌉ workers are a whole stage, and M_W cannot tell one worker from lengths that slow
+        every stage's microbatch alike (dev pure-PP sequence run: M_W 0.83)."""),
+)
+
+
+
+EXCLUDES = NO_EXCLUSION
+"""No finding on the board suppresses its candidates."""
 
 
 def rule(s: Signals, board: Board) -> list[Finding]:
