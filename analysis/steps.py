@@ -25,7 +25,8 @@ def step_times(trace: pd.DataFrame) -> pd.Series:
         # exact, so the numbers are pandas' groupby's; NaN times take pandas' own path.
         if (step[1:] >= step[:-1]).all():  # rows by step (a window's frame): no sort
             first_row = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])
-            return pd.Series(np.maximum.reduceat(end, first_row)
+            # float64 before the difference, as the path below takes it (float32 times).
+            return pd.Series(np.maximum.reduceat(end, first_row).astype(np.float64)
                              - np.minimum.reduceat(start, first_row),
                              index=pd.Index(step[first_row], name="step"))
         steps, at = np.unique(step, return_inverse=True)

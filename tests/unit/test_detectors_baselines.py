@@ -278,3 +278,20 @@ def test_step_changepoint_on_a_synthetic_slow_worker_from_step_8():
     (f,) = StepChangepointDetector().detect_online(run)
     assert f.first_step == 8 and f.detected_at_step - 8 <= 1
     assert f.estimated_slowdown > 1.3
+
+
+def test_step_times_of_float32_rows_in_step_order_are_the_unsorted_paths_bit_for_bit():
+    """The in-order shortcut takes the difference in float64, as the general path does."""
+    from stragglerlab.analysis.steps import step_times
+
+    rng = np.random.default_rng(7)
+    n = 4_000
+    trace = pd.DataFrame({
+        "step": np.repeat(np.arange(40), n // 40),
+        "start_ts": (1.7e4 + rng.random(n) * 50).astype(np.float32),
+        "duration": (rng.random(n) * 3).astype(np.float32),
+    })
+    in_order = step_times(trace)
+    shuffled = step_times(trace.sample(frac=1.0, random_state=3))
+    assert in_order.dtype == np.float64
+    np.testing.assert_array_equal(in_order.to_numpy(), shuffled.sort_index().to_numpy())
