@@ -3,10 +3,10 @@
 Three checks over the pages whose numbers are measurements (`AUDITED`):
 
 * every command a page cites exists: a repository path (`benchmarks/bench_whatif.py`,
-  `config/test.yaml`, `docs/detectors/test-seed20-s52-scores.json`, a glob such as
+  `config/test.yaml`, `docs/detectors/test-seed20-scores.json`, a glob such as
   `docs/detectors/heldback-*-scores.json` matching at least one file), a bare script or
   module file name (`bench_residual.py`, `whatif_ring.py`) somewhere in the repository,
-  a score file named bare (`test-seed20-s52-scores.json`) in docs/detectors/, a
+  a score file named bare (`test-seed20-scores.json`) in docs/detectors/, a
   `stragglerlab VERB` (with its first positional where that is a closed set, as in
   `stragglerlab list scenarios`) in the CLI's parser, a `python -m MODULE` that imports;
 * in the pages held to it (`SECTIONED`), every section with a table of numbers names a
@@ -225,7 +225,7 @@ def test_the_checks_catch_what_they_name() -> None:
     page = ROOT / "docs" / "detectors.md"
     good = ("Run `benchmarks/bench_residual.py` and `stragglerlab list scenarios`; "
             "`python -m stragglerlab.workflow.split_coverage`; config/test.yaml, "
-            "docs/detectors/test-seed20-s52-scores.json, ../shared/x/y.py, bench_ring.py")
+            "docs/detectors/test-seed20-scores.json, ../shared/x/y.py, bench_ring.py")
     assert cited_problems(page, good) == []
     bad = ("`benchmarks/bench_gone.py`; `stragglerlab whatiff --run R`; "
            "`stragglerlab list sceanrios`; `python -m stragglerlab.nowhere`; "
