@@ -83,12 +83,13 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     if len(flat) != size or not filled.all():
         _report_fill_error(np.bincount(flat, minlength=size), graph, steps, dp, where)
     del filled
-    # The columns as stored (float32 stays float32 until here), widened exactly on the
-    # scatter; the index columns likewise: no row-length int64 or float64 copies.
+    # The columns as stored (float32 stays float32 until here), widened exactly block by
+    # block as they scatter; the index columns as stored: no row-length int64 or float64
+    # copies.
     start = np.empty(size)
     duration = np.empty(size)
-    start[flat] = df["start_ts"].to_numpy()
-    duration[flat] = df["duration"].to_numpy()
+    _scatter_f64(start, flat, df["start_ts"].to_numpy())
+    _scatter_f64(duration, flat, df["duration"].to_numpy())
     shape = (n_nodes, len(steps), dp)
     start, duration = start.reshape(shape), duration.reshape(shape)
 
@@ -99,6 +100,18 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     transfer = _transfer_durations(graph, start, duration)
     delay = _launch_delays(graph, start, duration)
     return OpFrame(steps, start, duration, transfer, delay, worker_rank)
+
+
+_SCATTER_ROWS = 1 << 20
+"""Rows widened and scattered at a time by _scatter_f64 (an 8 MB float64 block)."""
+
+
+def _scatter_f64(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
+    """out[at] = values as float64 (exact), in blocks of _SCATTER_ROWS: a cast and a plain
+    scatter are 2-5x faster than numpy's casting scatter, and a block's copy stays small."""
+    for lo in range(0, len(at), _SCATTER_ROWS):
+        hi = lo + _SCATTER_ROWS
+        out[at[lo:hi]] = values[lo:hi].astype(np.float64, copy=False)
 
 
 def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
