@@ -17,6 +17,7 @@ import pandas as pd
 from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.trace.validate import dense_ids
 from stragglerlab.util.errors import InputError
 
 # Negative transfer durations / launch delays at or below this become 0 (artifact convention).
@@ -118,7 +119,7 @@ def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
               where: str) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct steps, each row's flat index into the [node, step, dp] arrays):
     how rows scatter into an OpFrame, and how arrays of that shape map back onto rows."""
-    steps, step_idx = _step_ids(_ints(df["step"]))
+    step_idx, steps = dense_ids(_ints(df["step"]))
     flat = _node_of_rows(df, graph, where)  # int64 (its lookup table is): the flat index
     flat *= len(steps)
     flat += step_idx
@@ -133,17 +134,6 @@ def _ints(column: pd.Series) -> np.ndarray:
     else as int64: for indexing and comparing, not for products (widen those)."""
     values = column.to_numpy()
     return values if values.dtype.kind == "i" else column.to_numpy(np.int64)
-
-
-def _step_ids(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct steps, index of each row's step): O(n) for a compact step range."""
-    lo, hi = int(step.min()), int(step.max())
-    if hi - lo <= 4 * len(step) + 1_000_000:
-        shifted = step.astype(np.int64) - lo if step.dtype != np.int64 else step - lo
-        present = np.bincount(shifted, minlength=hi - lo + 1) > 0
-        remap = np.cumsum(present) - 1
-        return np.flatnonzero(present) + lo, remap[shifted]
-    return np.unique(step, return_inverse=True)
 
 
 def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:

@@ -121,14 +121,15 @@ def _check_one_rank_per_worker(df: pd.DataFrame, cell: np.ndarray, rank: np.ndar
         )
 
 
-def _dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of each value in the sorted distinct values, the sorted distinct values).
-    The index is int32 where the values are fewer than 2**31: widen it before multiplying."""
+def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each value in the sorted distinct values, the sorted distinct values), for
+    integer values of any width (step numbers). The index is int32 where the values are
+    fewer than 2**31: widen it before multiplying."""
     lo = int(values.min())
     span = int(values.max()) - lo + 1
     if span <= 4 * len(values) + 1_000_000:
         # Step numbers are a compact range in practice: O(n) lookup instead of a sort.
-        shifted = values - lo
+        shifted = np.subtract(values, lo, dtype=np.int64)
         present = np.bincount(shifted, minlength=span) > 0
         remap = np.cumsum(present) - 1
         if len(values) < np.iinfo(np.int32).max:
@@ -147,7 +148,7 @@ def _check_complete(
     """
     nopt = len(OPTYPE_VALUES)
     ncell = meta.dp_size * meta.pp_size
-    step_idx, steps = _dense_ids(step)
+    step_idx, steps = dense_ids(step)
     nsteps = len(steps)
     # Counts per (step, cell, optype) kept sparse (key, count): on bad input (e.g. one
     # step per row) the dense grid could be huge. bincount is the fast path for sane sizes.
