@@ -28,8 +28,11 @@ stragglerlab.importers.rank_checks, as the general path's are:
   schedules run microbatches in order), -1 otherwise; mc = gmc = -1;
 * timing: CPU ranges, or with `timing="gpu"` (auto: when the trace holds
   kernels) the `gpu_user_annotation` span Kineto writes for a range that
-  launched kernels (matched by `External id`; ranges launching no kernel
-  keep their CPU span); microseconds -> seconds;
+  launched kernels (matched by `External id`), widened to the GPU work that
+  threads with no range of their own launched while the range was open on the
+  step's thread (autograd's device thread launches a backward pass's kernels:
+  vocab_ranges.foreign_gpu_spans); ranges launching no kernel keep their CPU
+  span; microseconds -> seconds;
 * clocks (`align`): `none` trusts the clocks (baseTimeNanoseconds + ts: right
   when all ranks ran on one host); `collective` shifts each rank by the median,
   over the common steps, of how much later its `optimizer-clip-main-grad` (an
@@ -70,7 +73,12 @@ from stragglerlab.importers.rank_checks import (
     match_tolerance_us,
     resolved_align,
 )
-from stragglerlab.importers.vocab_ranges import comm_fallback, inside_ranges, outermost
+from stragglerlab.importers.vocab_ranges import (
+    comm_fallback,
+    foreign_gpu_spans,
+    inside_ranges,
+    outermost,
+)
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 from stragglerlab.util.errors import InputError
@@ -124,9 +132,11 @@ def rank_trace(ev: RankEvents, timing: str, layout_hint=None) -> RankTrace:
     gpu = timing == "gpu" or (timing == "auto" and v.has_kernels)
     ops, gpu_timed = [], 0
     cpu_ops = outermost(v.ranges)  # nesting by the CPU ranges
-    for name, start, end, tid, ext in cpu_ops:
-        if gpu and ext in v.gpu_spans:
-            start, end = v.gpu_spans[ext]
+    other = foreign_gpu_spans(cpu_ops, v.step_tid, v.launches, v.gpu_ops) if gpu else {}
+    for i, (name, start, end, tid, ext) in enumerate(cpu_ops):
+        if gpu and (ext in v.gpu_spans or i in other):
+            spans = [s for s in (v.gpu_spans.get(ext), other.get(i)) if s is not None]
+            start, end = min(s[0] for s in spans), max(s[1] for s in spans)
             gpu_timed += 1
         ops.append((name, start, end, tid))
     missing = VOCAB - {o[0] for o in ops}

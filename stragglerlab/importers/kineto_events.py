@@ -170,6 +170,14 @@ class VocabRanges:
     """Range names read as an op type but for case, spaces or `_` -> count."""
     has_kernels: bool = False
     """Whether the file holds GPU kernels."""
+    step_tid: object = None
+    """The thread of the first ProfilerStep range: the thread that runs the step."""
+    launches: tuple[array, array, list] = field(
+        default_factory=lambda: (array("d"), array("d"), []))
+    """(correlation id, start, tid) of every CUDA runtime/driver call with a correlation id."""
+    gpu_ops: tuple[array, array, array] = field(
+        default_factory=lambda: (array("d"), array("d"), array("d")))
+    """(correlation id, start, end) of every kernel, memcpy and memset on the GPU."""
 
 
 class _VocabReader:
@@ -198,6 +206,19 @@ class _VocabReader:
                 continue  # refused after the loop: only the count matters now
             name, cat = str(e.get("name", "")), e.get("cat")
             out.has_kernels = out.has_kernels or cat == "kernel"
+            kind = OLD_CATEGORIES.get(cat, cat) if type(cat) is str else None
+            if kind in COMPUTE_CATS or kind in LAUNCH_CATS:
+                corr = (e.get("args") or {}).get("correlation")
+                if type(corr) is int:  # a launch and what it put on the GPU share this id
+                    ts = float(e["ts"])
+                    if kind in LAUNCH_CATS:
+                        out.launches[0].append(corr)
+                        out.launches[1].append(ts)
+                        out.launches[2].append(e.get("tid", 0))
+                    else:
+                        out.gpu_ops[0].append(corr)
+                        out.gpu_ops[1].append(ts)
+                        out.gpu_ops[2].append(ts + float(e.get("dur", 0.0)))
             if cat in ("user_annotation", "gpu_user_annotation") and name not in VOCAB and \
                     (optype := vocab_name(name)) is not None:
                 if cat == "user_annotation":
@@ -207,6 +228,8 @@ class _VocabReader:
             args = e.get("args") or {}
             if cat == "user_annotation" and name.startswith("ProfilerStep#"):
                 self.step_ranges.append((name, start, end))
+                if out.step_tid is None:
+                    out.step_tid = e.get("tid", 0)
             elif cat == "user_annotation" and name in VOCAB:
                 if args.get("finished") is False:
                     out.unfinished += 1

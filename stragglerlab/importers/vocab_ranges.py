@@ -84,3 +84,58 @@ def comm_fallback(events: list, missing: set[str], rank: int, layout_hint,
             out.append((optype, float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)),
                         e.get("tid", 0)))
     return out
+
+
+def foreign_gpu_spans(ops: list[tuple], step_tid, launches: tuple, gpu_ops: tuple
+                      ) -> dict[int, tuple[float, float]]:
+    """Index into ops -> (first start, last end) on the GPU of the work that threads with no
+    vocabulary range open launched while that op's range was open on the step's thread.
+
+    Kineto's `gpu_user_annotation` span of a range covers only what the range's own thread
+    launched. A backward pass's kernels are launched by autograd's device thread, so the
+    span of a `backward-compute` range around `loss.backward()` holds none of them (a few
+    microseconds against tens of milliseconds of kernels). Such a launch belongs to the
+    range open on the thread that runs the step (the ProfilerStep's), where one is open.
+    `launches` = (correlation ids, starts, tids), `gpu_ops` = (correlation ids, starts,
+    ends): VocabRanges' arrays.
+    """
+    l_corr, l_ts = np.asarray(launches[0]), np.asarray(launches[1])
+    g_corr, g_start, g_end = (np.asarray(a) for a in gpu_ops)
+    host = [(i, o) for i, o in enumerate(ops) if o[3] == step_tid and o[0] not in P2P_NAMES]
+    if not len(l_corr) or not len(g_corr) or not host:
+        return {}
+    tids = np.asarray(launches[2], dtype=object)
+    foreign = np.zeros(len(l_ts), bool)
+    by_tid: dict = {}
+    for o in ops:
+        if o[0] not in P2P_NAMES:
+            by_tid.setdefault(o[3], []).append((o[1], o[2]))
+    for t in set(launches[2]) - {step_tid}:
+        on = tids == t
+        if t not in by_tid:
+            foreign |= on
+            continue
+        rs = sorted(by_tid[t])
+        s0 = np.array([r[0] for r in rs])
+        e0 = np.maximum.accumulate(np.array([r[1] for r in rs]))
+        j = np.searchsorted(s0, l_ts[on], side="right") - 1
+        foreign[np.flatnonzero(on)[(j < 0) | (e0[np.maximum(j, 0)] < l_ts[on])]] = True
+    starts = np.array([o[1] for _, o in host])
+    ends = np.maximum.accumulate(np.array([o[2] for _, o in host]))
+    ts, corr = l_ts[foreign], l_corr[foreign]
+    at = np.searchsorted(starts, ts, side="right") - 1
+    inside = (at >= 0) & (ends[np.maximum(at, 0)] >= ts)
+    at, corr = at[inside], corr[inside]
+    # Each correlation id's first start and last end on the GPU (a graph launch: many).
+    order = np.argsort(g_corr, kind="stable")
+    uc, first = np.unique(g_corr[order], return_index=True)
+    g_lo = np.minimum.reduceat(g_start[order], first)
+    g_hi = np.maximum.reduceat(g_end[order], first)
+    u = np.searchsorted(uc, corr)
+    hit = (u < len(uc)) & (uc[np.minimum(u, len(uc) - 1)] == corr)
+    at, u = at[hit], u[hit]  # calls that put nothing on the GPU (syncs, records) drop
+    lo = np.full(len(host), np.inf)
+    hi = np.full(len(host), -np.inf)
+    np.minimum.at(lo, at, g_lo[u])
+    np.maximum.at(hi, at, g_hi[u])
+    return {host[k][0]: (float(lo[k]), float(hi[k])) for k in np.flatnonzero(np.isfinite(hi))}
