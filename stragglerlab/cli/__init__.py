@@ -27,8 +27,9 @@ Every verb follows one convention:
     stragglerlab list scenarios
     stragglerlab whatif --trace trace.parquet --meta meta.yaml --out results/job1
 
-Verb modules are imported lazily: `stragglerlab whatif` never imports torch,
-Ray or matplotlib, and `--help` imports none of the analysis.
+Verb modules are imported lazily: a command imports only the module of the verb it
+names (`stragglerlab whatif` never imports torch, Ray or matplotlib), and `--help`
+imports none of the analysis.
 """
 
 from __future__ import annotations
@@ -140,9 +141,11 @@ def docstring_examples(doc: str | None) -> str:
     return "examples:\n" + "\n".join(lines) if lines else ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per verb, each with `--quiet`, the
-    defaults-showing HelpFormatter and an `examples:` epilog."""
+    defaults-showing HelpFormatter and an `examples:` epilog. `only`: that verb's
+    sub-parser alone (it parses that verb's command lines as the whole parser does,
+    without importing the other verbs' modules)."""
     parser = ArgumentParser(
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
@@ -150,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"stragglerlab {version()}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
                                 parser_class=ArgumentParser)
-    for name in VERBS:
+    for name in VERBS if only is None else (only,):
         module = _verb(name)
         p = module.add_parser(sub, name)
         p.add_argument("--quiet", action="store_true",
@@ -180,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `stragglerlab` console script."""
     _escape_unencodable_output()
     try:
-        args = build_parser().parse_args(argv)  # imports every verb: about half a second
+        given = sys.argv[1:] if argv is None else argv
+        # Only the verb named is imported: all of them take about half a second.
+        only = given[0] if given and given[0] in VERBS else None
+        args = build_parser(only).parse_args(argv)
     except KeyboardInterrupt:
         print("stragglerlab: interrupted", file=sys.stderr)
         return 130
