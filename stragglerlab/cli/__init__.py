@@ -141,6 +141,20 @@ def docstring_examples(doc: str | None) -> str:
     return "examples:\n" + "\n".join(lines) if lines else ""
 
 
+class _Version(argparse.Action):
+    """argparse's `version` action, reading the version only when asked (the installed
+    distribution's metadata costs about 30 ms, which every command would pay)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show program's version number and exit") -> None:
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0,
+                         help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser._print_message(f"stragglerlab {version()}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser with one sub-parser per verb, each with `--quiet`, the
     defaults-showing HelpFormatter and an `examples:` epilog. `only`: that verb's
@@ -150,7 +164,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="stragglerlab",
         description="Straggler testbed and what-if analysis (OSDI'25 method).",
     )
-    parser.add_argument("--version", action="version", version=f"stragglerlab {version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
                                 parser_class=ArgumentParser)
     for name in VERBS if only is None else (only,):
