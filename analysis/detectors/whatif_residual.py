@@ -134,7 +134,7 @@ class ResidualJob:
         sim = simulate(self.graph, value, delay, keep_times=True)
         n_steps = len(self.frame.steps)
         step_of_row = (self.slots // self.run.meta.dp_size) % n_steps
-        offset = self.frame.start.min(axis=(0, 2))  # each step's traced start
+        offset = self.frame.start.min(axis=0).min(axis=-1)  # each step's traced start
         out = self.run.trace.copy()
         out["start_ts"] = sim.start.flat[self.slots] + offset[step_of_row]
         out["duration"] = (sim.end - sim.start).flat[self.slots]
