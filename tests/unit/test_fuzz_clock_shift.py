@@ -144,11 +144,11 @@ def test_score_refuses_findings_of_a_newer_schema(tmp_path, src, capsys):
 
 
 def test_ctrl_c_while_the_verbs_load_is_one_line(monkeypatch, capsys):
-    """Ctrl-C in the first half second (build_parser imports every verb) printed a
+    """Ctrl-C while the verb's module loads (build_parser imports it) printed a
     KeyboardInterrupt traceback."""
     import stragglerlab.cli as cli
 
-    def interrupted():
+    def interrupted(*_args):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "build_parser", interrupted)
