@@ -156,6 +156,26 @@ def _one_run(discrepancy: float, where: str) -> None:
             "rank's clock offset, corrupted start_ts or durations); fix the trace", where)
 
 
+def _graph_and_frame(df: pd.DataFrame, meta: JobMeta, where: str,
+                     say: Progress) -> tuple[DepGraph, OpFrame]:
+    first_step = df["step"].min()
+    template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
+    graph = build_graph(template, meta, where)
+    say(f"graph: {graph.n_nodes} ops per worker-step, {len(graph.groups)} groups")
+    frame = build_frame(df, graph, meta, where)
+    say(f"frame: {len(frame.steps)} steps x {meta.dp_size} DP ranks x {meta.pp_size} stages")
+    return graph, frame
+
+
+def simulation_discrepancy(df: pd.DataFrame, meta: JobMeta, where: str) -> float:
+    """Traced over simulated step time, minus 1, with the trace's own durations: the
+    number the reproduction gate reads (run_whatif's `simulation_discrepancy` - 1),
+    without the ideal's replays."""
+    graph, frame = _graph_and_frame(df, meta, where, lambda _msg: None)
+    t_nodelay = Replays(graph, frame.sim_value(graph)).nodelay()
+    return float(frame.step_span().mean() / t_nodelay.mean()) - 1.0
+
+
 def run_whatif(
     df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
@@ -173,13 +193,7 @@ def run_whatif(
     idealize within windows of that many steps (`windowed_ideal`, result.ideal_windows).
     """
     say = progress or (lambda _msg: None)
-    first_step = df["step"].min()
-    template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
-    graph = build_graph(template, meta, where)
-    say(f"graph: {graph.n_nodes} ops per worker-step, {len(graph.groups)} groups")
-    frame = build_frame(df, graph, meta, where)
-    say(f"frame: {len(frame.steps)} steps x {meta.dp_size} DP ranks x {meta.pp_size} stages")
-
+    graph, frame = _graph_and_frame(df, meta, where, say)
     value = frame.sim_value(graph)
     t_base = frame.step_span()
     replayed = replays(graph, value)

@@ -101,7 +101,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
                         " + tp_rank); default: from the traces' process groups (pg_config)")
     p.add_argument("--timing", choices=["cpu", "gpu", "auto"], default="auto",
                    help="op spans from CPU ranges or GPU kernels (auto: GPU when the traces "
-                        "hold kernels)")
+                        "hold kernels; on annotated traces CPU where only the CPU ranges' "
+                        "replay reproduces the traced step within 5%%)")
     p.add_argument("--align", choices=["auto", "none", "collective", "step"], default="auto",
                    help="clock alignment: none = trust the clocks; collective = align the "
                         "ends of the optimizer-clip-main-grad all-reduce (median over steps); "
@@ -188,7 +189,8 @@ def _vocabulary(args, files, layout, out, progress, parsed):
     from stragglerlab.util.atomic import atomic_write_json, staged_folder
 
     res = import_kineto(files, layout=layout, timing=args.timing,
-                        allow_partial=args.allow_partial, align=args.align, progress=parsed)
+                        allow_partial=args.allow_partial, align=args.align, progress=parsed,
+                        reproduction=_reproduction(str(out)))
     truth = _truth(args, res.meta)
     progress(f"merged {res.report['ops']:,} ops; writing {out}/")
     not_another_run(out, _owns(VOCABULARY_WRITES, truth), _import_wrote, "import")
@@ -202,6 +204,23 @@ def _vocabulary(args, files, layout, out, progress, parsed):
     return res
 
 
+def _pct(d: float | None) -> str:
+    return "so far that the what-if refuses it" if d is None else f"{100 * d:+.2f}%"
+
+
+def _reproduction(where: str):
+    """(trace, meta) -> the what-if's simulation discrepancy; inf where the what-if refuses
+    the trace at that timing (the other timing is then tried)."""
+    from stragglerlab.analysis.whatif import simulation_discrepancy
+
+    def discrepancy(df, meta) -> float:
+        try:
+            return simulation_discrepancy(df, meta, where)
+        except InputError:
+            return float("inf")
+    return discrepancy
+
+
 def _print_vocabulary(res, out, faults: bool) -> None:
     r = res.report
     # The result: stdout, --quiet or not.
@@ -212,6 +231,18 @@ def _print_vocabulary(res, out, faults: bool) -> None:
           f"({len(r['steps'])}), timing {r['timing']}")
     offsets = ", ".join(f"rank {k} {1e3 * v:+.3f} ms" for k, v in r["clock_offsets_s"].items())
     print(f"clock alignment ({r['align']}): {offsets}")
+    ev = r.get("timing_evidence")
+    if ev is not None and "cpu" in ev["tried"]:
+        limit = f"limit ±{100 * ev['max_discrepancy']:.0f}%"
+        if ev["chosen"] == "cpu":
+            print(f"note: timing cpu: with GPU timing the simulation misses the traced step "
+                  f"by {_pct(ev['gpu'])} ({limit}), with the CPU ranges by "
+                  f"{_pct(ev['cpu'])}; e.g. ranks that share a GPU have its co-tenants' "
+                  "kernels inside each op's GPU span (--timing gpu keeps GPU timing)")
+        else:
+            print(f"note: neither timing reproduces the trace ({limit}): GPU "
+                  f"{_pct(ev['gpu'])}, CPU ranges {_pct(ev['cpu'])}; kept GPU timing, and "
+                  "the what-if withholds its verdict")
     if r["unfinished_ranges_dropped"]:
         print(f"left out {r['unfinished_ranges_dropped']} ranges that never closed")
     for name, row in r.get("respelled_ranges", {}).items():

@@ -79,6 +79,7 @@ from stragglerlab.importers.vocab_ranges import (
     inside_ranges,
     outermost,
 )
+from stragglerlab.run.validity import MAX_DISCREPANCY
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES, OpType
 from stragglerlab.util.errors import InputError
@@ -190,13 +191,48 @@ def clock_offsets(traces: list[RankTrace], steps: list[int], align: str) -> tupl
 def import_kineto(paths: Sequence[str | Path], layout: Layout | None = None,
                   timing: str = "auto", allow_partial: bool = False, align: str = "auto",
                   trial_name: str = "",
-                  progress: Callable[[str], None] | None = None) -> ImportResult:
+                  progress: Callable[[str], None] | None = None,
+                  reproduction: Callable[[pd.DataFrame, JobMeta], float] | None = None,
+                  max_discrepancy: float = MAX_DISCREPANCY) -> ImportResult:
     """Parse, check and merge per-rank Kineto traces into one schema trace.
 
-    progress: called with `rank trace <i>/<n> parsed: <file>` after each file."""
+    progress: called with `rank trace <i>/<n> parsed: <file>` after each file.
+
+    reproduction: (trace, meta) -> the simulation's discrepancy with the traced durations
+    (the what-if's). Given, `timing="auto"` on a trace with kernels takes the timing the
+    trace supports: GPU timing (the paper's op times) where its replay reproduces the
+    traced step within max_discrepancy, else CPU timing where that one does (ranks that
+    share a GPU: each op's GPU span holds its co-tenants' kernels), else GPU timing, which
+    the what-if's gate then withholds. `report["timing_evidence"]` holds the readings
+    (`tried`; a discrepancy of None: the what-if refused the trace at that timing)."""
+    events = load_ranks(paths, progress=progress, vocabulary=True)
+    res = _assemble(events, layout, timing, allow_partial, align, trial_name)
+    if timing != "auto" or reproduction is None or res.report["timing"] != "gpu":
+        return res
+    gpu = reproduction(res.df, res.meta)
+    evidence = {"tried": ["gpu"], "gpu": _finite(gpu), "cpu": None,
+                "max_discrepancy": max_discrepancy, "chosen": "gpu"}
+    if not abs(gpu) <= max_discrepancy:
+        cpu_res = _assemble(events, layout, "cpu", allow_partial, align, trial_name)
+        cpu = reproduction(cpu_res.df, cpu_res.meta)
+        evidence["tried"].append("cpu")
+        evidence["cpu"] = _finite(cpu)
+        if abs(cpu) <= max_discrepancy:
+            res, evidence["chosen"] = cpu_res, "cpu"
+    res.report["timing_evidence"] = evidence
+    return res
+
+
+def _finite(discrepancy: float) -> float | None:
+    """A discrepancy for import.json: None where the what-if refused the trace."""
+    return float(discrepancy) if np.isfinite(discrepancy) else None
+
+
+def _assemble(events: list[RankEvents], layout: Layout | None, timing: str,
+              allow_partial: bool, align: str, trial_name: str) -> ImportResult:
+    """import_kineto's trace from the files as read, at one timing."""
     hint = layout.coords if layout is not None else None
-    traces = [rank_trace(ev, timing, hint)
-              for ev in load_ranks(paths, progress=progress, vocabulary=True)]
+    traces = [rank_trace(ev, timing, hint) for ev in events]
     world = check_ranks([t.events for t in traces], [], peers=False)
     where = str(Path(traces[0].path).parent)
     if layout is None:

@@ -1,6 +1,7 @@
 """Real torch.profiler traces from an H200 (tests/data/kineto-h200): one rank's host-device
-replay reproduces every step within 5 % and names the kind of step, and the vocabulary
-import's GPU timing holds a backward pass whose kernels autograd's thread launched."""
+replay reproduces every step within 5 % and names the kind of step, the vocabulary
+import's GPU timing holds a backward pass whose kernels autograd's thread launched, and
+`--timing auto` takes the timing whose replay reproduces the trace."""
 
 from __future__ import annotations
 
@@ -78,3 +79,77 @@ def test_no_foreign_launch_changes_nothing(tmp_path):
     p.write_bytes(gzip.compress(json.dumps(doc).encode()))
     v = read_rank(p, vocabulary=True).vocab
     assert foreign_gpu_spans(outermost(v.ranges), v.step_tid, v.launches, v.gpu_ops) == {}
+
+
+ENGINE = H200 / "engine-dp1-pp1-rank0.json.gz"
+
+
+def _answers(*values):
+    """A reproduction that answers `values` in turn and keeps each trace it is given."""
+    seen = []
+
+    def reproduction(df, meta):
+        seen.append(df)
+        return values[len(seen) - 1]
+    return reproduction, seen
+
+
+def test_auto_timing_keeps_gpu_where_it_reproduces():
+    rep, seen = _answers(0.01)
+    res = import_kineto([ENGINE], reproduction=rep)
+    assert len(seen) == 1 and res.report["timing"] == "gpu"
+    assert res.report["timing_evidence"] == {"tried": ["gpu"], "gpu": 0.01, "cpu": None,
+                                             "max_discrepancy": 0.05, "chosen": "gpu"}
+
+
+def test_auto_timing_takes_cpu_where_only_it_reproduces():
+    rep, seen = _answers(-0.16, 0.04)
+    res = import_kineto([ENGINE], reproduction=rep)
+    assert len(seen) == 2 and res.report["timing"] == "cpu"
+    assert res.report["timing_evidence"]["chosen"] == "cpu"
+    assert res.df.equals(seen[1])  # the trace kept is the one that reproduced
+    cpu = import_kineto([ENGINE], timing="cpu")
+    assert res.df.equals(cpu.df)
+
+
+def test_auto_timing_keeps_gpu_where_neither_reproduces():
+    rep, seen = _answers(float("inf"), 0.06)  # inf: the what-if refused the GPU-timed trace
+    res = import_kineto([ENGINE], reproduction=rep)
+    assert res.report["timing"] == "gpu"
+    ev = res.report["timing_evidence"]
+    assert ev["tried"] == ["gpu", "cpu"] and ev["gpu"] is None and ev["cpu"] == 0.06
+    assert ev["chosen"] == "gpu"
+
+
+def test_a_timing_asked_for_is_not_second_guessed():
+    rep, seen = _answers()
+    for timing in ("gpu", "cpu"):
+        res = import_kineto([ENGINE], timing=timing, reproduction=rep)
+        assert res.report["timing"] == timing and "timing_evidence" not in res.report
+    assert not seen
+
+
+def test_import_says_which_timing_it_took(tmp_path, monkeypatch, capsys):
+    """The CLI's reproduction is the what-if's discrepancy; where GPU timing misses and CPU
+    timing reproduces, the summary says so and import.json records both."""
+    import stragglerlab.analysis.whatif as whatif
+    from stragglerlab.cli import main
+
+    answers = iter([-0.1582, 0.0419])
+    monkeypatch.setattr(whatif, "simulation_discrepancy", lambda df, meta, where: next(answers))
+    assert main(["import", "kineto", "--quiet", "--traces", str(ENGINE),
+                 "--out", str(tmp_path / "imp")]) == 0
+    out = capsys.readouterr().out
+    assert "timing cpu" in out and "-15.82%" in out and "+4.19%" in out
+    ev = json.loads((tmp_path / "imp" / "import.json").read_text())["timing_evidence"]
+    assert ev["chosen"] == "cpu" and ev["gpu"] == -0.1582
+
+
+def test_simulation_discrepancy_is_the_whatifs():
+    from stragglerlab.analysis.whatif import run_whatif, simulation_discrepancy
+    from stragglerlab.trace.trace_io import read_trace
+    from tests.unit.refdata import REFERENCE
+
+    df, meta = read_trace(str(REFERENCE / "trace-ST.parquet"), str(REFERENCE / "meta-ST.yaml"))
+    full = run_whatif(df, meta, where="trace-ST").result.simulation_discrepancy
+    assert simulation_discrepancy(df, meta, "trace-ST") == full - 1.0
