@@ -110,10 +110,16 @@ class Tracer:
         self.record(optype, start, now(), mb_id, mc, gmc, seq_len_sq_sum)
 
     def end_step(self) -> None:
-        """Append the step's records to the file (durable against a later kill)."""
+        """Append the step's records to the file (durable against a later kill).
+
+        An async op whose end never came (the run failed before its peer answered: `close`
+        after a lost node) has no end to record and is left out: a record's end must be a
+        clock reading, and every reader of the parts refuses one that is not (the monitor,
+        the node streams). The step stays incomplete: its status never says it finished."""
         if not self.enabled or not self._rows:
             return
-        self._file.write(np.array([tuple(r) for r in self._rows], dtype=RECORD).tobytes())
+        rows = [tuple(r) for r in self._rows if not math.isnan(r[7])]
+        self._file.write(np.array(rows, dtype=RECORD).tobytes())
         self._file.flush()
         self._rows.clear()
 

@@ -139,3 +139,22 @@ def test_disabled_tracer_writes_nothing(tmp_path: Path):
     tr.close()
     assert not path.exists() and not path.parent.exists()
 
+
+
+def test_an_async_op_that_never_ended_is_not_written(tmp_path: Path):
+    """A run that fails mid-step (a lost peer) closes its tracer with an async op still
+    open: that row has no end, and a record whose end is not a clock reading is refused by
+    every reader (check_records), so it is left out and the step's other rows are kept."""
+    from stragglerlab.trace.trace_parts import check_records
+
+    path = tmp_path / "rank2.bin"
+    tr = Tracer(path)
+    tr.begin_step(4)
+    tr.record(F, 1.0, 2.0)
+    tr.record(OpType.FORWARD_SEND, 2.0, math.nan)  # posted; its peer never answered
+    done = tr.record(OpType.BACKWARD_RECV, 2.5, math.nan)
+    tr.set_end(done, 3.0)
+    tr.close()
+    rec = read_records(path)
+    assert [int(o) for o in rec["optype"]] == [code(F), code(OpType.BACKWARD_RECV)]
+    assert check_records(rec, -1) is None
