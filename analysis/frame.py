@@ -10,15 +10,19 @@ every later computation is vectorized over steps and DP ranks at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from stragglerlab.analysis.graph import DepGraph
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES
+from stragglerlab.trace.trace_table import TraceTable
 from stragglerlab.trace.validate import dense_ids
 from stragglerlab.util.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Negative transfer durations / launch delays at or below this become 0 (artifact convention).
 NEGATIVE_CUTOFF_S = -0.01
@@ -73,8 +77,10 @@ def comm_mask(graph: DepGraph) -> np.ndarray:
     return mask
 
 
-def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) -> OpFrame:
+def build_frame(df: pd.DataFrame | TraceTable, graph: DepGraph, meta: JobMeta,
+                where: str) -> OpFrame:
     """Scatter trace rows into [node, step, dp] arrays and derive transfers and delays."""
+    df = TraceTable.of(df)
     n_nodes, dp = graph.n_nodes, meta.dp_size
     steps, flat = row_slots(df, graph, meta, where)
     size = n_nodes * len(steps) * dp
@@ -89,8 +95,8 @@ def build_frame(df: pd.DataFrame, graph: DepGraph, meta: JobMeta, where: str) ->
     # copies.
     start = np.empty(size)
     duration = np.empty(size)
-    _scatter_f64(start, flat, df["start_ts"].to_numpy())
-    _scatter_f64(duration, flat, df["duration"].to_numpy())
+    _scatter_f64(start, flat, df["start_ts"])
+    _scatter_f64(duration, flat, df["duration"])
     shape = (n_nodes, len(steps), dp)
     start, duration = start.reshape(shape), duration.reshape(shape)
 
@@ -115,10 +121,11 @@ def _scatter_f64(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
         out[at[lo:hi]] = values[lo:hi].astype(np.float64, copy=False)
 
 
-def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
+def row_slots(df: pd.DataFrame | TraceTable, graph: DepGraph, meta: JobMeta,
               where: str) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct steps, each row's flat index into the [node, step, dp] arrays):
     how rows scatter into an OpFrame, and how arrays of that shape map back onto rows."""
+    df = TraceTable.of(df)
     step_idx, steps = dense_ids(_ints(df["step"]))
     flat = _node_of_rows(df, graph, where)  # int64 (its lookup table is): the flat index
     flat *= len(steps)
@@ -129,14 +136,13 @@ def row_slots(df: pd.DataFrame, graph: DepGraph, meta: JobMeta,
     return steps, flat
 
 
-def _ints(column: pd.Series) -> np.ndarray:
+def _ints(values: np.ndarray) -> np.ndarray:
     """An int column's values as stored when an integer dtype (read_trace may give int32),
     else as int64: for indexing and comparing, not for products (widen those)."""
-    values = column.to_numpy()
-    return values if values.dtype.kind == "i" else column.to_numpy(np.int64)
+    return values if values.dtype.kind == "i" else values.astype(np.int64)
 
 
-def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
+def _node_of_rows(df: TraceTable, graph: DepGraph, where: str) -> np.ndarray:
     """Node index of every row via a dense (stage, optype, seq_id) lookup table."""
     code_of = {t: i for i, t in enumerate(OPTYPE_VALUES)}
     seq = _ints(df["seq_id"])
@@ -146,20 +152,20 @@ def _node_of_rows(df: pd.DataFrame, graph: DepGraph, where: str) -> np.ndarray:
     lookup = np.full((n_stage, len(OPTYPE_VALUES), n_seq), -1, dtype=np.int64)
     g_codes = np.array([code_of[t] for t in graph.optype], dtype=np.int64)
     lookup[graph.stage, g_codes, graph.seq_id] = np.arange(graph.n_nodes)
-    optype = df["optype"]
-    if isinstance(optype.dtype, pd.CategoricalDtype) and tuple(
-            optype.cat.categories) == OPTYPE_VALUES:
-        codes = optype.cat.codes.to_numpy()  # read_trace's normalized form: no re-coding
-    else:
-        codes = pd.Categorical(optype, categories=OPTYPE_VALUES).codes
-    node = lookup[stage, codes, seq]
+    node = lookup[stage, df.optype, seq]
     if (node < 0).any():
-        bad = df.loc[node < 0, ["step", "dp_rank", "stage", "optype", "seq_id"]].head(3)
+        bad = [{c: _plain(df.value(c, i)) for c in ("step", "dp_rank", "stage", "optype",
+                                                     "seq_id")}
+               for i in np.flatnonzero(node < 0)[:3]]
         raise InputError(
             f"{where}: {int((node < 0).sum())} ops do not appear in the first step of DP rank "
-            f"0, e.g. {bad.to_dict('records')}; every step and DP rank must run the same ops."
+            f"0, e.g. {bad}; every step and DP rank must run the same ops."
         )
     return node
+
+
+def _plain(value: object) -> object:
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _report_fill_error(counts, graph, steps, dp, where) -> None:

@@ -16,14 +16,18 @@ of the first traced step and applies to every DP rank and every step. It holds
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from stragglerlab.analysis.p2p import match_stream
 from stragglerlab.trace.meta import JobMeta
-from stragglerlab.trace.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, TRACE_COLUMNS, OpType
+from stragglerlab.trace.schema import COMMUNICATION_OPS, DP_COLLECTIVE_OPS, OPTYPE_VALUES, OpType
+from stragglerlab.trace.trace_table import TraceTable
 from stragglerlab.util.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Op = OpType  # short alias for the many rules below
 
@@ -73,6 +77,8 @@ class DepGraph:
 
     def node_index(self) -> pd.MultiIndex:
         """(optype, seq_id, stage) of every node, in node order."""
+        import pandas as pd  # for callers that index frames by node
+
         return pd.MultiIndex.from_arrays(
             [self.optype, self.seq_id, self.stage], names=["optype", "seq_id", "stage"]
         )
@@ -89,18 +95,20 @@ class _OpsOfType:
         return self._by_type.get(t.value, np.zeros(0, dtype=np.int64))
 
 
+_NAME_RANK = np.argsort(np.argsort(np.array(OPTYPE_VALUES)))
+"""Each op-type code's place in the names' text order: the stream order's last key."""
+
+
 class _Builder:
     """Collects edges and groups while rules are applied."""
 
-    def __init__(self, ops: pd.DataFrame) -> None:
-        self.ops = ops
-        # The columns the rules read, as arrays by node id (ops has a RangeIndex): one
-        # array lookup per rule instead of a DataFrame .loc, which cost most of the build.
-        self.optype = ops["optype"].to_numpy(dtype=object)
-        self.start = ops["start_ts"].to_numpy(np.float64)
-        self.end = ops["end"].to_numpy()
-        self.gmc = ops["gmc"].to_numpy()
-        self.mc = ops["mc"].to_numpy()
+    def __init__(self, ops: dict[str, np.ndarray]) -> None:
+        # The columns the rules read, as arrays by node id (stream order).
+        self.optype = ops["optype"]
+        self.start = ops["start_ts"]
+        self.end = ops["end"]
+        self.gmc = ops["gmc"]
+        self.mc = ops["mc"]
         self.edges: list[tuple[int, int]] = []  # (dependency, dependant)
         self.groups: list[Group] = []
 
@@ -113,28 +121,31 @@ class _Builder:
             self.edge(a, b)
 
 
-def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
+def build_graph(step_rows: pd.DataFrame | TraceTable, meta: JobMeta, where: str) -> DepGraph:
     """Build the dependency graph from the rows of one step of DP rank 0.
 
     step_rows needs columns optype, seq_id, stage, start_ts, duration, mb_id, mc, gmc.
     """
-    ops = step_rows.copy()
+    rows = TraceTable.of(step_rows)
     # The node arrays index and multiply: int64 whatever width the trace was read at.
-    ops = ops.astype({c.name: np.int64 for c in TRACE_COLUMNS
-                      if c.kind == "int" and c.name in ops.columns})
-    ops["optype"] = ops["optype"].astype(str)
-    ops["end"] = ops["start_ts"].astype(np.float64) + ops["duration"].astype(np.float64)
-    # Stream order within each stage: (start_ts, seq_id, optype).
-    ops = ops.sort_values(["stage", "start_ts", "seq_id", "optype"], kind="stable")
-    ops = ops.reset_index(drop=True)
+    ints = {c: rows[c].astype(np.int64) for c in ("seq_id", "stage", "mb_id", "mc", "gmc")}
+    # Stream order within each stage: (start_ts, seq_id, optype), a stable sort (no two
+    # rows of one step and worker share all four: validated).
+    order = np.lexsort((_NAME_RANK[rows.optype], ints["seq_id"], rows["start_ts"],
+                        ints["stage"]))
+    ops = {c: v[order] for c, v in ints.items()}
+    ops["optype"] = rows.optype_names()[order]
+    ops["start_ts"] = rows["start_ts"][order].astype(np.float64)
+    ops["end"] = ops["start_ts"] + rows["duration"][order].astype(np.float64)
+    n = len(order)
     b = _Builder(ops)
-    noop = np.zeros(len(ops), dtype=bool)
+    noop = np.zeros(n, dtype=bool)
     valid_p2p: dict[tuple[str, int], np.ndarray] = {}
     has_dp = meta.dp_size * meta.dsp_size > 1
     overlapped_dp = (ops["optype"] == Op.SEPARATE_GRADS_ALL_REDUCE.value).any()
     pp = meta.pp_size
 
-    stages = ops["stage"].to_numpy()
+    stages = ops["stage"]
     for stage in np.unique(stages):
         s_nodes = np.flatnonzero(stages == stage)  # the stage's ops in stream order
         s_types = b.optype[s_nodes]
@@ -186,13 +197,13 @@ def build_graph(step_rows: pd.DataFrame, meta: JobMeta, where: str) -> DepGraph:
         _dp_and_tail_rules(b, of, compute, has_dp, bool(overlapped_dp))
 
     _p2p_groups(b, valid_p2p, noop, pp, where)
-    _collective_groups(b, ops, noop, has_dp)
-    deps = _deps_from_edges(len(ops), b.edges)
+    _collective_groups(b, ops["seq_id"], noop, has_dp)
+    deps = _deps_from_edges(n, b.edges)
     graph = DepGraph(
-        optype=ops["optype"].to_numpy(dtype=object),
-        seq_id=ops["seq_id"].to_numpy(np.int64),
-        stage=ops["stage"].to_numpy(np.int64),
-        mb_id=ops["mb_id"].to_numpy(np.int64),
+        optype=ops["optype"],
+        seq_id=ops["seq_id"],
+        stage=ops["stage"],
+        mb_id=ops["mb_id"],
         deps=deps,
         groups=b.groups,
         noop=noop,
@@ -260,9 +271,10 @@ def _p2p_groups(b: _Builder, valid: dict, noop: np.ndarray, pp: int, where: str)
         b.groups.append(Group((int(node),), is_comm=True, dp_sync=False))
 
 
-def _collective_groups(b: _Builder, ops: pd.DataFrame, noop: np.ndarray, has_dp: bool) -> None:
+def _collective_groups(b: _Builder, seq_id: np.ndarray, noop: np.ndarray,
+                       has_dp: bool) -> None:
     """DP collectives, embedding and clip groups; every other op is a group of one."""
-    in_group = np.zeros(len(ops), dtype=bool)
+    in_group = np.zeros(len(seq_id), dtype=bool)
     for g in b.groups:
         in_group[list(g.members)] = True
     optype = b.optype
@@ -272,7 +284,6 @@ def _collective_groups(b: _Builder, ops: pd.DataFrame, noop: np.ndarray, has_dp:
     # (optype, seq_id) first appears (as an unsorted groupby lists them); a few rows, so
     # a dict beats a groupby over every op.
     spanning = {Op.EMBEDDING_GRADS_ALL_REDUCE.value: False, Op.OPTIMIZER_CLIP_MAIN_GRAD.value: True}
-    seq_id = ops["seq_id"].to_numpy()
     members: dict[tuple, list[int]] = {}
     for node in np.flatnonzero(np.isin(optype, list(spanning))):
         members.setdefault((optype[node], seq_id[node]), []).append(int(node))

@@ -23,9 +23,12 @@ rank's own time of that kind moved so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 REGIME_RATIO = 1.5
 """Sustained change of the median step time (either way) that makes a regime change. A

@@ -23,9 +23,9 @@ import enum
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask
 from stragglerlab.analysis.graph import DepGraph, build_graph
@@ -37,7 +37,11 @@ from stragglerlab.analysis.simulate import simulate
 from stragglerlab.run.results import LAUNCH_TABLES, FixMetric, StepSeries, WhatIfResult
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import COMMUNICATION_OPS, OpType
+from stragglerlab.trace.trace_table import TraceTable
 from stragglerlab.util.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TOP_WORKER_PERCENT = 3
 """M_W fixes the top ceil(3% of workers) by worker score."""
@@ -156,10 +160,10 @@ def _one_run(discrepancy: float, where: str) -> None:
             "rank's clock offset, corrupted start_ts or durations); fix the trace", where)
 
 
-def _graph_and_frame(df: pd.DataFrame, meta: JobMeta, where: str,
+def _graph_and_frame(df: pd.DataFrame | TraceTable, meta: JobMeta, where: str,
                      say: Progress) -> tuple[DepGraph, OpFrame]:
-    first_step = df["step"].min()
-    template = df[(df["step"] == first_step) & (df["dp_rank"] == 0)]
+    df = TraceTable.of(df)
+    template = df.rows((df["step"] == df["step"].min()) & (df["dp_rank"] == 0))
     graph = build_graph(template, meta, where)
     say(f"graph: {graph.n_nodes} ops per worker-step, {len(graph.groups)} groups")
     frame = build_frame(df, graph, meta, where)
@@ -167,7 +171,7 @@ def _graph_and_frame(df: pd.DataFrame, meta: JobMeta, where: str,
     return graph, frame
 
 
-def simulation_discrepancy(df: pd.DataFrame, meta: JobMeta, where: str) -> float:
+def simulation_discrepancy(df: pd.DataFrame | TraceTable, meta: JobMeta, where: str) -> float:
     """Traced over simulated step time, minus 1, with the trace's own durations: the
     number the reproduction gate reads (run_whatif's `simulation_discrepancy` - 1),
     without the ideal's replays."""
@@ -177,7 +181,7 @@ def simulation_discrepancy(df: pd.DataFrame, meta: JobMeta, where: str) -> float
 
 
 def run_whatif(
-    df: pd.DataFrame, meta: JobMeta, where: str, progress: Progress | None = None,
+    df: pd.DataFrame | TraceTable, meta: JobMeta, where: str, progress: Progress | None = None,
     compute_ideal: ComputeIdeal = ComputeIdeal.MEAN,
     other_ideals: Iterable[ComputeIdeal] = (),
     replays: ReplaysFactory = Replays,
@@ -228,7 +232,7 @@ def run_whatif(
         r.launch_by = launch_by
         r.fwd_bwd_correlation = correlation
         r.comm_excess_by_worker = excess
-        r.n_ops = int(df.shape[0])
+        r.n_ops = len(df)
     if ideal_window is not None:
         result.ideal_windows = windowed_ideal(graph, frame, value, t_nodelay, ideal_window,
                                               compute_ideal)
@@ -237,13 +241,16 @@ def run_whatif(
     return WhatIfRun(graph, frame, ideal, result)
 
 
-def _regime(df: pd.DataFrame, steps: list[int], t_base: np.ndarray,
+def _regime(df: pd.DataFrame | TraceTable, steps: list[int], t_base: np.ndarray,
             settling: str | None):
     """The trace's regime change (analysis.regime), None when none; leading steps that are
-    settling are that, not a regime. Per-kind times are summed only when there is one."""
+    settling are that, not a regime. Per-kind times are summed only when there is one
+    (with pandas: a table is read_trace's frame again)."""
     rc = regime_change(steps, t_base)
     if rc is None or (settling and rc.ratio < 1):
         return None
+    if isinstance(df, TraceTable):
+        df = df.to_frame()
     kt = df.groupby(["step", "rank", "optype"], observed=True)["duration"].sum()
     return regime_change(steps, t_base, kt.rename("time_s").reset_index().rename(
         columns={"optype": "kind"}))
@@ -352,6 +359,8 @@ def comm_excess_by_worker(graph: DepGraph, frame: OpFrame, window: slice) -> np.
 
 def ideal_timeline(run: WhatIfRun) -> pd.DataFrame:
     """Simulated op times of the ideal step on every worker (same for every step)."""
+    import pandas as pd  # a timeline's frame: only when one is asked for
+
     graph, dp = run.graph, run.frame.start.shape[2]
     value = np.broadcast_to(run.ideal[:, None, None], (graph.n_nodes, 1, dp))
     sim = simulate(graph, np.ascontiguousarray(value), keep_times=True)

@@ -140,7 +140,7 @@ def run(args) -> int:
     from stragglerlab.run.artifact_format import fix_json, result_json
     from stragglerlab.run.general_record import is_general_import
     from stragglerlab.run.run_folder import RunFolder
-    from stragglerlab.trace.trace_io import read_trace
+    from stragglerlab.trace.trace_io import read_trace_table
     from stragglerlab.util.atomic import staged_folder
 
     _ray_checks(args)  # flags first: a mistake there leaves no --out folder behind
@@ -189,7 +189,8 @@ def run(args) -> int:
     # A few stages, each one line (a trace of any size is analysed in seconds): no live display.
     progress = Reporter(quiet=args.quiet, live=False)
 
-    df, meta = read_trace(args.trace, args.meta, compact_ints=True)
+    # The trace's columns alone (no pandas in the process unless a file needs parsing).
+    df, meta = read_trace_table(args.trace, args.meta, compact_ints=True)
     progress(f"read {len(df):,} ops from {args.trace}")
     # Every compute ideal at once (one graph, one frame): figures and detectors read them
     # from whatif.json instead of re-analysing the trace.
@@ -225,7 +226,8 @@ def run(args) -> int:
             # step at the start of each traced step), P2P flow arrows, S per step as a
             # counter. ideal-timeline.json.gz, the ideal alone, stays as in the artifact.
             ideal = ideal_timeline(wr)
-            write_perfetto(first_steps(df, MAX_TIMELINE_EVENTS), tmp / "timeline.json.gz",
+            write_perfetto(first_steps(df.to_frame(), MAX_TIMELINE_EVENTS),
+                           tmp / "timeline.json.gz",
                            title=f"{name} (traced and simulated ideal)",
                            max_events=MAX_TIMELINE_EVENTS, pp_size=meta.pp_size, ideal=ideal,
                            step_slowdown=result.step_slowdown())

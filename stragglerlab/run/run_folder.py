@@ -40,8 +40,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from stragglerlab.run.findings import Finding, FindingsDocument, read_findings, write_findings
 from stragglerlab.run.run_record import RunRecord, read_run_record, write_run_record
@@ -51,6 +50,9 @@ from stragglerlab.trace.meta import JobMeta
 from stragglerlab.util.atomic import atomic_write_json
 from stragglerlab.util.errors import InputError
 from stragglerlab.util.filecheck import entry_problem, finite_or_none, load_json, load_yaml
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TRACE_PARQUET = "trace.parquet"
 META_YAML = "meta.yaml"

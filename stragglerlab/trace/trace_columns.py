@@ -2,15 +2,22 @@
 int) and the offending rows named in a message (stragglerlab.trace.validate runs these first).
 
     values = check_column(df, "duration", "float", "trace.parquet")   # or InputError
+
+A DataFrame's columns are parsed here (pandas, imported when a frame is given); a
+TraceTable's are numpy arrays already, and `check_values` judges them the same way.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-from pandas.api import types as ptypes
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from stragglerlab.trace.trace_table import TraceTable
 from stragglerlab.util.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SHOW = 3  # how many offending rows / steps a message lists
 _CONTEXT = ("step", "dp_rank", "stage")
@@ -22,15 +29,17 @@ def fmt_value(value: object) -> str:
     return repr(value) if isinstance(value, (str, bytes)) else str(value)
 
 
-def rows_text(df: pd.DataFrame, mask: np.ndarray, show: str | None = None) -> str:
+def rows_text(df: pd.DataFrame | TraceTable, mask: np.ndarray, show: str | None = None) -> str:
     """'N rows, e.g. row 4 (step=1, dp_rank=0, stage=1, duration=-0.5), ...'."""
     positions = np.flatnonzero(mask)
     parts = []
+    table = isinstance(df, TraceTable)
     for i in positions[:SHOW]:
-        cols = [c for c in _CONTEXT if c in df.columns]
+        cols = [c for c in _CONTEXT if (c in df if table else c in df.columns)]
         if show is not None and show not in cols:
             cols.append(show)
-        ctx = ", ".join(f"{c}={fmt_value(df[c].iat[i])}" for c in cols)
+        ctx = ", ".join(f"{c}={fmt_value(df.value(c, i) if table else df[c].iat[i])}"
+                        for c in cols)
         parts.append(f"row {i} ({ctx})")
     more = f" and {len(positions) - SHOW} more" if len(positions) > SHOW else ""
     noun = "row" if len(positions) == 1 else "rows"
@@ -42,6 +51,9 @@ def numeric_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndar
 
     Raises InputError when the column is not numeric.
     """
+    import pandas as pd  # a frame is given: pandas is loaded
+    from pandas.api import types as ptypes
+
     s = df[name]
     want = "integers" if kind == "int" else "numbers (seconds)"
     if ptypes.is_datetime64_any_dtype(s.dtype) or ptypes.is_timedelta64_dtype(s.dtype):
@@ -90,13 +102,21 @@ def check_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarra
     values = numeric_column(df, name, kind, path)
     if values is None:
         return None
+    check_values(df, values, name, kind, path)
+    return values
+
+
+def check_values(src: pd.DataFrame | TraceTable, values: np.ndarray, name: str, kind: str,
+                 path: str) -> None:
+    """A numeric schema column's values (`src`'s, named in the messages): finite, and whole
+    and within +-2**62 where an int."""
     for bad, what in (
         (np.isnan(values), "missing values (NaN)"),
         (np.isinf(values), "infinite values"),
     ):
         if bad.any():
             raise InputError(
-                f"column '{name}' has {what} in {rows_text(df, bad, name)}; every row needs a "
+                f"column '{name}' has {what} in {rows_text(src, bad, name)}; every row needs a "
                 "finite value in each schema column: fill them in or drop these rows",
                 path,
             )
@@ -105,14 +125,13 @@ def check_column(df: pd.DataFrame, name: str, kind: str, path: str) -> np.ndarra
         if frac.any():
             raise InputError(
                 f"column '{name}' must hold integers but has non-integral values in "
-                f"{rows_text(df, frac, name)}; write whole numbers in this column",
+                f"{rows_text(src, frac, name)}; write whole numbers in this column",
                 path,
             )
         huge = np.abs(values) > 2.0**62
         if huge.any():
             raise InputError(
-                f"column '{name}' has values beyond +-2**62 in {rows_text(df, huge, name)}; "
+                f"column '{name}' has values beyond +-2**62 in {rows_text(src, huge, name)}; "
                 "these cannot be ids or step numbers: fix the tracer or drop these rows",
                 path,
             )
-    return values

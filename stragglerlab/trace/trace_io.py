@@ -16,6 +16,11 @@ traceback, only an InputError naming the file, the problem and the fix.
 Our own traces carry the job meta and the schema version in the parquet
 key-value metadata (`stragglerlab.meta`, `stragglerlab.schema_version`); the
 artifact's traces need the YAML meta beside them (`meta_path`).
+
+`read_trace_table` reads the same file into a TraceTable (numpy columns, op types as
+codes) without pandas where every schema column is stored plainly (ints, floats, op
+types as text, no nulls: what stragglerlab and the artifact write), and through
+read_trace otherwise: the same checks, the same errors, the same values.
 """
 
 from __future__ import annotations
@@ -23,15 +28,25 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stragglerlab.trace.meta import JobMeta
-from stragglerlab.trace.schema import EXTRA_COLUMNS, OPTYPE_VALUES, SCHEMA_VERSION, TRACE_COLUMNS
-from stragglerlab.trace.validate import validate_trace
+from stragglerlab.trace.schema import (
+    EXTRA_COLUMNS,
+    OPTIONAL_NAN,
+    OPTYPE_VALUES,
+    SCHEMA_VERSION,
+    TRACE_COLUMNS,
+)
+from stragglerlab.trace.trace_table import TraceTable, names_codes
+from stragglerlab.trace.validate import validate_table, validate_trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 from stragglerlab.util.atomic import atomic_write
 from stragglerlab.util.errors import InputError
 
@@ -138,6 +153,8 @@ def normalize_trace(df: pd.DataFrame, *, compact_ints: bool = False) -> pd.DataF
     `compact_ints`: each int column in the narrowest of int16, int32 and int64 that holds
     its values (a quarter to half the memory of int64), for callers that index and compare
     with them and widen before any product (the what-if's frame and graph)."""
+    import pandas as pd  # a frame is given: pandas is loaded
+
     out = df.copy(deep=False)
     for col in TRACE_COLUMNS:
         s = out[col.name]
@@ -161,10 +178,10 @@ def normalize_trace(df: pd.DataFrame, *, compact_ints: bool = False) -> pd.DataF
     return out
 
 
-def _int_width(s: pd.Series) -> np.dtype:
+def _int_width(s: pd.Series | np.ndarray) -> np.dtype:
     """The narrowest of int16, int32 and int64 that holds every value of the (validated,
     integral) column. Not int8: a stage or chunk number plus one stays in range."""
-    v = s.to_numpy()
+    v = s if isinstance(s, np.ndarray) else s.to_numpy()
     if len(v) == 0:
         return np.dtype(np.int16)
     lo, hi = v.min(), v.max()
@@ -176,6 +193,8 @@ def _int_width(s: pd.Series) -> np.dtype:
 
 def _is_numeric(s: pd.Series) -> bool:
     """True for int/float columns (not bool, not text)."""
+    import pandas as pd
+
     return pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
 
 
@@ -190,6 +209,50 @@ def read_trace(
     for a trace without embedded meta when meta_path is None.
     """
     path = str(trace_path)
+    table, meta = _read_table(path, meta_path)
+    # Stored pandas dtypes/index are not trusted; validation judges values.
+    # self_destruct frees each arrow column once converted: halves the peak on big traces.
+    df = frame_from_columns(table, split_blocks=True, self_destruct=True)
+    del table
+    # Arrow's allocator keeps the pages it decoded into (and those of the columns converted
+    # away) for a next allocation that never comes: back to the system, before the checks.
+    pa.default_memory_pool().release_unused()
+    with _naming_meta(path, meta_path):
+        validate_trace(df, meta, path)
+    df = normalize_trace(df, compact_ints=compact_ints)
+    pa.default_memory_pool().release_unused()  # the columns normalized away (see above)
+    return df, meta
+
+
+def read_trace_table(
+    trace_path: str | Path, meta_path: str | Path | None = None, *, compact_ints: bool = False
+) -> tuple[TraceTable, JobMeta]:
+    """read_trace's trace as a TraceTable (module doc): the same file checks, the same
+    validation and the same column values (`compact_ints` likewise), with no pandas
+    where the file stores its schema columns plainly."""
+    path = str(trace_path)
+    table, meta = _read_table(path, meta_path)
+    columns = _plain_columns(table)
+    del table
+    if columns is None:  # a column pandas must parse first: read_trace's way, its errors
+        df, meta = read_trace(trace_path, meta_path, compact_ints=compact_ints)
+        return TraceTable.of(df), meta
+    out = TraceTable(columns)
+    with _naming_meta(path, meta_path):
+        validate_table(out, meta, path)
+    for col in TRACE_COLUMNS:  # normalize_trace's dtypes
+        if col.kind == "int":
+            v = columns[col.name]
+            target = _int_width(v) if compact_ints else np.dtype(np.int64)
+            if v.dtype != target:
+                columns[col.name] = v.astype(target)
+    pa.default_memory_pool().release_unused()
+    return out, meta
+
+
+def _read_table(path: str, meta_path: str | Path | None) -> tuple[pa.Table, JobMeta]:
+    """The file's checks (readable parquet, schema version, meta, size) and its columns in
+    the types the reader judges by value (_arrow_types)."""
     pf = _open(path)
     _check_version(pf, path)
     meta = JobMeta.load(meta_path) if meta_path is not None else _meta_from_file(pf, path)
@@ -211,24 +274,118 @@ def read_trace(
             "corrupt: re-create it",
             path,
         ) from None
-    table = _arrow_types(table, path)
-    # Stored pandas dtypes/index are not trusted; validation judges values.
-    # self_destruct frees each arrow column once converted: halves the peak on big traces.
-    df = frame_from_columns(table, split_blocks=True, self_destruct=True)
-    del table
-    # Arrow's allocator keeps the pages it decoded into (and those of the columns converted
-    # away) for a next allocation that never comes: back to the system, before the checks.
-    pa.default_memory_pool().release_unused()
-    try:
-        validate_trace(df, meta, path)
-    except InputError as e:
-        if meta_path is None or "job meta" not in str(e) or e.path != path:
-            raise
-        # A trace/meta contradiction: name the meta file too, either may be the wrong one.
-        raise InputError(f"{str(e)[len(path) + 2:]} (job meta: {meta_path})", path) from None
-    df = normalize_trace(df, compact_ints=compact_ints)
-    pa.default_memory_pool().release_unused()  # the columns normalized away (see above)
-    return df, meta
+    return _arrow_types(table, path), meta
+
+
+class _naming_meta:
+    """A trace/meta contradiction names the meta file too: either may be the wrong one."""
+
+    def __init__(self, path: str, meta_path: str | Path | None) -> None:
+        self.path, self.meta_path = path, meta_path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if not isinstance(e, InputError) or self.meta_path is None or \
+                "job meta" not in str(e) or e.path != self.path:
+            return False
+        raise InputError(f"{str(e)[len(self.path) + 2:]} (job meta: {self.meta_path})",
+                         self.path) from None
+
+
+def _plain_columns(table: pa.Table) -> dict[str, np.ndarray] | None:
+    """The table's columns as numpy arrays, op types as codes into OPTYPE_VALUES, when
+    every schema column is present, non-empty and stored plainly (ints and floats of
+    numpy's kinds, op types as text known to the schema, no nulls) and the optional ones
+    the analysis reads likewise; None otherwise (read_trace parses and judges it)."""
+    names = table.schema.names
+    if table.num_rows == 0 or any(c.name not in names for c in TRACE_COLUMNS):
+        return None
+    out: dict[str, np.ndarray] = {}
+    for i, field in enumerate(table.schema):
+        col, t = table.column(i), field.type
+        if field.name == "optype":
+            codes = _optype_codes(col)
+            if codes is None:
+                return None
+            out["optype"] = codes
+            continue
+        if field.name in _COLUMNS:
+            kind = _COLUMNS[field.name].kind
+            plain = (pa.types.is_signed_integer(t) if kind == "int" else
+                     pa.types.is_float32(t) or pa.types.is_float64(t))
+            # A null reads as NaN: allowed only where NaN means "none for this op".
+            if not plain or (col.null_count and not (
+                    field.name in OPTIONAL_NAN and kind == "float")):
+                return None
+        values = _numpy(col)
+        if values is None:  # a column of another's, not of numbers: the frame's reader
+            return None
+        out[field.name] = values
+    return out
+
+
+_NUMPY = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32,
+          pa.int64(): np.int64, pa.float32(): np.float32, pa.float64(): np.float64}
+"""Arrow's fixed-width number types and their numpy dtypes."""
+
+
+def _numpy(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
+    """A column of fixed-width numbers as a numpy array over its buffers (a read-only view
+    of one chunk; pyarrow's own conversions import pandas); nulls as NaN in a float
+    column; None for any other type or nulls elsewhere."""
+    dtype = _NUMPY.get(col.type)
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    parts = []
+    for chunk in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+        if not len(chunk):
+            continue
+        validity, data = chunk.buffers()[:2]
+        values = np.frombuffer(data, dtype=dtype, count=len(chunk),
+                               offset=chunk.offset * dtype.itemsize)
+        if chunk.null_count:
+            if dtype.kind != "f":
+                return None
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+            values = values.copy()
+            values[~bits[chunk.offset:chunk.offset + len(chunk)].astype(bool)] = np.nan
+        parts.append(values)
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _optype_codes(col: pa.ChunkedArray) -> np.ndarray | None:
+    """Op-type codes of a text or dictionary column with no nulls, every name known; None
+    otherwise."""
+    if col.null_count:
+        return None
+    if pa.types.is_dictionary(col.type):
+        parts = []
+        for chunk in col.chunks:
+            lookup = names_codes(np.asarray(chunk.dictionary.to_pylist(), dtype=object))
+            if (lookup < 0).any():
+                return None
+            indices = _numpy(chunk.indices)
+            if indices is None:
+                return None
+            parts.append(lookup[indices])
+        codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int8)
+    elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        encoded = col.combine_chunks().dictionary_encode()
+        lookup = names_codes(np.asarray(encoded.dictionary.to_pylist(), dtype=object))
+        if (lookup < 0).any():
+            return None
+        indices = _numpy(encoded.indices)
+        if indices is None:
+            return None
+        codes = lookup[indices]
+    else:
+        return None
+    return codes.astype(np.int8, copy=False)
 
 
 _COLUMNS = {c.name: c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
@@ -289,6 +446,8 @@ def write_trace(df: pd.DataFrame, meta: JobMeta, path: str | Path) -> None:
     keep their dtypes, so a read_trace round trip preserves every value. The
     frame is written as given: validate first if it may be bad.
     """
+    import pandas as pd  # a frame is given: pandas is loaded
+
     out = df.copy(deep=False)
     if "optype" in out.columns and not isinstance(out["optype"].dtype, pd.CategoricalDtype):
         out["optype"] = out["optype"].astype("category")

@@ -11,12 +11,18 @@ durations, optype vocabulary, meta vs trace, that every step holds the same ops
 for every (dp_rank, stage) worker, and finally plausibility (ids in range,
 seq_id 0..n-1, clocks and durations; stragglerlab/trace/trace_checks.py). Everything is
 vectorized: a 3.5M-row trace validates in a fraction of a second.
+
+`validate_table` runs the same checks on a TraceTable whose columns are plain numpy
+arrays already (what read_trace_table gives), with no pandas: the parsing of a frame's
+columns is the frame's edge, every check after it is one function of arrays.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import (
@@ -30,24 +36,24 @@ from stragglerlab.trace.trace_checks import check_plausible
 from stragglerlab.trace.trace_columns import (
     SHOW,
     check_column,
+    check_values,
     fmt_value,
     numeric_column,
     rows_text,
 )
+from stragglerlab.trace.trace_table import TraceTable, optype_codes
 from stragglerlab.util.errors import InputError
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def optype_codes(s: pd.Series) -> np.ndarray:
-    """Index of each value in OPTYPE_VALUES (int8), -1 where unknown or missing (vectorized)."""
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        # Map the (few) categories, then the per-row codes through that map.
-        lookup = {v: i for i, v in enumerate(OPTYPE_VALUES)}
-        cat_map = np.array([lookup.get(c, -1) for c in s.cat.categories] + [-1], dtype=np.int8)
-        return cat_map[s.cat.codes.to_numpy()]  # code -1 (NaN) picks the trailing -1
-    return pd.Categorical(s, categories=list(OPTYPE_VALUES)).codes.astype(np.int8)
+Rows = Callable[[np.ndarray, "str | None"], str]
+"""rows_text of the trace being checked: (mask, column shown) -> the rows named."""
 
 
 def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
+    import pandas as pd  # a frame is given: pandas is loaded
+
     codes = optype_codes(df["optype"])
     unknown = codes < 0
     if unknown.any():
@@ -61,7 +67,7 @@ def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
 
 
 def _check_meta_ranges(
-    df: pd.DataFrame, dp: np.ndarray, stage: np.ndarray, meta: JobMeta, path: str
+    df: pd.DataFrame | TraceTable, dp: np.ndarray, stage: np.ndarray, meta: JobMeta, path: str
 ) -> np.ndarray:
     """dp_rank / stage inside the meta's sizes and every cell present; returns the cell ids."""
     for name, values, size_name, size in (
@@ -94,7 +100,8 @@ def _check_meta_ranges(
     return cell
 
 
-def _check_one_rank_per_worker(df: pd.DataFrame, cell: np.ndarray, rank: np.ndarray,
+def _check_one_rank_per_worker(df: pd.DataFrame | TraceTable, cell: np.ndarray,
+                               rank: np.ndarray,
                                meta: JobMeta, path: str) -> None:
     """Every row of a (dp_rank, stage) worker carries one rank, and no two workers share
     one: findings name workers by rank, so a rank column out of step with the cells would
@@ -135,8 +142,8 @@ def dense_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if len(values) < np.iinfo(np.int32).max:
             remap = remap.astype(np.int32)
         return remap[shifted], np.flatnonzero(present) + lo
-    idx, uniq = pd.factorize(values, sort=True)
-    return idx, np.asarray(uniq)
+    uniq, idx = np.unique(values, return_inverse=True)
+    return idx.ravel(), uniq
 
 
 def _check_complete(
@@ -256,9 +263,11 @@ def _check_dp_alike(expected: np.ndarray, meta: JobMeta, path: str) -> None:
         "on one rank is left out of the vocabulary)", path)
 
 
-def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
+def _check_extra_columns(df: pd.DataFrame, path: str) -> dict[str, np.ndarray]:
     """The optional columns the analysis reads (schema.EXTRA_COLUMNS), where present: one
-    number per row, finite and >= 0 (missing only where the column allows it)."""
+    number per row, finite and >= 0 (missing only where the column allows it); returns
+    their values."""
+    out = {}
     for col in EXTRA_COLUMNS:
         if col.name not in df.columns:
             continue
@@ -266,13 +275,20 @@ def _check_extra_columns(df: pd.DataFrame, path: str) -> None:
                   else check_column(df, col.name, col.kind, path))  # NaN refused too
         if values is None:  # plain ints, as stored
             values = df[col.name].to_numpy()
-        bad = np.isinf(values) | (values < 0)
-        if bad.any():
-            raise InputError(
-                f"column '{col.name}' has infinite or negative values in "
-                f"{rows_text(df, bad, col.name)}; write finite values >= 0 or drop the column",
-                path,
-            )
+        _extra_in_range(df, values, col.name, path)
+        out[col.name] = values
+    return out
+
+
+def _extra_in_range(src: pd.DataFrame | TraceTable, values: np.ndarray, name: str,
+                    path: str) -> None:
+    bad = np.isinf(values) | (values < 0)
+    if bad.any():
+        raise InputError(
+            f"column '{name}' has infinite or negative values in "
+            f"{rows_text(src, bad, name)}; write finite values >= 0 or drop the column",
+            path,
+        )
 
 
 COARSEST_CLOCK_S = 1e-3
@@ -280,12 +296,10 @@ COARSEST_CLOCK_S = 1e-3
 cannot order ops of a millisecond, and every check downstream would blame the ops."""
 
 
-def _check_clock_resolution(df: pd.DataFrame, path: str) -> None:
-    start = df["start_ts"]
-    if not (isinstance(start.dtype, np.dtype) and start.dtype == np.float32) or not len(df):
+def _check_clock_resolution(start: np.ndarray, path: str) -> None:
+    if start.dtype != np.float32 or not len(start):
         return
-    values = start.to_numpy()
-    top = max(float(np.nanmax(values)), -float(np.nanmin(values)))  # max |start|, no |.| copy
+    top = max(float(np.nanmax(start)), -float(np.nanmin(start)))  # max |start|, no |.| copy
     step = float(np.spacing(np.float32(top)))
     if step > COARSEST_CLOCK_S:
         raise InputError(
@@ -301,15 +315,16 @@ GC_PAUSE_TOLERANCE_S = 1e-6
 inside an op cannot be longer than the op (measured on 22 runs: never more than the op)."""
 
 
-def _check_gc_inside(df: pd.DataFrame, path: str) -> None:
-    if "gc_pause_s" not in df.columns:
+def _check_gc_inside(src: pd.DataFrame | TraceTable, gc: np.ndarray | None,
+                     duration: np.ndarray, path: str) -> None:
+    if gc is None:
         return
-    over = (df["gc_pause_s"].to_numpy(dtype=np.float64)
-            > df["duration"].to_numpy(dtype=np.float64) + GC_PAUSE_TOLERANCE_S)
+    over = (gc.astype(np.float64, copy=False)
+            > duration.astype(np.float64, copy=False) + GC_PAUSE_TOLERANCE_S)
     if over.any():
         raise InputError(
             f"column 'gc_pause_s' exceeds the op's own duration in "
-            f"{rows_text(df, over, 'gc_pause_s')}; it is the GC pause time inside the op's "
+            f"{rows_text(src, over, 'gc_pause_s')}; it is the GC pause time inside the op's "
             "span, so at most the op's duration: fix the tracer or drop the column",
             path,
         )
@@ -331,39 +346,87 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
             "add or rename these columns",
             path,
         )
-    if len(df) == 0:
+    _not_empty(len(df), path)
+    # Checked values of each column, converted once (text columns parsed, NA as NaN).
+    values = {c.name: check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
+    extras = _check_extra_columns(df, path)
+    columns = {name: df[name].to_numpy() if v is None else v for name, v in values.items()
+               if name != "optype"}
+    # The frame's gc_pause_s as float64, as it always was read here.
+    gc = (df["gc_pause_s"].to_numpy(dtype=np.float64) if "gc_pause_s" in extras else None)
+    _check_arrays(columns, gc, lambda: _check_optypes(df, path), meta, path,
+                  lambda mask, show: rows_text(df, mask, show), df)
+
+
+def validate_table(table: TraceTable, meta: JobMeta, path: str) -> None:
+    """validate_trace's checks on a table of plain numpy columns (ints, floats, op-type
+    codes: read_trace_table's); raises InputError for the first problem found."""
+    meta.check(path)
+    _not_empty(len(table), path)
+    columns = {}
+    for c in TRACE_COLUMNS:
+        if c.kind == "category":
+            continue
+        v = table[c.name]
+        if v.dtype.kind == "f":
+            check_values(table, v, c.name, c.kind, path)
+        columns[c.name] = v
+    for col in EXTRA_COLUMNS:
+        if col.name in table:
+            v = table[col.name]
+            if v.dtype.kind == "f" and col.name not in OPTIONAL_NAN:
+                check_values(table, v, col.name, col.kind, path)
+            _extra_in_range(table, v, col.name, path)
+
+    def optypes() -> np.ndarray:
+        codes = table.optype
+        if (codes < 0).any():
+            raise InputError(f"unknown optype value(s) in {rows_text(table, codes < 0)}; "
+                             f"allowed: {', '.join(OPTYPE_VALUES)}; rename these ops or drop "
+                             "the rows", path)
+        return codes
+
+    gc = table["gc_pause_s"] if "gc_pause_s" in table else None
+    _check_arrays(columns, gc, optypes, meta, path,
+                  lambda mask, show: rows_text(table, mask, show), table)
+
+
+def _not_empty(rows: int, path: str) -> None:
+    if rows == 0:
         raise InputError(
             "the trace is empty (0 rows); re-run the traced job or point at a trace with "
             "at least one complete step",
             path,
         )
-    # Checked values of each column, converted once (text columns parsed, NA as NaN).
-    values = {c.name: check_column(df, c.name, c.kind, path) for c in TRACE_COLUMNS}
-    _check_extra_columns(df, path)
-    _check_clock_resolution(df, path)
+
+
+def _check_arrays(columns: dict[str, np.ndarray], gc: np.ndarray | None,
+                  optypes: Callable[[], np.ndarray], meta: JobMeta, path: str, rows: Rows,
+                  src: pd.DataFrame | TraceTable) -> None:
+    """Every check after the columns' own: `columns` the schema's numeric columns as
+    arrays, `optypes` the op-type codes (or the error naming unknown ones), `rows` and
+    `src` what messages name rows from."""
+    _check_clock_resolution(columns["start_ts"], path)
 
     def ints(name: str) -> np.ndarray:
-        v = values[name]
-        return df[name].to_numpy(dtype=np.int64) if v is None else v.astype(np.int64)
+        return columns[name].astype(np.int64)
 
-    negative = (df["duration"].to_numpy() if values["duration"] is None else values["duration"]) < 0
+    negative = columns["duration"] < 0
     if negative.any():
         raise InputError(
-            f"negative duration in {rows_text(df, negative, 'duration')}; durations are "
+            f"negative duration in {rows(negative, 'duration')}; durations are "
             "end - start in seconds and must be >= 0: fix the tracer's timestamps or drop "
             "these rows",
             path,
         )
-    _check_gc_inside(df, path)
-    opt = _check_optypes(df, path)
-    cell = _check_meta_ranges(df, ints("dp_rank"), ints("stage"), meta, path)
-    _check_one_rank_per_worker(df, cell, ints("rank"), meta, path)
+    _check_gc_inside(src, gc, columns["duration"], path)
+    opt = optypes()
+    cell = _check_meta_ranges(src, ints("dp_rank"), ints("stage"), meta, path)
+    _check_one_rank_per_worker(src, cell, ints("rank"), meta, path)
     step_idx, steps = _check_complete(cell, ints("step"), opt, meta, path)
 
     def floats(name: str) -> np.ndarray:  # a float column's values, float32 kept float32
-        v = values[name]
-        v = df[name].to_numpy() if v is None else v
+        v = columns[name]
         return v if v.dtype in (np.float32, np.float64) else v.astype(np.float64)
 
-    check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path,
-                    lambda mask, show: rows_text(df, mask, show))
+    check_plausible(ints, floats, opt, cell, step_idx, steps, meta, path, rows)

@@ -9,18 +9,22 @@ import pandas as pd
 import pytest
 
 from stragglerlab.trace.meta import JobMeta
-from stragglerlab.trace.trace_io import read_trace, write_trace
+from stragglerlab.trace.trace_io import read_trace, read_trace_table, write_trace
 from stragglerlab.trace.validate import validate_trace
 from stragglerlab.util.errors import InputError
 
 
 def _error(path: Path, meta_path: Path | None = None) -> str:
-    """read_trace's InputError message; fails the test on success or on any other error."""
+    """read_trace's InputError message; fails the test on success or on any other error,
+    or when read_trace_table (the what-if's reader) says anything else."""
     with pytest.raises(InputError) as exc:
         read_trace(path, meta_path)
     message = str(exc.value)
     assert message.startswith(f"{path}: "), message
     assert exc.value.path == str(path)
+    with pytest.raises(InputError) as table_exc:
+        read_trace_table(path, meta_path)
+    assert str(table_exc.value) == message and table_exc.value.path == str(path)
     return message
 
 
