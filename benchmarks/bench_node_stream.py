@@ -3,30 +3,30 @@ and the monitor's memory over a long run, with every rank's trace part streamed 
 
 A `synth` trace of DP x PP workers (default 128 x 8 = 1,024) is laid over `--nodes`
 simulated nodes (pipeline by pipeline, as the cluster launcher places ranks), each
-with a run folder of its own, as on nodes without a shared filesystem. Per step,
-this process (the ranks' tracers) appends every rank's records and status to its
-node's folder, the step ending now on CLOCK_MONOTONIC (the trace clock); a streamer
-thread pulls each node's new frames every 0.2 s (stragglerlab.run.part_stream
-`read_frames`, what `NodeHelper.read_parts` returns) and writes them into the run
-folder of the monitor's host (`PartReceiver.accept`), as workloads/cluster_stream.py
-does with the bytes Ray carried; `stragglerlab monitor --run RUN --no-serve` (its own
-process, default 0.5 s look) analyses each complete step's window.
+with a run folder of its own, as on nodes without a shared filesystem. This process
+builds each step's records ahead of its end (a tracer builds them as the ops run); one
+writer process per node, at the step's end on CLOCK_MONOTONIC (the trace clock), appends
+its ranks' records to their parts and then writes their status files, as a job's ranks
+each write their own at once. A streamer thread pulls each node's new frames every
+0.2 s (stragglerlab.run.part_stream `read_frames`, what `NodeHelper.read_parts`
+returns) and writes them into the run folder of the monitor's host
+(`PartReceiver.accept`), as workloads/cluster_stream.py does with the bytes Ray
+carried; `stragglerlab monitor --run RUN --no-serve` (its own process, at its default
+look) analyses each complete step's window.
 
-Reported: the stream's lag, from the parts being written (this process writes every
-rank's, one after another, then every rank's status) to every rank's records of the step
-being on the monitor's host (the part this path adds to a one-host run), how long after
-the step's end this process had written the parts and the status files (a step is
-complete to the monitor once every rank's status says so; a job's ranks write their own
-at once, so this share is the benchmark's, not a job's), and the lag from a
-step's last op to its window being published (`lag_from_step_end_s` of windows.jsonl;
-the page shows it within the server's 0.25 s event poll), median and max over full
-windows, with the host's load average (the window's analysis time is
-benchmarks/bench_monitor.py's, and falls behind when it exceeds --step-s); the
-monitor's RSS (VmRSS sampled
-every second: first full window, peak, last) and the receiver's held bytes. Ray's
-transport is left out (one host: a copy through the object store; the e2e
-tests/e2e/test_monitor_cluster.py runs the whole path). Steps past the source trace
-repeat its steps (renumbered), so a long run needs no long trace.
+Reported: the lag from a step's last op to its window being published
+(`lag_from_step_end_s` of windows.jsonl; the page shows it within the server's 0.25 s
+event poll), median and max over full windows, with the host's load average, and its
+parts: how long after the step's end the nodes had written the parts and the status
+files (a step is complete to the monitor once every rank's status says so), the
+stream's lag from the parts being written to every rank's records of the step being on
+the monitor's host (the part this path adds to a one-host run), and the monitor's own
+`lag_s` (the window's analysis time is benchmarks/bench_monitor.py's, and falls behind
+when it exceeds --step-s); the monitor's RSS (VmRSS sampled every second: first full
+window, peak, last) and the receiver's held bytes. Ray's transport is left out (one
+host: a copy through the object store; the e2e tests/e2e/test_monitor_cluster.py runs
+the whole path). Steps past the source trace repeat its steps (renumbered), so a long
+run needs no long trace.
 
     python benchmarks/bench_node_stream.py [--dp 128 --pp 8] [--nodes 4] [--steps 40]
         [--step-s 2.0] [--window-steps 8]
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,26 @@ def rss_kib(pid: int) -> int | None:
     return None
 
 
+def node_writer(folder: str, jobs, done) -> None:
+    """One simulated node's ranks: at each step's end (CLOCK_MONOTONIC, shared by the
+    processes) append each rank's records to its part, then write each rank's status;
+    report when both were written."""
+    run = Path(folder)
+    (run / "trace-parts").mkdir(parents=True, exist_ok=True)
+    while (job := jobs.get()) is not None:
+        step, step_end, blobs = job
+        while (wait := step_end - time.monotonic()) > 0:
+            time.sleep(wait)
+        for rank, blob in blobs.items():
+            with open(run / "trace-parts" / f"rank{rank}.bin", "ab") as f:
+                f.write(blob)
+        parts_at = time.monotonic()
+        for rank in blobs:
+            atomic_write_text(run / "status" / f"rank{rank}.json",
+                              json.dumps({"rank": rank, "step": step, "started": step + 1}))
+        done.put((step, parts_at, time.monotonic()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dp", type=int, default=128)
@@ -84,6 +105,7 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=2.0, help="seconds between two steps' ends")
     ap.add_argument("--window-steps", type=int, default=8)
     ap.add_argument("--microbatches", type=int, default=4)
+    ap.add_argument("--poll", type=float, default=0.5, help="the monitor's --poll (s)")
     args = ap.parse_args()
     dp, pp, world = args.dp, args.pp, args.dp * args.pp
     df, _ = synthesize_trace(SyntheticConfig(
@@ -129,11 +151,36 @@ def main() -> None:
                         arrived[s] = now
                 stop.wait(max(0.0, PULL_EVERY_S - (time.monotonic() - t0)))
 
+        # One writer process per node: at each step's end it writes its ranks' parts, then
+        # their status files, as the ranks of a job on that node each write their own.
+        ctx = multiprocessing.get_context("spawn")
+        done = ctx.Queue()
+        jobs = {n: ctx.Queue() for n in nodes}
+        writers = [ctx.Process(target=node_writer, args=(str(nodes[n]), jobs[n], done),
+                               daemon=True) for n in nodes]
+        for w in writers:
+            w.start()
+        reports: dict[int, list[tuple[float, float]]] = {}
+
+        def collect(block: bool) -> None:
+            """Take the nodes' reports; a step's parts and statuses are written when every
+            node's are."""
+            while block and any(len(reports.get(s, ())) < len(nodes) for s in ends) or \
+                    not done.empty():
+                step, parts_at, status_at = done.get(timeout=60)
+                reports.setdefault(step, []).append((parts_at, status_at))
+                if len(reports[step]) == len(nodes):
+                    end = t_start + (step + 1) * args.step_s
+                    ends[step] = (max(p for p, _ in reports[step]), ends[step][1])
+                    written[step] = (ends[step][0] - end,
+                                     max(s for _, s in reports[step]) - end)
+
         streamer = threading.Thread(target=stream, daemon=True)
         streamer.start()
         mon = subprocess.Popen([sys.executable, "-m", "stragglerlab", "monitor", "--run",
                                 str(run), "--no-serve", "--dp", str(dp), "--pp", str(pp),
-                                "--window-steps", str(args.window_steps), "--warmup-steps", "0"],
+                                "--window-steps", str(args.window_steps), "--warmup-steps", "0",
+                                "--poll", str(args.poll)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         rss: list[tuple[float, int]] = []
         t_start = time.monotonic()
@@ -142,27 +189,25 @@ def main() -> None:
             for step in range(args.steps):
                 g = by_step[src_steps[step % len(src_steps)]]
                 end_rel = float((g["start_ts"] + g["duration"]).max())
-                step_end = time.monotonic()  # the step's last op ends now (the trace clock)
+                # The step's last op ends at step_end (the trace clock). A tracer builds its
+                # records as the ops run, so they are built before that, and the ranks'
+                # writes (each rank its own, at once in a job) follow it.
+                step_end = t_start + (step + 1) * args.step_s
                 recs = step_records(g, step_end - end_rel)
+                blobs: dict[int, dict[int, bytes]] = {n: {} for n in nodes}
                 for rank, rec in recs.items():
                     rec["step"] = step
-                    folder = nodes[node_of[rank]]
-                    part = folder / "trace-parts" / f"rank{rank}.bin"
-                    part.parent.mkdir(parents=True, exist_ok=True)
-                    with open(part, "ab") as f:
-                        f.write(rec.tobytes())
-                total += sum(r.nbytes for r in recs.values())
-                ends[step] = (time.monotonic(), total)
-                for rank in recs:
-                    atomic_write_text(nodes[node_of[rank]] / "status" / f"rank{rank}.json",
-                                      json.dumps({"rank": rank, "step": step,
-                                                  "started": step + 1}))
-                written[step] = (ends[step][0] - step_end, time.monotonic() - step_end)
-                next_at = t_start + (step + 1) * args.step_s
-                while time.monotonic() < next_at:
+                    blobs[node_of[rank]][rank] = rec.tobytes()
+                total += sum(rec.nbytes for rec in recs.values())
+                ends[step] = (step_end, total)  # parts written: corrected as the nodes report
+                for n, q in jobs.items():
+                    q.put((step, step_end, blobs[n]))
+                while time.monotonic() < step_end:
                     if (kib := rss_kib(mon.pid)) is not None:
                         rss.append((time.monotonic() - t_start, kib))
-                    time.sleep(min(1.0, max(0.0, next_at - time.monotonic())))
+                    time.sleep(min(1.0, max(0.0, step_end - time.monotonic())))
+                collect(block=False)
+            collect(block=True)
             (run / "run.json").write_text("{}")  # the run ended: the monitor finishes and stops
             deadline = time.monotonic() + 600
             mon_cpu = 0.0
@@ -176,6 +221,10 @@ def main() -> None:
                 time.sleep(0.2)
         finally:
             stop.set()
+            for q in jobs.values():
+                q.put(None)
+            for w in writers:
+                w.join(timeout=30)
             if mon.poll() is None:
                 mon.terminate()
                 mon.wait(timeout=30)
@@ -210,15 +259,15 @@ def main() -> None:
                      if w["lag_from_step_end_s"] is not None and w["step"] in written]
     if after_written:
         print(f"window lag from the last status file written (the stream and the monitor, "
-              f"the benchmark's own writing left out): median "
+              f"the ranks' writing left out): median "
               f"{statistics.median(after_written):.3f} s, max {max(after_written):.3f} s")
     print(f"the monitor: {statistics.median(w['lag_s'] for w in full):.3f} s median from the "
           "look that found a step complete to its window published (lag_s)")
-    print(f"the ranks' files, written by this one process rank after rank (a job's ranks "
-          f"write their own at once): parts {statistics.median(w[0] for w in written.values()):.3f}"
-          f" s, status files {statistics.median(w[1] for w in written.values()):.3f} s after "
-          "the step's end (median); a step is complete to the monitor once every status is "
-          "there")
+    parts_s = statistics.median(w[0] for w in written.values())
+    status_s = statistics.median(w[1] for w in written.values())
+    print(f"the ranks' files, written by one process per node: parts {parts_s:.3f} s, status "
+          f"files {status_s:.3f} s after the step's end (median); a step is complete to the "
+          "monitor once every status is there")
     print(f"stream: {stats['pulls']} pulls, {stats['bytes'] / 2**20:.1f} MiB, "
           f"{stats['errors']} refused batches; monitor errors: {errors[:3]}; "
           f"lag quartiles {np.percentile(lags, [25, 50, 75]).round(3).tolist()}")
