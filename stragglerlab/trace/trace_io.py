@@ -232,12 +232,16 @@ def read_trace_table(
     where the file stores its schema columns plainly."""
     path = str(trace_path)
     table, meta = _read_table(path, meta_path)
-    columns = _plain_columns(table)
+    held = [table]  # handed over: each column is let go as it is converted
     del table
+    columns = _plain_columns(held)
     if columns is None:  # a column pandas must parse first: read_trace's way, its errors
         df, meta = read_trace(trace_path, meta_path, compact_ints=compact_ints)
         return TraceTable.of(df), meta
     out = TraceTable(columns)
+    # Arrow's allocator keeps the pages it decoded into (read_trace's note): back to the
+    # system before the checks.
+    pa.default_memory_pool().release_unused()
     with _naming_meta(path, meta_path):
         validate_table(out, meta, path)
     for col in TRACE_COLUMNS:  # normalize_trace's dtypes
@@ -294,17 +298,22 @@ class _naming_meta:
                          self.path) from None
 
 
-def _plain_columns(table: pa.Table) -> dict[str, np.ndarray] | None:
+def _plain_columns(held: list[pa.Table]) -> dict[str, np.ndarray] | None:
     """The table's columns as numpy arrays, op types as codes into OPTYPE_VALUES, when
     every schema column is present, non-empty and stored plainly (ints and floats of
     numpy's kinds, op types as text known to the schema, no nulls) and the optional ones
-    the analysis reads likewise; None otherwise (read_trace parses and judges it)."""
+    the analysis reads likewise; None otherwise (read_trace parses and judges it).
+    `held` hands the table over: a column stored in several row groups is copied into one
+    array, and its arrow chunks are freed as that is made, not at the end (the peak of a
+    trace of millions of rows)."""
+    table = held.pop()
     names = table.schema.names
     if table.num_rows == 0 or any(c.name not in names for c in TRACE_COLUMNS):
         return None
     out: dict[str, np.ndarray] = {}
-    for i, field in enumerate(table.schema):
-        col, t = table.column(i), field.type
+    for field in table.schema:
+        col, t = table.column(0), field.type
+        table = table.remove_column(0)
         if field.name == "optype":
             codes = _optype_codes(col)
             if codes is None:
