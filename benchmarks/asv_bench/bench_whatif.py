@@ -30,10 +30,10 @@ class WhatIf:
 
     def _run(self, inputs, dp):
         from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
-        from stragglerlab.trace.trace_io import read_trace
         from stragglerlab.util.atomic import dumps_json
 
         trace, meta = inputs[dp]
+        read_trace = _the_verbs_reader()
         df, job = read_trace(trace, meta, **_as_the_verb_reads(read_trace))
         wr = run_whatif(df, job, where=trace, compute_ideal=ComputeIdeal.MEAN,
                         other_ideals=list(ComputeIdeal))
@@ -47,9 +47,16 @@ class WhatIf:
 
     def time_read_trace(self, inputs, dp):
         """Reading and validating the trace alone (about a third of the what-if)."""
-        from stragglerlab.trace.trace_io import read_trace
-
+        read_trace = _the_verbs_reader()
         read_trace(*inputs[dp], **_as_the_verb_reads(read_trace))
+
+
+def _the_verbs_reader():
+    """The reader `stragglerlab whatif` uses on a commit: read_trace_table (numpy columns)
+    where it exists, else read_trace (a DataFrame)."""
+    from stragglerlab.trace import trace_io
+
+    return getattr(trace_io, "read_trace_table", trace_io.read_trace)
 
 
 def _as_the_verb_reads(read_trace) -> dict:
