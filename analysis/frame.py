@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stragglerlab.analysis.graph import DepGraph
+from stragglerlab.analysis.simulate import first_start
 from stragglerlab.trace.meta import JobMeta
 from stragglerlab.trace.schema import OPTYPE_VALUES
 from stragglerlab.trace.trace_table import TraceTable
@@ -57,7 +58,7 @@ class OpFrame:
         last_end = np.full(len(self.steps), -np.inf)
         for start, duration in zip(self.start, self.duration):
             np.maximum(last_end, (start + duration).max(axis=1), out=last_end)
-        return last_end - self.start.min(axis=0).min(axis=-1)  # = min over (0, 2)
+        return last_end - first_start(self.start)
 
     def sim_value(self, graph: DepGraph) -> np.ndarray:
         """The per-op quantity the simulator consumes: transfer for comm ops, else duration.
@@ -199,7 +200,7 @@ def _transfer_durations(graph: DepGraph, start: np.ndarray, duration: np.ndarray
 
 
 def _launch_delays(graph: DepGraph, start: np.ndarray, duration: np.ndarray) -> np.ndarray:
-    step_start = start.min(axis=0).min(axis=-1)[:, None]  # each step's earliest start
+    step_start = first_start(start)[:, None]  # each step's earliest start
     delay = np.empty_like(start)
     for node, deps in enumerate(graph.deps):
         if len(deps):

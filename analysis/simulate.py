@@ -140,6 +140,13 @@ def over_lanes(ufunc: np.ufunc, a: np.ndarray, keepdims: bool = False) -> np.nda
     return out[..., None] if keepdims else out
 
 
+def first_start(start: np.ndarray) -> np.ndarray:
+    """Each step's first start over a [node, step, lane] array of starts: the minimum over
+    the nodes, then over the lanes (a minimum over axes (0, 2) at once strides over the
+    lanes: 30 ms against 1.1 ms on 106 nodes x 8,192 x 2 lanes)."""
+    return over_lanes(np.minimum, start.min(axis=0))
+
+
 def _simulate_block(graph, plan, value, delay, start, end) -> np.ndarray:
     """Replay one chunk into `start`/`end` (every node written) by `plan` (_plan(graph)); its
     step times. `value[m]` is node m's values, broadcastable to [batch, lanes]."""
@@ -170,4 +177,4 @@ def _simulate_block(graph, plan, value, delay, start, end) -> np.ndarray:
         last = node_last if last is None else np.maximum(last, node_last, out=last)
     # min over (nodes, lanes) as two passes: numpy's one multi-axis pass strides over
     # the lanes (27x slower with 2 lanes and a long batch); min is exact either way.
-    return last - over_lanes(np.minimum, start.min(axis=0))
+    return last - first_start(start)

@@ -64,7 +64,7 @@ from stragglerlab.analysis.detectors.whatif_arbitration import residual_part
 from stragglerlab.analysis.detectors.whatif_rules import ESTIMATED, LINK_CAUSES
 from stragglerlab.analysis.frame import OpFrame, build_frame, comm_mask, row_slots
 from stragglerlab.analysis.graph import DepGraph, build_graph
-from stragglerlab.analysis.simulate import simulate
+from stragglerlab.analysis.simulate import first_start, simulate
 from stragglerlab.run.findings import Finding, RootCause
 from stragglerlab.trace.schema import COMPUTE_VALUES
 from stragglerlab.util.errors import InputError
@@ -134,7 +134,7 @@ class ResidualJob:
         sim = simulate(self.graph, value, delay, keep_times=True)
         n_steps = len(self.frame.steps)
         step_of_row = (self.slots // self.run.meta.dp_size) % n_steps
-        offset = self.frame.start.min(axis=0).min(axis=-1)  # each step's traced start
+        offset = first_start(self.frame.start)  # each step's traced start
         out = self.run.trace.copy()
         out["start_ts"] = sim.start.flat[self.slots] + offset[step_of_row]
         out["duration"] = (sim.end - sim.start).flat[self.slots]
