@@ -26,6 +26,7 @@ from pathlib import Path
 from stragglerlab.monitor.config import MIN_POLL_S, MonitorConfig
 from stragglerlab.monitor.import_replay import monitor_for
 from stragglerlab.monitor.jobs import FleetLimits, JobRegistry
+from stragglerlab.monitor.news import status_mark, wait_for_news
 from stragglerlab.monitor.runner import Monitor
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.run.general_record import OPS_PARQUET
@@ -185,7 +186,8 @@ class Fleet:
                 n += self.poll()
                 if once or stop.is_set() or self.finished:
                     break
-                stop.wait(max(self.base.poll_s, MIN_POLL_S))
+                wait_for_news(stop, max(self.base.poll_s, MIN_POLL_S), lambda: tuple(
+                    status_mark(Path(m.cfg.run)) for m in self.monitors.values()))
         finally:
             self.close()
         return n

@@ -42,6 +42,7 @@ from stragglerlab.monitor.history import (
     settings_conflict,
 )
 from stragglerlab.monitor.jobs import job_name
+from stragglerlab.monitor.news import status_mark, wait_for_news
 from stragglerlab.monitor.nodes import NodesView
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.monitor.steps import StepBuffer, infer_layout, records_frame
@@ -383,7 +384,8 @@ class Monitor:
                 if ended:
                     self.log("the run ended (run.json written); stopping")
                     break
-                stop.wait(max(self.cfg.poll_s, MIN_POLL_S))
+                wait_for_news(stop, max(self.cfg.poll_s, MIN_POLL_S),
+                              lambda: status_mark(Path(self.cfg.run)))
         finally:
             self.close()
         return n
