@@ -105,7 +105,8 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("--pp", type=int, metavar="N",
                    help="PP size while meta.yaml is not written (default: inferred)")
     p.add_argument("--poll", type=float, default=0.5, metavar="S",
-                   help="seconds between two looks at the trace parts (above 0; a "
+                   help="longest wait in seconds between two looks at the trace parts; "
+                        "a look also comes once a step's status files land (above 0; a "
                         "shorter wait than 0.05 is lengthened to it)")
     p.add_argument("--ray-address", metavar="ADDR",
                    help="attach to a run going on on this Ray cluster and stream its nodes' "
