@@ -238,12 +238,11 @@ def read_trace_table(
     if columns is None:  # a column pandas must parse first: read_trace's way, its errors
         df, meta = read_trace(trace_path, meta_path, compact_ints=compact_ints)
         return TraceTable.of(df), meta
-    out = TraceTable(columns)
     # Arrow's allocator keeps the pages it decoded into (read_trace's note): back to the
     # system before the checks.
     pa.default_memory_pool().release_unused()
     with _naming_meta(path, meta_path):
-        validate_table(out, meta, path)
+        validate_table(TraceTable(columns), meta, path)
     for col in TRACE_COLUMNS:  # normalize_trace's dtypes
         if col.kind == "int":
             v = columns[col.name]
@@ -251,7 +250,7 @@ def read_trace_table(
             if v.dtype != target:
                 columns[col.name] = v.astype(target)
     pa.default_memory_pool().release_unused()
-    return out, meta
+    return TraceTable(columns), meta
 
 
 def _read_table(path: str, meta_path: str | Path | None) -> tuple[pa.Table, JobMeta]:
