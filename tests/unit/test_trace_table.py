@@ -122,3 +122,53 @@ def test_whatif_process_imports_no_pandas(tmp_path):
                          timeout=300, check=True).stdout.splitlines()
     assert out[-1] == "False 0"
     assert json.loads((tmp_path / "w" / "whatif.json").read_text())["slowdown"] > 1
+
+
+def _set(name, make):
+    return lambda t: t.set_column(t.schema.get_field_index(name), name, make(t.column(name)))
+
+
+def _first_null(kind):
+    return lambda c: pa.chunked_array([pa.array([None] + c.cast(kind).to_pylist()[1:], kind)])
+
+
+FILE_KINDS = {
+    "float16 duration": _set("duration", lambda c: c.cast(pa.float16())),
+    "large_string optype": _set("optype", lambda c: c.cast(pa.string()).cast(pa.large_string())),
+    "int32-indexed optype": _set("optype", lambda c: c.cast(pa.string()).dictionary_encode()
+                                 .cast(pa.dictionary(pa.int32(), pa.string()))),
+    "int8 step": _set("step", lambda c: c.cast(pa.int8())),
+    "uint8 stage": _set("stage", lambda c: c.cast(pa.uint8())),
+    "a null start": _set("start_ts", _first_null(pa.float64())),
+    "a null optype": _set("optype", _first_null(pa.string())),
+    "timestamps for start": _set("start_ts", lambda c: pa.chunked_array(
+        [pa.array(np.arange(len(c)).astype("datetime64[s]"))])),
+    "bool mc": _set("mc", lambda c: pa.chunked_array([pa.array(np.zeros(len(c), bool))])),
+    "one rank for all": _set("rank", lambda c: pa.chunked_array(
+        [pa.array(np.full(len(c), 2**40, np.int64))])),
+    "a struct column": lambda t: t.append_column("blob", pa.array([{"a": 1}] * len(t))),
+    "a null gc pause": lambda t: t.append_column(
+        "gc_pause_s", pa.array([None] + [0.0] * (len(t) - 1), pa.float64())),
+    "a null seq_len_sq_sum": lambda t: t.append_column(
+        "seq_len_sq_sum", pa.array([None] + [1.0] * (len(t) - 1), pa.float64())),
+    "tp_rank as float": lambda t: t.append_column("tp_rank", pa.array([0.0] * len(t))),
+    "two row groups": lambda t: pa.concat_tables([t.slice(0, 50), t.slice(50)]),
+    "no rows": lambda t: t.slice(0, 0),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FILE_KINDS))
+def test_files_other_writers_make_read_alike(kind, tmp_path, tiny_parquet):
+    """Kinds of file another tool writes: both readers give the same table or the same
+    one-line error."""
+    path = tmp_path / "v.parquet"
+    pq.write_table(FILE_KINDS[kind](pq.read_table(tiny_parquet)), path)
+    answers = []
+    for reader in (read_trace, read_trace_table):
+        try:
+            table = TraceTable.of(reader(path)[0])
+            answers.append({c: (table[c].dtype.str, table[c].tolist() if table[c].dtype == object
+                                else table[c].tobytes()) for c in table.names})
+        except InputError as e:
+            answers.append(str(e))
+    assert answers[0] == answers[1]
