@@ -371,29 +371,20 @@ def _optype_codes(col: pa.ChunkedArray) -> np.ndarray | None:
     otherwise."""
     if col.null_count:
         return None
-    if pa.types.is_dictionary(col.type):
-        parts = []
-        for chunk in col.chunks:
-            lookup = names_codes(np.asarray(chunk.dictionary.to_pylist(), dtype=object))
-            if (lookup < 0).any():
-                return None
-            indices = _numpy(chunk.indices)
-            if indices is None:
-                return None
-            parts.append(lookup[indices])
-        codes = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int8)
-    elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        encoded = col.combine_chunks().dictionary_encode()
-        lookup = names_codes(np.asarray(encoded.dictionary.to_pylist(), dtype=object))
-        if (lookup < 0).any():
-            return None
-        indices = _numpy(encoded.indices)
-        if indices is None:
-            return None
-        codes = lookup[indices]
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        chunks = [col.combine_chunks().dictionary_encode()]
+    elif pa.types.is_dictionary(col.type):
+        chunks = col.chunks
     else:
         return None
-    return codes.astype(np.int8, copy=False)
+    parts = []
+    for chunk in chunks:
+        lookup = names_codes(np.asarray(chunk.dictionary.to_pylist(), dtype=object))
+        indices = _numpy(chunk.indices)
+        if indices is None or (lookup < 0).any():
+            return None
+        parts.append(lookup[indices])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int8)
 
 
 _COLUMNS = {c.name: c for c in (*TRACE_COLUMNS, *EXTRA_COLUMNS)}
