@@ -67,6 +67,7 @@ from stragglerlab.analysis.graph import DepGraph, build_graph
 from stragglerlab.analysis.simulate import first_start, simulate
 from stragglerlab.run.findings import Finding, RootCause
 from stragglerlab.trace.schema import COMPUTE_VALUES
+from stragglerlab.trace.trace_table import TraceTable
 from stragglerlab.util.errors import InputError
 
 RESIDUAL = " (residual)"
@@ -101,10 +102,11 @@ class ResidualJob:
     def of(cls, run: Run) -> ResidualJob:
         """The run's arrays (its graph from the first step of DP rank 0, as the what-if's)."""
         df, meta = run.trace, run.meta
-        template = df[(df["step"] == df["step"].min()) & (df["dp_rank"] == 0)]
+        table = TraceTable.of(df)  # the arrays the graph, the frame and the slots read
+        template = table.rows((table["step"] == table["step"].min()) & (table["dp_rank"] == 0))
         graph = build_graph(template, meta, run.path)
-        frame = build_frame(df, graph, meta, run.path)
-        _, slots = row_slots(df, graph, meta, run.path)
+        frame = build_frame(table, graph, meta, run.path)
+        _, slots = row_slots(table, graph, meta, run.path)
         gc = np.zeros(frame.duration.shape)
         if "gc_pause_s" in df:
             gc.flat[slots] = np.nan_to_num(df["gc_pause_s"].to_numpy(np.float64))

@@ -95,14 +95,12 @@ def optype_codes(s: pd.Series) -> np.ndarray:
 
     if isinstance(s.dtype, pd.CategoricalDtype):
         # Map the (few) categories, then the per-row codes through that map.
-        lookup = {v: i for i, v in enumerate(OPTYPE_VALUES)}
-        cat_map = np.array([lookup.get(c, -1) for c in s.cat.categories] + [-1], dtype=np.int8)
+        cat_map = names_codes([*s.cat.categories, None])
         return cat_map[s.cat.codes.to_numpy()]  # code -1 (NaN) picks the trailing -1
     return pd.Categorical(s, categories=list(OPTYPE_VALUES)).codes.astype(np.int8)
 
 
-def names_codes(names: np.ndarray) -> np.ndarray:
-    """Index in OPTYPE_VALUES of each name of a few distinct names (a dictionary), -1 where
-    none."""
+def names_codes(names) -> np.ndarray:
+    """Index in OPTYPE_VALUES (int8) of each of a few names (a dictionary's), -1 where none."""
     lookup = {v: i for i, v in enumerate(OPTYPE_VALUES)}
     return np.array([lookup.get(n, -1) for n in names], dtype=np.int8)

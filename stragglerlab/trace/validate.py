@@ -47,10 +47,6 @@ from stragglerlab.util.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
-Rows = Callable[[np.ndarray, "str | None"], str]
-"""rows_text of the trace being checked: (mask, column shown) -> the rows named."""
-
-
 def _check_optypes(df: pd.DataFrame, path: str) -> np.ndarray:
     import pandas as pd  # a frame is given: pandas is loaded
 
@@ -354,8 +350,7 @@ def validate_trace(df: pd.DataFrame, meta: JobMeta, path: str) -> None:
                if name != "optype"}
     # The frame's gc_pause_s as float64, as it always was read here.
     gc = (df["gc_pause_s"].to_numpy(dtype=np.float64) if "gc_pause_s" in extras else None)
-    _check_arrays(columns, gc, lambda: _check_optypes(df, path), meta, path,
-                  lambda mask, show: rows_text(df, mask, show), df)
+    _check_arrays(columns, gc, lambda: _check_optypes(df, path), meta, path, df)
 
 
 def validate_table(table: TraceTable, meta: JobMeta, path: str) -> None:
@@ -387,8 +382,7 @@ def validate_table(table: TraceTable, meta: JobMeta, path: str) -> None:
         return codes
 
     gc = table["gc_pause_s"] if "gc_pause_s" in table else None
-    _check_arrays(columns, gc, optypes, meta, path,
-                  lambda mask, show: rows_text(table, mask, show), table)
+    _check_arrays(columns, gc, optypes, meta, path, table)
 
 
 def _not_empty(rows: int, path: str) -> None:
@@ -401,11 +395,15 @@ def _not_empty(rows: int, path: str) -> None:
 
 
 def _check_arrays(columns: dict[str, np.ndarray], gc: np.ndarray | None,
-                  optypes: Callable[[], np.ndarray], meta: JobMeta, path: str, rows: Rows,
+                  optypes: Callable[[], np.ndarray], meta: JobMeta, path: str,
                   src: pd.DataFrame | TraceTable) -> None:
     """Every check after the columns' own: `columns` the schema's numeric columns as
-    arrays, `optypes` the op-type codes (or the error naming unknown ones), `rows` and
-    `src` what messages name rows from."""
+    arrays, `optypes` the op-type codes (or the error naming unknown ones), `src` what
+    messages name rows from."""
+
+    def rows(mask: np.ndarray, show: str | None) -> str:
+        return rows_text(src, mask, show)
+
     _check_clock_resolution(columns["start_ts"], path)
 
     def ints(name: str) -> np.ndarray:
