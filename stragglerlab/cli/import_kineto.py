@@ -91,8 +91,9 @@ def add_parser(sub, name: str) -> argparse.ArgumentParser:
     p.add_argument("format", choices=["kineto"], metavar="FORMAT",
                    help="trace format; one so far: kineto (torch.profiler Chrome-trace JSON, "
                         "one file per rank), as in `stragglerlab import kineto --traces ...`")
-    p.add_argument("--traces", required=True, metavar="DIR|GLOB",
-                   help="folder of per-rank traces (*.json, *.json.gz) or a glob pattern")
+    p.add_argument("--traces", required=True, nargs="+", metavar="DIR|GLOB|FILE",
+                   help="folder of per-rank traces (*.json, *.json.gz), a glob pattern, or "
+                        "the rank trace files themselves (several, as a shell glob gives)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="run folder to write (required); writes trace.parquet, meta.yaml, "
                         "import.json")

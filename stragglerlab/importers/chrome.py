@@ -2,6 +2,7 @@
 what is wrong with one.
 
     files = find_traces("run/kineto")          # a folder's *.json, *.json.gz, or a glob
+    files = find_traces(["r0.json", "r1.json"])  # or several files, folders, globs
     problem = bytes_problem(head, name)        # empty, a zip, ...: what it is instead
 
 and the checks of a trace's pieces both import paths share (events, step ranges, ranks);
@@ -13,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from stragglerlab.util.errors import InputError
@@ -27,9 +29,29 @@ MAX_SUBFOLDER_DEPTH = 3
 """How many folder levels below --traces trace files are looked for."""
 
 
-def find_traces(spec: str) -> list[Path]:
+def find_traces(spec: str | Sequence[str]) -> list[Path]:
     """Trace files from a folder (its *.json, *.json.gz; where it holds none, those in its
-    subfolders) or a glob pattern."""
+    subfolders) or a glob pattern; or from several of those and of trace files (the shell
+    expands `--traces run/rank*.json` into one argument per file), pooled."""
+    if not isinstance(spec, str):
+        specs = list(spec)
+        if len(specs) == 1:
+            return find_traces(specs[0])
+        if not specs:
+            return find_traces("")
+        files: set[Path] = set()
+        for one in specs:
+            p = Path(one)
+            if p.is_file() or (p.exists() and not p.is_dir()):
+                if not p.name.endswith(TRACE_SUFFIXES):
+                    raise InputError(f"--traces {one}: not named like a trace file (*.json or "
+                                     "*.json.gz); pass the rank traces, their folder or a "
+                                     "glob", one)
+                check_entry(p)
+                files.add(p)
+            else:
+                files.update(find_traces(one))
+        return sorted(files)
     if not spec.strip():
         raise InputError("--traces is empty: pass the folder holding one torch.profiler trace "
                          "per rank (*.json or *.json.gz) or a glob")

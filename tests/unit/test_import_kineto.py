@@ -257,6 +257,29 @@ def test_a_folder_of_rank_subfolders_is_searched(tmp_path):
     assert [f.name for f in find_traces(str(tmp_path))] == ["top.json"]
 
 
+def test_several_files_folders_and_globs_are_pooled(tmp_path):
+    # `--traces run/rank*.json` in a shell gives one argument per file.
+    every = find_traces(str(DP2PP2))
+    assert find_traces([str(f) for f in every]) == every
+    assert find_traces([str(every[0]), str(DP2PP2 / "rank[123]*")]) == every
+    assert find_traces([str(DP2PP2)]) == every  # one spec: as before
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(InputError, match="not named like a trace file"):
+        find_traces([str(every[0]), str(tmp_path / "notes.txt")])
+    with pytest.raises(InputError, match="no trace files"):
+        find_traces([str(every[0]), str(tmp_path / "rank9.json")])
+
+
+def test_cli_takes_the_rank_files_a_shell_glob_expands_to(tmp_path, capsys):
+    files = [str(f) for f in find_traces(str(DP2PP2))]
+    out = tmp_path / "imported"
+    assert main(["import", "kineto", "--traces", *files, "--out", str(out)]) == 0
+    assert (out / "trace.parquet").is_file()
+    by_folder = tmp_path / "by-folder"
+    assert main(["import", "kineto", "--traces", str(DP2PP2), "--out", str(by_folder)]) == 0
+    assert read_trace(out / "trace.parquet")[0].equals(read_trace(by_folder / "trace.parquet")[0])
+
+
 def test_error_complete_event_without_dur(tmp_path):
     # A complete event with no dur is malformed, not an op that took no time.
     docs = _docs()
