@@ -49,7 +49,7 @@ import numpy as np
 
 from stragglerlab.monitor.feed import step_records
 from stragglerlab.run.part_stream import PartReceiver, read_frames
-from stragglerlab.util.atomic import atomic_write_text
+from stragglerlab.run.run_folder import write_status
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 PULL_EVERY_S = 0.2
@@ -89,8 +89,8 @@ def node_writer(folder: str, jobs, done) -> None:
                 f.write(blob)
         parts_at = time.monotonic()
         for rank in blobs:
-            atomic_write_text(run / "status" / f"rank{rank}.json",
-                              json.dumps({"rank": rank, "step": step, "started": step + 1}))
+            write_status(run / "status" / f"rank{rank}.json",
+                         json.dumps({"rank": rank, "step": step, "started": step + 1}).encode())
         done.put((step, parts_at, time.monotonic()))
 
 
@@ -136,10 +136,11 @@ def main() -> None:
                 positions = receiver.positions()
                 for n, folder in nodes.items():
                     frames = read_frames(folder, ranks_of[n], positions, status_seen=seen[n])
-                    got = receiver.accept(f"node-{n}", frames)
+                    got = receiver.accept(f"node-{n}", frames, mark=False)
                     stats["bytes"] += got.written_bytes
                     written += got.written_bytes
                     stats["errors"] += len(got.errors)
+                receiver.mark_statuses()  # as workloads/cluster_stream.py: once per round
                 stats["pulls"] += 1
                 stats["pull_s"].append(time.monotonic() - t0)
                 if written:  # a pull that carried a step (most pulls find nothing new)
@@ -191,8 +192,15 @@ def main() -> None:
                 end_rel = float((g["start_ts"] + g["duration"]).max())
                 # The step's last op ends at step_end (the trace clock). A tracer builds its
                 # records as the ops run, so they are built before that, and the ranks'
-                # writes (each rank its own, at once in a job) follow it.
+                # writes (each rank its own, at once in a job) follow it. This process
+                # builds all 1,024 ranks' (about 0.2 s holding the GIL) half a step before
+                # the end: built at the previous step's end, they held up the streamer
+                # thread just when it carries that step, which no rank's tracer does.
                 step_end = t_start + (step + 1) * args.step_s
+                while (early := step_end - args.step_s / 2 - time.monotonic()) > 0:
+                    if (kib := rss_kib(mon.pid)) is not None:
+                        rss.append((time.monotonic() - t_start, kib))
+                    time.sleep(min(1.0, early))
                 recs = step_records(g, step_end - end_rel)
                 blobs: dict[int, dict[int, bytes]] = {n: {} for n in nodes}
                 for rank, rec in recs.items():
@@ -208,6 +216,10 @@ def main() -> None:
                     time.sleep(min(1.0, max(0.0, step_end - time.monotonic())))
                 collect(block=False)
             collect(block=True)
+            # As the driver's NodeStreams.stop(): the last step streamed before run.json.
+            deadline = time.monotonic() + 60
+            while len(arrived) < len(ends) and time.monotonic() < deadline:
+                time.sleep(0.05)
             (run / "run.json").write_text("{}")  # the run ended: the monitor finishes and stops
             deadline = time.monotonic() + 600
             mon_cpu = 0.0

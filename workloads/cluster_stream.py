@@ -161,10 +161,11 @@ class NodeStreams:
                     continue
                 self.misses[nid] = 0
                 if nid in streamed:
-                    receipt = self.receiver.accept(nid, data)
+                    receipt = self.receiver.accept(nid, data, mark=False)
                     self.bytes += receipt.written_bytes
                     for e in receipt.errors:
                         self._tell(e)
+            self.receiver.mark_statuses()  # the round's statuses have landed: once
             self.pulls += 1
             if told is not None:
                 try:

@@ -17,9 +17,9 @@ import json
 import os
 from pathlib import Path
 
+from stragglerlab.run.run_folder import write_status
 from stragglerlab.scenarios.faults import FaultSpec
 from stragglerlab.scenarios.scenario import Scenario
-from stragglerlab.util.atomic import atomic_write_text
 
 
 class RankTrainerBase:
@@ -49,9 +49,9 @@ class RankTrainerBase:
                      step_time: float | None) -> None:
         """Progress for the launcher: last finished step (its loss and time, s), step under
         way."""
-        atomic_write_text(self.status_path, json.dumps(
+        write_status(self.status_path, json.dumps(
             {"rank": self.rank, "step": step, "started": started, "loss": loss,
-             "step_time_s": step_time, "pid": os.getpid()}))
+             "step_time_s": step_time, "pid": os.getpid()}).encode())
 
     def summary(self, losses: dict, checksums: dict, step_times: dict) -> dict:
         """What `run` returns to the launcher (workloads.rank_actors.collect_summaries):

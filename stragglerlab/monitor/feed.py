@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR
+from stragglerlab.run.run_folder import STATUS_DIR, TRACE_PARTS_DIR, write_status
 from stragglerlab.trace.schema import OPTYPE_VALUES
 from stragglerlab.trace.trace_parts import RECORD
-from stragglerlab.util.atomic import atomic_write_text
 
 _CODE = {t: i for i, t in enumerate(OPTYPE_VALUES)}
 
@@ -94,5 +93,5 @@ class PartsFeeder:
             with open(path, "ab") as f:
                 f.write(recs[rank].tobytes())
             if self.status:
-                atomic_write_text(self.run_dir / STATUS_DIR / f"rank{rank}.json",
-                                  json.dumps({"rank": rank, "step": step, "started": step + 1}))
+                write_status(self.run_dir / STATUS_DIR / f"rank{rank}.json",
+                             json.dumps({"rank": rank, "step": step, "started": step + 1}).encode())

@@ -24,7 +24,10 @@ The receiver's guarantees:
 
 * **Only a prefix of the node's file is ever visible.** Appended bytes go at
   the file's end in one `write`; the monitor's tail leaves a torn trailing
-  record (or line) for its next look. A status file is replaced by a rename.
+  record (or line) for its next look. A status file is rewritten in place
+  (run_folder.write_status) after the rank's part bytes of the same batch, and the
+  status folder's mtime is set once per batch, or once per round of every node's
+  batch (`accept(mark=False)`, then `mark_statuses()`).
 * **Duplicates are ignored** (bytes already on disk), an **overlap** writes
   only its new bytes, a frame **ahead of the file** (out of order, or after a
   lost one) waits in memory until the gap is filled (at most
@@ -57,7 +60,13 @@ from pathlib import Path
 
 import numpy as np
 
-from stragglerlab.run.run_folder import GC_DIR, STATUS_DIR, TRACE_PARTS_DIR
+from stragglerlab.run.run_folder import (
+    GC_DIR,
+    STATUS_DIR,
+    TRACE_PARTS_DIR,
+    mark_status_folder,
+    write_status,
+)
 from stragglerlab.trace.trace_parts import RECORD, check_records
 
 MAGIC = b"SLPS"
@@ -188,10 +197,22 @@ def read_frames(run_dir: str | Path, ranks: list[int], positions: dict[str, int]
             text = path.read_bytes()[:MAX_STATUS_BYTES]
         except OSError:
             continue
+        if not _whole_json(text):
+            continue  # caught mid-write (run_folder.write_status): sent at the next call
         if status_seen is not None:
             status_seen[str(rank)] = mtime
         chunks.append(encode(Kind.STATUS, rank, mtime, text))
     return b"".join(chunks)
+
+
+def _whole_json(text: bytes) -> bool:
+    """Whether a status file's bytes are whole JSON: not an empty or torn file. (Whole JSON
+    of another shape is sent, and the receiver refuses it naming the node.)"""
+    try:
+        json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def _read_from(path: Path, start: int, max_bytes: int) -> bytes:
@@ -218,6 +239,8 @@ class Receipt:
     """Frames whose bytes were already on disk (ignored)."""
     pending: int = 0
     """Frames held for later: they start past the end of their file."""
+    statuses: int = 0
+    """Status files written."""
     errors: list[str] = field(default_factory=list)
     """Why (part of) the batch was refused, each naming the node."""
 
@@ -245,6 +268,8 @@ class PartReceiver:
         self.status_mtime: dict[int, int] = {}
         self.dropped_frames = 0
         """Out-of-order frames dropped for want of room (re-sent from `positions()`)."""
+        self.unmarked = 0
+        """Status files written since the status folder's mtime was last set."""
         self._resume()
 
     def _resume(self) -> None:
@@ -281,8 +306,11 @@ class PartReceiver:
         """Bytes held in out-of-order frames."""
         return sum(len(b) for f in self.files.values() for b in f.pending.values())
 
-    def accept(self, node: str, data: bytes) -> Receipt:
-        """Write a batch from `node`; garbage is refused (Receipt.errors), never raised."""
+    def accept(self, node: str, data: bytes, *, mark: bool = True) -> Receipt:
+        """Write a batch from `node`; garbage is refused (Receipt.errors), never raised.
+        `mark=False`: leave the status folder's mtime to `mark_statuses`, called once
+        after a round of every node's batch (a monitor woken by the first node's would
+        look at a step that the other nodes' batches complete)."""
         receipt = Receipt()
         frames, problem = decode(data)
         receipt.frames = len(frames)
@@ -294,8 +322,17 @@ class PartReceiver:
         if problem:
             receipt.errors.append(f"node {node}: {problem}; the rest of its batch is refused "
                                   "(its helper re-sends from what this host holds)")
+        self.unmarked += receipt.statuses
+        if mark:
+            self.mark_statuses()
         self._bound_pending()
         return receipt
+
+    def mark_statuses(self) -> None:
+        """Set the status folder's mtime when statuses were written since the last mark."""
+        if self.unmarked:
+            mark_status_folder(self.run_dir / STATUS_DIR)
+            self.unmarked = 0
 
     def _take(self, fr: Frame, receipt: Receipt) -> str | None:
         if fr.kind is Kind.STATUS:
@@ -367,19 +404,13 @@ class PartReceiver:
         if not isinstance(obj, dict):
             return f"{rel_path(Kind.STATUS, fr.rank)}: not a JSON object"
 
-        path = self.run_dir / rel_path(Kind.STATUS, fr.rank)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:  # a temporary beside it, then a rename (atomic_write's steps, fewer calls:
-            # a status arrives per rank per step)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, fr.payload)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            write_status(self.run_dir / rel_path(Kind.STATUS, fr.rank), fr.payload,
+                         mark_folder=False)
+        except OSError as e:
+            return (f"{rel_path(Kind.STATUS, fr.rank)} on this host cannot be written "
+                    f"({e.strerror}): remove what is there")
+        receipt.statuses += 1
         self.status_mtime[fr.rank] = fr.offset
         receipt.written_bytes += len(fr.payload)
         return None

@@ -190,6 +190,76 @@ def test_a_status_is_replaced_whole_and_never_by_an_older_one(tmp_path: Path):
     assert [p.name for p in path.parent.iterdir()] == ["rank4.json"]  # no temporary left
 
 
+def test_a_shorter_status_reads_whole_and_the_folder_shows_it_landed(tmp_path: Path):
+    from stragglerlab.monitor.news import status_mark
+    from stragglerlab.run.run_folder import RunFolder
+
+    run = tmp_path / "run"
+    recv = ps.PartReceiver(run)
+    recv.accept("n", ps.encode(ps.Kind.STATUS, 4, 100, b'{"step": 9, "loss": 0.123456}'))
+    os.utime(run / "status", ns=(0, 0))  # an old folder mtime: the next batch must move it
+    got = recv.accept("n", ps.encode(ps.Kind.STATUS, 4, 200, b'{"step": 10}'))
+    assert got.statuses == 1 and got.errors == []
+    assert status_mark(run) > 0  # the monitor's wait sees that statuses landed
+    # Rewritten in place over a longer one: padded with JSON whitespace, read as the new.
+    assert RunFolder(path=run).status() == {4: {"step": 10}}
+    # A batch of parts only leaves the folder's mtime alone.
+    os.utime(run / "status", ns=(0, 0))
+    recv.accept("n", ps.encode(ps.Kind.PART, 4, 0, records([0]).tobytes()))
+    assert status_mark(run) == 0
+    # A round of several nodes' batches marks once, after the last.
+    recv.accept("n", ps.encode(ps.Kind.STATUS, 4, 300, b'{"step": 11}'), mark=False)
+    assert status_mark(run) == 0
+    recv.mark_statuses()
+    assert status_mark(run) > 0
+
+
+def test_a_ranks_own_status_write_marks_its_folder(tmp_path: Path):
+    from stragglerlab.monitor.news import status_mark
+    from stragglerlab.run.run_folder import RunFolder, write_status
+
+    run = tmp_path / "run"
+    write_status(run / "status" / "rank0.json", b'{"step": 3, "started": 4, "loss": 1.25}')
+    os.utime(run / "status", ns=(0, 0))
+    write_status(run / "status" / "rank0.json", b'{"step": 4, "started": 5}')
+    assert status_mark(run) > 0
+    assert RunFolder(path=run).status() == {0: {"step": 4, "started": 5}}
+    assert [p.name for p in (run / "status").iterdir()] == ["rank0.json"]  # no temporary
+
+
+def test_a_status_caught_mid_write_on_the_node_is_sent_at_the_next_pull(tmp_path: Path):
+    node = node_folder(tmp_path, 3, records([0]))
+    status = node / "status" / "rank3.json"
+    status.write_bytes(b'{"rank": 3, "st')  # torn: an in-place write under way
+    recv, seen = ps.PartReceiver(tmp_path / "run"), {}
+    got = recv.accept("node-b", ps.read_frames(node, [3], recv.positions(), status_seen=seen))
+    assert got.errors == [] and got.statuses == 0  # the part went; the status waits
+    status.write_bytes(b'{"rank": 3, "step": 0}')
+    os.utime(status, ns=(10**18, 10**18))
+    got = recv.accept("node-b", ps.read_frames(node, [3], recv.positions(), status_seen=seen))
+    assert got.errors == [] and got.statuses == 1
+
+
+@pytest.mark.parametrize("thing", ["fifo", "symlink", "folder"])
+def test_something_else_in_a_status_files_place_is_refused_not_waited_on(tmp_path: Path,
+                                                                         thing: str):
+    run = tmp_path / "run"
+    (run / "status").mkdir(parents=True)
+    path = run / "status" / "rank2.json"
+    if thing == "fifo":
+        os.mkfifo(path)  # opening it to write would wait for a reader forever
+    elif thing == "symlink":
+        (tmp_path / "elsewhere.json").write_text("{}")
+        path.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        path.mkdir()
+    got = ps.PartReceiver(run).accept("node-c", ps.encode(ps.Kind.STATUS, 2, 1, b'{"step": 1}'))
+    assert len(got.errors) == 1 and "node node-c: status/rank2.json" in got.errors[0]
+    assert "remove what is there" in got.errors[0]
+    if thing == "symlink":
+        assert (tmp_path / "elsewhere.json").read_text() == "{}"  # not written through
+
+
 def test_clock_corrections_are_applied_to_new_records(tmp_path: Path):
     """nodes.json's per-rank correction is subtracted from a rank's times as the monitor
     reads them, as the run-folder assembler subtracts run.json's at the end."""
