@@ -262,6 +262,10 @@ def main() -> None:
           f"{statistics.median(w['analysis_s'] for w in full):.3f} | "
           f"{after[0] / 1024:.0f} / {max(after) / 1024:.0f} / {after[-1] / 1024:.0f} | "
           f"{statistics.median(stats['pull_s']):.3f} | {load} |")
+    if len(rss) >= 8:  # the monitor's RSS over the run: flat once its K steps fill
+        marks = [rss[int(q * (len(rss) - 1))] for q in (0.1, 0.25, 0.5, 0.75, 1.0)]
+        print("monitor RSS over the run (MiB): " + ", ".join(
+            f"{k / 1024:.0f} at {t:.0f} s" for t, k in marks))
     pull_cpu = statistics.median(stats.get("pull_cpu_s") or [0.0])
     print(f"CPU: the stream {pull_cpu:.3f} s per pull that carried records (median, its "
           f"thread's CPU time), the "

@@ -40,6 +40,7 @@ from stragglerlab.monitor.metrics import CONTENT_TYPE, metrics_text
 from stragglerlab.monitor.page import OVERVIEW, PAGE
 from stragglerlab.monitor.state import MonitorState
 from stragglerlab.run.run_folder import RunFolder
+from stragglerlab.util.atomic import dumps_json
 from stragglerlab.util.errors import InputError
 
 SSE_POLL_S = 0.25
@@ -111,7 +112,10 @@ def make_jobs_app(registry: JobRegistry, closing: threading.Event | None = None,
 
     async def windows(request):
         state = job_of(request).state
-        return JSONResponse({"summary": state.summary(), "lines": state.since(_after(request))})
+        lines = state.since_json(_after(request))  # the lines' JSON as kept, not re-encoded
+        body = b"".join([b'{"summary":', dumps_json(state.summary(), indent=None).rstrip(),
+                         b',"lines":[', b",".join(data for _, data in lines), b"]}"])
+        return Response(body, media_type="application/json")
 
     async def truth_route(request):
         return JSONResponse(truth(job_of(request).run))
@@ -136,9 +140,9 @@ def make_jobs_app(registry: JobRegistry, closing: threading.Event | None = None,
             while True:
                 stopping = closing.is_set() or (not single and state.summary()["finished"])
                 # (read first: what follows is then all there)
-                for line in state.since(after):
-                    after = line["seq"]
-                    yield f"event: line\nid: {after}\ndata: {json.dumps(line)}\n\n"
+                for seq, data in state.since_json(after):
+                    after = seq
+                    yield f"event: line\nid: {seq}\ndata: {data.decode()}\n\n"
                     sent += 1
                     if limit and sent >= limit:
                         return

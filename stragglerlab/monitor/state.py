@@ -11,10 +11,16 @@ a browser reload gets the whole history back from `/api/windows`.
 
 from __future__ import annotations
 
+import json
 import threading
+
+from stragglerlab.util.atomic import dumps_json
 
 MAX_KEPT_LINES = 5000
 """History lines kept in memory for the page (the file keeps all of them)."""
+MAX_KEPT_BYTES = 64 * 1024 * 1024
+"""...and at most this many bytes of them (a window line grows with the workers: about
+12 KB at 1,024); the oldest go first."""
 
 
 class MonitorState:
@@ -23,7 +29,11 @@ class MonitorState:
     def __init__(self, run: str) -> None:
         self.run = run
         self.lock = threading.Lock()
-        self.lines: list[dict] = []
+        self.lines: list[tuple[int, bytes]] = []
+        """(seq, the line as compact strict JSON): a 1,024-worker window is about 12 KB so,
+        against about 120 KB as Python objects, and the page is sent these bytes as they are."""
+        self.kept_bytes = 0
+        self._latest: dict | None = None
         self.first_seq = 0
         self.windows_analysed = 0
         self.errors = 0
@@ -47,15 +57,22 @@ class MonitorState:
         """Publish one history line."""
         with self.lock:
             line = dict(line, seq=self.version)
-            self.lines.append(line)
+            data = dumps_json(line, indent=None).rstrip(b"\n")
+            self.lines.append((line["seq"], data))
+            self.kept_bytes += len(data)
             if line.get("kind") == "window":
+                self._latest = json.loads(data)  # as the page reads it (NaN -> null)
                 self.windows_analysed += 1
                 if self.layout is None:
                     self.layout = (line["dp_size"], line["pp_size"])
             elif line.get("kind") == "error":
                 self.errors += 1
-            if len(self.lines) > MAX_KEPT_LINES:
-                drop = len(self.lines) - MAX_KEPT_LINES
+            drop = 0
+            while len(self.lines) - drop > 1 and (
+                    len(self.lines) - drop > MAX_KEPT_LINES or self.kept_bytes > MAX_KEPT_BYTES):
+                self.kept_bytes -= len(self.lines[drop][1])
+                drop += 1
+            if drop:
                 del self.lines[:drop]
                 self.first_seq += drop
 
@@ -76,14 +93,18 @@ class MonitorState:
 
     def since(self, after: int = -1) -> list[dict]:
         """Lines with seq > after, oldest first."""
+        return [json.loads(data) for _, data in self.since_json(after)]
+
+    def since_json(self, after: int = -1) -> list[tuple[int, bytes]]:
+        """(seq, JSON bytes) of the lines with seq > after, oldest first."""
         with self.lock:
             start = max(0, after + 1 - self.first_seq)
-            return list(self.lines[start:])
+            return self.lines[start:]
 
     def latest_window(self) -> dict | None:
         """The latest analysed window, or None."""
         with self.lock:
-            return next((x for x in reversed(self.lines) if x.get("kind") == "window"), None)
+            return self._latest
 
     def summary(self) -> dict:
         """Counts and status for the page's header."""

@@ -45,7 +45,7 @@ def test_the_page_the_api_and_the_event_stream(tmp_path, slow_src):
         assert truth["available"] and truth["faults"][0]["kind"] == "slow-worker"
         with client.stream("GET", "/events?after=0&limit=2") as r:
             body = "".join(r.iter_text())
-        assert body.count("event: line") == 2 and '"step": 2' in body
+        assert body.count("event: line") == 2 and '"step":2,' in body
     closing = threading.Event()
     closing.set()  # the monitor stopping: the stream sends what is left, then `end`
     with TestClient(make_app(mon.state, tmp_path, closing)) as client:
