@@ -10,8 +10,8 @@ once after each step. Reported per layout, per job:
 - memory the monitor holds for the job after the replay (tracemalloc: its tail,
   its step buffer of K steps, its history of `--steps` windows, its alert
   thread's objects), and what one more window line of history adds (a job keeps
-  at most MonitorState's MAX_KEPT_LINES = 5,000 in memory, so that line times
-  5,000 is its history's ceiling);
+  at most MonitorState's MAX_KEPT_LINES = 5,000 in memory and MAX_KEPT_BYTES = 64 MiB
+  of them, so the lesser of that line times 5,000 and 64 MiB is its history's ceiling);
 - the analysis time of one look at every job, per job, with full windows (a
   separate replay, without tracemalloc): windows are analysed one job after
   another, so a step that completes in every job at once costs jobs x this.
@@ -41,7 +41,7 @@ from stragglerlab.monitor.config import MonitorConfig
 from stragglerlab.monitor.feed import PartsFeeder
 from stragglerlab.monitor.fleet import Fleet
 from stragglerlab.monitor.jobs import FleetLimits
-from stragglerlab.monitor.state import MAX_KEPT_LINES, MonitorState
+from stragglerlab.monitor.state import MAX_KEPT_BYTES, MAX_KEPT_LINES, MonitorState
 from stragglerlab.workloads.synthetic import SlowWorker, SyntheticConfig, synthesize_trace
 
 
@@ -132,7 +132,8 @@ def main() -> None:
     for r in rows:
         print(f"| {r['workers']} ({r['layout']}) | {r['series']:.0f} | {r['bytes']:.0f} | "
               f"{r['render_ms']:.2f} | {r['held'] / 1024:.0f} | {r['line'] / 1024:.1f} | "
-              f"{r['line'] * MAX_KEPT_LINES / 2**20:.0f} | {r['look_s']:.3f} |")
+              f"{min(r['line'] * MAX_KEPT_LINES, MAX_KEPT_BYTES) / 2**20:.0f} | "
+              f"{r['look_s']:.3f} |")
     if len(rows) >= 2:
         w = np.array([r["workers"] for r in rows], dtype=float)
         print("\nFitted over the layouts, fixed per job + per worker:\n")

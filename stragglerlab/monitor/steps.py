@@ -121,8 +121,9 @@ class StepBuffer:
 
     def prune(self, oldest_needed: int) -> None:
         """Drop buffered records of steps before `oldest_needed`."""
-        for rank in self.present:
-            self.present[rank] = {s for s in self.present[rank] if s >= oldest_needed}
+        for held in (self.present, self.optimizer_steps):  # a rank's last step stays
+            for rank, steps in held.items():
+                held[rank] = {s for s in steps if s >= oldest_needed}
         for name in ("by_step", "step_end", "blocks"):
             setattr(self, name, {s: v for s, v in getattr(self, name).items()
                                  if s >= oldest_needed})

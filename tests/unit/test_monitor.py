@@ -363,8 +363,12 @@ def test_window_frame_from_cached_steps_is_records_frame(tmp_path, slow_src):
         pd.testing.assert_frame_equal(mon.buffer.frame(steps, meta),
                                       records_frame(mon.buffer.raw(steps), 2), check_exact=True)
         mon.buffer.prune(steps[-1] - 1)
-    # Only the steps a window still needs are held: records and sorted blocks alike.
+    # Only the steps a window still needs are held: records and sorted blocks alike, and
+    # the steps known per rank (a long run must not grow them by a step a rank a step).
     assert sorted(mon.buffer.blocks) == sorted(mon.buffer.by_step) == steps[-2:]
+    assert all(s <= set(steps[-2:]) for s in mon.buffer.present.values())
+    assert all(s <= set(steps[-2:]) for s in mon.buffer.optimizer_steps.values())
+    assert any(mon.buffer.optimizer_steps.values())  # the last step's optimizer kept
     mon.sender.close()
 
     def records(steps, starts, seq):
