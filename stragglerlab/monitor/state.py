@@ -30,8 +30,8 @@ class MonitorState:
         self.run = run
         self.lock = threading.Lock()
         self.lines: list[tuple[int, bytes]] = []
-        """(seq, the line as compact strict JSON): a 1,024-worker window is about 12 KB so,
-        against about 120 KB as Python objects, and the page is sent these bytes as they are."""
+        """(seq, the line as compact strict JSON): about 12 KB for a 1,024-worker window,
+        against about 120 KB as Python objects; the page is sent these bytes as they are."""
         self.kept_bytes = 0
         self._latest: dict | None = None
         self.first_seq = 0
