@@ -263,7 +263,7 @@ def main() -> None:
           f"{after[0] / 1024:.0f} / {max(after) / 1024:.0f} / {after[-1] / 1024:.0f} | "
           f"{statistics.median(stats['pull_s']):.3f} | {load} |")
     if len(rss) >= 8:  # the monitor's RSS over the run: flat once its K steps fill
-        marks = [rss[int(q * (len(rss) - 1))] for q in (0.1, 0.25, 0.5, 0.75, 1.0)]
+        marks = [rss[int(q / 10 * (len(rss) - 1))] for q in range(1, 11)]
         print("monitor RSS over the run (MiB): " + ", ".join(
             f"{k / 1024:.0f} at {t:.0f} s" for t, k in marks))
     pull_cpu = statistics.median(stats.get("pull_cpu_s") or [0.0])
