@@ -5,13 +5,12 @@ file lands (a step may be complete now).
 
 A look reads every rank's status file and trace part (1,024 of each at 1,024 workers), so
 the monitor looks every --poll seconds, not continuously; between looks it stats the
-status folder every NEWS_EVERY_S. A rank's status file is renamed into place as it ends
-a step, which changes the folder's mtime; the node stream's receiver rewrites the files
-it carries in place and then sets the folder's mtime, once per batch. Once the
-folder has changed and then stayed the same for one NEWS_EVERY_S, the wait ends: the
-step's statuses have landed, and the look comes then rather than up to --poll later.
-A change the folder's clock cannot show (two renames within one tick of a coarse mtime)
-only costs the wait it always had.
+status folder every NEWS_EVERY_S. Every status write sets the folder's mtime
+(run_folder.write_status): a rank's as it ends a step, the node stream's receiver's once
+per round of the nodes' batches. Once the folder has changed and then stayed the same
+for one NEWS_EVERY_S, the wait ends: the step's statuses have landed, and the look comes
+then rather than up to --poll later. A change the folder's clock cannot show (two marks
+within one tick of a coarse mtime) only costs the wait it always had.
 """
 
 from __future__ import annotations

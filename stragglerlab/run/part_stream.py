@@ -197,7 +197,7 @@ def read_frames(run_dir: str | Path, ranks: list[int], positions: dict[str, int]
             text = path.read_bytes()[:MAX_STATUS_BYTES]
         except OSError:
             continue
-        if not _whole_json(text):
+        if _json(text) is _TORN:
             continue  # caught mid-write (run_folder.write_status): sent at the next call
         if status_seen is not None:
             status_seen[str(rank)] = mtime
@@ -205,14 +205,17 @@ def read_frames(run_dir: str | Path, ranks: list[int], positions: dict[str, int]
     return b"".join(chunks)
 
 
-def _whole_json(text: bytes) -> bool:
-    """Whether a status file's bytes are whole JSON: not an empty or torn file. (Whole JSON
-    of another shape is sent, and the receiver refuses it naming the node.)"""
+_TORN = object()
+"""`_json` of bytes that are not whole JSON (an empty, torn or foreign status file)."""
+
+
+def _json(text: bytes) -> object:
+    """A status file's JSON value, or _TORN. The node sends whole JSON of any shape and
+    the receiver refuses one that is not an object, naming the node."""
     try:
-        json.loads(text)
+        return json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return False
-    return True
+        return _TORN
 
 
 def _read_from(path: Path, start: int, max_bytes: int) -> bytes:
@@ -397,11 +400,7 @@ class PartReceiver:
         if self.status_mtime.get(fr.rank, -1) >= fr.offset:
             receipt.duplicates += 1
             return None
-        try:
-            obj = json.loads(fr.payload)
-        except (UnicodeDecodeError, ValueError):
-            obj = None
-        if not isinstance(obj, dict):
+        if not isinstance(_json(fr.payload), dict):
             return f"{rel_path(Kind.STATUS, fr.rank)}: not a JSON object"
 
         try:

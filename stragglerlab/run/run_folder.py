@@ -93,7 +93,8 @@ STATUS_SETTLED_NS = 100_000_000
 def write_status(path: str | Path, payload: bytes, mark_folder: bool = True) -> None:
     """Write a rank's status file (status/rank<r>.json, a JSON object) in place; then, with
     `mark_folder`, set its folder's mtime. The one writer of the file: the rank once per
-    step, the node stream's receiver once per step it carries (it marks once per batch).
+    step, the node stream's receiver once per step it carries (it marks the folder once
+    per round of the nodes' batches, `PartReceiver.mark_statuses`).
 
     A rename per file costs ext4 about 0.2 ms (it flushes a file renamed over another),
     20 times this write, and at 1,024 ranks on a node's few cores that is a visible part
@@ -407,8 +408,8 @@ class RunFolder:
         """Live per-rank progress {rank: {step, ...}}, read afresh; mid-write files skipped.
         `seen`: a dict the caller keeps between looks (a monitor at 1,024 ranks reads every
         file per look otherwise): a file whose inode, size and mtime are those of its last
-        read is not read again (the trainer replaces a status file: a new inode, or a
-        freed one reused with a later mtime), if that read came `STATUS_SETTLED_NS` after
+        read is not read again (`write_status` rewrites a file in place: a later mtime; a
+        file replaced by another writer: a new inode), if that read came `STATUS_SETTLED_NS` after
         its mtime (a file system's coarse mtime could give a rewrite within the same tick
         the same key)."""
         out: dict[int, dict] = {}

@@ -240,6 +240,12 @@ def test_a_status_caught_mid_write_on_the_node_is_sent_at_the_next_pull(tmp_path
     assert got.errors == [] and got.statuses == 1
 
 
+def test_a_status_nested_past_the_parsers_depth_is_refused_not_raised(tmp_path: Path):
+    got = ps.PartReceiver(tmp_path / "run").accept(
+        "node-e", ps.encode(ps.Kind.STATUS, 1, 5, b"[" * 60000))
+    assert got.errors and "node node-e: status/rank1.json: not a JSON object" in got.errors[0]
+
+
 @pytest.mark.parametrize("thing", ["fifo", "symlink", "folder"])
 def test_something_else_in_a_status_files_place_is_refused_not_waited_on(tmp_path: Path,
                                                                          thing: str):
