@@ -25,6 +25,9 @@ pure numpy/pandas over a trace (no Ray, no torch, no what-if):
   on a slower compute does not (`KindChange.transfer_moved`);
 * `over_own_noise`: whether a rank's comparison with its peers over a window stands
   over how far the same comparison moves on the run's other steps (its noise over time);
+* `holds_sign` / `slow_regime`: whether a signed per-step comparison keeps its sign
+  beyond its own step-to-step spread, over the steps a time series is at its slower
+  level (the ring rule's test that a placed link is not the noise of a ring slowed alike);
 * `collective_changes`: each collective kind's time on the rank that waited least in it,
   per step, against its own earlier steps: the seconds a step it adds over its own
   change-point window, on every rank (a ring's transfer slowed, however much compute
@@ -181,6 +184,31 @@ def over_own_noise(series, start: int, stop: int, sds: float = NOISE_SDS) -> boo
     base = float(np.median(outside))
     sd = 1.4826 * float(np.median(np.abs(outside - base)))
     return bool(np.median(within) - base > sds * sd)
+
+
+def holds_sign(series, sds: float = NOISE_SDS) -> bool:
+    """Whether a per-step signed series' mean stands over zero by `sds` standard errors of
+    its own steps (sample SD / sqrt(n)): a sign the steps keep, not zero-mean noise that
+    a few of them share. True with fewer than MIN_SIDE finite steps (no spread to
+    measure); a series with no spread holds where its mean is above zero."""
+    x = np.asarray(series, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < MIN_SIDE:
+        return True
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    return bool(mean > sds * sd / np.sqrt(x.size)) if sd > 0 else mean > 0
+
+
+def slow_regime(steps, values, ratio: float = KIND_RATIO) -> np.ndarray | None:
+    """Boolean mask over the steps: the slower regime of a per-step time series (its
+    change-point's `slow_part`, where it changed by `ratio` or more); None where it did not
+    change so (no sustained change, or one too small to be a regime of its own)."""
+    steps = np.asarray(steps)
+    cp = change_point(steps, values)
+    part = cp.slow_part(steps) if cp is not None and cp.factor >= ratio else None
+    if part is None:
+        return None
+    return (steps >= part[0]) & (steps <= part[1])
 
 
 def step_times(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

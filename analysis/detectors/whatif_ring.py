@@ -17,7 +17,22 @@ rank's transfer excess X[r] (transfer duration - the step's median, design.md
 as a share of the step. A rank whose score stays at least `ring_step_share`
 over `min_steps` consecutive steps is named `net-throttle`, unless another
 rule named it, and so is every other such rank that is not a ring neighbour of
-one named (a strong link leaves some of its pattern beside it). Busy hosts,
+one named (a strong link leaves some of its pattern beside it).
+
+Where the ring's transfers changed regime (`over_time.slow_regime` of the
+median rank's transfer: 1.5x or more over a sustained window), a link is placed
+only where the score also keeps its sign over the slower regime's steps: its
+mean over them stands `over_time.NOISE_SDS` standard errors over zero
+(`over_time.holds_sign`; the regime is chosen by the transfers, not by the
+score, so a stretch of noise that happens to share a sign is not its own
+evidence).
+When every link of the ring is slowed alike (in DP 4, ranks v and v + 2
+throttled both ways slow all four links; in a ring of 4 the score is
+antisymmetric, score[v] = -score[v + 2], and the two throttles cancel) the
+score is zero-mean noise at the scale of the slowed transfers (0.03-0.16 of a
+step with 1-s transfers, against at most 0.014 on clean runs), which three
+steps in a row can hold over `ring_step_share`; it then flips sign, and the
+change is the job's, not a link's (`whatif_rules/job_wide.py`). Busy hosts,
 slow devices, GC and sequence imbalance move a rank's exit time on both
 collectives alike, so the signed neighbour differences cancel (dev: at most
 2.3 % of a step; the throttles 9.6-15 %).
@@ -53,6 +68,7 @@ import pandas as pd
 from stragglerlab.analysis.detectors.base import Finding, RootCause, Run
 from stragglerlab.analysis.detectors.signatures import mean_step_time
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
+from stragglerlab.analysis.over_time import holds_sign, slow_regime
 from stragglerlab.method.grouped import group_sum, optype_mask, row_codes
 
 REDUCE_SCATTER = "grads-reduce-scatter"
@@ -182,6 +198,7 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         best = held.max(axis=0)  # [candidate]
         named: list[int] = []
         busy = [d for d, p in slow if p == stage]
+        regime = None
         for victim in np.argsort(-best, kind="stable"):
             if best[victim] < cfg.ring_step_share:
                 break
@@ -189,6 +206,11 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
             # so does a slow rank.
             if any((victim - n) % dp in (1, dp - 1) for n in named + busy):
                 continue
+            if regime is None:
+                regime = slow_regime(steps, ring_transfer(rs[stage], ag[stage]))
+                regime = False if regime is None else regime
+            if regime is not False and not holds_sign(score[regime, victim]):
+                continue  # the noise of a ring whose links are slow alike
             named.append(int(victim))
             first, last = _window(held[:, victim] >= cfg.ring_step_share, steps,
                                   cfg.min_steps)
@@ -199,6 +221,14 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 detail={"test": "ring", "ring_step_share": float(best[victim]),
                         "ring_step_share_by_rank": [float(b) for b in best]}))
     return found
+
+
+def ring_transfer(rs: np.ndarray, ag: np.ndarray) -> np.ndarray:
+    """Per step, the ring's transfer time: the median rank's reduce-scatter plus all-gather
+    transfer (`transfer_by_rank` grids), s."""
+    with warnings.catch_warnings():  # a step no rank finished stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmedian(rs + ag, axis=1)
 
 
 def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

@@ -13,11 +13,13 @@ def _cells(finding) -> list[tuple[int, int]]:
 
 
 def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int = 3,
-              n_steps: int = 8, seed: int = 0) -> Run:
+              n_steps: int = 8, seed: int = 0, signs=None, slowed_s: float = 0.0) -> Run:
     """Pure-DP trace of a 0.2 s step: compute, then a reduce-scatter and an all-gather that
     every rank enters together. With a victim, from step `first` on, the ring pattern of a
     throttled link: the rank before it leaves the reduce-scatter late and the one after it
-    early, and the other way round in the all-gather. Every rank's exit also jitters."""
+    early, and the other way round in the all-gather (times `signs[step]`, default 1).
+    From `first` on every rank's transfers also take `slowed_s` longer (a ring slowed
+    alike). Every rank's exit also jitters."""
     import pandas as pd
 
     from stragglerlab.trace.meta import JobMeta
@@ -29,15 +31,17 @@ def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int 
         for d in range(dp):
             late = {"grads-reduce-scatter": 0.0, "params-all-gather": 0.0}
             if victim is not None and step >= first:
-                late["grads-reduce-scatter"] = lateness_s * (
+                sign = 1.0 if signs is None else signs[step]
+                late["grads-reduce-scatter"] = sign * lateness_s * (
                     (d == (victim - 1) % dp) - (d == (victim + 1) % dp))
-                late["params-all-gather"] = lateness_s * (
+                late["params-all-gather"] = sign * lateness_s * (
                     (d == (victim + 1) % dp) - (d == (victim - 1) % dp))
             rows.append((d, d, 0, step, "forward-compute", t0, 0.1))
             for k, op in enumerate(("grads-reduce-scatter", "params-all-gather")):
                 start = t0 + 0.1 + 0.04 * k
+                slowed = slowed_s if step >= first else 0.0
                 rows.append((d, d, 0, step, op, start,
-                             0.03 + late[op] * 0.5 + rng.normal(0, 0.001)))
+                             0.03 + slowed + late[op] * 0.5 + rng.normal(0, 0.001)))
     df = pd.DataFrame(rows, columns=["rank", "dp_rank", "stage", "step", "optype",
                                      "start_ts", "duration"])
     return Run(df, JobMeta(dp_size=dp, pp_size=1), "synthetic-ring")
@@ -62,6 +66,42 @@ def test_a_throttled_ring_link_in_pure_dp_is_named_at_its_rank_and_nowhere_else(
     assert ring_scores(_ring_run(2, 1).trace, 2, np.arange(8)) is None
     # Two slow steps are not a window of three.
     assert ring_links(_ring_run(4, 2, first=6), np.arange(8), cfg, 1.0) == []
+
+
+def test_a_ring_slowed_alike_names_no_link_though_its_noise_holds_a_sign_for_a_while():
+    """Every link of a DP 4 ring slowed alike (ranks 1 and 3 throttled both ways): the
+    ring score is noise at the scale of the slowed transfers. Here it holds rank 2's sign
+    over three steps (a window the rule would name) and then flips: over the steps the
+    ring is slow its mean does not stand over its spread, so no link is placed. The
+    same pattern held over every slow step is a link, named."""
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links
+
+    cfg = WhatIfDetectorConfig()
+    steps = np.arange(12)
+    flips = [1, 1, 1, 1, 1, 1, -1, -1, 1, -1, -1, 1]
+    alike = _ring_run(4, 2, n_steps=12, signs=flips, slowed_s=0.2)
+    assert ring_links(alike, steps, cfg, 1.0) == []
+    held = _ring_run(4, 2, n_steps=12, slowed_s=0.2)
+    (found,) = ring_links(held, steps, cfg, 1.0)
+    assert _cells(found) == [(2, 0)] and (found.first_step, found.last_step) == (3, 11)
+    # Transfers that did not change regime: no scale of slowed transfers, no such test
+    # (the threshold holds the score to clean noise, as it always did).
+    assert len(ring_links(_ring_run(4, 2, n_steps=12, signs=flips), steps, cfg, 1.0)) == 1
+
+
+def test_holds_sign_and_slow_regime():
+    from stragglerlab.analysis.over_time import holds_sign, slow_regime
+
+    assert holds_sign([0.24, 0.32, 0.24, 0.24, 0.17, 0.16])       # a link: 10 SEs
+    assert not holds_sign([0.01, 0.05, 0.06, 0.05, -0.02, 0.05])   # noise: 2.7 SEs
+    assert holds_sign([0.1])                    # one step: no spread to hold it to
+    assert holds_sign([0.1, 0.1]) and not holds_sign([0.0, 0.0])
+    t = np.array([0.02, 0.02, 0.03, 1.0, 1.1, 0.9, 1.0, 0.02])
+    assert slow_regime(np.arange(8), t).tolist() == [False] * 3 + [True] * 4 + [False]
+    assert slow_regime(np.arange(8), np.full(8, 0.5)) is None        # no change
+    assert slow_regime(np.arange(8), [1.0] * 4 + [1.3] * 4) is None      # under 1.5x
+    assert slow_regime(np.arange(4), [0.0, 1.0, 1.0, 1.0]) is None   # not positive
 
 
 def test_each_stage_has_its_own_ring_and_two_links_far_apart_are_both_named():

@@ -3,7 +3,9 @@ neighbours leave the reduce-scatter and the all-gather late and early in the pat
 throttled ring link leaves, by `ring_step_share` of a step -> `net-throttle` on it; with
 two DP ranks and no stages, the one link (`whatif_ring.ring_links`). The ring neighbours
 of a worker the board names a slow device or GC victim (`Board.slowed`, which the
-arbitration sets) are not named: that worker's own slowness shows in its ring."""
+arbitration sets) are not named: that worker's own slowness shows in its ring. Where the
+ring's transfers changed regime, a rank is named only if its score keeps its sign over the
+slower regime (`over_time.holds_sign`): a ring slowed alike leaves zero-mean noise there."""
 
 from __future__ import annotations
 
