@@ -72,6 +72,15 @@ class Run:
     vocabulary: bool = True
     """The trace's ops carry the op vocabulary (False: an unannotated import's spans,
     `optype` compute or communication only)."""
+    first_step: int | None = None
+    """The run's first traced step where the trace is a window of it (an online replay's
+    window); None: the trace's own first step."""
+
+    @property
+    def start_step(self) -> int:
+        """The run's first traced step (`first_step`, else the trace's first)."""
+        return int(self.first_step if self.first_step is not None
+                   else self.trace["step"].min())
 
     @property
     def steps(self) -> np.ndarray:

@@ -118,10 +118,12 @@ class WhatIfDetector(Detector):
 
     def observe_step(self, step_trace: pd.DataFrame, run: Run) -> list[Finding]:
         """Online: re-analyse the latest `online_window_steps` steps (only the steps so far)."""
+        if not self._seen:
+            self._first_step = int(step_trace["step"].iloc[0])  # the run's first step
         self._seen.append(step_trace)
         del self._seen[:-self.online_window_steps]
         seen = Run(pd.concat(self._seen, ignore_index=True), self._meta, run.path,
-                   testbed=run.testbed)
+                   testbed=run.testbed, first_step=self._first_step)
         if seen.trace["step"].nunique() < self.config.min_steps:
             return []
         return self.diagnose(seen, Evidence.analyse(seen), window_steps=self.online_window_steps)
@@ -183,7 +185,7 @@ class WhatIfDetector(Detector):
         """The window runs an online replay with `w`-step windows diagnoses on `run`."""
         steps = np.sort(run.trace["step"].unique())
         return [Run(run.trace[run.trace["step"].isin(steps[max(0, i - w + 1):i + 1])],
-                    run.meta, run.path, testbed=run.testbed)
+                    run.meta, run.path, testbed=run.testbed, first_step=int(steps[0]))
                 for i in range(self.config.min_steps - 1, len(steps))]
 
     def _floored(self, run: Run, window_steps: int | None = None

@@ -20,12 +20,15 @@ rule named it, and so is every other such rank that is not a ring neighbour of
 one named (a strong link leaves some of its pattern beside it).
 
 Where the ring's transfers changed regime (`over_time.slow_regime` of the
-median rank's transfer: 1.5x or more over a sustained window), a link is placed
-only where the score also keeps its sign over the slower regime's steps: its
-mean over them stands `over_time.NOISE_SDS` standard errors over zero
-(`over_time.holds_sign`; the regime is chosen by the transfers, not by the
-score, so a stretch of noise that happens to share a sign is not its own
-evidence).
+median rank's transfer: 1.5x or more over a sustained window) for at least
+2 x `min_steps` steps, a link is placed only where the score also keeps its
+sign over the slower regime's steps: its mean over them stands
+`over_time.NOISE_SDS` standard errors over zero (`over_time.holds_sign`; the
+regime is chosen by the transfers, not by the score, so a stretch of noise
+that happens to share a sign is not its own evidence). Over fewer steps (an
+online window's first steps of a regime) the spread is not measured well
+enough to hold a link to (one throttled link's score read 0.38, 0.15 and
+0.11 of a step over its first three), and the threshold decides alone.
 When every link of the ring is slowed alike (in DP 4, ranks v and v + 2
 throttled both ways slow all four links; in a ring of 4 the score is
 antisymmetric, score[v] = -score[v + 2], and the two throttles cancel) the
@@ -208,7 +211,8 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 continue
             if regime is None:
                 regime = slow_regime(steps, ring_transfer(rs[stage], ag[stage]))
-                regime = False if regime is None else regime
+                if regime is None or regime.sum() < 2 * cfg.min_steps:
+                    regime = False  # no slower regime, or too few steps to measure its spread
             if regime is not False and not holds_sign(score[regime, victim]):
                 continue  # the noise of a ring whose links are slow alike
             named.append(int(victim))

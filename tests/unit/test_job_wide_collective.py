@@ -76,3 +76,34 @@ def test_online_it_is_alerted_within_three_steps_of_its_start(run):
     assert [(f.root_cause, f.first_step, f.last_step) for f in found] == [
         (RootCause.JOB_WIDE_COMM, 6, 11)]
     assert 6 <= found[0].detected_at_step <= 6 + 3
+
+
+def _slow_first(trace: pd.DataFrame) -> pd.DataFrame:
+    """The stretched run with its throttled steps (6-11) traced first, as steps 3-8, and
+    its clean ones (3-5) after them, as steps 9-11: transfers slow from the first traced
+    step, then fast (each step's ops keep their own times; the evidence over time reads
+    each step apart)."""
+    order = {s: i + 3 for i, s in enumerate([6, 7, 8, 9, 10, 11, 3, 4, 5])}
+    return trace.assign(step=trace["step"].map(order))
+
+
+def test_a_slower_regime_from_the_first_traced_step_has_no_onset_and_is_not_named(run):
+    """A job's first steps run long as it settles, and a fault on before tracing began
+    looks the same: with no onset in the trace there is no change to place in time."""
+    trace = _slow_first(_stretched(run.trace, 5.0))
+    top = collective_changes(trace)[0]
+    assert (top.kind, top.first_step, top.last_step) == ("grads-reduce-scatter", 3, 8)
+    assert _detect(trace, run) == []
+    # The same steps as a window of a run that began earlier (step 3 of a longer run):
+    # the regime's onset is the window's first step, not the run's, and it is named.
+    window = trace[trace["step"] >= 5]
+    from stragglerlab.analysis.whatif import ComputeIdeal, run_whatif
+
+    result = run_whatif(window, run.meta, where=run.path,
+                        compute_ideal=ComputeIdeal.MEAN).result
+    as_window = WhatIfDetector().detect(
+        Run(window, run.meta, run.path, testbed=True, first_step=3), result)
+    assert [(f.root_cause, f.first_step, f.last_step) for f in as_window] == [
+        (RootCause.JOB_WIDE_COMM, 5, 8)]
+    alone = WhatIfDetector().detect(Run(window, run.meta, run.path, testbed=True), result)
+    assert alone == []

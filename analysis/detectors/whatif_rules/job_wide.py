@@ -17,7 +17,9 @@ member of a ring waits on, or the only link of a pipeline, leaves no faster peer
 comparison across ranks; only the same ops' own earlier steps show it (design.md, "Over
 time as well as across ranks"). Like a straggler, a regime holds `min_steps` steps (online
 the rules across ranks then see those steps first, and a slow worker's waiting peers are
-not a regime), and the kind carrying it must have moved on every rank that runs it (a slow
+not a regime; a slower regime from the run's first traced step that ends within the trace
+has no onset in it, as a settling job's first steps do not, and is not named), and the
+kind carrying it must have moved on every rank that runs it (a slow
 worker's peers wait in the collective, it does not). A communication kind carries it as
 communication only where its transfer moved with it by `job_wide_kind_share` of a step
 (`over_time.KindChange.transfer_moved`: a collective's least time over its ranks, a P2P
@@ -130,9 +132,21 @@ comparison across ranks named anything."""
 def rule(s: Signals, board: Board) -> list[Finding]:
     """The job-wide regime change, if any (board empty, run not failed: the arbitration
     sees to both)."""
+    steps = s.run.steps
     kind = next((c for c in collective_changes(s.run.trace)
-                 if c.n_steps >= s.config.min_steps and c.added_s > 0), None)
+                 if c.n_steps >= s.config.min_steps and c.added_s > 0
+                 and not _from_start(s.run, steps, c.first_step, c.last_step)), None)
     return _step_change(s, kind) or _kind_change(s, kind)
+
+
+def _from_start(run, steps: np.ndarray, first: int, last: int) -> bool:
+    """A slower regime from the run's first traced step that ends within the trace has no
+    onset in it: a job's first steps run long as it settles (connections made on a
+    collective's first use, allocators, caches: a clean DP 6 run's all-gather took 5.6x
+    longer over its first three traced steps after one warm-up step), and a fault already
+    on when tracing began and lifted later looks the same. Neither is a change the trace
+    can place in time."""
+    return first <= run.start_step and last < int(steps[-1])
 
 
 def _step_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
@@ -145,6 +159,8 @@ def _step_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
     part = cp.slow_part(steps)
     if part is None:  # faster over a window with steps on both sides: no slow regime
         return []
+    if _from_start(run, steps, *part):
+        return []  # no onset in the trace: the job settling, or a fault on before it
     if int(np.searchsorted(steps, part[1], side="right")
            - np.searchsorted(steps, part[0])) < cfg.min_steps:
         return []  # a regime holds `min_steps`, as a straggler does (the rules across
