@@ -14,11 +14,18 @@ from stragglerlab.analysis.detectors.whatif_rules.quiet_link import rule
 from stragglerlab.run.findings import RankRef, RootCause
 
 
-def _signals(excess: np.ndarray, job_s: float) -> SimpleNamespace:
+def _signals(excess: np.ndarray, job_s: float, slow_from: int | None = None
+             ) -> SimpleNamespace:
+    """Steps 3-7 of 1 s: each rank computes 0.5 s, then sends for 0.1 s; from `slow_from`
+    on, every rank's send takes 0.4 s (a link the job waits on)."""
     pp, dp = excess.shape
-    trace = pd.DataFrame({"step": np.repeat(np.arange(3, 8), 2),
-                          "start_ts": np.tile([0.0, 0.5], 5) + np.repeat(np.arange(5.0), 2),
-                          "duration": 0.5})  # 1 s steps
+    rows = []
+    for step in range(3, 8):
+        for rank in range(pp * dp):
+            send = 0.4 if slow_from is not None and step >= slow_from else 0.1
+            rows += [(step, rank, "forward-compute", step + 0.0, 0.5),
+                     (step, rank, "forward-send", step + 0.5, send)]
+    trace = pd.DataFrame(rows, columns=["step", "rank", "optype", "start_ts", "duration"])
     run = SimpleNamespace(trace=trace, meta=SimpleNamespace(dp_size=dp, pp_size=pp),
                           worker=lambda d, p: RankRef(rank=p * dp + d, dp_rank=d, stage=p))
     return SimpleNamespace(config=WhatIfDetectorConfig(), run=run, steps=np.arange(3, 8),
@@ -39,3 +46,11 @@ def test_a_link_collecting_the_excess_is_named_with_an_estimate_of_at_least_one(
 
 def test_no_link_standing_out_names_nothing():
     assert rule(_signals(np.full((4, 1), 0.3), job_s=1.2), Board()) == []
+
+
+def test_its_window_is_the_ranks_slower_regime_of_communication():
+    excess = np.array([[0.05], [0.05], [2.0], [0.05]])
+    (f,) = rule(_signals(excess, job_s=1.0, slow_from=5), Board())
+    assert (f.first_step, f.last_step) == (5, 7)
+    (f,) = rule(_signals(excess, job_s=1.0), Board())  # no change over time: the run
+    assert (f.first_step, f.last_step) == (3, 7)

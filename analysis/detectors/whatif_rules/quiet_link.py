@@ -1,7 +1,9 @@
 """Rule `quiet_link`: no straggler stands out, but one rank's comm ops collect
 `link_over_median` times the median worker's transfer excess and `link_share` of the
 job's time, its own compute not slow -> `net-throttle` on that rank (a mild slow link
-that slows every rank it talks to about equally)."""
+that slows every rank it talks to about equally). The statistic is the whole run's; the
+finding's window is where the rank's communication time per step is at its slower level
+(`over_time.slow_regime`: changed 1.5x or more over a sustained window), else the run."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from stragglerlab.analysis.detectors.whatif_rules import (
     Unit,
 )
 from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.analysis.over_time import COMM_KINDS, kind_times, slow_regime
 from stragglerlab.run.findings import Finding, RootCause
 
 THRESHOLDS: tuple[Threshold, ...] = (
@@ -52,8 +55,9 @@ def rule(s: Signals, board: Board) -> list[Finding]:
     compute = s.compute_over_peers
     if compute is not None and np.median(compute[stage, dp_rank]) >= cfg.compute_ratio:
         return []  # its own compute is slow: a slow device, too mild to flag
-    return [Finding([run.worker(dp_rank, stage)], int(steps[0]), int(steps[-1]),
-                    RootCause.NET_THROTTLE,
+    worker = run.worker(dp_rank, stage)
+    first, last = _window(run.trace, worker.rank, steps)
+    return [Finding([worker], first, last, RootCause.NET_THROTTLE,
                     confidence=float(min(1.0, 0.5 + (over_median - cfg.link_over_median))),
                     # At least 1, as every rule's: a throttle over most of a pure-PP run
                     # is its own optype's median, so the ideal takes it in and S reads
@@ -61,3 +65,17 @@ def rule(s: Signals, board: Board) -> list[Finding]:
                     estimated_slowdown=max(s.view.slowdown, 1.0),
                     detail={"comm_excess_share": share,
                             "comm_excess_over_median": over_median})]
+
+
+def _window(trace, rank: int, steps: np.ndarray) -> tuple[int, int]:
+    """First and last step of the rank's slower regime of communication time per step
+    (`over_time.slow_regime`), else of the run."""
+    ops = trace[(trace["rank"] == rank) & trace["optype"].astype(str).isin(COMM_KINDS)]
+    if ops.empty:
+        return int(steps[0]), int(steps[-1])
+    per_step = kind_times(ops).groupby("step")["time_s"].sum().reindex(steps)
+    slow = slow_regime(steps, per_step.to_numpy(float))
+    if slow is None:
+        return int(steps[0]), int(steps[-1])
+    at = steps[slow]
+    return int(at[0]), int(at[-1])
