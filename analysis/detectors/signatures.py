@@ -144,6 +144,18 @@ def gc_pauses_by_rank(trace: pd.DataFrame) -> pd.Series:
     return pauses.groupby(trace["rank"]).sum()
 
 
+def lengths_uniform(trace: pd.DataFrame, min_cv: float = 0.1) -> bool:
+    """Whether the trace records every microbatch's sum(seq_len^2) (`seq_len_sq_sum` on
+    forward ops) and they hardly vary (coefficient of variation below min_cv, e.g. fixed
+    lengths): then no microbatch's attention costs more than another's, and sequence
+    imbalance is ruled out by the trace itself. False where it records none."""
+    if "seq_len_sq_sum" not in trace.columns:
+        return False
+    sq = trace["seq_len_sq_sum"].to_numpy(dtype=float)
+    sq = sq[optype_mask(trace["optype"], ["forward-compute"]) & np.isfinite(sq)]
+    return bool(len(sq) >= 3 and sq.mean() > 0 and sq.std() / sq.mean() < min_cv)
+
+
 def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | None:
     """Correlation of each microbatch's compute time with its sum(seq_len^2), within steps.
 

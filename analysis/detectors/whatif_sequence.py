@@ -9,6 +9,7 @@ constant offset per stage. Two pure functions of the what-if evidence and the tr
 
 The first names it for the whole job when either signal holds (forward/backward
 correlation with a straggling job, or compute following sum(s^2) with S >= 1.03),
+never where the trace shows every microbatch's lengths alike,
 unless one worker explains the slowdown: with one DP rank M_W is not read, and
 when the top worker explains most (M_W >= 0.5) it is explained and removed first
 and the slowdown left must still reach the floor. The second tells a stage
@@ -26,8 +27,15 @@ from stragglerlab.analysis.detectors.whatif_evidence import Evidence
 
 
 def sequence_imbalance(evidence: Evidence, steps: np.ndarray, seq_corr: float | None,
-                       dp_size: int, cfg: WhatIfDetectorConfig) -> Finding | None:
-    """The job straggles, not because of one worker, and long microbatches are slow."""
+                       dp_size: int, cfg: WhatIfDetectorConfig,
+                       uniform_lengths: bool = False) -> Finding | None:
+    """The job straggles, not because of one worker, and long microbatches are slow.
+    uniform_lengths: the trace records the microbatches' lengths and they hardly vary
+    (`signatures.lengths_uniform`): the forward/backward signature then has some other
+    cause (a window whose steps straddle a slowdown moves both alike), and nothing is
+    named."""
+    if uniform_lengths:
+        return None
     result = evidence.view
     signals = {"fwd_bwd_correlation": evidence.fwd_bwd_correlation,
                "seq_len_correlation": seq_corr}

@@ -25,7 +25,11 @@ import numpy as np
 import pandas as pd
 
 from stragglerlab.analysis.detectors.base import Run
-from stragglerlab.analysis.detectors.signatures import seq_len_correlation, step_worker_scores
+from stragglerlab.analysis.detectors.signatures import (
+    lengths_uniform,
+    seq_len_correlation,
+    step_worker_scores,
+)
 from stragglerlab.analysis.detectors.whatif_config import WhatIfDetectorConfig
 from stragglerlab.analysis.detectors.whatif_device import normalized_compute, over_peers
 from stragglerlab.analysis.detectors.whatif_evidence import Evidence
@@ -101,3 +105,9 @@ class Signals:
         """Correlation of a microbatch's compute time with its sum(seq_len^2) (None where
         lengths do not vary)."""
         return seq_len_correlation(self.run.trace)
+
+    @functools.cached_property
+    def uniform_lengths(self) -> bool:
+        """The trace records the microbatches' lengths and they hardly vary
+        (`signatures.lengths_uniform`)."""
+        return lengths_uniform(self.run.trace)

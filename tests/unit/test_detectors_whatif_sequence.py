@@ -72,3 +72,26 @@ def test_sequence_imbalance_beside_a_slow_device_names_both(whatif_run):
     from stragglerlab.analysis.detectors.whatif import WhatIfDetector, WhatIfDetectorConfig
     strict = WhatIfDetector(WhatIfDetectorConfig(seq_min_slowdown=seq["slowdown_left"] + 0.01))
     assert {f.root_cause for f in strict.detect(run)} == {RootCause.SLOW_WORKER}
+
+
+def test_a_trace_whose_lengths_are_alike_is_never_sequence_imbalance(whatif_run):
+    """The forward/backward signature with a straggling job names sequences only where the
+    trace does not show every microbatch's length alike: an online window whose steps
+    straddle a throttle's first step moved forward and backward alike (S 1.9, correlation
+    0.97) in a fixed-length job."""
+    from stragglerlab.analysis.detectors.signatures import lengths_uniform
+    from stragglerlab.analysis.detectors.whatif import WhatIfDetector
+
+    run = whatif_run(dp_size=2, pp_size=2, n_steps=12, seq_imbalance_sigma=0.6)
+    assert not lengths_uniform(run.trace)
+    (found,) = WhatIfDetector().detect(run)
+    assert found.root_cause is RootCause.SEQ_IMBALANCE
+    fixed = run.trace.copy()
+    fwd = fixed["optype"] == "forward-compute"
+    fixed.loc[fwd, "seq_len_sq_sum"] = 1024.0 ** 2        # every microbatch 1,024 tokens
+    assert lengths_uniform(fixed)
+    run.trace = fixed
+    # (the compute still varies, so other rules may name what it does; never sequences)
+    assert RootCause.SEQ_IMBALANCE not in [f.root_cause for f in WhatIfDetector().detect(run)]
+    # No lengths in the trace (the artifact's traces): the signature still decides.
+    assert not lengths_uniform(fixed.drop(columns="seq_len_sq_sum"))

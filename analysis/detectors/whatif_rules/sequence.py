@@ -62,5 +62,6 @@ EXCLUDES = NO_EXCLUSION
 
 def rule(s: Signals, board: Board) -> list[Finding]:
     """The sequence-imbalance finding, if its signatures hold."""
-    found = sequence_imbalance(s.evidence, s.steps, s.seq_corr, s.run.meta.dp_size, s.config)
+    found = sequence_imbalance(s.evidence, s.steps, s.seq_corr, s.run.meta.dp_size, s.config,
+                               uniform_lengths=s.uniform_lengths)
     return [] if found is None else [found]
