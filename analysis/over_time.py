@@ -191,12 +191,22 @@ def holds_sign(series, sds: float = NOISE_SDS) -> bool:
     its own steps (sample SD / sqrt(n)): a sign the steps keep, not zero-mean noise that
     a few of them share. True with fewer than MIN_SIDE finite steps (no spread to
     measure); a series with no spread holds where its mean is above zero."""
+    t = sign_t(series)
+    return True if t is None else bool(t > sds)
+
+
+def sign_t(series) -> float | None:
+    """A per-step signed series' mean over its standard error (sample SD / sqrt(n)), over
+    its finite steps; +-inf where they do not spread (the sign of the mean; 0 for zero);
+    None with fewer than MIN_SIDE finite steps."""
     x = np.asarray(series, dtype=float)
     x = x[np.isfinite(x)]
     if x.size < MIN_SIDE:
-        return True
+        return None
     mean, sd = float(x.mean()), float(x.std(ddof=1))
-    return bool(mean > sds * sd / np.sqrt(x.size)) if sd > 0 else mean > 0
+    if sd > 0:
+        return mean / (sd / float(np.sqrt(x.size)))
+    return float(np.sign(mean)) * np.inf if mean != 0 else 0.0
 
 
 def slow_regime(steps, values, ratio: float = KIND_RATIO) -> np.ndarray | None:

@@ -96,6 +96,10 @@ def test_holds_sign_and_slow_regime():
     assert holds_sign([0.24, 0.32, 0.24, 0.24, 0.17, 0.16])       # a link: 10 SEs
     assert not holds_sign([0.01, 0.05, 0.06, 0.05, -0.02, 0.05])   # noise: 2.7 SEs
     assert holds_sign([0.1])                    # one step: no spread to hold it to
+    from stragglerlab.analysis.over_time import sign_t
+
+    assert sign_t([0.1]) is None and sign_t([0.1, 0.1]) == np.inf
+    assert sign_t([0.24, 0.32, 0.24, 0.24, 0.17, 0.16]) == pytest.approx(10.0, abs=0.5)
     assert holds_sign([0.1, 0.1]) and not holds_sign([0.0, 0.0])
     t = np.array([0.02, 0.02, 0.03, 1.0, 1.1, 0.9, 1.0, 0.02])
     assert slow_regime(np.arange(8), t).tolist() == [False] * 3 + [True] * 4 + [False]
@@ -236,3 +240,24 @@ def test_stage_transfers_are_each_stages_transfer_by_rank():
                     else:
                         assert got[stage].tobytes() == want.tobytes()
                 assert list(got) == sorted(trace["stage"].unique().tolist())
+
+
+def test_ring_sign_reads_the_recorded_rings():
+    """benchmarks/ring_sign.py on the recorded runs: one throttled link stands many standard
+    errors over zero on its victim; two links that slow the whole ring leave no rank near
+    the rule's 4."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    data = root / "tests" / "data" / "job-wide"
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "ring_sign.py"),
+                          str(data / "shared-ring-dp4"), str(data / "shared-ring-dp4-two")],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    t = [[float(x) for x in re.findall(r"t ([+-][\d.]+|[+-]inf)", line)] for line in out]
+    assert "regime 6-11" in out[0] and "regime 6-11" in out[1]
+    # (in a ring of 4 the score is antisymmetric: rank 0's t is the victim's, negated)
+    assert t[0][2] > 4 and max(x for i, x in enumerate(t[0]) if i != 2) < 4
+    assert max(abs(x) for x in t[1]) < 2
