@@ -12,7 +12,7 @@ pure numpy/pandas over a trace (no Ray, no torch, no what-if):
 * `link_times`: per (step, link) the time of the transfers over each link that can be
   timed on its own: a P2P send/recv pair's latency (sender stage -> receiver stage, per
   DP rank), and in a DP ring of 3 or more ranks each rank's signed ring-neighbour
-  excess (`whatif_ring.ring_scores`' order: where a slow link's transfer time lands);
+  excess (`ring_order.ring_scores`: where a slow link's transfer time lands);
 * `change_point`: the one window of steps whose level differs most from the steps
   outside it (least squares on log time, a window of at least MIN_SIDE steps with at
   least MIN_SIDE outside), with its first and last step (last None: to the end), kept
@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from stragglerlab.analysis.ring_order import MIN_RING, ring_scores
 from stragglerlab.method.p2p_pairs import p2p_pair_latency, receiver_stage
 from stragglerlab.trace.schema import COMMUNICATION_OPS, P2P_OPS
 
@@ -64,8 +65,8 @@ COLLECTIVE_KINDS = frozenset(o.value for o in COMMUNICATION_OPS - P2P_OPS)
 """Communication kinds every member of a group runs together (collectives): the member that
 arrives last waits least, so the least time of the kind over its ranks in a step is the
 collective's own transfer, not waiting (a P2P recv's time is mostly its sender's compute)."""
-RING_MIN = 3
-"""DP ranks a ring needs for its order to place a link (`whatif_ring.MIN_RING`)."""
+RING_MIN = MIN_RING
+"""DP ranks a ring needs for its order to place a link (`ring_order.MIN_RING`)."""
 KIND_RATIO = 1.5
 """A kind moved with the step when its time per step changed by this much over the window,
 the way the step did (the what-if's regime note's `analysis.regime.REGIME_RATIO`). Fixed,
@@ -248,7 +249,7 @@ def link_times(trace: pd.DataFrame, dp: int, pp: int, steps: np.ndarray | None =
     P2P: the summed latency of the step's send/recv pairs from one stage to the next (per
     DP rank; both directions of a link are one link). Ring (pure DP or per stage, 3 or
     more DP ranks): the signed ring-neighbour excess that points at a rank, in s per step
-    (`whatif_ring.ring_scores` times the mean step)."""
+    (`ring_order.ring_scores` times the mean step)."""
     steps = np.unique(trace["step"]) if steps is None else np.asarray(steps)
     rows = []
     if pp > 1:
@@ -268,8 +269,6 @@ def link_times(trace: pd.DataFrame, dp: int, pp: int, steps: np.ndarray | None =
             per["what"] = "p2p"
             rows.append(per[["step", "link", "ranks", "what", "time_s"]])
     if dp >= RING_MIN:
-        # Imported here: the ring's order is the detector's (one definition of the score).
-        from stragglerlab.analysis.detectors.whatif_ring import ring_scores
         st, sec = step_times(trace)
         mean_s = float(sec.mean()) if sec.size else 1.0
         for stage, ops in trace.groupby("stage", sort=True):

@@ -16,7 +16,8 @@ import argparse
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import mean_step_time
-from stragglerlab.analysis.detectors.whatif_ring import (
+from stragglerlab.analysis.over_time import sign_t, slow_regime
+from stragglerlab.analysis.ring_order import (
     ALL_GATHER,
     MIN_RING,
     REDUCE_SCATTER,
@@ -24,7 +25,6 @@ from stragglerlab.analysis.detectors.whatif_ring import (
     ring_transfer,
     stage_transfers,
 )
-from stragglerlab.analysis.over_time import sign_t, slow_regime
 from stragglerlab.run.run_folder import RunFolder
 
 

@@ -45,7 +45,6 @@ from stragglerlab.analysis.detectors.whatif_links import (
     ring_ends,
     slowed_workers,
 )
-from stragglerlab.analysis.detectors.whatif_ring import MIN_RING
 from stragglerlab.analysis.detectors.whatif_rules import (
     ESTIMATED,
     LINK_CAUSES,
@@ -57,6 +56,7 @@ from stragglerlab.analysis.detectors.whatif_rules import (
 )
 from stragglerlab.analysis.detectors.whatif_rules import THRESHOLDS as SHARED
 from stragglerlab.analysis.detectors.whatif_signals import Signals
+from stragglerlab.analysis.ring_order import MIN_RING
 from stragglerlab.run.findings import Finding, RootCause
 
 

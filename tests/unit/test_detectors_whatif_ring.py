@@ -49,7 +49,8 @@ def _ring_run(dp: int, victim: int | None, lateness_s: float = 0.02, first: int 
 
 def test_a_throttled_ring_link_in_pure_dp_is_named_at_its_rank_and_nowhere_else():
     from stragglerlab.analysis.detectors.whatif import WhatIfDetectorConfig
-    from stragglerlab.analysis.detectors.whatif_ring import ring_links, ring_scores
+    from stragglerlab.analysis.detectors.whatif_ring import ring_links
+    from stragglerlab.analysis.ring_order import ring_scores
 
     cfg = WhatIfDetectorConfig()
     for dp, victim in ((4, 2), (4, 0), (3, 1), (6, 5)):
@@ -63,7 +64,7 @@ def test_a_throttled_ring_link_in_pure_dp_is_named_at_its_rank_and_nowhere_else(
         assert found[0].detail["ring_step_share"] == pytest.approx(0.2, abs=0.03)
     # No link, or a ring of two (each rank is both neighbours of the other): nothing.
     assert ring_links(_ring_run(4, None), np.arange(8), cfg, 1.0) == []
-    assert ring_scores(_ring_run(2, 1).trace, 2, np.arange(8)) is None
+    assert ring_scores(_ring_run(2, 1).trace, 2, np.arange(8), 0.2) is None
     # Two slow steps are not a window of three.
     assert ring_links(_ring_run(4, 2, first=6), np.arange(8), cfg, 1.0) == []
 
@@ -212,7 +213,7 @@ def test_a_link_named_with_both_ends_gives_way_to_a_rule_that_chose_one():
 def test_stage_transfers_are_each_stages_transfer_by_rank():
     """The one-pass transfers of every stage's ring give transfer_by_rank's numbers on that
     stage's ops, bit for bit (the live monitor's window at 1,024 workers reads them so)."""
-    from stragglerlab.analysis.detectors.whatif_ring import (
+    from stragglerlab.analysis.ring_order import (
         ALL_GATHER,
         REDUCE_SCATTER,
         stage_transfers,
