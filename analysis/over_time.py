@@ -65,8 +65,6 @@ COLLECTIVE_KINDS = frozenset(o.value for o in COMMUNICATION_OPS - P2P_OPS)
 """Communication kinds every member of a group runs together (collectives): the member that
 arrives last waits least, so the least time of the kind over its ranks in a step is the
 collective's own transfer, not waiting (a P2P recv's time is mostly its sender's compute)."""
-RING_MIN = MIN_RING
-"""DP ranks a ring needs for its order to place a link (`ring_order.MIN_RING`)."""
 KIND_RATIO = 1.5
 """A kind moved with the step when its time per step changed by this much over the window,
 the way the step did (the what-if's regime note's `analysis.regime.REGIME_RATIO`). Fixed,
@@ -268,7 +266,7 @@ def link_times(trace: pd.DataFrame, dp: int, pp: int, steps: np.ndarray | None =
                             for a, b, r in zip(per["lo"], per["hi"], per["d"], strict=True)]
             per["what"] = "p2p"
             rows.append(per[["step", "link", "ranks", "what", "time_s"]])
-    if dp >= RING_MIN:
+    if dp >= MIN_RING:  # a ring whose order can place a link
         st, sec = step_times(trace)
         mean_s = float(sec.mean()) if sec.size else 1.0
         for stage, ops in trace.groupby("stage", sort=True):

@@ -111,7 +111,7 @@ def ring_scores(trace: pd.DataFrame, dp: int, steps: np.ndarray,
 
 
 def neighbour_scores(rs: np.ndarray | None, ag: np.ndarray | None, dp: int,
-            step_s) -> np.ndarray | None:
+                     step_s) -> np.ndarray | None:
     """`ring_scores` from the two collectives' excess grids (`excess_grid`); step_s: the
     mean step, s, called only where both grids are there."""
     if rs is None or ag is None:

@@ -1,7 +1,8 @@
 """The ring rule's sign test, read on run folders: per stage ring of 3 or more DP ranks,
 the slower regime of the ring's transfers and, per rank, its ring score held over
 `min_steps` steps (the rule's statistic, a share of the step) and its mean over the regime
-in standard errors (`over_time.sign_t`; the rule names a rank at 4 or more).
+in standard errors (`over_time.sign_t`; the rule names a rank at 4 or more; no test
+without a slower regime of 2 x min_steps steps).
 
     python benchmarks/ring_sign.py RUN_DIR... [--min-steps 3]
 
@@ -16,13 +17,14 @@ import argparse
 import numpy as np
 
 from stragglerlab.analysis.detectors.signatures import mean_step_time
-from stragglerlab.analysis.over_time import sign_t, slow_regime
+from stragglerlab.analysis.detectors.whatif_ring import sign_test_steps
+from stragglerlab.analysis.over_time import sign_t
 from stragglerlab.analysis.ring_order import (
     ALL_GATHER,
     MIN_RING,
     REDUCE_SCATTER,
-    ring_scores,
-    ring_transfer,
+    excess_grid,
+    neighbour_scores,
     stage_transfers,
 )
 from stragglerlab.run.run_folder import RunFolder
@@ -46,15 +48,18 @@ def main() -> None:
         for stage in rs:
             if rs[stage] is None or ag[stage] is None:
                 continue
-            score = ring_scores(trace[trace["stage"] == stage], dp, steps, step_s)
+            # the rule's own composition (whatif_ring.ring_links)
+            score = neighbour_scores(excess_grid(rs[stage]), excess_grid(ag[stage]), dp,
+                                     lambda s=step_s: s)
             held = np.lib.stride_tricks.sliding_window_view(score, w, axis=0).min(axis=2)
-            regime = slow_regime(steps, ring_transfer(rs[stage], ag[stage]))
-            where = "no slower regime" if regime is None else \
+            regime = sign_test_steps(rs[stage], ag[stage], steps, w)
+            where = f"no slower regime of {2 * w} steps or more: no sign test" \
+                if regime is None else \
                 f"regime {int(steps[regime][0])}-{int(steps[regime][-1])}"
             cells = []
             for v in range(dp):
-                t = sign_t(score[regime, v] if regime is not None else score[:, v])
-                cells.append(f"{v}: held {held[:, v].max():+.3f} t {t:+.1f}")
+                t = "-" if regime is None else f"{sign_t(score[regime, v]):+.1f}"
+                cells.append(f"{v}: held {held[:, v].max():+.3f} t {t}")
             print(f"{run} stage {stage} ({where}): " + "; ".join(cells))
 
 

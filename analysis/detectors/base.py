@@ -77,12 +77,6 @@ class Run:
     window); None: the trace's own first step."""
 
     @property
-    def start_step(self) -> int:
-        """The run's first traced step (`first_step`, else the trace's first)."""
-        return int(self.first_step if self.first_step is not None
-                   else self.trace["step"].min())
-
-    @property
     def steps(self) -> np.ndarray:
         """Traced step numbers, ascending."""
         return np.sort(self.trace["step"].unique())

@@ -151,9 +151,22 @@ def lengths_uniform(trace: pd.DataFrame, min_cv: float = 0.1) -> bool:
     imbalance is ruled out by the trace itself. False where it records none."""
     if "seq_len_sq_sum" not in trace.columns:
         return False
+    cv = _cv(_forward_lengths(trace))
+    return cv is not None and cv < min_cv
+
+
+def _forward_lengths(trace: pd.DataFrame) -> np.ndarray:
+    """The forward ops' recorded sum(seq_len^2), finite values only (the column must be
+    there)."""
     sq = trace["seq_len_sq_sum"].to_numpy(dtype=float)
-    sq = sq[optype_mask(trace["optype"], ["forward-compute"]) & np.isfinite(sq)]
-    return bool(len(sq) >= 3 and sq.mean() > 0 and sq.std() / sq.mean() < min_cv)
+    return sq[optype_mask(trace["optype"], ["forward-compute"]) & np.isfinite(sq)]
+
+
+def _cv(sq: np.ndarray) -> float | None:
+    """Coefficient of variation; None with fewer than 3 values or a mean not positive."""
+    if len(sq) < 3 or sq.mean() <= 0:
+        return None
+    return float(sq.std() / sq.mean())
 
 
 def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | None:
@@ -174,9 +187,9 @@ def seq_len_correlation(trace: pd.DataFrame, min_cv: float = 0.1) -> float | Non
     if missing:  # the KeyError its frame selection below always raised
         raise KeyError(f"{missing} not in index")
     # Lengths that hardly vary (most runs) are told from two arrays, before any frame.
-    sq = trace["seq_len_sq_sum"].to_numpy(dtype=float)
-    sq = sq[optype_mask(trace["optype"], ["forward-compute"]) & np.isfinite(sq)]
-    if len(sq) < 3 or sq.mean() <= 0 or sq.std() / sq.mean() < min_cv:
+    sq = _forward_lengths(trace)
+    cv = _cv(sq)
+    if cv is None or cv < min_cv:
         return None
     opt = trace["optype"].astype(str)
     fwd = trace.loc[opt == "forward-compute", keys + ["duration", "seq_len_sq_sum"]]

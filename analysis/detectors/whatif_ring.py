@@ -112,7 +112,8 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
         best = held.max(axis=0)  # [candidate]
         named: list[int] = []
         busy = [d for d, p in slow if p == stage]
-        regime = None
+        regime = sign_test_steps(rs[stage], ag[stage], steps, cfg.min_steps) \
+            if best.max() >= cfg.ring_step_share else None
         for victim in np.argsort(-best, kind="stable"):
             if best[victim] < cfg.ring_step_share:
                 break
@@ -120,11 +121,7 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
             # so does a slow rank.
             if any((victim - n) % dp in (1, dp - 1) for n in named + busy):
                 continue
-            if regime is None:
-                regime = slow_regime(steps, ring_transfer(rs[stage], ag[stage]))
-                if regime is None or regime.sum() < 2 * cfg.min_steps:
-                    regime = False  # no slower regime, or too few steps to measure its spread
-            if regime is not False and not holds_sign(score[regime, victim]):
+            if regime is not None and not holds_sign(score[regime, victim]):
                 continue  # the noise of a ring whose links are slow alike
             named.append(int(victim))
             first, last = _window(held[:, victim] >= cfg.ring_step_share, steps,
@@ -136,6 +133,15 @@ def ring_links(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,
                 detail={"test": "ring", "ring_step_share": float(best[victim]),
                         "ring_step_share_by_rank": [float(b) for b in best]}))
     return found
+
+
+def sign_test_steps(rs: np.ndarray, ag: np.ndarray, steps: np.ndarray,
+                    min_steps: int) -> np.ndarray | None:
+    """Mask over the steps: the ring's slower regime of transfers (`ring_transfer`'s
+    `over_time.slow_regime`), the steps a candidate's sign is held over; None without one,
+    or with fewer than 2 x min_steps steps in it (too few to measure the score's spread)."""
+    regime = slow_regime(steps, ring_transfer(rs, ag))
+    return regime if regime is not None and regime.sum() >= 2 * min_steps else None
 
 
 def two_rank_link(run: Run, steps: np.ndarray, cfg: WhatIfDetectorConfig,

@@ -132,7 +132,7 @@ comparison across ranks named anything."""
 def rule(s: Signals, board: Board) -> list[Finding]:
     """The job-wide regime change, if any (board empty, run not failed: the arbitration
     sees to both)."""
-    steps = s.run.steps
+    steps = s.step_change[0]
     kind = next((c for c in collective_changes(s.run.trace)
                  if c.n_steps >= s.config.min_steps and c.added_s > 0
                  and not _from_start(s.run, steps, c.first_step, c.last_step)), None)
@@ -146,7 +146,8 @@ def _from_start(run, steps: np.ndarray, first: int, last: int) -> bool:
     longer over its first three traced steps after one warm-up step), and a fault already
     on when tracing began and lifted later looks the same. Neither is a change the trace
     can place in time."""
-    return first <= run.start_step and last < int(steps[-1])
+    start = run.first_step if run.first_step is not None else int(steps[0])
+    return first <= start and last < int(steps[-1])
 
 
 def _step_change(s: Signals, kind: CollectiveChange | None) -> list[Finding]:
