@@ -10,7 +10,10 @@ arrival, since the rank went on from the launch; the step-end row also waits
 for the chain's async ops: stragglerlab.trace.op_model); a group starts at its
 members' latest arrival (a local row at its own arrival); each member ends at
 that start plus its transfer duration. A step's time is the latest chain end
-of the step. With the host model (GPU traces, `simulate(..., host=...)`) each
+of the step. A posted row (a send/recv a helper thread posted ahead, `wait_k`)
+arrives in its chain's order and the chain goes on from its arrival; its group
+runs when every member has arrived, and the row at its `wait_k` waits for its
+end. With the host model (GPU traces, `simulate(..., host=...)`) each
 chain also keeps a host clock: a row arrives no earlier than the host allows,
 and the step-end row ends when the host does (stragglerlab.importers.
 general_host).
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from stragglerlab.trace.op_model import STEP_END
+from stragglerlab.trace.op_model import STEP_END, posted_rows, waiter_rows
 
 SCENARIO_CHUNK = 32
 """Scenarios simulated per pass (memory: rows x chunk floats)."""
@@ -66,6 +69,13 @@ class Schedule:
     serial: np.ndarray | None = None
     """Per row: it also waits for the chain's earlier rows to end (an in-order NCCL stream);
     None: no row does."""
+    posted: np.ndarray | None = None
+    """Per row: posted ahead (see the module doc); None: no row is. With it, `posts` and
+    `waits` hold one entry per round."""
+    posts: list[np.ndarray] | None = None
+    """Per round: the posted rows that arrive in it (their groups run in a later round)."""
+    waits: list[tuple[np.ndarray, np.ndarray]] | None = None
+    """Per round: (row waiting, posted row it waits for), each pair once."""
 
 
 def schedule(ops: pd.DataFrame) -> Schedule:
@@ -89,56 +99,106 @@ def schedule(ops: pd.DataFrame) -> Schedule:
         if n else np.zeros(1, int)
     starts = ops["start_s"].to_numpy()
     rows_of = np.split(np.arange(n), np.flatnonzero(np.diff(chain)) + 1) if n else []
-    head = np.zeros(n_chains, dtype=np.int64)
-    cnt = np.zeros(size.size, dtype=np.int64)
+    posted = posted_rows(ops)
+    waiter = waiter_rows(ops)
+    is_posted = set(np.flatnonzero(posted).tolist())
+    need: dict[int, int] = {}  # row -> posted rows it waits for whose groups have not run
+    for w in waiter[posted].tolist():
+        need[w] = need.get(w, 0) + 1
+    cnt = [0] * size.size
+    size_l, group_l, synced_l = size.tolist(), group.tolist(), synced.tolist()
     waiting: dict[int, list[int]] = {}
     ready: deque[list[int]] = deque()
+    post_ready: list[int] = []
     heads: set[int] = set()
+    blocked: set[int] = set()
 
     def arrive(row: int) -> None:
+        if need and need.get(row):
+            blocked.add(row)
+        elif row in is_posted:
+            post_ready.append(row)
+        else:
+            join(row)
+
+    def join(row: int) -> None:
         heads.add(row)
-        if synced[row]:
-            g_ = group[row]
+        if synced_l[row]:
+            g_ = group_l[row]
             cnt[g_] += 1
             waiting.setdefault(g_, []).append(row)
-            if cnt[g_] == size[g_]:
+            if cnt[g_] == size_l[g_]:
                 ready.append(waiting.pop(g_))
         else:
             ready.append([row])
 
+    chain_of = chain.tolist()
+    first_of = [int(r[0]) for r in rows_of]
+    n_rows_of = [len(r) for r in rows_of]
+    head = [0] * n_chains
+
+    def advance(c: int) -> None:
+        head[c] += 1
+        if head[c] < n_rows_of[c]:
+            arrive(first_of[c] + head[c])
+
     for c in range(n_chains):
-        arrive(int(rows_of[c][0]))
-    rounds, released, done = [], 0, 0
+        arrive(first_of[c])
+    rounds, posts, released, done = [], [], 0, 0
     while done < n:
         emit = list(ready)
         ready.clear()
-        if not emit:  # contradicting orders: release the earliest-started waiting group
-            row = min(heads, key=lambda r: starts[r])
-            g_ = group[row]
+        now = np.array(post_ready, dtype=np.int64)
+        post_ready.clear()
+        if not emit and not now.size:  # contradicting orders: release the earliest-started
+            row = min(heads, key=lambda r: starts[r])  # waiting group
+            g_ = group_l[row]
             members = waiting.pop(g_)
-            for r in np.flatnonzero(group == g_):
+            for r in np.flatnonzero(group == g_).tolist():
                 if r not in members:
-                    synced[r] = False
-            size[g_] = len(members)
+                    synced_l[r] = False
+            size_l[g_] = len(members)
             emit = [members]
             released += 1
         rows = np.fromiter((r for s in emit for r in s), dtype=np.int64)
         sets = np.repeat(np.arange(len(emit)), [len(s) for s in emit])
         rounds.append((rows, sets, len(emit)))
+        posts.append(now)
         done += rows.size
+        for r in now.tolist():  # posted: in its group from now on; the chain goes on
+            join(r)
+            advance(chain_of[r])
         for r in rows.tolist():
             heads.discard(r)
-            c = chain[r]
-            head[c] += 1
-            if head[c] < len(rows_of[c]):
-                arrive(int(rows_of[c][head[c]]))
+            if r in is_posted:  # its group ran: the row waiting for it may go
+                w = int(waiter[r])
+                need[w] -= 1
+                if not need[w]:
+                    del need[w]
+                    if w in blocked:
+                        blocked.discard(w)
+                        arrive(w)
+            else:
+                advance(chain_of[r])
+    synced = np.array(synced_l, dtype=bool)
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(n, bool)
     ser = ops["serial"].to_numpy(bool) if "serial" in ops else np.zeros(n, bool)
+    waits = None
+    if posted.any():
+        at_round = np.zeros(n, dtype=np.int64)
+        for i, ((rows, _s, _n), now) in enumerate(zip(rounds, posts, strict=True)):
+            at_round[rows[~posted[rows]]] = i
+            at_round[now] = i
+        src = np.flatnonzero(posted)
+        by = at_round[waiter[src]]
+        waits = [(waiter[src[by == i]], src[by == i]) for i in range(len(rounds))]
     return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
                     rounds=rounds, synced=synced, released=released, split_steps=split,
                     asynchronous=asy if asy.any() else None,
                     is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None,
-                    serial=ser if ser.any() else None)
+                    serial=ser if ser.any() else None,
+                    posted=posted if posted.any() else None,
+                    posts=posts if posted.any() else None, waits=waits)
 
 
 HOST_PARTS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "gate_back_s",
@@ -156,6 +216,8 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
     resumes after a sync at the later of itself and the device, a row arrives no earlier
     than the host reached its last gating launch plus what ran after it, and the step ends
     (`step_end` rows) when the host does."""
+    if sched.posted is not None:
+        return _simulate_posted(sched, gap, transfer, host, step_end)
     n_s = gap.shape[1]
     end = np.zeros((sched.n_chains, n_s))
     asy, ser = sched.asynchronous, sched.serial
@@ -196,6 +258,69 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
             aend[c] = np.where(a, np.maximum(aend[c], done), aend[c])
         if ser is not None:
             cend[c] = np.maximum(cend[c], done)
+    out = np.full((sched.steps.size, n_s), -np.inf)
+    np.maximum.at(out, sched.chain_step, end)
+    return out
+
+
+def _simulate_posted(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
+                     host: dict[str, np.ndarray] | None,
+                     step_end: np.ndarray | None) -> np.ndarray:
+    """simulate() for a schedule with posted rows: a round first computes the arrivals of
+    its rows that arrive (its members that are not posted, and its posts), then runs its
+    groups from the members' arrivals, stored for posted members when they arrived."""
+    n_rows, n_s = gap.shape
+    end = np.zeros((sched.n_chains, n_s))
+    asy, ser, posted = sched.asynchronous, sched.serial, sched.posted
+    aend = np.zeros((sched.n_chains, n_s))
+    cend = np.zeros((sched.n_chains, n_s)) if ser is not None else None
+    h = np.zeros((sched.n_chains, n_s)) if host is not None else None
+    arr = np.zeros((n_rows, n_s))
+    pdone = np.zeros((n_rows, n_s))
+    slot = np.zeros(n_rows, dtype=np.int64)
+    for (rows, sets, n_sets), now, (wj, wi) in zip(sched.rounds, sched.posts, sched.waits,
+                                                   strict=True):
+        mine = ~posted[rows]
+        a = np.concatenate([rows[mine], now])
+        c = sched.chain[a]
+        point = np.where(sched.is_end[a, None], np.maximum(end[c], aend[c]), end[c])
+        if wj.size:  # a row waiting for posted rows starts no earlier than their ends
+            slot[a] = np.arange(a.size)
+            waited = np.full(point.shape, -np.inf)
+            np.maximum.at(waited, slot[wj], pdone[wi])
+            point = np.maximum(point, waited)
+        arrive = point + gap[a]
+        if ser is not None:
+            arrive = np.where(ser[a, None], np.maximum(arrive, cend[c]), arrive)
+        if h is not None:
+            prev = h[c]
+            at = prev + host["host_s"][a]
+            done = np.fmax(point + host["sync_s"][a],
+                           prev + host["sync_gate_s"][a] + host["sync_tail_s"][a])
+            at = np.fmax(at, done) + host["host_after_s"][a]
+            arrive = np.fmax(arrive, at - host["gate_back_s"][a] + host["gate_tail_s"][a])
+            known = np.isfinite(at)
+            arrive = np.where(step_end[a, None] & known, at, arrive)
+            h[c] = np.where(known, at, h[c])
+        arr[a] = arrive
+        end[sched.chain[now]] = arrive[rows[mine].size:]  # the chain goes on from a post
+        if not rows.size:
+            continue
+        at_ = arr[rows]
+        if n_sets == rows.size:
+            start = at_
+        else:
+            latest = np.full((n_sets, n_s), -np.inf)
+            np.maximum.at(latest, sets, at_)
+            start = latest[sets]
+        done = start + transfer[rows]
+        own, cr = rows[mine], sched.chain[rows[mine]]
+        a_ = asy[own, None]
+        end[cr] = np.where(a_, at_[mine], done[mine])
+        aend[cr] = np.where(a_, np.maximum(aend[cr], done[mine]), aend[cr])
+        pdone[rows[~mine]] = done[~mine]
+        if ser is not None:
+            cend[cr] = np.maximum(cend[cr], done[mine])
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out

@@ -10,7 +10,9 @@ stage) mapped through the imported trace's own rank column), the validity gate
 (`validity.valid` and its reasons) and the straggling verdict; per run, the relative
 difference S_general / S_vocab - 1 and the general import's matching (communication
 ops matched across ranks vs left local). The summary counts the runs within 2 % in S,
-with the same top worker and with the same gate outcome (same validity and verdict).
+with the same top worker, naming the same workers (the top workers where the verdict is
+straggling, none otherwise), with the same gate outcome (same validity and verdict), and
+with all three.
 
 Run folders (with `kineto/rank<r>.json.gz`) or bare folders of per-rank traces:
 
@@ -128,7 +130,15 @@ def compare(run: Path, work: Path | None = None, reuse: bool = False) -> dict:
     row["within_2pct"] = abs(row["S_rel_diff"]) <= S_TOL
     row["same_top_worker"] = set(voc["top_workers"]) == set(gen["top_workers"])
     row["same_gate"] = voc["valid"] == gen["valid"] and voc["verdict"] == gen["verdict"]
+    row["same_named_workers"] = set(_named(voc)) == set(_named(gen))
     return row
+
+
+def _named(reading: dict) -> list[int]:
+    """The workers a path names as stragglers: its top workers where its verdict is
+    straggling, none otherwise (a job neither path calls straggling names nobody; its
+    top worker is then the noise's)."""
+    return reading["top_workers"] if reading["verdict"] == "straggling" else []
 
 
 def summary(rows: list[dict]) -> dict:
@@ -136,7 +146,12 @@ def summary(rows: list[dict]) -> dict:
     return {"runs": len(rows), "compared": len(ok),
             "within_2pct": sum(r["within_2pct"] for r in ok),
             "same_top_worker": sum(r["same_top_worker"] for r in ok),
+            "same_named_workers": sum(r["same_named_workers"] for r in ok),
             "same_gate": sum(r["same_gate"] for r in ok),
+            "all_three": sum(r["within_2pct"] and r["same_top_worker"] and r["same_gate"]
+                             for r in ok),
+            "all_three_named": sum(r["within_2pct"] and r["same_named_workers"]
+                                   and r["same_gate"] for r in ok),
             "max_abs_rel_diff": max((abs(r["S_rel_diff"]) for r in ok), default=None)}
 
 
@@ -197,8 +212,10 @@ def main() -> int:
     summ = summary(rows)
     print(table(rows))
     print(f"\n{summ['compared']} of {summ['runs']} runs compared: {summ['within_2pct']} within "
-          f"2 % in S, {summ['same_top_worker']} with the same top worker, {summ['same_gate']} "
-          f"with the same gate outcome; max |diff| {summ['max_abs_rel_diff']}")
+          f"2 % in S, {summ['same_top_worker']} with the same top worker "
+          f"({summ['same_named_workers']} naming the same workers), {summ['same_gate']} with "
+          f"the same gate outcome; all three: {summ['all_three']} ({summ['all_three_named']} "
+          f"with named workers); max |diff| {summ['max_abs_rel_diff']}")
     if args.json:
         args.json.write_text(json.dumps({"runs": rows, "summary": summ}, indent=1) + "\n")
     return 0

@@ -4,6 +4,7 @@ and `ready_s`).
 
     lead, beside, resumed = gpu_evidence(frame, rank_events.kernels)    # per NCCL kernel
     asynchronous, serial, ready = decide_async(ops, use_gpu)            # per op-table row
+    posted, wait_k = posted_ahead(ops, asynchronous)                    # CPU P2P rows
 
 Evidence per op (µs):
 * `beside`: how long the rank computed while the op ran. CPU traces: its
@@ -16,6 +17,16 @@ Evidence per op (µs):
   its kernels in launch order, and the collective waits for the gradients they
   made), or its own launch if later; unknown (0) unless every compute
   kernel's launch is in the trace.
+
+* posted (CPU): a send/recv matched with its peer whose span holds the start of the rank's next
+  op (the program issued more work while it ran: a helper thread posted it
+  ahead, as a pipeline engine's isend/irecv), or that is async by `beside`.
+  One rank's overlap is proof for the same work on every rank (the same
+  program posted it; a peer's op may just have ended sooner).
+  The chain goes on from its start, and the first later op that starts after
+  its end waits for it (`wait_k`; the latest such position over the same work):
+  the program needs a P2P op's data, or its buffer, before its next op, not
+  only at the step's end.
 
 Decisions pool the evidence over the ops doing the same work (same role, step,
 position k and chain length, as the ideal does; where ranks hold other kinds
@@ -34,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stragglerlab.trace.op_model import STEP_END
+from stragglerlab.trace.op_model import P2P_KINDS, STEP_END
 
 ASYNC_BUSY = 0.5
 """Share of the ops' spans the rank must spend computing for the work to be async: a rank
@@ -105,8 +116,7 @@ def decide_async(ops: pd.DataFrame, use_gpu: bool) -> tuple[np.ndarray, np.ndarr
     known = comm & np.isfinite(beside)
     if not known.any():
         return np.zeros(n, bool), np.zeros(n, bool), start
-    length = ops.groupby(["rank", "step"])["k"].transform("size")
-    work = [ops["role"], ops["step"], ops["k"], length]
+    work = _work(ops)
     span = np.where(known, np.maximum(end - start, 0.0), 0.0)
     pooled = pd.DataFrame({"beside": np.where(known, beside, 0.0), "span": span,
                            "known": known, "kind": ops["kind"].to_numpy()}).groupby(work)
@@ -127,3 +137,52 @@ def decide_async(ops: pd.DataFrame, use_gpu: bool) -> tuple[np.ndarray, np.ndarr
     prev_end = ops.groupby(["rank", "step"], sort=False)["end"].shift(1).to_numpy(float)
     serial = comm & (lead > QUEUED_TOL_US) & (np.abs(start - prev_end) <= QUEUED_TOL_US)
     return asynchronous, serial, np.where(serial, start - lead, start)
+
+
+def _work(ops: pd.DataFrame) -> list:
+    """The keys of "the same work": role, step, position k and chain length."""
+    length = ops.groupby(["rank", "step"])["k"].transform("size")
+    return [ops["role"], ops["step"], ops["k"], length]
+
+
+def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarray,
+                                                                      np.ndarray]:
+    """(posted, wait_k) per row of the importer's table (sorted by rank, step, k; µs
+    columns start, end; `asynchronous` from decide_async): P2P rows posted ahead (the
+    overlap pooled over the same work) or async, and the
+    position of the first later row of the chain that starts at or after each one's end
+    (see the module doc); wait_k is -1 where a row is not posted."""
+    n = len(ops)
+    start, end = ops["start"].to_numpy(float), ops["end"].to_numpy(float)
+    kind = ops["kind"].to_numpy()
+    # Only a P2P op matched with its peer: its end then comes from its pair. A local one
+    # (no traced peer) has its traced span alone, waits included, and keeps that reading.
+    p2p = np.isin(kind, list(P2P_KINDS)) & (ops["group"].to_numpy() >= 0)
+    chain, _ = pd.factorize(pd.MultiIndex.from_arrays([ops["rank"], ops["step"]]))
+    same = np.r_[chain[1:] == chain[:-1], False]
+    nxt = np.r_[start[1:], np.inf]
+    overlap = p2p & same & (np.append(kind[1:], STEP_END) != STEP_END) & (nxt < end)
+    posted = p2p & asynchronous
+    if overlap.any():
+        pooled = pd.DataFrame({"o": overlap.astype(float), "kind": kind}).groupby(_work(ops))
+        alike = (pooled["kind"].transform("nunique") == 1).to_numpy(bool)
+        posted |= p2p & alike & pooled["o"].transform("max").to_numpy(bool)
+    if not posted.any():
+        return posted, np.full(n, -1, dtype=np.int64)
+    # The first later row of the chain starting at or after the row's end: rows are in
+    # start order within a chain (the step-end row last, at the step's end), so one
+    # search over (chain, start from the chain's first) finds it for every row at once.
+    first = pd.Series(start).groupby(chain).transform("min").to_numpy(float)
+    span = float(np.nanmax(np.r_[end, start] - np.r_[first, first])) + 1.0
+    key = chain * span + (start - first)
+    j = np.searchsorted(key, chain * span + (end - first), side="left")
+    j = np.maximum(j, np.arange(n) + 1)
+    last = np.r_[np.flatnonzero(~same)]  # each chain's last row (its step end)
+    j = np.minimum(j, last[chain])
+    k = ops["k"].to_numpy(np.int64)
+    # The same work waits at one position, the latest any of its ranks shows: a rank whose
+    # op was still running when an op began did not need it before that op (one program),
+    # and the ideal averages gaps that must be measured alike on every rank.
+    wait = pd.Series(np.where(posted, k[j], -1), index=ops.index).groupby(
+        _work(ops)).transform("max")
+    return posted, np.where(posted, wait.to_numpy(np.int64), -1)

@@ -48,7 +48,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from stragglerlab.importers.general_async import busy_union, decide_async, gpu_evidence
+from stragglerlab.importers.general_async import (
+    busy_union,
+    decide_async,
+    gpu_evidence,
+    posted_ahead,
+)
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
 from stragglerlab.importers.general_groups import match_groups
 from stragglerlab.importers.general_host import gpu_ops, host_columns
@@ -245,6 +250,10 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     else:
         ops["role"] = rank_roles(ops)
     ops["async"], ops["serial"], ops["ready"] = decide_async(ops, use_gpu)
+    ops["wait_k"] = -1
+    if not use_gpu:  # a helper thread's P2P posted ahead (GPU: NCCL streams say it)
+        posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool))
+        ops["async"] |= posted
     timed = ops.rename(columns={"start": "start_s", "end": "end_s", "ready": "ready_s"})
     prev_end = pd.Series(previous_points(timed), index=ops.index)
     gap_end = gap_ends(timed)  # the op model's rule, as ops_table checks it
@@ -275,6 +284,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "dp_rank": ops["dp_rank"].astype(np.int64), "stage": ops["stage"].astype(np.int64),
         "async": ops["async"].to_numpy(bool), "ready_s": (ops["ready"] - t0) / 1e6,
         "serial": ops["serial"].to_numpy(bool),
+        "wait_k": ops["wait_k"].to_numpy(np.int64),
     })
     if host is not None and np.isfinite(host["host_s"]).any():
         for col, v in host.items():
@@ -300,6 +310,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         "layout": None if lay is None else {"dp": lay.dp, "pp": lay.pp, "tp": lay.tp,
                                             "source": lay.source},
         "ops": int(len(comm)), "async_ops": int(comm["async"].sum()),
+        "posted_ops": int((comm["wait_k"] >= 0).sum()),
         "groups": int(comm.loc[comm["group"] >= 0, "group"].nunique()),
         "matched_ops": matched, "local_ops": int(len(comm) - matched),
         "implausible_groups_unmatched": int(bad_groups.size),

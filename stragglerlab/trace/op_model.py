@@ -16,8 +16,11 @@ step:
   `async` (the rank went on computing while it ran); the step-end row's gap
   starts past every async op of the step (the step waits for them), and a
   `serial` row (an NCCL kernel on the rank's in-order stream) also waits for
-  the rank's earlier ops to end. `previous_points` and `gap_ends` are that
-  rule. It is signed: a
+  the rank's earlier ops to end. A `posted` async row (`wait_k` >= 0: a
+  send/recv a helper thread posted ahead while the rank computed on) is
+  waited for at one later row of its chain, the one at position `wait_k`:
+  that row's gap starts no earlier than the posted row's end.
+  `previous_points` and `gap_ends` are that rule. It is signed: a
   communication op issued while the previous one still runs overlaps it.
 * `group` ties the rows that are one collective (or one send/recv pair)
   across ranks: a group starts when its last member arrives. -1 = a local op
@@ -98,6 +101,9 @@ OPTIONAL_COLUMNS: dict[str, str] = {
                "queued on the GPU behind the rank's earlier collectives); the gap ends here",
     "serial": "the op waits for the rank's earlier communication ops of the step (one "
               "in-order NCCL stream)",
+    "wait_k": "an async row posted ahead: the position k of the later row of its chain that "
+              "waits for its end (its gap starts no earlier); -1: only the step end waits "
+              "for it (every row that is not posted)",
     "host_s": "GPU traces, the host model (importers/general_host.py): host time from the "
               "previous row's launch call (or the step start) to this row's (or the CPU step "
               "end), up to its last wait for the device; NaN: no host model for the rank",
@@ -113,29 +119,58 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "gate_tail_s": "time from that launch to the row's ready time (NaN: none)",
 }
 """Columns of ops.parquet that tables written before them lack (read as their default:
-async False, ready_s = start_s, serial False, no host model)."""
+async False, ready_s = start_s, serial False, wait_k -1, no host model)."""
 HOST_COLUMNS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "device_s",
                 "gate_back_s", "gate_tail_s")
 """The host model's columns (in OPTIONAL_COLUMNS; stragglerlab.importers.general_host)."""
+
+
+def posted_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Per row, whether it is posted ahead: async with a `wait_k` (see the module doc)."""
+    if "wait_k" not in ops or "async" not in ops:
+        return np.zeros(len(ops), bool)
+    return ops["async"].to_numpy(bool) & (ops["wait_k"].to_numpy() >= 0)
+
+
+def waiter_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Per row of `ops`, the index of the row that waits for it where it is posted (the row
+    of its chain at position `wait_k`; -1 where there is none), else -1."""
+    out = np.full(len(ops), -1, dtype=np.int64)
+    posted = np.flatnonzero(posted_rows(ops))
+    if posted.size:
+        rows = pd.DataFrame({"rank": ops["rank"].to_numpy(), "step": ops["step"].to_numpy(),
+                             "k": ops["k"].to_numpy(), "row": np.arange(len(ops))})
+        want = rows.iloc[posted][["rank", "step"]].assign(
+            k=ops["wait_k"].to_numpy()[posted], of=posted)
+        hit = want.merge(rows, on=["rank", "step", "k"], how="left")
+        out[hit["of"].to_numpy()] = hit["row"].fillna(-1).to_numpy(np.int64)
+    return out
 
 
 def previous_points(ops: pd.DataFrame) -> np.ndarray:
     """Per row of `ops` (sorted by rank, step, k), the point its gap is measured from (NaN
     for a chain's first row): the previous row's end, or its ready time (`ready_s`, else
     its start) when that row is async; for the step-end row, also the latest end of the
-    chain's async ops (see the module doc). Times in ops' `start_s`/`end_s` units."""
+    chain's async ops that are not posted; for a row that waits for posted rows, also
+    their latest end (see the module doc). Times in ops' `start_s`/`end_s` units."""
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(len(ops), bool)
+    posted = posted_rows(ops)
     start, end = ops["start_s"].to_numpy(float), ops["end_s"].to_numpy(float)
     ready = ops["ready_s"].to_numpy(float) if "ready_s" in ops else start
     frame = pd.DataFrame({"point": np.where(asy, ready, end),
-                          "aend": np.where(asy, end, -np.inf)})
+                          "aend": np.where(asy & ~posted, end, -np.inf)})
     keys = [ops["rank"].to_numpy(), ops["step"].to_numpy()]
     chain = frame.groupby(keys, sort=False)
     prev = chain["point"].shift(1).to_numpy(float)
-    if asy.any():
+    if (asy & ~posted).any():
         before = chain["aend"].cummax().groupby(keys, sort=False).shift(1)
         is_end = ops["kind"].to_numpy() == STEP_END
         prev = np.where(is_end, np.fmax(prev, before.to_numpy(float)), prev)
+    if posted.any():
+        waiter = waiter_rows(ops)
+        waited = np.full(len(ops), -np.inf)
+        np.maximum.at(waited, waiter[posted], end[posted])
+        prev = np.where(np.isfinite(waited), np.fmax(prev, waited), prev)
     return prev
 
 

@@ -24,7 +24,9 @@ from stragglerlab.trace.op_model import (
     P2P_KINDS,
     STEP_END,
     gap_ends,
+    posted_rows,
     previous_points,
+    waiter_rows,
 )
 from stragglerlab.util.errors import InputError
 
@@ -67,6 +69,10 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
             ops[col] = False
         elif not pd.api.types.is_bool_dtype(ops[col]):
             fail(f"column {col!r} holds {ops[col].dtype} values, not booleans")
+    if "wait_k" not in ops.columns:  # tables written before it: no row is posted
+        ops["wait_k"] = np.int64(-1)
+    elif not pd.api.types.is_integer_dtype(ops["wait_k"]):
+        fail(f"column 'wait_k' holds {ops['wait_k'].dtype} values, not integers")
     if "ready_s" not in ops.columns:
         ops["ready_s"] = ops["start_s"]
     elif not pd.api.types.is_numeric_dtype(ops["ready_s"]) or not np.isfinite(
@@ -106,6 +112,11 @@ def read_ops(path: str | Path, again: str) -> pd.DataFrame:
         fail("has a row that ends before it starts (end_s < start_s)")
     if ((ops["transfer_s"] < 0) | (ops["transfer_s"] > dur + CONTRACT_TOL_S)).any():
         fail("has a transfer_s outside 0..(end_s - start_s): its transfers are not the ops'")
+    posted = posted_rows(ops)
+    if posted.any() and ((ops["wait_k"] <= ops["k"]).to_numpy()[posted].any()
+                         or (waiter_rows(ops)[posted] < 0).any()):
+        fail("has a posted row (async, wait_k >= 0) whose wait_k is not a later position "
+             "k of its own chain")
     prev_end = previous_points(ops)
     later = ops["k"] > ops.groupby(["rank", "step"], sort=False)["k"].transform("min")
     if ((gap_ends(ops) - prev_end - ops["gap_s"]).abs()[later] > CONTRACT_TOL_S).any():

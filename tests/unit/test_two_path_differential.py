@@ -38,3 +38,6 @@ def test_example_differential_as_measured(tmp_path):
     assert any(n.startswith("96 send/recv op(s) name no peer") for n in notes)
     summ = bench.summary([row])
     assert (summ["within_2pct"], summ["same_top_worker"], summ["same_gate"]) == (0, 0, 1)
+    # neither path calls the job straggling: both name nobody, whatever their top worker
+    assert row["same_named_workers"] and summ["same_named_workers"] == 1
+    assert summ["all_three"] == summ["all_three_named"] == 0

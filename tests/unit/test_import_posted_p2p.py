@@ -1,0 +1,165 @@
+"""Pipeline P2P posted ahead by a helper thread (CPU traces, general op model).
+
+A pipeline engine that posts its sends and receives on a helper thread, as
+stragglerlab's own does (workloads/p2p.py), traces each `gloo:send` /
+`gloo:recv` on that thread from its post to its completion. Stage 0 posts the
+receive of microbatch 0's gradient right after sending microbatch 0's
+activations and computes microbatch 1's forward while it is in flight, so the
+receive's span holds the next send. Read as one chain in start order, the two
+stages' orders contradict each other (stage 0: recv b0 before send f1; stage 1:
+recv f1 before send b0) and the replay must release groups early.
+
+Here the receive is posted: the chain goes on from its start, and the first op
+that starts after its end waits for it. Pure PP 2 with two microbatches, forward
+F and backward B ms per microbatch on each stage (no peer does the same work, so
+the ideal is the trace itself): the replay reproduces every step and S = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stragglerlab.analysis.general_sim import schedule, simulate
+from stragglerlab.analysis.whatif_general import whatif_general
+from stragglerlab.importers.general_async import posted_ahead
+from stragglerlab.importers.kineto_general import build_general, load_ranks
+from stragglerlab.trace.op_model import previous_points
+from tests.unit.general_fixtures import MS, _x, write_docs
+
+F, B, W = 10.0, 10.0, 0.1  # ms: forward, backward, a send's wire time
+POSTER = 5
+
+
+def _p2p(ev: list, kind: str, peer: int, post: float, end: float) -> None:
+    """A P2P op on the poster thread: the c10d launch (with the peer as torch records it
+    under record_shapes) and the backend's work range from post to completion (µs)."""
+    launch = "c10d::send" if kind == "send" else "c10d::recv_"
+    ev.append(_x(launch, post, 20.0, tid=POSTER,
+                 **{"Concrete Inputs": ["", "", str(peer), ""]}))
+    ev.append(_x(f"gloo:{kind}", post + 20.0, end - post - 20.0, cat="user_annotation",
+                 tid=POSTER))
+
+
+def _stage(rank: int, steps=(3, 4, 5)) -> dict:
+    """Stage `rank` of a PP 2 job, two microbatches, GPipe order (see the module doc)."""
+    ev = []
+    step_ms = 3 * F + 3 * B + 4 * W + 1.0  # stage 0's B1 ends at 3F + 3B + 4W + 0.1
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * (step_ms + 1.0) * MS
+
+        def at(ms, t0=t0):
+            return t0 + ms * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, step_ms * MS, cat="user_annotation"))
+        # stage 1: f0 arrives at F + W, f1 at 2F + 2W; it runs F0, F1, B0, sends b0, B1, b1
+        f0, f1 = F + W, 2 * F + 2 * W
+        b0 = f1 + F + B + W  # stage 1 sends b0 after F1 and B0 (f1 came as F0 ended)
+        b1 = b0 + B + W
+        if rank == 0:
+            ev.append(_x("aten::mm", at(0.0), F * MS))
+            _p2p(ev, "send", 1, at(F), at(f0))
+            _p2p(ev, "recv", 1, at(f0 + 0.05), at(b0 + 0.05))  # posted ahead: spans F1
+            ev.append(_x("aten::mm", at(f0 + 0.05), F * MS))
+            _p2p(ev, "send", 1, at(f0 + F + 0.05), at(f1))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0",
+                         at(b0 + 0.1), B * MS))
+            _p2p(ev, "recv", 1, at(b0 + 0.1 + B), at(b1 + 0.05))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0",
+                         at(b1 + 0.1), B * MS))
+        else:
+            _p2p(ev, "recv", 0, at(0.05), at(f0))
+            ev.append(_x("aten::mm", at(f0), F * MS))
+            _p2p(ev, "recv", 0, at(f0 + F), at(f1 + 0.05))
+            ev.append(_x("aten::mm", at(f1 + 0.05), F * MS))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0",
+                         at(f1 + F + 0.05), B * MS - 100.0))
+            _p2p(ev, "send", 0, at(b0 - W), at(b0))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0",
+                         at(b0), B * MS))
+            _p2p(ev, "send", 0, at(b1 - W), at(b1))
+    return {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}
+
+
+def _import(tmp_path):
+    folder = write_docs(tmp_path, {r: _stage(r) for r in range(2)})
+    return build_general(load_ranks(sorted(folder.glob("*.json"))))
+
+
+def test_a_receive_posted_ahead_is_waited_for_where_the_rank_needs_it(tmp_path):
+    ops = _import(tmp_path).ops
+    recv_b0 = ops[(ops["rank"] == 0) & (ops["k"] == 1)]
+    assert (recv_b0["kind"] == "recv").all() and recv_b0["async"].all()
+    # The first op of stage 0 that starts after recv b0 ends is recv b1 (k 3): its gap is
+    # backward B0, measured from recv b0's end, not from send f1's.
+    assert (recv_b0["wait_k"] == 3).all()
+    recv_b1 = ops[(ops["rank"] == 0) & (ops["k"] == 3)]
+    # (from recv b0's end, b0 + 0.05, to recv b1's work range, b0 + 0.1 + B + 0.02)
+    assert recv_b1["gap_s"].to_numpy() == pytest.approx((B + 0.07) / 1e3, abs=2e-6)
+    # send f1's gap is forward F1, from recv b0's post
+    send_f1 = ops[(ops["rank"] == 0) & (ops["k"] == 2)]
+    assert send_f1["gap_s"].to_numpy() == pytest.approx(F / 1e3, abs=2e-6)
+    # stage 1 posts nothing ahead: each of its ops ends before its next one starts
+    assert not (ops.loc[ops["rank"] == 1, "wait_k"] >= 0).any()
+
+
+def test_the_replay_of_posted_p2p_needs_no_release_and_reproduces_the_trace(tmp_path):
+    ops = _import(tmp_path).ops
+    wi = whatif_general(ops)
+    assert wi.released_groups == 0
+    assert abs(wi.discrepancy) < 1e-3
+    assert wi.S == pytest.approx(1.0, abs=1e-3)
+    # Without the posted rows (every op waited for where it stands) the stages' orders
+    # contradict each other: the replay releases groups and comes out short.
+    blocking = ops.assign(**{"async": False, "wait_k": -1})
+    assert schedule(blocking).released > 0
+
+
+def test_posted_ahead_pools_the_overlap_over_the_same_work():
+    # two ranks doing the same work (role 0): rank 0's recv spans its next op, rank 1's
+    # ended before it (the same program posted it; its peer was just quicker): both are
+    # posted and waited for at one position, the latest either shows (rank 0's op ran
+    # past the start of k 1, so the program did not need it there); another role is not
+    rows = []
+    for r, role, over in ((0, 0, True), (1, 0, False), (2, 1, False)):
+        rows += [(r, role, 0, "recv", 0.0, 5.0 if over else 1.5), (r, role, 1, "send", 2.0, 2.5),
+                 (r, role, 2, "send", 6.0, 6.5), (r, role, 3, "step-end", 9.0, 9.0)]
+    ops = pd.DataFrame(rows, columns=["rank", "role", "k", "kind", "start", "end"]).assign(
+        step=1, group=0)
+    posted, wait = posted_ahead(ops, np.zeros(len(ops), bool))
+    assert posted.tolist() == [True, False, False, False] * 2 + [False] * 4
+    assert wait[::4].tolist() == [2, 2, -1]
+    # an async row (by what its launching thread did) is waited for the same way
+    asy = np.zeros(len(ops), bool)
+    asy[9] = True
+    posted, wait = posted_ahead(ops, asy)
+    assert posted[9] and wait[9] == 2
+    # a P2P op with no traced peer (local) keeps its traced span: not posted
+    posted, _ = posted_ahead(ops.assign(group=-1), asy)
+    assert not posted.any()
+
+
+def test_previous_points_wait_for_a_posted_row_at_its_wait_k_only():
+    ops = pd.DataFrame({
+        "rank": 0, "step": 1, "k": [0, 1, 2, 3],
+        "kind": ["recv", "send", "recv", "step-end"],
+        "start_s": [1.0, 2.0, 6.0, 9.0], "end_s": [5.0, 3.0, 8.0, 9.0],
+        "async": [True, False, False, False], "wait_k": [2, -1, -1, -1]})
+    prev = previous_points(ops)
+    # after the posted row: its start; row 2 also waits for its end (5 > send's 3); the
+    # step end waits only for its own predecessor (a posted row is not awaited there)
+    assert np.isnan(prev[0]) and prev[1:].tolist() == [1.0, 5.0, 8.0]
+
+
+def test_a_posted_row_waited_for_at_the_step_end_ends_the_step():
+    ops = pd.DataFrame({
+        "rank": [0, 0, 1, 1], "step": 1, "k": [0, 1, 0, 1],
+        "kind": ["recv", "step-end", "send", "step-end"], "group": [0, -1, 0, -1],
+        "start_s": [0.0, 4.0, 3.0, 3.5], "end_s": [3.5, 4.0, 3.5, 3.5],
+        "async": [True, False, False, False], "wait_k": [1, -1, -1, -1]})
+    gap = np.array([[0.0], [0.5], [3.0], [0.0]])
+    transfer = np.array([[0.5], [0.0], [0.5], [0.0]])
+    # rank 0 posts at 0 and would end at 0.5; its recv runs 3.0-3.5 with the send, and
+    # its step end waits for it: 3.5 + 0.5
+    assert simulate(schedule(ops), gap, transfer)[0, 0] == pytest.approx(4.0)
