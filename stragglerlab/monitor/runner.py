@@ -77,6 +77,11 @@ class Monitor:
         if conflict:
             raise InputError(conflict, str(cfg.run))
         self.last_step = last_step(lines)
+        self.first_step = min((w["steps"][0] for w in lines if w.get("kind") == "window"
+                               and isinstance(w.get("steps"), list) and w["steps"]),
+                              default=None)
+        """The first step this monitor analysed (a window's detectors take it for the
+        run's start: a regime from there has no onset that the monitor saw)."""
         self.state = state or MonitorState(str(cfg.run))
         self.state.load(lines)
         self.job_name = cfg.job_name or job_name(cfg.run)
@@ -197,8 +202,11 @@ class Monitor:
                 # only, so a window of them gets the trace's checks too (a rank's untimed
                 # compute named a healthy worker before).
                 validate_trace(df, sub, str(self.cfg.run / TRACE_PARTS_DIR))
+            first = steps[0] if self.first_step is None else min(self.first_step, steps[0])
             line = analyse_window(df, sub, self.detectors, str(self.cfg.run),
-                                  testbed=self._testbed(), window_steps=self.cfg.window_steps)
+                                  testbed=self._testbed(), window_steps=self.cfg.window_steps,
+                                  first_step=first)
+            self.first_step = first
             if kept_dp is not None:
                 restore_dp_ranks(line, kept_dp, meta.dp_size, sorted(self._lost()))
         except InputError as e:

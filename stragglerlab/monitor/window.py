@@ -92,11 +92,13 @@ def detect(detectors: dict[str, Detector], run: Run, result: WhatIfResult,
 
 
 def analyse_window(df: pd.DataFrame, meta: JobMeta, detectors: dict[str, Detector],
-                   where: str, testbed: bool, window_steps: int | None = None) -> dict:
-    """The window line (without lag fields) of a window trace `df`."""
+                   where: str, testbed: bool, window_steps: int | None = None,
+                   first_step: int | None = None) -> dict:
+    """The window line (without lag fields) of a window trace `df` (`first_step`: the
+    first step of the run the monitor saw; None: the window's own)."""
     t0 = time.perf_counter()
     result = run_whatif(df, meta, where).result
-    run = Run(df, meta, where, testbed=testbed)
+    run = Run(df, meta, where, testbed=testbed, first_step=first_step)
     findings = detect(detectors, run, result, window_steps)
     return {"schema": WINDOW_SCHEMA, "kind": "window", **window_numbers(result.summary()),
             "findings": findings, "analysis_s": round(time.perf_counter() - t0, 4)}

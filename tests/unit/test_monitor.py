@@ -387,3 +387,26 @@ def test_window_frame_from_cached_steps_is_records_frame(tmp_path, slow_src):
     pd.testing.assert_frame_equal(buf.frame([0, 1], one), records_frame(buf.raw([0, 1]), 1),
                                   check_exact=True)
     assert len(buf.frame([0, 1], one)) == 5
+
+
+def test_every_window_knows_the_first_step_the_monitor_saw(tmp_path, slow_src, monkeypatch):
+    # A window's detectors take it for the run's start (a slower regime from there has no
+    # onset the monitor saw); a window of the last k steps must not take its own first.
+    import stragglerlab.monitor.runner as runner
+
+    seen = []
+
+    def spy(*args, first_step=None, **kw):
+        seen.append(first_step)
+        return analyse(*args, first_step=first_step, **kw)
+
+    analyse = runner.analyse_window
+    monkeypatch.setattr(runner, "analyse_window", spy)
+    feeder = make_feeder(slow_src, tmp_path)
+    for step in feeder.steps[:6]:
+        feeder.write_step(step)
+    assert make_monitor(tmp_path, window_steps=3).run(once=True) == 6
+    for step in feeder.steps[6:8]:
+        feeder.write_step(step)
+    assert make_monitor(tmp_path, window_steps=3).run(once=True) == 2  # resumed
+    assert seen == [feeder.steps[0]] * 8
