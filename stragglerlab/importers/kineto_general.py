@@ -25,8 +25,9 @@ What it infers (stragglerlab.trace.op_model describes the table):
   chain, from the previous op's end, or from its start where that op is async
   (the rank computed on while it ran), to the op's start, or to when its
   inputs were ready where it queued on a GPU (general_async decides both; the
-  step end waits for every async op); GPU kernel busy time inside it is kept
-  as busy_s;
+  step end waits for every async op, and a P2P op a helper thread posted
+  ahead is waited for by the first op after its end: `wait_k`); GPU kernel
+  busy time inside it is kept as busy_s;
 * roles ("the same work"): the pipeline stage where a layout is known
   (--layout, or Megatron-named process groups in distributedInfo.pg_config),
   else ranks whose steps mostly have the same multiset of communication kinds
