@@ -41,6 +41,16 @@ def _write(tmp_path, df: pd.DataFrame):
 def test_a_table_as_the_importer_writes_it_reads_back(tmp_path):
     ops = read_ops(_write(tmp_path, _table()), again="re-import")
     assert len(ops) == 8 and list(ops["k"][:2]) == [0, 1]
+    assert (ops["wait_k"] == -1).all()  # a table without the column: nothing posted
+
+
+def test_a_posted_row_reads_back_with_its_waiting_row(tmp_path):
+    # the all_reduce rows are posted and waited for by the step end (k 1): its gap is
+    # measured from their end, as the importer writes it
+    df = _table().assign(**{"async": lambda d: d["k"] == 0,
+                            "wait_k": lambda d: np.where(d["k"] == 0, 1, -1)})
+    ops = read_ops(_write(tmp_path, df), again="re-import")
+    assert ops.loc[ops["k"] == 0, "wait_k"].tolist() == [1] * 4
 
 
 def _set(col, value, rows=slice(None)):
@@ -66,6 +76,13 @@ BROKEN = {
     "a group of two kinds": (_set("kind", "broadcast", slice(0, 1)), "not one collective"),
     "a group of one": (_set("group", 7, slice(0, 1)), "with one member"),
     "a huge rank": (_set("rank", 1 << 30, slice(0, 2)), "outside 0.."),
+    "wait_k as floats": (lambda df: df.assign(wait_k=-1.0), "'wait_k' holds float64"),
+    "a posted row waited for by itself": (
+        lambda df: df.assign(**{"async": df["k"] == 0, "wait_k": np.where(df["k"] == 0, 0, -1)}),
+        "whose wait_k is not a later position"),
+    "a posted row waited for past its chain": (
+        lambda df: df.assign(**{"async": df["k"] == 0, "wait_k": np.where(df["k"] == 0, 5, -1)}),
+        "whose wait_k is not a later position"),
 }
 
 
