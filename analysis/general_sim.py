@@ -70,13 +70,45 @@ class Schedule:
     """Per row: it also waits for the chain's earlier rows to end (an in-order NCCL stream);
     None: no row does."""
     posted: np.ndarray | None = None
-    """Per row: posted ahead (see the module doc); None: no row is. With it, `posts` and
-    `waits` hold one entry per round."""
-    posts: list[np.ndarray] | None = None
-    """Per round: the posted rows that arrive in it (their groups run in a later round)."""
-    waits: list[tuple[np.ndarray, np.ndarray]] | None = None
-    """Per round: (row waiting, posted row it waits for), each pair once."""
+    """Per row: posted ahead (see the module doc); None: no row is. With it, `plan` holds
+    one _PostedRound per round."""
+    plan: list[_PostedRound] | None = None
+    """The rounds as _simulate_posted runs them (index arrays built once per schedule)."""
 
+
+@dataclass(kw_only=True)
+class _PostedRound:
+    """One round of a schedule with posted rows: `a` arrive (the round's members that are
+    not posted, in `rows` order, then its posts), then `rows`' groups run."""
+
+    a: np.ndarray
+    ca: np.ndarray
+    """Chain of each row of a."""
+    end_a: np.ndarray
+    """(len(a), 1): the row is its chain's step end."""
+    n_sync: int
+    """How many rows of a are members of this round's groups (the rest are posts)."""
+    post_slot: np.ndarray
+    """Slot (index among the posted rows) of each post of a."""
+    post_chain: np.ndarray
+    """Chain of each post."""
+    wait_pos: np.ndarray
+    """Positions in a of rows that wait for posted rows ..."""
+    wait_slot: np.ndarray
+    """... and the slot of the posted row each waits for (one pair each)."""
+    rows: np.ndarray
+    sets: np.ndarray
+    n_sets: int
+    g_sync: np.ndarray
+    """Positions in rows of the members that are not posted (arrived in this round)."""
+    g_post: np.ndarray
+    """Positions in rows of the posted members (arrived in an earlier round) ..."""
+    g_post_slot: np.ndarray
+    """... and their slots."""
+    cr: np.ndarray
+    """Chain of each member that is not posted."""
+    asy_cr: np.ndarray
+    """(n_sync, 1): that member is async (not posted)."""
 
 def schedule(ops: pd.DataFrame) -> Schedule:
     """The rounds of an op table sorted by rank, step, k (see the module doc)."""
@@ -183,22 +215,14 @@ def schedule(ops: pd.DataFrame) -> Schedule:
     synced = np.array(synced_l, dtype=bool)
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(n, bool)
     ser = ops["serial"].to_numpy(bool) if "serial" in ops else np.zeros(n, bool)
-    waits = None
-    if posted.any():
-        at_round = np.zeros(n, dtype=np.int64)
-        for i, ((rows, _s, _n), now) in enumerate(zip(rounds, posts, strict=True)):
-            at_round[rows[~posted[rows]]] = i
-            at_round[now] = i
-        src = np.flatnonzero(posted)
-        by = at_round[waiter[src]]
-        waits = [(waiter[src[by == i]], src[by == i]) for i in range(len(rounds))]
+    plan = _posted_plan(rounds, posts, posted, waiter, chain, asy,
+                        ops["kind"].to_numpy() == STEP_END) if posted.any() else None
     return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
                     rounds=rounds, synced=synced, released=released, split_steps=split,
                     asynchronous=asy if asy.any() else None,
                     is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None,
                     serial=ser if ser.any() else None,
-                    posted=posted if posted.any() else None,
-                    posts=posts if posted.any() else None, waits=waits)
+                    posted=posted if posted.any() else None, plan=plan)
 
 
 HOST_PARTS = ("host_s", "host_after_s", "sync_s", "sync_gate_s", "sync_tail_s", "gate_back_s",
@@ -263,31 +287,57 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
     return out
 
 
+def _posted_plan(rounds: list, posts: list, posted: np.ndarray, waiter: np.ndarray,
+                 chain: np.ndarray, asy: np.ndarray, is_end: np.ndarray) -> list[_PostedRound]:
+    """The rounds of a schedule with posted rows as _simulate_posted runs them."""
+    slot = np.full(posted.size, -1, dtype=np.int64)
+    slot[posted] = np.arange(int(posted.sum()))
+    src = np.flatnonzero(posted)
+    at_round = np.zeros(posted.size, dtype=np.int64)
+    pos_in_a = np.zeros(posted.size, dtype=np.int64)
+    arrays = []
+    for i, ((rows, sets, n_sets), now) in enumerate(zip(rounds, posts, strict=True)):
+        mine = ~posted[rows]
+        a = np.concatenate([rows[mine], now])
+        at_round[a] = i
+        pos_in_a[a] = np.arange(a.size)
+        arrays.append((a, rows, sets, n_sets, mine, now))
+    by = at_round[waiter[src]]
+    plan = []
+    for i, (a, rows, sets, n_sets, mine, now) in enumerate(arrays):
+        w = src[by == i]
+        own = rows[mine]
+        plan.append(_PostedRound(
+            a=a, ca=chain[a], end_a=is_end[a, None], n_sync=int(own.size),
+            post_slot=slot[now], post_chain=chain[now],
+            wait_pos=pos_in_a[waiter[w]], wait_slot=slot[w],
+            rows=rows, sets=sets, n_sets=n_sets, g_sync=np.flatnonzero(mine),
+            g_post=np.flatnonzero(~mine), g_post_slot=slot[rows[~mine]],
+            cr=chain[own], asy_cr=asy[own, None]))
+    return plan
+
+
 def _simulate_posted(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
                      host: dict[str, np.ndarray] | None,
                      step_end: np.ndarray | None) -> np.ndarray:
     """simulate() for a schedule with posted rows: a round first computes the arrivals of
     its rows that arrive (its members that are not posted, and its posts), then runs its
-    groups from the members' arrivals, stored for posted members when they arrived."""
-    n_rows, n_s = gap.shape
+    groups from the members' arrivals, a posted member's kept from when it arrived."""
+    n_s = gap.shape[1]
+    n_posted = int(sched.posted.sum())
     end = np.zeros((sched.n_chains, n_s))
-    asy, ser, posted = sched.asynchronous, sched.serial, sched.posted
     aend = np.zeros((sched.n_chains, n_s))
+    ser = sched.serial
     cend = np.zeros((sched.n_chains, n_s)) if ser is not None else None
     h = np.zeros((sched.n_chains, n_s)) if host is not None else None
-    arr = np.zeros((n_rows, n_s))
-    pdone = np.zeros((n_rows, n_s))
-    slot = np.zeros(n_rows, dtype=np.int64)
-    for (rows, sets, n_sets), now, (wj, wi) in zip(sched.rounds, sched.posts, sched.waits,
-                                                   strict=True):
-        mine = ~posted[rows]
-        a = np.concatenate([rows[mine], now])
-        c = sched.chain[a]
-        point = np.where(sched.is_end[a, None], np.maximum(end[c], aend[c]), end[c])
-        if wj.size:  # a row waiting for posted rows starts no earlier than their ends
-            slot[a] = np.arange(a.size)
+    parr = np.zeros((n_posted, n_s))
+    pdone = np.zeros((n_posted, n_s))
+    for r in sched.plan:
+        a, c = r.a, r.ca
+        point = np.where(r.end_a, np.maximum(end[c], aend[c]), end[c])
+        if r.wait_pos.size:  # a row waiting for posted rows starts no earlier than their ends
             waited = np.full(point.shape, -np.inf)
-            np.maximum.at(waited, slot[wj], pdone[wi])
+            np.maximum.at(waited, r.wait_pos, pdone[r.wait_slot])
             point = np.maximum(point, waited)
         arrive = point + gap[a]
         if ser is not None:
@@ -302,25 +352,32 @@ def _simulate_posted(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
             known = np.isfinite(at)
             arrive = np.where(step_end[a, None] & known, at, arrive)
             h[c] = np.where(known, at, h[c])
-        arr[a] = arrive
-        end[sched.chain[now]] = arrive[rows[mine].size:]  # the chain goes on from a post
-        if not rows.size:
+        if r.post_slot.size:  # the chain goes on from a post
+            parr[r.post_slot] = arrive[r.n_sync:]
+            end[r.post_chain] = arrive[r.n_sync:]
+        if not r.rows.size:
             continue
-        at_ = arr[rows]
-        if n_sets == rows.size:
+        mine = arrive[:r.n_sync]
+        if r.g_post.size:
+            at_ = np.empty((r.rows.size, n_s))
+            at_[r.g_sync] = mine
+            at_[r.g_post] = parr[r.g_post_slot]
+        else:
+            at_ = mine
+        if r.n_sets == r.rows.size:
             start = at_
         else:
-            latest = np.full((n_sets, n_s), -np.inf)
-            np.maximum.at(latest, sets, at_)
-            start = latest[sets]
-        done = start + transfer[rows]
-        own, cr = rows[mine], sched.chain[rows[mine]]
-        a_ = asy[own, None]
-        end[cr] = np.where(a_, at_[mine], done[mine])
-        aend[cr] = np.where(a_, np.maximum(aend[cr], done[mine]), aend[cr])
-        pdone[rows[~mine]] = done[~mine]
+            latest = np.full((r.n_sets, n_s), -np.inf)
+            np.maximum.at(latest, r.sets, at_)
+            start = latest[r.sets]
+        done = start + transfer[r.rows]
+        own = done[r.g_sync] if r.g_post.size else done
+        end[r.cr] = np.where(r.asy_cr, mine, own)
+        aend[r.cr] = np.where(r.asy_cr, np.maximum(aend[r.cr], own), aend[r.cr])
+        if r.g_post.size:
+            pdone[r.g_post_slot] = done[r.g_post]
         if ser is not None:
-            cend[cr] = np.maximum(cend[cr], done[mine])
+            cend[r.cr] = np.maximum(cend[r.cr], own)
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out
