@@ -254,19 +254,7 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
             point = end[c]
         else:  # the step end also waits for the chain's async ops
             point = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]), end[c])
-        arrive = point + gap[rows]
-        if ser is not None:  # queued behind the chain's earlier ops on its stream
-            arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
-        if h is not None:
-            prev = h[c]
-            at = prev + host["host_s"][rows]
-            done = np.fmax(point + host["sync_s"][rows],  # NaN: no sync, no wait
-                           prev + host["sync_gate_s"][rows] + host["sync_tail_s"][rows])
-            at = np.fmax(at, done) + host["host_after_s"][rows]
-            arrive = np.fmax(arrive, at - host["gate_back_s"][rows] + host["gate_tail_s"][rows])
-            known = np.isfinite(at)
-            arrive = np.where(step_end[rows, None] & known, at, arrive)
-            h[c] = np.where(known, at, h[c])
+        arrive = _arrive(rows, c, point, gap, ser, cend, h, host, step_end)
         if n_sets == rows.size:
             start = arrive
         else:
@@ -285,6 +273,28 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
     out = np.full((sched.steps.size, n_s), -np.inf)
     np.maximum.at(out, sched.chain_step, end)
     return out
+
+
+def _arrive(rows: np.ndarray, c: np.ndarray, point: np.ndarray, gap: np.ndarray,
+            ser: np.ndarray | None, cend: np.ndarray | None, h: np.ndarray | None,
+            host: dict[str, np.ndarray] | None, step_end: np.ndarray | None) -> np.ndarray:
+    """When `rows` (of chains `c`) arrive, from their chains' points: after their gap; no
+    earlier than their chain's earlier ops end where they are serial; with the host model,
+    no earlier than the host allows (h, the chains' host clocks, advances in place)."""
+    arrive = point + gap[rows]
+    if ser is not None:  # queued behind the chain's earlier ops on its stream
+        arrive = np.where(ser[rows, None], np.maximum(arrive, cend[c]), arrive)
+    if h is not None:
+        prev = h[c]
+        at = prev + host["host_s"][rows]
+        done = np.fmax(point + host["sync_s"][rows],  # NaN: no sync, no wait
+                       prev + host["sync_gate_s"][rows] + host["sync_tail_s"][rows])
+        at = np.fmax(at, done) + host["host_after_s"][rows]
+        arrive = np.fmax(arrive, at - host["gate_back_s"][rows] + host["gate_tail_s"][rows])
+        known = np.isfinite(at)
+        arrive = np.where(step_end[rows, None] & known, at, arrive)
+        h[c] = np.where(known, at, h[c])
+    return arrive
 
 
 def _posted_plan(rounds: list, posts: list, posted: np.ndarray, waiter: np.ndarray,
@@ -339,19 +349,7 @@ def _simulate_posted(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
             waited = np.full(point.shape, -np.inf)
             np.maximum.at(waited, r.wait_pos, pdone[r.wait_slot])
             point = np.maximum(point, waited)
-        arrive = point + gap[a]
-        if ser is not None:
-            arrive = np.where(ser[a, None], np.maximum(arrive, cend[c]), arrive)
-        if h is not None:
-            prev = h[c]
-            at = prev + host["host_s"][a]
-            done = np.fmax(point + host["sync_s"][a],
-                           prev + host["sync_gate_s"][a] + host["sync_tail_s"][a])
-            at = np.fmax(at, done) + host["host_after_s"][a]
-            arrive = np.fmax(arrive, at - host["gate_back_s"][a] + host["gate_tail_s"][a])
-            known = np.isfinite(at)
-            arrive = np.where(step_end[a, None] & known, at, arrive)
-            h[c] = np.where(known, at, h[c])
+        arrive = _arrive(a, c, point, gap, ser, cend, h, host, step_end)
         if r.post_slot.size:  # the chain goes on from a post
             parr[r.post_slot] = arrive[r.n_sync:]
             end[r.post_chain] = arrive[r.n_sync:]

@@ -18,13 +18,13 @@ Evidence per op (µs):
   made), or its own launch if later; unknown (0) unless every compute
   kernel's launch is in the trace.
 
-* posted (CPU): a send/recv matched with its peer whose span holds the start of the rank's next
-  op (the program issued more work while it ran: a helper thread posted it
-  ahead, as a pipeline engine's isend/irecv), or that is async by `beside`.
-  One rank's overlap is proof for the same work on every rank (the same
-  program posted it; a peer's op may just have ended sooner).
-  The chain goes on from its start, and the first later op that starts after
-  its end waits for it (`wait_k`; the latest such position over the same work):
+* posted (CPU): a send/recv matched with its peer whose span holds the start
+  of the rank's next op (the program issued more work while it ran: a helper
+  thread posted it ahead, as a pipeline engine's isend/irecv), or that is
+  async by `beside`. One rank's overlap is proof for the same work on every
+  rank (one program posted it; a peer's op may just have ended sooner). The
+  chain goes on from its start, and the first later op that starts after its
+  end waits for it (`wait_k`, the latest such position over the same work):
   the program needs a P2P op's data, or its buffer, before its next op, not
   only at the step's end.
 
@@ -148,10 +148,9 @@ def _work(ops: pd.DataFrame) -> list:
 def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarray,
                                                                       np.ndarray]:
     """(posted, wait_k) per row of the importer's table (sorted by rank, step, k; µs
-    columns start, end; `asynchronous` from decide_async): P2P rows posted ahead (the
-    overlap pooled over the same work) or async, and the
-    position of the first later row of the chain that starts at or after each one's end
-    (see the module doc); wait_k is -1 where a row is not posted."""
+    columns start, end; `asynchronous` from decide_async): the P2P rows posted ahead or
+    async, and the position of the row that waits for each (see the module doc); wait_k
+    is -1 where a row is not posted."""
     n = len(ops)
     start, end = ops["start"].to_numpy(float), ops["end"].to_numpy(float)
     kind = ops["kind"].to_numpy()
@@ -177,7 +176,7 @@ def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarra
     key = chain * span + (start - first)
     j = np.searchsorted(key, chain * span + (end - first), side="left")
     j = np.maximum(j, np.arange(n) + 1)
-    last = np.r_[np.flatnonzero(~same)]  # each chain's last row (its step end)
+    last = np.flatnonzero(~same)  # each chain's last row (its step end)
     j = np.minimum(j, last[chain])
     k = ops["k"].to_numpy(np.int64)
     # The same work waits at one position, the latest any of its ranks shows: a rank whose
