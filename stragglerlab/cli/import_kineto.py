@@ -301,7 +301,8 @@ def _general(args, events, layout, out, progress) -> int:
     print(f"imported {r['ops']:,} communication ops of {len(r['ranks'])} ranks (world_size "
           f"{r['world_size']}) with the general op model: steps {r['steps'][0]}.."
           f"{r['steps'][-1]} ({len(r['steps'])}), timing {r['timing']}, {r['groups']:,} "
-          f"groups matched across ranks, {r['local_ops']:,} local ops")
+          f"groups matched across ranks, {r['local_ops']:,} local ops"
+          + (f", {r['posted_ops']:,} P2P posted ahead" if r.get("posted_ops") else ""))
     offsets = ", ".join(f"rank {k} {1e3 * v:+.3f} ms" for k, v in
                         list(r["clock_offsets_s"].items())[:8])
     print(f"clock alignment ({r['align']}): {offsets}")
