@@ -163,3 +163,13 @@ def test_a_posted_row_waited_for_at_the_step_end_ends_the_step():
     # rank 0 posts at 0 and would end at 0.5; its recv runs 3.0-3.5 with the send, and
     # its step end waits for it: 3.5 + 0.5
     assert simulate(schedule(ops), gap, transfer)[0, 0] == pytest.approx(4.0)
+
+
+def test_the_import_says_how_many_p2p_ops_it_read_as_posted(tmp_path, capsys):
+    from stragglerlab.cli import main
+
+    folder = write_docs(tmp_path / "traces", {r: _stage(r) for r in range(2)})
+    assert main(["import", "kineto", "--traces", str(folder), "--out",
+                 str(tmp_path / "out"), "--quiet"]) == 0
+    # stage 0's receive of microbatch 0's gradient, in each of the three steps
+    assert ", 3 P2P posted ahead" in capsys.readouterr().out
