@@ -110,6 +110,7 @@ class _PostedRound:
     asy_cr: np.ndarray
     """(n_sync, 1): that member is async (not posted)."""
 
+
 def schedule(ops: pd.DataFrame) -> Schedule:
     """The rounds of an op table sorted by rank, step, k (see the module doc)."""
     n = len(ops)
@@ -215,12 +216,13 @@ def schedule(ops: pd.DataFrame) -> Schedule:
     synced = np.array(synced_l, dtype=bool)
     asy = ops["async"].to_numpy(bool) if "async" in ops else np.zeros(n, bool)
     ser = ops["serial"].to_numpy(bool) if "serial" in ops else np.zeros(n, bool)
-    plan = _posted_plan(rounds, posts, posted, waiter, chain, asy,
-                        ops["kind"].to_numpy() == STEP_END) if posted.any() else None
+    is_end = ops["kind"].to_numpy() == STEP_END
+    plan = _posted_plan(rounds, posts, posted, waiter, chain, asy, is_end) \
+        if posted.any() else None
     return Schedule(chain=chain, n_chains=n_chains, chain_step=chain_step, steps=steps,
                     rounds=rounds, synced=synced, released=released, split_steps=split,
                     asynchronous=asy if asy.any() else None,
-                    is_end=(ops["kind"].to_numpy() == STEP_END) if asy.any() else None,
+                    is_end=is_end if asy.any() else None,
                     serial=ser if ser.any() else None,
                     posted=posted if posted.any() else None, plan=plan)
 
@@ -255,12 +257,7 @@ def simulate(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
         else:  # the step end also waits for the chain's async ops
             point = np.where(sched.is_end[rows, None], np.maximum(end[c], aend[c]), end[c])
         arrive = _arrive(rows, c, point, gap, ser, cend, h, host, step_end)
-        if n_sets == rows.size:
-            start = arrive
-        else:
-            latest = np.full((n_sets, n_s), -np.inf)
-            np.maximum.at(latest, sets, arrive)
-            start = latest[sets]
+        start = _group_start(arrive, sets, n_sets)
         done = start + transfer[rows]
         if asy is None:
             end[c] = done
@@ -295,6 +292,16 @@ def _arrive(rows: np.ndarray, c: np.ndarray, point: np.ndarray, gap: np.ndarray,
         arrive = np.where(step_end[rows, None] & known, at, arrive)
         h[c] = np.where(known, at, h[c])
     return arrive
+
+
+def _group_start(arrive: np.ndarray, sets: np.ndarray, n_sets: int) -> np.ndarray:
+    """Per row, when its group starts: its set's latest arrival (rows of one set are one
+    group; a round of single-row sets is the arrivals themselves)."""
+    if n_sets == arrive.shape[0]:
+        return arrive
+    latest = np.full((n_sets, arrive.shape[1]), -np.inf)
+    np.maximum.at(latest, sets, arrive)
+    return latest[sets]
 
 
 def _posted_plan(rounds: list, posts: list, posted: np.ndarray, waiter: np.ndarray,
@@ -362,13 +369,7 @@ def _simulate_posted(sched: Schedule, gap: np.ndarray, transfer: np.ndarray,
             at_[r.g_post] = parr[r.g_post_slot]
         else:
             at_ = mine
-        if r.n_sets == r.rows.size:
-            start = at_
-        else:
-            latest = np.full((r.n_sets, n_s), -np.inf)
-            np.maximum.at(latest, r.sets, at_)
-            start = latest[r.sets]
-        done = start + transfer[r.rows]
+        done = _group_start(at_, r.sets, r.n_sets) + transfer[r.rows]
         own = done[r.g_sync] if r.g_post.size else done
         end[r.cr] = np.where(r.asy_cr, mine, own)
         aend[r.cr] = np.where(r.asy_cr, np.maximum(aend[r.cr], own), aend[r.cr])

@@ -72,8 +72,11 @@ def general_ops_at_dp(dp: int, pp: int = 2, steps: int = 5, microbatches: int = 
                     gap = 0.01 * slow * (1 + 0.05 * rng.standard_normal())
                     t += gap
                     posted = kind == "recv" and key[0] == "f" and k + 2 < len(ops)
-                    rows.append({"rank": rank, "step": step, "k": k, "kind": kind, "key": key,
-                                 "d": d, "peer_stage": peer_stage, "start_s": t,
+                    # a P2P pair by (direction, link, microbatch, step, DP rank); an
+                    # all-reduce by (stage, step)
+                    group = (key, step) + ((d,) if key[0] != "ar" else ())
+                    rows.append({"rank": rank, "step": step, "k": k, "kind": kind,
+                                 "key": group, "d": d, "peer_stage": peer_stage, "start_s": t,
                                  "end_s": t + 0.002, "gap_s": gap, "transfer_s": 0.002,
                                  "async": posted, "wait_k": k + 2 if posted else -1})
                     t += 0.0 if posted else 0.002
@@ -82,12 +85,7 @@ def general_ops_at_dp(dp: int, pp: int = 2, steps: int = 5, microbatches: int = 
                              "end_s": t + 0.01, "gap_s": 0.01, "transfer_s": 0.0,
                              "async": False, "wait_k": -1})
     df = pd.DataFrame(rows)
-    # groups: a P2P pair by (direction, link, microbatch, step, DP rank); an all-reduce by
-    # (stage, step); the step end is local
-    gkey = df.apply(lambda r: None if r["key"] is None else
-                    (r["key"], r["step"]) + ((r["d"],) if r["key"][0] != "ar" else ()),
-                    axis=1)
-    df["group"] = pd.factorize(gkey, use_na_sentinel=True)[0]
+    df["group"] = pd.factorize(df["key"], use_na_sentinel=True)[0]  # the step end: -1
     df["pg"], df["busy_s"], df["ready_s"], df["serial"] = "", np.nan, df["start_s"], False
     df["in_nelems"] = df["out_nelems"] = np.int64(-1)
     df["peer"] = np.where(df["peer_stage"] >= 0, df["peer_stage"] * dp + df["d"], -1)

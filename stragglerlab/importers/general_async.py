@@ -162,8 +162,9 @@ def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarra
     nxt = np.r_[start[1:], np.inf]
     overlap = p2p & same & (np.append(kind[1:], STEP_END) != STEP_END) & (nxt < end)
     posted = p2p & asynchronous
+    work = _work(ops)
     if overlap.any():
-        pooled = pd.DataFrame({"o": overlap.astype(float), "kind": kind}).groupby(_work(ops))
+        pooled = pd.DataFrame({"o": overlap.astype(float), "kind": kind}).groupby(work)
         alike = (pooled["kind"].transform("nunique") == 1).to_numpy(bool)
         posted |= p2p & alike & pooled["o"].transform("max").to_numpy(bool)
     if not posted.any():
@@ -183,5 +184,5 @@ def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarra
     # op was still running when an op began did not need it before that op (one program),
     # and the ideal averages gaps that must be measured alike on every rank.
     wait = pd.Series(np.where(posted, k[j], -1), index=ops.index).groupby(
-        _work(ops)).transform("max")
+        work).transform("max")
     return posted, np.where(posted, wait.to_numpy(np.int64), -1)

@@ -168,8 +168,9 @@ def previous_points(ops: pd.DataFrame) -> np.ndarray:
         prev = np.where(is_end, np.fmax(prev, before.to_numpy(float)), prev)
     if posted.any():
         waiter = waiter_rows(ops)
+        have = posted & (waiter >= 0)  # (ops_table refuses a wait_k outside its chain)
         waited = np.full(len(ops), -np.inf)
-        np.maximum.at(waited, waiter[posted], end[posted])
+        np.maximum.at(waited, waiter[have], end[have])
         prev = np.where(np.isfinite(waited), np.fmax(prev, waited), prev)
     return prev
 
