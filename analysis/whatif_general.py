@@ -15,6 +15,9 @@
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
   layout is known, leaving that rank / DP rank / stage original. `share` =
   (S_x - 1) / sum over x of (S_x - 1): how the attributable slowdown splits.
+* Where the job is made of alike replicas (the ranks its pipeline links join), the
+  rank and DP-rank scenarios replay on two of them, bit for bit the whole table's
+  replays (stragglerlab.analysis.general_replicas): linear in the ranks, not quadratic.
 * Workers: S_w = min(S_dp, S_stage) with a layout, else S_rank. M_W = (T -
   T_fixW) / (T - T_ideal) with W the top ceil(3%) workers by S_w; M_S the
   same fixing the last stage (0 without PP, None without a layout).
@@ -37,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from stragglerlab.analysis.general_replicas import Replicas, replicas
 from stragglerlab.analysis.general_sim import HOST_PARTS, schedule, simulate, simulate_masks
 from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
@@ -327,6 +331,31 @@ def _share(s: dict) -> dict:
     return {k: (v / total if total > 0 else 0.0) for k, v in excess.items()}
 
 
+def _on_two_replicas(ops: pd.DataFrame, rep: Replicas | None, ranks: list, dps: list
+                     ) -> tuple[list, np.ndarray, np.ndarray] | None:
+    """The rank and DP-rank scenarios as (names, replica, keep) for Replicas.simulate, or
+    None (replay them on the whole table): no alike replicas, or a layout whose DP ranks
+    are not the replicas."""
+    if rep is None:
+        return None
+    dp_of = {}
+    if dps:
+        first = ops.drop_duplicates("rank").set_index("rank")["dp_rank"]
+        for r, d in first.items():
+            if dp_of.setdefault(int(d), rep.replica_of_rank[int(r)]) \
+                    != rep.replica_of_rank[int(r)]:
+                return None
+        if len(set(dp_of.values())) != len(dp_of):
+            return None
+    names = [("rank", r) for r in ranks] + [("dp", d) for d in dps]
+    replica = np.array([rep.replica_of_rank[r] for r in ranks] + [dp_of[d] for d in dps],
+                       dtype=np.int64)
+    role = np.array([rep.role_of_rank[r] for r in ranks], dtype=np.int64)
+    keep = np.concatenate([rep.role[None, :] == role[:, None],
+                           np.ones((len(dps), rep.role.size), bool)])
+    return names, replica, keep
+
+
 def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict | None = None,
                    force: bool = False) -> GeneralWhatIf:
     """The what-if of an op table (see the module doc); `compute_ideal` in COMPUTE_IDEALS.
@@ -363,15 +392,23 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     add(("kind", COMPUTE), True, False)
     for t in comm_kinds:
         add(("kind", t), False, kind == t)
-    for r in ranks:
-        add(("rank", r), rank == r, rank == r)
-    for d in dps:
-        m = ops["dp_rank"].to_numpy() == d
-        add(("dp", d), m, m)
     for p in stages:
         m = ops["stage"].to_numpy() == p
         add(("stage", p), m, m)
+    pairs = {"gap": gap, "transfer": transfer} | (hd or {})
+    rep = replicas(ops, sched, [v[1] for v in pairs.values()])
+    on_two = _on_two_replicas(ops, rep, ranks, dps)
+    if on_two is None:  # every rank's and DP rank's scenario on the whole table
+        for r in ranks:
+            add(("rank", r), rank == r, rank == r)
+        for d in dps:
+            m = ops["dp_rank"].to_numpy() == d
+            add(("dp", d), m, m)
     steps = simulate_masks(sched, gap, transfer, np.stack(kg, 1), np.stack(kt, 1), **sim_kw)
+    if on_two is not None:
+        more, replica, keep = on_two
+        names += more
+        steps = np.concatenate([steps, rep.simulate(pairs, replica, keep)], axis=1)
     col = {nm: i for i, nm in enumerate(names)}
     mean = steps.mean(axis=0)
     T, T_ideal = float(mean[col["orig"]]), float(mean[col["ideal"]])
@@ -381,9 +418,10 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     by_dp = {d: ratio(("dp", d)) for d in dps} if has_layout else None
     by_stage = {p: ratio(("stage", p)) for p in stages} if has_layout else None
     if has_layout:
-        coords = ops.groupby("rank")[["dp_rank", "stage"]].first()
-        score = {r: min(by_dp[int(coords.at[r, "dp_rank"])], by_stage[int(coords.at[r, "stage"])])
-                 for r in ranks}
+        first = ops.groupby("rank")[["dp_rank", "stage"]].first()
+        coords = dict(zip(first.index.tolist(),
+                          zip(first["dp_rank"].tolist(), first["stage"].tolist())))
+        score = {r: min(by_dp[coords[r][0]], by_stage[coords[r][1]]) for r in ranks}
     else:
         score = dict(by_rank)
     top = sorted(ranks, key=lambda r: (-score[r], r))[:max(1, math.ceil(TOP_WORKERS * len(ranks)))]
@@ -460,8 +498,7 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
                                for i, s in enumerate(sched.steps)},
         step_time_ideal_s={int(s): float(steps[i, col["ideal"]])
                            for i, s in enumerate(sched.steps)},
-        worker_coords={int(r): [int(coords.at[r, "dp_rank"]), int(coords.at[r, "stage"])]
-                       for r in ranks} if has_layout else {},
+        worker_coords={int(r): list(coords[r]) for r in ranks} if has_layout else {},
         entry_skew_s={int(r): float(v) for r, v in skew.items()},
         regime_change=None if regime is None else regime.to_dict(), host_model=hd is not None,
         by_segment_part=by_part, gpu_busy_share=busy_share)

@@ -1,0 +1,115 @@
+"""The general what-if's rank and DP-rank replays on two alike replicas
+(analysis/general_replicas.py): bit for bit the replays of the whole table where the
+replicas are alike, and the whole table wherever they are not."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import stragglerlab.analysis.whatif_general as wg
+from stragglerlab.analysis.general_replicas import replicas
+from stragglerlab.analysis.general_sim import schedule
+from stragglerlab.importers.kineto_events import load_ranks
+from stragglerlab.importers.kineto_general import build_general
+from tests.unit.bench_modules import BENCH, load_benchmark
+
+
+def _inputs():
+    spec = importlib.util.spec_from_file_location("asv_inputs", BENCH / "asv_bench" / "inputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+general_ops_at_dp = _inputs().general_ops_at_dp
+
+
+def _both(ops: pd.DataFrame, monkeypatch, **kw) -> tuple[str, str, list[bool]]:
+    """whatif.json's fields with the two-replica replays, and with the whole table."""
+    used = []
+
+    def spy(*a):
+        r = replicas(*a)
+        used.append(r is not None)
+        return r
+
+    monkeypatch.setattr(wg, "replicas", spy)
+    fast = json.dumps(wg.whatif_general(ops, **kw).to_dict(), sort_keys=True)
+    monkeypatch.setattr(wg, "replicas", lambda *a: None)
+    whole = json.dumps(wg.whatif_general(ops, **kw).to_dict(), sort_keys=True)
+    return fast, whole, used
+
+
+def _ready(ops: pd.DataFrame) -> tuple[pd.DataFrame, object]:
+    ops = ops.sort_values(["rank", "step", "k"], kind="stable", ignore_index=True)
+    return ops, schedule(ops)
+
+
+@pytest.mark.parametrize("dp,seed,stat", [(3, 0, "mean"), (8, 1, "mean"), (8, 2, "median")])
+def test_pipeline_replicas_replay_the_whole_job_bit_for_bit(dp, seed, stat, monkeypatch):
+    """DP x PP 2 with posted receives and one slow rank: every field, every rank's and DP
+    rank's ratio, identical; the slow rank still ranked first."""
+    ops = general_ops_at_dp(dp, seed=seed)
+    fast, whole, used = _both(ops, monkeypatch, compute_ideal=stat)
+    assert used == [True]
+    assert fast == whole
+    assert json.loads(fast)["top_workers"][0] == 1
+
+
+def test_gpu_host_model_replicas_are_exact(tmp_path, monkeypatch):
+    """A GPU job whose host is modelled (the host parts replayed on two replicas as well)."""
+    synth = load_benchmark("kineto_gpu_synth")
+    traces = synth.write_job("launch-bound-host-slow", tmp_path / "traces", world=4)
+    imp = build_general(load_ranks(sorted(traces.glob("*.json*"))))
+    assert "host_s" in imp.ops
+    fast, whole, used = _both(imp.ops, monkeypatch, report=imp.report)
+    assert used == [True]
+    assert fast == whole
+
+
+def test_unlike_replicas_replay_the_whole_table():
+    """Each break of the argument falls back: an extra op on one replica, a collective
+    over some replicas only, ideal values that differ between replicas, two replicas."""
+    base = general_ops_at_dp(4)
+    ops, sched = _ready(base)
+    gap = ops["gap_s"].to_numpy()
+    assert replicas(ops, sched, [np.zeros(len(ops))]) is not None
+    assert replicas(ops, sched, [gap]) is None  # traced gaps differ between replicas
+
+    extra = base[(base["rank"] == 2) & (base["step"] == 0) & (base["k"] == 0)].copy()
+    extra["k"], extra["group"] = 99, -1
+    ops, sched = _ready(pd.concat([base, extra]))
+    assert replicas(ops, sched, []) is None
+
+    sub = base.copy()  # stage 0's all-reduce of step 0 split into two halves of the DP ranks
+    ar = (sub["kind"] == "all_reduce") & (sub["stage"] == 0) & (sub["step"] == 0)
+    sub.loc[ar & (sub["dp_rank"] >= 2), "group"] = sub["group"].max() + 1
+    ops, sched = _ready(sub)
+    assert replicas(ops, sched, []) is None
+
+    swapped = base.copy()  # one replica's first two forward sends pair the other way
+    sends = swapped.index[(swapped["rank"] == 2) & (swapped["step"] == 0)
+                          & (swapped["kind"] == "send")][:2]
+    swapped.loc[sends, "group"] = swapped.loc[sends[::-1], "group"].to_numpy()
+    ops, sched = _ready(swapped)
+    assert sched.released == 0
+    assert replicas(ops, sched, []) is None
+
+    ops, sched = _ready(general_ops_at_dp(2))
+    assert replicas(ops, sched, []) is None
+
+
+def test_replicas_follow_the_pipeline_links():
+    """Replicas are the ranks P2P joins, one per role, whatever their rank numbers."""
+    ops, sched = _ready(general_ops_at_dp(4))
+    rep = replicas(ops, sched, [])
+    assert rep.rows.shape[0] == 4
+    for d in range(4):
+        assert rep.replica_of_rank[d] == rep.replica_of_rank[4 + d]
+        assert {rep.role_of_rank[d], rep.role_of_rank[4 + d]} == {0, 1}
+    assert len(set(rep.replica_of_rank.values())) == 4
