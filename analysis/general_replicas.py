@@ -1,4 +1,4 @@
-"""The what-if's per-rank and per-DP-rank replays of a job made of alike replicas, on two.
+"""The what-if's per-rank and per-DP-rank replays of a job made of replicas, on a few.
 
     rep = replicas(ops, sched, [gap_ideal, transfer_ideal])   # None where they do not hold
     steps = rep.simulate(pairs, replica=d, keep=mask)          # (n_steps, n_scenarios) s
@@ -6,21 +6,24 @@
 "Rank r original, every other rank ideal" changes only r's rows, yet simulated on
 the whole table it costs the whole job, once per rank: quadratic in the ranks. A
 data-parallel job is made of replicas (the ranks one pipeline's P2P links join,
-one rank per role) that do the same work, and its collectives join one member of
-every replica at the same place. In such a scenario every replica but r's holds
-its ideal values, which are the same in every replica (the ideal is taken over
-the ranks doing the same work), so they all run alike: a collective's latest
-arrival over them is the latest of r's replica and any one of the others, and so
-is a step's latest end. Two replicas then replay the job exactly, bit for bit:
-the replay adds the same values in the same order and takes maxima.
+one rank per role), and its collectives join one member of every replica at the
+same place. Replicas with the same rows, flags and ideal values are one class (a
+job has one, or a few: a rank whose kernels did not queue, a slow host). In such a
+scenario every replica but r's holds its ideal values, the same in all of its
+class, so a class runs alike: a collective's latest arrival over its members is
+any one member's, and so is a step's latest end. The scenario's replica and one
+replica per class (another one of its own class, where it has one) then replay
+the job exactly, bit for bit: the replay adds the same values in the same order
+and takes maxima.
 
 `replicas` returns None, and the caller replays the whole table, unless every
 condition that argument needs holds: the schedule released no group and split
-none over steps; every replica has the same roles, one rank each, and the same
-rows at the same (role, step, k) with the same kind, flags, sizes and waits;
-every group either joins one member of every replica at one position or stays
-within one replica with the same members in each; the given ideal values are
-the same in every replica.
+none over steps; every replica has the same roles, one rank each, and rows at the
+same (role, step, k); every group either joins one member of every replica at one
+position or stays within one replica with the same members in each; and the
+classes (same kind, flags, sizes, waits and given ideal values at every
+position) are few enough to gain (MAX_CLASSES, and their lanes fewer than the
+replicas).
 """
 
 from __future__ import annotations
@@ -35,18 +38,38 @@ from stragglerlab.trace.op_model import P2P_KINDS, STEP_END
 
 MIN_REPLICAS = 3
 """Fewer replicas than this replay on the whole table (two replicas gain nothing)."""
+MAX_CLASSES = 8
+"""More classes of replicas than this replay on the whole table: each class builds its
+own schedule of one lane per class, so the cost grows with the classes squared."""
 CHUNK_ELEMENTS = 1 << 21
-"""Values per array per pass (rows of the two replicas x scenarios)."""
+"""Values per array per pass (rows of the lanes x scenarios)."""
 _ALIKE = ("kind", "async", "serial", "wait_k", "in_nelems", "out_nelems")
-"""The columns that must be the same at one position in every replica."""
+"""The columns a class of replicas holds the same at every position."""
+
+
+@dataclass(kw_only=True)
+class _Lanes:
+    """The replay of the scenarios whose replica is in one class: a schedule of the rows
+    of one replica of the class (lane 0, which plays the scenario's replica) and one
+    replica of every class (another of its own, where it has one)."""
+
+    sched: Schedule
+    """The schedule of the lanes' rows (the table's order)."""
+    lane0: np.ndarray
+    """Per row of that schedule: lane 0's (plays the scenario's replica)."""
+    src: np.ndarray
+    """Per row of that schedule: the table's row it is (a class's ideal values for the
+    other lanes)."""
+    pos: np.ndarray
+    """Per row of that schedule: its position."""
+    step_end: np.ndarray
+    """Per row of that schedule: a step-end row."""
 
 
 @dataclass(kw_only=True)
 class Replicas:
-    """A job's alike replicas and the schedule of two of them (see the module doc)."""
+    """A job's replicas, their classes and each class's lanes (see the module doc)."""
 
-    sched: Schedule
-    """The schedule of replicas 0 and 1's rows (the table's order)."""
     rows: np.ndarray
     """(n_replicas, n_positions): the table's row at each replica's position."""
     role: np.ndarray
@@ -55,13 +78,10 @@ class Replicas:
     """Each rank's replica."""
     role_of_rank: dict[int, int]
     """Each rank's role."""
-    lane_a: np.ndarray
-    """Per row of the two replicas' schedule: it is replica 0's (the lane that plays the
-    scenario's replica); else replica 1's (the lane that plays every other replica)."""
-    pos: np.ndarray
-    """Per row of the two replicas' schedule: its position."""
-    step_end: np.ndarray
-    """Per row of the two replicas' schedule: it is a step-end row."""
+    cls: np.ndarray
+    """(n_replicas,): each replica's class."""
+    lanes: list[_Lanes]
+    """Per class, the lanes of its scenarios."""
 
     def simulate(self, pairs: dict[str, tuple[np.ndarray, np.ndarray]],
                  replica: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -70,24 +90,32 @@ class Replicas:
         values and every other row takes its ideal. `pairs`: per name ("gap", "transfer",
         and the host parts of stragglerlab.analysis.general_sim.HOST_PARTS) the (original,
         ideal) values per row of the whole table."""
-        n_red = self.pos.size
-        chunk = max(1, CHUNK_ELEMENTS // max(1, n_red))
-        # every replica but the scenario's plays its ideal, the same in each (replicas())
-        others = {name: ideal[self.rows[0]][self.pos][:, None]
-                  for name, (_orig, ideal) in pairs.items()}
-        lane_a = self.lane_a[:, None]
+        out = np.empty((self.lanes[0].sched.steps.size, replica.size))
+        of = self.cls[replica]
+        for c, ln in enumerate(self.lanes):
+            at = np.flatnonzero(of == c)
+            if at.size:
+                out[:, at] = self._simulate(ln, pairs, replica[at], keep[at])
+        return out
+
+    def _simulate(self, ln: _Lanes, pairs: dict, replica: np.ndarray, keep: np.ndarray
+                  ) -> np.ndarray:
+        chunk = max(1, CHUNK_ELEMENTS // max(1, ln.pos.size))
+        # every other replica plays its class's ideal, the same in each (replicas())
+        others = {name: ideal[ln.src][:, None] for name, (_orig, ideal) in pairs.items()}
+        lane0 = ln.lane0[:, None]
         out = []
         for lo in range(0, replica.size, chunk):
-            at = self.rows[replica[lo:lo + chunk]][:, self.pos]  # (m, n_red)
-            k = keep[lo:lo + chunk][:, self.pos]
+            at = self.rows[replica[lo:lo + chunk]][:, ln.pos]  # (m, n_lane_rows)
+            k = keep[lo:lo + chunk][:, ln.pos]
             vals = {}
             for name, (orig, ideal) in pairs.items():
-                mine = np.where(k, orig[at], ideal[at]).T  # (n_red, m)
-                vals[name] = np.ascontiguousarray(np.where(lane_a, mine, others[name]))
+                mine = np.where(k, orig[at], ideal[at]).T  # (n_lane_rows, m)
+                vals[name] = np.ascontiguousarray(np.where(lane0, mine, others[name]))
             host = {n: v for n, v in vals.items() if n not in ("gap", "transfer")} or None
-            out.append(simulate(self.sched, vals["gap"], vals["transfer"], host,
-                                self.step_end if host else None))
-        return np.concatenate(out, axis=1) if out else np.zeros((self.sched.steps.size, 0))
+            out.append(simulate(ln.sched, vals["gap"], vals["transfer"], host,
+                                ln.step_end if host else None))
+        return np.concatenate(out, axis=1)
 
 
 def _components(ops: pd.DataFrame) -> np.ndarray:
@@ -113,9 +141,9 @@ def _components(ops: pd.DataFrame) -> np.ndarray:
 
 def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
              ) -> Replicas | None:
-    """The job's alike replicas (see the module doc), or None. `ops` sorted by rank, step,
-    k (as `sched` was built from it); `ideals`: the ideal values per row the scenarios use,
-    each of which must be the same in every replica."""
+    """The job's replicas and their classes (see the module doc), or None. `ops` sorted
+    by rank, step, k (as `sched` was built from it); `ideals`: the ideal values per row
+    the scenarios use (a class holds each the same in all of its replicas)."""
     if sched.released or sched.split_steps or not len(ops) \
             or not {"group", "role"} <= set(ops.columns):
         return None
@@ -140,40 +168,74 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
     if (key != key[0]).any():
         return None
     rows = frame["row"].to_numpy().reshape(n_rep, n_pos)
-    for col in _ALIKE:
-        if col in ops:
-            v = ops[col].to_numpy()[rows]
-            if (v != v[0]).any():
-                return None
     synced = sched.synced[rows]
-    if (synced != synced[0]).any():
+    if (synced != synced[0]).any():  # a group at a position in one replica, not another
         return None
-    for arr in ideals:
-        v = arr[rows]
-        if not ((v == v[0]) | (np.isnan(v) & np.isnan(v[0]))).all():
-            return None
     if not _groups_alike(ops["group"].to_numpy(), sched.synced, rows, rep_idx):
         return None
-    two = np.sort(rows[:2].ravel())
-    sub = ops.iloc[two].reset_index(drop=True)
-    sub_sched = schedule(sub)
+    cls = _classes(ops, sched, rows, ideals)
+    if cls is None:
+        return None
+    n_cls = int(cls.max()) + 1
+    if n_cls + 1 >= n_rep:  # as many lanes as replicas: nothing to gain
+        return None
+    lanes = []
+    for c in range(n_cls):
+        mine = np.flatnonzero(cls == c)
+        chosen = [mine[0]] + [int(np.flatnonzero(cls == i)[1 if i == c else 0])
+                              for i in range(n_cls) if i != c or mine.size > 1]
+        ln = _lanes(ops, rows, rep_idx, chosen)
+        if ln is None:
+            return None
+        lanes.append(ln)
+    return Replicas(
+        rows=rows, role=key[0][:, 0],
+        replica_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["rep"].tolist())),
+        role_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["role"].tolist())),
+        cls=cls, lanes=lanes)
+
+
+def _classes(ops: pd.DataFrame, sched: Schedule, rows: np.ndarray,
+             ideals: list[np.ndarray]) -> np.ndarray | None:
+    """Each replica's class: replicas with the same _ALIKE columns, synced flags and ideal
+    values (NaN alike) at every position; None beyond MAX_CLASSES classes."""
+    cols = [pd.factorize(ops["kind"])[0].astype(np.int64)] if "kind" in ops else []
+    cols += [ops[c].to_numpy().astype(np.int64) for c in _ALIKE[1:] if c in ops]
+    cols.append(sched.synced.astype(np.int64))
+    for arr in ideals:
+        a = np.asarray(arr, dtype=np.float64)
+        cols.append(np.where(np.isnan(a), np.nan, a).view(np.int64))  # one NaN
+    sig = np.concatenate([c[rows] for c in cols], axis=1)
+    cls = np.full(rows.shape[0], -1, dtype=np.int64)
+    for c in range(MAX_CLASSES + 1):  # each class: the replicas equal to the first left
+        left = np.flatnonzero(cls < 0)
+        if not left.size:
+            return cls
+        cls[left[(sig[left] == sig[left[0]]).all(axis=1)]] = c
+    return None
+
+
+def _lanes(ops: pd.DataFrame, rows: np.ndarray, rep_idx: np.ndarray, chosen: list[int]
+           ) -> _Lanes | None:
+    """The lanes of replicas `chosen` (the first plays the scenario's replica), or None
+    where their schedule releases or splits a group."""
+    n_pos = rows.shape[1]
+    sel = np.sort(rows[chosen].ravel())
+    sub_sched = schedule(ops.iloc[sel].reset_index(drop=True))
     if sub_sched.released or sub_sched.split_steps:
         return None
     pos = np.empty(len(ops), dtype=np.int64)
     pos[rows] = np.arange(n_pos)
-    return Replicas(
-        sched=sub_sched, rows=rows, role=key[0][:, 0],
-        replica_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["rep"].tolist())),
-        role_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["role"].tolist())),
-        lane_a=rep_idx[two] == 0, pos=pos[two],
-        step_end=ops["kind"].to_numpy()[two] == STEP_END)
+    return _Lanes(sched=sub_sched, lane0=rep_idx[sel] == chosen[0], src=sel, pos=pos[sel],
+                  step_end=ops["kind"].to_numpy()[sel] == STEP_END)
 
 
 def _groups_alike(group: np.ndarray, synced: np.ndarray, rows: np.ndarray,
                   rep_idx: np.ndarray) -> bool:
     """Every position's groups either join one member of every replica (the same group
     down the column) or stay within each replica with the same size and the same first
-    position in every replica (so the same members); unsynced positions are so in all."""
+    position in every replica (so the same members); `synced` is the same in every
+    replica at every position (the caller checks)."""
     n_rep, n_pos = rows.shape
     pos = np.empty(group.size, dtype=np.int64)
     pos[rows] = np.arange(n_pos)

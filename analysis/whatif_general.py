@@ -15,9 +15,10 @@
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
   layout is known, leaving that rank / DP rank / stage original. `share` =
   (S_x - 1) / sum over x of (S_x - 1): how the attributable slowdown splits.
-* Where the job is made of alike replicas (the ranks its pipeline links join), the
-  rank and DP-rank scenarios replay on two of them, bit for bit the whole table's
-  replays (stragglerlab.analysis.general_replicas): linear in the ranks, not quadratic.
+* Where the job is made of replicas (the ranks its pipeline links join) of a few
+  classes, the rank and DP-rank scenarios replay on one replica per class and the
+  scenario's, bit for bit the whole table's replays (stragglerlab.analysis.
+  general_replicas): linear in the ranks, not quadratic.
 * Workers: S_w = min(S_dp, S_stage) with a layout, else S_rank. M_W = (T -
   T_fixW) / (T - T_ideal) with W the top ceil(3%) workers by S_w; M_S the
   same fixing the last stage (0 without PP, None without a layout).
@@ -331,11 +332,11 @@ def _share(s: dict) -> dict:
     return {k: (v / total if total > 0 else 0.0) for k, v in excess.items()}
 
 
-def _on_two_replicas(ops: pd.DataFrame, rep: Replicas | None, ranks: list, dps: list
+def _on_replicas(ops: pd.DataFrame, rep: Replicas | None, ranks: list, dps: list
                      ) -> tuple[list, np.ndarray, np.ndarray] | None:
     """The rank and DP-rank scenarios as (names, replica, keep) for Replicas.simulate, or
-    None (replay them on the whole table): no alike replicas, or a layout whose DP ranks
-    are not the replicas."""
+    None (replay them on the whole table): no replicas to replay them on, or a layout
+    whose DP ranks are not the replicas."""
     if rep is None:
         return None
     dp_of = {}
@@ -397,7 +398,7 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
         add(("stage", p), m, m)
     pairs = {"gap": gap, "transfer": transfer} | (hd or {})
     rep = replicas(ops, sched, [v[1] for v in pairs.values()])
-    on_two = _on_two_replicas(ops, rep, ranks, dps)
+    on_two = _on_replicas(ops, rep, ranks, dps)
     if on_two is None:  # every rank's and DP rank's scenario on the whole table
         for r in ranks:
             add(("rank", r), rank == r, rank == r)

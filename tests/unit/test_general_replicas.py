@@ -1,6 +1,6 @@
-"""The general what-if's rank and DP-rank replays on two alike replicas
+"""The general what-if's rank and DP-rank replays on one replica per class
 (analysis/general_replicas.py): bit for bit the replays of the whole table where the
-replicas are alike, and the whole table wherever they are not."""
+argument holds, and the whole table wherever it does not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import stragglerlab.analysis.whatif_general as wg
-from stragglerlab.analysis.general_replicas import replicas
+from stragglerlab.analysis.general_replicas import MAX_CLASSES, replicas
 from stragglerlab.analysis.general_sim import schedule
 from stragglerlab.importers.kineto_events import load_ranks
 from stragglerlab.importers.kineto_general import build_general
@@ -62,12 +62,49 @@ def test_pipeline_replicas_replay_the_whole_job_bit_for_bit(dp, seed, stat, monk
 
 
 def test_gpu_host_model_replicas_are_exact(tmp_path, monkeypatch):
-    """A GPU job whose host is modelled (the host parts replayed on two replicas as well)."""
+    """A GPU job whose host is modelled (the host parts replayed on the lanes as well)."""
     synth = load_benchmark("kineto_gpu_synth")
     traces = synth.write_job("launch-bound-host-slow", tmp_path / "traces", world=4)
     imp = build_general(load_ranks(sorted(traces.glob("*.json*"))))
     assert "host_s" in imp.ops
     fast, whole, used = _both(imp.ops, monkeypatch, report=imp.report)
+    assert used == [True]
+    assert fast == whole
+
+
+def test_an_imported_gpu_job_with_a_slow_rank(tmp_path, monkeypatch):
+    """A synthetic DDP job's GPU traces through the importer: the slow rank's kernels do
+    not queue as its peers' do, so it is a class of its own; exact, and ranked first."""
+    synth = load_benchmark("kineto_synth")
+    paths = synth.write_job(tmp_path / "traces", ranks=8, mb=0.3, steps=3, slow_rank=5,
+                            workers=1)
+    imp = build_general(load_ranks(sorted(paths)))
+    fast, whole, used = _both(imp.ops, monkeypatch, report=imp.report)
+    assert used == [True]
+    assert fast == whole
+    assert json.loads(fast)["top_workers"] == [5]
+
+
+def test_classes_of_replicas_are_exact(monkeypatch):
+    """Two replicas whose ops queue on their stream, whose receives block and whose
+    all-reduce messages are larger make a second class (it ends its steps last); a third
+    replica's transfers run slow (its values, not its class). Each scenario replays on its
+    replica and one of every class."""
+    ops = general_ops_at_dp(8, seed=3)
+    queued = ops["rank"].isin([2, 10, 5, 13]) & (ops["k"] > 0)
+    ops.loc[queued, "serial"] = True
+    blocking = ops["rank"].isin([10, 13]) & ops["async"]  # their receives not posted
+    ops.loc[blocking, "async"], ops.loc[blocking, "wait_k"] = False, -1
+    big = ops["rank"].isin([2, 10, 5, 13]) & (ops["kind"] == "all_reduce")
+    ops.loc[big, "in_nelems"] = 2  # a larger message: a longer ideal transfer
+    ops.loc[big, "transfer_s"] *= 3
+    slow = ops["rank"].isin([6, 14])
+    ops.loc[slow, "transfer_s"] *= 4
+    srt, sched = _ready(ops)
+    rep = replicas(srt, sched, [np.zeros(len(srt))])
+    assert rep is not None and len(rep.lanes) == 2
+    assert sorted(np.bincount(rep.cls).tolist()) == [2, 6]
+    fast, whole, used = _both(ops, monkeypatch)
     assert used == [True]
     assert fast == whole
 
@@ -79,7 +116,9 @@ def test_unlike_replicas_replay_the_whole_table():
     ops, sched = _ready(base)
     gap = ops["gap_s"].to_numpy()
     assert replicas(ops, sched, [np.zeros(len(ops))]) is not None
-    assert replicas(ops, sched, [gap]) is None  # traced gaps differ between replicas
+    assert replicas(ops, sched, [gap]) is None  # traced gaps differ: a class per replica
+    ops, sched = _ready(general_ops_at_dp(MAX_CLASSES + 4))
+    assert replicas(ops, sched, [ops["gap_s"].to_numpy()]) is None  # beyond MAX_CLASSES
 
     extra = base[(base["rank"] == 2) & (base["step"] == 0) & (base["k"] == 0)].copy()
     extra["k"], extra["group"] = 99, -1
