@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import re
 from collections.abc import Iterator
 
@@ -140,18 +141,33 @@ def _peer(kind: str, args: dict, rank: int) -> int:
         return p
     ranks = args.get("Process Group Ranks")
     if isinstance(ranks, str):
-        ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
-    if isinstance(ranks, list) and len(ranks) == 2 and rank in ranks:
+        ranks = _ranks_in(ranks)
+    if isinstance(ranks, (list, tuple)) and len(ranks) == 2 and rank in ranks:
         return int(ranks[0] if ranks[1] == rank else ranks[1])
     return -1
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranks_in(text: str) -> tuple[int, ...]:
+    """The ranks a "Process Group Ranks" string lists, in its order. Every op of a group
+    carries the same string, as long as the group (the world, for a data-parallel
+    all-reduce), so it is parsed once: per op it made the import quadratic in the ranks."""
+    return tuple(int(x) for x in re.findall(r"-?\d+", text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _members_in(text: str) -> tuple[int, ...]:
+    """_ranks_in, sorted."""
+    return tuple(sorted(_ranks_in(text)))
 
 
 def _pg(args: dict) -> tuple[str, tuple[int, ...]]:
     ranks = args.get("Process Group Ranks")
     if isinstance(ranks, str):
-        ranks = [int(x) for x in re.findall(r"-?\d+", ranks)]
-    members = tuple(sorted(int(r) for r in ranks if isinstance(r, int))) \
-        if isinstance(ranks, list) else ()
+        members = _members_in(ranks)
+    else:
+        members = tuple(sorted(int(r) for r in ranks if isinstance(r, int))) \
+            if isinstance(ranks, list) else ()
     name = args.get("Process Group Name")
     key = str(name) if name not in (None, "") else (",".join(map(str, members)) if members
                                                      else "")
