@@ -5,9 +5,10 @@
 
 "Rank r original, every other rank ideal" changes only r's rows, yet simulated on
 the whole table it costs the whole job, once per rank: quadratic in the ranks. A
-data-parallel job is made of replicas (the ranks one pipeline's P2P links join,
-one rank per role), and its collectives join one member of every replica at the
-same place. Replicas with the same rows, flags and ideal values are one class (a
+data-parallel job is made of replicas (the ranks of one DP rank where the layout
+is known, with their tensor-parallel peers; else the ranks one pipeline's P2P
+links join), and its collectives join one member of every replica at the same
+place. Replicas with the same rows, flags and ideal values are one class (a
 job has one, or a few: a rank whose kernels did not queue, a slow host). In such a
 scenario every replica but r's holds its ideal values, the same in all of its
 class, so a class runs alike: a collective's latest arrival over its members is
@@ -18,8 +19,9 @@ and takes maxima.
 
 `replicas` returns None, and the caller replays the whole table, unless every
 condition that argument needs holds: the schedule released no group and split
-none over steps; every replica has the same roles, one rank each, and rows at the
-same (role, step, k); every group either joins one member of every replica at one
+none over steps; every replica has ranks of the same roles in the same numbers
+(a rank's slot: its place in its replica, by role then rank) and rows at the same
+(slot, step, k); every group either joins one member of every replica at one
 position or stays within one replica with the same members in each; and the
 classes (same kind, flags, sizes, waits and given ideal values at every
 position) are few enough to gain (MAX_CLASSES, and their lanes fewer than the
@@ -72,12 +74,13 @@ class Replicas:
 
     rows: np.ndarray
     """(n_replicas, n_positions): the table's row at each replica's position."""
-    role: np.ndarray
-    """(n_positions,): the role at each position."""
+    slot: np.ndarray
+    """(n_positions,): the slot (a rank's place in its replica, by role then rank) at each
+    position."""
     replica_of_rank: dict[int, int]
     """Each rank's replica."""
-    role_of_rank: dict[int, int]
-    """Each rank's role."""
+    slot_of_rank: dict[int, int]
+    """Each rank's slot."""
     cls: np.ndarray
     """(n_replicas,): each replica's class."""
     lanes: list[_Lanes]
@@ -119,7 +122,11 @@ class Replicas:
 
 
 def _components(ops: pd.DataFrame) -> np.ndarray:
-    """Per row, its replica's label: the least rank its P2P groups join it to."""
+    """Per row, its replica's label: its DP rank where the layout gives every rank one (a
+    tensor-parallel group then stays within a replica), else the least rank its P2P groups
+    join it to (a pipeline)."""
+    if "dp_rank" in ops and (ops["dp_rank"].to_numpy() >= 0).all():
+        return ops["dp_rank"].to_numpy()
     rank = ops["rank"].to_numpy()
     ranks = np.unique(rank)
     p2p = ops["kind"].isin(P2P_KINDS).to_numpy() & (ops["group"].to_numpy() >= 0)
@@ -154,17 +161,20 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
         return None
     rank, role = ops["rank"].to_numpy(), ops["role"].to_numpy()
     ranks_per = pd.DataFrame({"rep": rep_idx, "role": role, "rank": rank}).drop_duplicates()
-    if ranks_per.duplicated(["rep", "role"]).any() \
-            or ranks_per["rank"].duplicated().any():  # two ranks of one role, or a rank's
-        return None  # role changing within the trace
-    frame = pd.DataFrame({"rep": rep_idx, "role": role, "step": ops["step"].to_numpy(),
-                          "k": ops["k"].to_numpy(), "row": np.arange(len(ops))})
-    frame = frame.sort_values(["rep", "role", "step", "k"], kind="stable")
+    if ranks_per["rank"].duplicated().any():  # a rank in two replicas, or of two roles
+        return None
+    ranks_per = ranks_per.sort_values(["rep", "role", "rank"], ignore_index=True)
+    ranks_per["slot"] = ranks_per.groupby("rep").cumcount()  # its place in its replica
+    slot = ranks_per.set_index("rank")["slot"].reindex(rank).to_numpy()
+    frame = pd.DataFrame({"rep": rep_idx, "slot": slot, "role": role,
+                          "step": ops["step"].to_numpy(), "k": ops["k"].to_numpy(),
+                          "row": np.arange(len(ops))})
+    frame = frame.sort_values(["rep", "slot", "step", "k"], kind="stable")
     count = np.bincount(frame["rep"].to_numpy(), minlength=n_rep)
     if (count != count[0]).any():
         return None
     n_pos = int(count[0])
-    key = frame[["role", "step", "k"]].to_numpy().reshape(n_rep, n_pos, 3)
+    key = frame[["slot", "role", "step", "k"]].to_numpy().reshape(n_rep, n_pos, 4)
     if (key != key[0]).any():
         return None
     rows = frame["row"].to_numpy().reshape(n_rep, n_pos)
@@ -189,9 +199,9 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
             return None
         lanes.append(ln)
     return Replicas(
-        rows=rows, role=key[0][:, 0],
+        rows=rows, slot=key[0][:, 0],
         replica_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["rep"].tolist())),
-        role_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["role"].tolist())),
+        slot_of_rank=dict(zip(ranks_per["rank"].tolist(), ranks_per["slot"].tolist())),
         cls=cls, lanes=lanes)
 
 

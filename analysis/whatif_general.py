@@ -351,9 +351,9 @@ def _on_replicas(ops: pd.DataFrame, rep: Replicas | None, ranks: list, dps: list
     names = [("rank", r) for r in ranks] + [("dp", d) for d in dps]
     replica = np.array([rep.replica_of_rank[r] for r in ranks] + [dp_of[d] for d in dps],
                        dtype=np.int64)
-    role = np.array([rep.role_of_rank[r] for r in ranks], dtype=np.int64)
-    keep = np.concatenate([rep.role[None, :] == role[:, None],
-                           np.ones((len(dps), rep.role.size), bool)])
+    slot = np.array([rep.slot_of_rank[r] for r in ranks], dtype=np.int64)
+    keep = np.concatenate([rep.slot[None, :] == slot[:, None],
+                           np.ones((len(dps), rep.slot.size), bool)])
     return names, replica, keep
 
 

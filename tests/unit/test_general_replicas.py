@@ -144,11 +144,65 @@ def test_unlike_replicas_replay_the_whole_table():
 
 
 def test_replicas_follow_the_pipeline_links():
-    """Replicas are the ranks P2P joins, one per role, whatever their rank numbers."""
-    ops, sched = _ready(general_ops_at_dp(4))
-    rep = replicas(ops, sched, [])
-    assert rep.rows.shape[0] == 4
-    for d in range(4):
-        assert rep.replica_of_rank[d] == rep.replica_of_rank[4 + d]
-        assert {rep.role_of_rank[d], rep.role_of_rank[4 + d]} == {0, 1}
-    assert len(set(rep.replica_of_rank.values())) == 4
+    """Without a layout, replicas are the ranks P2P joins, one slot per stage, whatever
+    their rank numbers; with one, the DP ranks (the same here)."""
+    ops = general_ops_at_dp(4)
+    no_layout = ops.assign(dp_rank=-1, stage=-1)
+    for table in (ops, no_layout):
+        srt, sched = _ready(table)
+        rep = replicas(srt, sched, [])
+        assert rep.rows.shape[0] == 4
+        for d in range(4):
+            assert rep.replica_of_rank[d] == rep.replica_of_rank[4 + d]
+            assert {rep.slot_of_rank[d], rep.slot_of_rank[4 + d]} == {0, 1}
+        assert len(set(rep.replica_of_rank.values())) == 4
+
+
+def _dp_tp(dp: int, tp: int, steps: int = 4, slow: int = 5) -> pd.DataFrame:
+    """A DP x TP job's op table with its layout: per rank and step a tensor-parallel
+    all-reduce within its DP rank, then a data-parallel one across DP ranks, then the step
+    end; rank `slow`'s compute 1.4x."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for d in range(dp):
+        for t in range(tp):
+            rank = d * tp + t
+            for step in range(steps):
+                at = step * 10.0
+                for k, (kind, key) in enumerate([("all_reduce", ("tp", d, step)),
+                                                 ("all_reduce", ("dp", t, step)),
+                                                 ("step-end", None)]):
+                    gap = 0.01 * (1.4 if rank == slow else 1.0) * (1 + 0.05 * rng.standard_normal())
+                    at += gap
+                    rows.append({"rank": rank, "step": step, "k": k, "kind": kind, "key": key,
+                                 "start_s": at, "end_s": at + 0.002, "gap_s": gap,
+                                 "transfer_s": 0.0 if key is None else 0.002, "dp_rank": d})
+                    at += 0.002
+    df = pd.DataFrame(rows)
+    df["group"] = pd.factorize(df["key"], use_na_sentinel=True)[0]
+    df["pg"], df["busy_s"], df["ready_s"] = "", np.nan, df["start_s"]
+    df["async"], df["serial"], df["wait_k"] = False, False, -1
+    df["in_nelems"] = df["out_nelems"] = np.int64(-1)
+    df["peer"], df["role"], df["stage"] = -1, 0, 0
+    return df.drop(columns=["key"])
+
+
+def test_tensor_parallel_ranks_share_a_replica(monkeypatch):
+    """DP 4 x TP 2 with its layout: the DP ranks are the replicas, two slots each (the
+    tensor-parallel group stays within one); exact, the slow rank first. Without the
+    layout (no P2P to join them) the TP groups span some replicas only: the whole table.
+    (Its worker score is min(S_dp, S_stage): the slow rank's DP rank, shared with its TP
+    peer; S_rank names the rank.)"""
+    ops = _dp_tp(4, 2)
+    srt, sched = _ready(ops)
+    rep = replicas(srt, sched, [])
+    assert rep is not None and rep.rows.shape[0] == 4
+    assert rep.replica_of_rank[4] == rep.replica_of_rank[5]
+    assert rep.slot_of_rank[4] != rep.slot_of_rank[5]
+    fast, whole, used = _both(ops, monkeypatch)
+    assert used == [True]
+    assert fast == whole
+    by_rank = json.loads(fast)["by_rank"]
+    assert max(by_rank, key=by_rank.get) == "5"
+    srt, sched = _ready(ops.assign(dp_rank=-1))
+    assert replicas(srt, sched, []) is None
