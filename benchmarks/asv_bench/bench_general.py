@@ -1,4 +1,4 @@
-"""The general what-if (an unannotated import's op table) at DP 256 and 1,024 x PP 2, with
+"""The general what-if (an unannotated import's op table) at DP 256, 1,024 and 4,096 x PP 2, with
 the pipeline's forward receives posted ahead: the schedule, the replays of every ideal and
 the attribution (analysis/whatif_general.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .inputs import general_ops_at_dp
 
-SIZES = [256, 1024]
+SIZES = [256, 1024, 4096]
 
 
 class GeneralWhatIf:

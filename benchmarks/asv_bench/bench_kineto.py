@@ -1,6 +1,7 @@
 """`stragglerlab import kineto` of synthetic torch.profiler traces shaped like a DDP
 job's (benchmarks/kineto_synth.py): 8 ranks of about 10 MB of JSON each, 6 steps, a
-reduced size of production files that runs in seconds."""
+reduced size of production files that runs in seconds; and the op table of many small
+ranks (256: 0.2 MB each, 3 steps), where a cost per op that grows with the world shows."""
 
 from __future__ import annotations
 
@@ -34,3 +35,23 @@ class KinetoImport:
         with tempfile.TemporaryDirectory() as tmp:
             _cli("import", "kineto", "--traces", traces, "--out", str(Path(tmp) / "run"),
                  "--quiet")
+
+
+class KinetoManyRanks:
+    timeout = 600
+    number = 1
+    repeat = (1, 3, 60.0)
+
+    def setup_cache(self):
+        traces = Path("kineto-256x0.2mb").resolve()
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "kineto_synth.py"),
+                        "--ranks", "256", "--mb", "0.2", "--steps", "3", "--out", str(traces)],
+                       check=True, stdout=subprocess.DEVNULL)
+        from stragglerlab.importers.kineto_events import load_ranks
+
+        return load_ranks(sorted(traces.glob("*.json.gz")))
+
+    def time_build_general(self, events):
+        from stragglerlab.importers.kineto_general import build_general
+
+        build_general(events)
