@@ -5,14 +5,14 @@
 
 "Rank r original, every other rank ideal" changes only r's rows, yet simulated on
 the whole table it costs the whole job, once per rank: quadratic in the ranks. A
-data-parallel job is made of replicas (the ranks of one DP rank where the layout
-is known, with their tensor-parallel peers; else the ranks one pipeline's P2P
-links join), and its collectives join one member of every replica at the same
-place. Replicas with the same rows, flags and ideal values are one class (a
-job has one, or a few: a rank whose kernels did not queue, a slow host). In such a
-scenario every replica but r's holds its ideal values, the same in all of its
-class, so a class runs alike: a collective's latest arrival over its members is
-any one member's, and so is a step's latest end. The scenario's replica and one
+data-parallel job is made of replicas (the ranks of one DP rank: a pipeline's
+stages and their tensor-parallel peers; where no layout says so, the ranks that
+P2P and the narrower collectives join), and its collectives join one member of
+every replica at the same place. Replicas with the same rows, flags and ideal
+values are one class (a job has one, or a few: a rank whose kernels did not queue,
+a slow host). In such a scenario every replica but r's holds its ideal values,
+the same in all of its class, so a class runs alike: a collective's latest
+arrival over its members is any one member's, and so is a step's latest end. The scenario's replica and one
 replica per class (another one of its own class, where it has one) then replay
 the job exactly, bit for bit: the replay adds the same values in the same order
 and takes maxima.
@@ -121,29 +121,39 @@ class Replicas:
         return np.concatenate(out, axis=1)
 
 
-def _components(ops: pd.DataFrame) -> np.ndarray:
-    """Per row, its replica's label: its DP rank where the layout gives every rank one (a
-    tensor-parallel group then stays within a replica), else the least rank its P2P groups
-    join it to (a pipeline)."""
+def _components(ops: pd.DataFrame, synced: np.ndarray) -> np.ndarray:
+    """Per row, its replica's label: its DP rank where the layout gives every rank one;
+    else the least rank that the groups inside a replica join it to. Those are its P2P
+    groups (a pipeline) and its collectives with fewer ranks than the largest collective
+    (tensor-parallel peers, where data parallelism is the widest): the widest are taken
+    for the ones across replicas. replicas() checks the partition either way."""
     if "dp_rank" in ops and (ops["dp_rank"].to_numpy() >= 0).all():
         return ops["dp_rank"].to_numpy()
     rank = ops["rank"].to_numpy()
     ranks = np.unique(rank)
-    p2p = ops["kind"].isin(P2P_KINDS).to_numpy() & (ops["group"].to_numpy() >= 0)
-    pairs = pd.DataFrame({"g": ops["group"].to_numpy()[p2p], "r": rank[p2p]}).drop_duplicates()
-    edges = pairs.merge(pairs, on="g")[["r_x", "r_y"]].drop_duplicates().to_numpy()
-    lab = np.searchsorted(ranks, ranks)
-    if edges.size:
-        a, b = np.searchsorted(ranks, edges[:, 0]), np.searchsorted(ranks, edges[:, 1])
+    at = np.searchsorted(ranks, rank)
+    lab = np.arange(ranks.size)
+    members = pd.DataFrame({"g": ops["group"].to_numpy()[synced], "r": at[synced],
+                            "p2p": ops["kind"].isin(P2P_KINDS).to_numpy()[synced]}
+                           ).drop_duplicates(["g", "r"])
+    if members.empty:
+        return rank
+    size = members.groupby("g")["r"].transform("size").to_numpy()
+    p2p = members["p2p"].to_numpy()
+    widest = size[~p2p].max() if (~p2p).any() else 0
+    inside = members[p2p | (size < widest)]
+    if not inside.empty:
+        a = inside["r"].to_numpy()
+        b = inside.groupby("g")["r"].transform("min").to_numpy()
         while True:  # least label over each component (a pipeline: as many rounds as stages)
             new = lab.copy()
             np.minimum.at(new, a, lab[b])
+            np.minimum.at(new, b, lab[a])
             new = new[new]
             if np.array_equal(new, lab):
                 break
             lab = new
-    label = ranks[lab]
-    return label[np.searchsorted(ranks, rank)]
+    return ranks[lab][at]
 
 
 def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
@@ -154,7 +164,7 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
     if sched.released or sched.split_steps or not len(ops) \
             or not {"group", "role"} <= set(ops.columns):
         return None
-    comp = _components(ops)
+    comp = _components(ops, sched.synced)
     reps, rep_idx = np.unique(comp, return_inverse=True)
     n_rep = reps.size
     if n_rep < MIN_REPLICAS:

@@ -188,21 +188,34 @@ def _dp_tp(dp: int, tp: int, steps: int = 4, slow: int = 5) -> pd.DataFrame:
 
 
 def test_tensor_parallel_ranks_share_a_replica(monkeypatch):
-    """DP 4 x TP 2 with its layout: the DP ranks are the replicas, two slots each (the
-    tensor-parallel group stays within one); exact, the slow rank first. Without the
-    layout (no P2P to join them) the TP groups span some replicas only: the whole table.
-    (Its worker score is min(S_dp, S_stage): the slow rank's DP rank, shared with its TP
-    peer; S_rank names the rank.)"""
+    """DP 4 x TP 2: the DP ranks are the replicas, two slots each (the tensor-parallel group
+    stays within one), with the layout or, without it, from the groups' widths; exact, the
+    slow rank's S_rank first. (Its worker score is min(S_dp, S_stage): the slow rank's DP
+    rank, shared with its TP peer.)"""
     ops = _dp_tp(4, 2)
+    for table in (ops, ops.assign(dp_rank=-1)):
+        srt, sched = _ready(table)
+        rep = replicas(srt, sched, [])
+        assert rep is not None and rep.rows.shape[0] == 4
+        assert rep.replica_of_rank[4] == rep.replica_of_rank[5]
+        assert rep.slot_of_rank[4] != rep.slot_of_rank[5]
+        fast, whole, used = _both(table, monkeypatch)
+        assert used == [True]
+        assert fast == whole
+        by_rank = json.loads(fast)["by_rank"]
+        assert max(by_rank, key=by_rank.get) == "5"
+
+
+def test_the_widest_collectives_go_across_replicas(monkeypatch):
+    """Without a layout: TP wider than DP makes each TP rank's DP peers one replica (still
+    exact); as wide as DP leaves no narrower group to join ranks by, and every rank alone
+    cannot hold a group over some of them: the whole table."""
+    ops = _dp_tp(2, 4, slow=2).assign(dp_rank=-1)
     srt, sched = _ready(ops)
     rep = replicas(srt, sched, [])
     assert rep is not None and rep.rows.shape[0] == 4
-    assert rep.replica_of_rank[4] == rep.replica_of_rank[5]
-    assert rep.slot_of_rank[4] != rep.slot_of_rank[5]
+    assert rep.replica_of_rank[1] == rep.replica_of_rank[5]
     fast, whole, used = _both(ops, monkeypatch)
-    assert used == [True]
-    assert fast == whole
-    by_rank = json.loads(fast)["by_rank"]
-    assert max(by_rank, key=by_rank.get) == "5"
-    srt, sched = _ready(ops.assign(dp_rank=-1))
+    assert used == [True] and fast == whole
+    srt, sched = _ready(_dp_tp(3, 3).assign(dp_rank=-1))
     assert replicas(srt, sched, []) is None
