@@ -12,10 +12,10 @@ every replica at the same place. Replicas with the same rows, flags and ideal
 values are one class (a job has one, or a few: a rank whose kernels did not queue,
 a slow host). In such a scenario every replica but r's holds its ideal values,
 the same in all of its class, so a class runs alike: a collective's latest
-arrival over its members is any one member's, and so is a step's latest end. The scenario's replica and one
-replica per class (another one of its own class, where it has one) then replay
-the job exactly, bit for bit: the replay adds the same values in the same order
-and takes maxima.
+arrival over its members is any one member's, and so is a step's latest end. The
+scenario's replica and one replica per class (another one of its own class, where
+it has one) then replay the job exactly, bit for bit: the replay adds the same
+values in the same order and takes maxima.
 
 `replicas` returns None, and the caller replays the whole table, unless every
 condition that argument needs holds: the schedule released no group and split
