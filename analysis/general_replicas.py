@@ -225,13 +225,16 @@ def _classes(ops: pd.DataFrame, sched: Schedule, rows: np.ndarray,
     for arr in ideals:
         a = np.asarray(arr, dtype=np.float64)
         cols.append(np.where(np.isnan(a), np.nan, a).view(np.int64))  # one NaN
-    sig = np.concatenate([c[rows] for c in cols], axis=1)
     cls = np.full(rows.shape[0], -1, dtype=np.int64)
     for c in range(MAX_CLASSES + 1):  # each class: the replicas equal to the first left
         left = np.flatnonzero(cls < 0)
         if not left.size:
             return cls
-        cls[left[(sig[left] == sig[left[0]]).all(axis=1)]] = c
+        at, same = rows[left], np.ones(left.size, bool)
+        for col in cols:  # a column at a time: no (replicas x positions x columns) copy
+            v = col[at]
+            same &= (v == v[0]).all(axis=1)
+        cls[left[same]] = c
     return None
 
 
