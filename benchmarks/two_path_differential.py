@@ -12,7 +12,8 @@ difference S_general / S_vocab - 1 and the general import's matching (communicat
 ops matched across ranks vs left local). The summary counts the runs within 2 % in S,
 with the same top worker, naming the same workers (the top workers where the verdict is
 straggling, none otherwise), with the same gate outcome (same validity and verdict), and
-with all three.
+with all three; and, where the run's ground truth (faults.json) names target ranks,
+how often each path's top worker is one of them.
 
 Run folders (with `kineto/rank<r>.json.gz`) or bare folders of per-rank traces:
 
@@ -39,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from stragglerlab.run.run_folder import RunFolder
 from stragglerlab.run.whatif_reader import read_whatif_summary
 from stragglerlab.run.whatif_summary import WhatIfSummary
 
@@ -121,17 +123,31 @@ def compare(run: Path, work: Path | None = None, reuse: bool = False) -> dict:
         row["faults"] = [f["kind"] for f in scen["faults"]]
     except (OSError, KeyError):
         pass
+    row["targets"] = _targets(run)
     voc = vocabulary(traces, work / "vocab", reuse)
     gen = general(traces, work / "general", reuse)
     row["vocabulary"], row["general"] = voc, gen
     if "error" in voc or "error" in gen:
         return row
+    if row["targets"]:
+        for path, reading in (("vocabulary", voc), ("general", gen)):
+            row[f"{path}_top_on_target"] = bool(set(reading["top_workers"])
+                                                & set(row["targets"]))
     row["S_rel_diff"] = gen["S"] / voc["S"] - 1
     row["within_2pct"] = abs(row["S_rel_diff"]) <= S_TOL
     row["same_top_worker"] = set(voc["top_workers"]) == set(gen["top_workers"])
     row["same_gate"] = voc["valid"] == gen["valid"] and voc["verdict"] == gen["verdict"]
     row["same_named_workers"] = set(_named(voc)) == set(_named(gen))
     return row
+
+
+def _targets(run: Path) -> list[int]:
+    """The ranks the run's ground truth names (faults.json's targets; none for a clean
+    run, a fault on every rank such as the GC pauses, or a folder of bare traces)."""
+    if not (run / "faults.json").is_file():
+        return []
+    faults = RunFolder.open(run).faults
+    return sorted({int(t["rank"]) for f in faults for t in f.targets if "rank" in t})
 
 
 def _named(reading: dict) -> list[int]:
@@ -152,7 +168,11 @@ def summary(rows: list[dict]) -> dict:
                              for r in ok),
             "all_three_named": sum(r["within_2pct"] and r["same_named_workers"]
                                    and r["same_gate"] for r in ok),
-            "max_abs_rel_diff": max((abs(r["S_rel_diff"]) for r in ok), default=None)}
+            "max_abs_rel_diff": max((abs(r["S_rel_diff"]) for r in ok), default=None),
+            "with_targets": sum(bool(r["targets"]) for r in ok),
+            "vocabulary_top_on_target": sum(r.get("vocabulary_top_on_target", False)
+                                            for r in ok),
+            "general_top_on_target": sum(r.get("general_top_on_target", False) for r in ok)}
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -161,20 +181,21 @@ def _ranks(ranks: list[int]) -> str:
 
 def table(rows: list[dict]) -> str:
     head = ("| run | S vocab | S general | diff | top ranks vocab (max score) | top ranks "
-            "general (max score) | gate vocab | gate general | general: matched / local "
-            "comm ops |")
-    lines = [head, "|" + "---|" * 9]
+            "general (max score) | targets | gate vocab | gate general | general: matched / "
+            "local comm ops |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         v, g = r["vocabulary"], r["general"]
         name = r.get("scenario", r["run"])
         if "S_rel_diff" not in r:
             lines.append(f"| {name} | {v.get('S', v.get('error'))} | {g.get('S', g.get('error'))}"
-                         " | | | | | | |")
+                         " | | | | | | | |")
             continue
         lines.append(
             f"| {name} | {v['S']:.4f} | {g['S']:.4f} | {100 * r['S_rel_diff']:+.2f} % | "
             f"{_ranks(v['top_workers'])} ({v['max_score']:.3f}) | "
-            f"{_ranks(g['top_workers'])} ({g['max_score']:.3f}) | {v['verdict']} | "
+            f"{_ranks(g['top_workers'])} ({g['max_score']:.3f}) | {_ranks(r['targets'])} | "
+            f"{v['verdict']} | "
             f"{g['verdict']} | "
             f"{g['matched_ops']} / {g['local_ops']} |")
     return "\n".join(lines)
@@ -216,6 +237,9 @@ def main() -> int:
           f"({summ['same_named_workers']} naming the same workers), {summ['same_gate']} with "
           f"the same gate outcome; all three: {summ['all_three']} ({summ['all_three_named']} "
           f"with named workers); max |diff| {summ['max_abs_rel_diff']}")
+    print(f"Of the {summ['with_targets']} runs whose ground truth names ranks, the top worker "
+          f"is one of them on the vocabulary path in {summ['vocabulary_top_on_target']}, on "
+          f"the general path in {summ['general_top_on_target']}")
     if args.json:
         args.json.write_text(json.dumps({"runs": rows, "summary": summ}, indent=1) + "\n")
     return 0
