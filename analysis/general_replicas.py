@@ -191,9 +191,11 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
     synced = sched.synced[rows]
     if (synced != synced[0]).any():  # a group at a position in one replica, not another
         return None
-    if not _groups_alike(ops["group"].to_numpy(), sched.synced, rows, rep_idx):
+    pos = np.empty(len(ops), dtype=np.int64)  # each row's position in its replica
+    pos[rows] = np.arange(n_pos)
+    if not _groups_alike(ops["group"].to_numpy(), sched.synced, rows, rep_idx, pos):
         return None
-    cls = _classes(ops, sched, rows, ideals)
+    cls = _classes(ops, rows, ideals)
     if cls is None:
         return None
     n_cls = int(cls.max()) + 1
@@ -204,7 +206,7 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
         mine = np.flatnonzero(cls == c)
         chosen = [mine[0]] + [int(np.flatnonzero(cls == i)[1 if i == c else 0])
                               for i in range(n_cls) if i != c or mine.size > 1]
-        ln = _lanes(ops, rows, rep_idx, chosen)
+        ln = _lanes(ops, rows, rep_idx, pos, chosen)
         if ln is None:
             return None
         lanes.append(ln)
@@ -215,13 +217,13 @@ def replicas(ops: pd.DataFrame, sched: Schedule, ideals: list[np.ndarray]
         cls=cls, lanes=lanes)
 
 
-def _classes(ops: pd.DataFrame, sched: Schedule, rows: np.ndarray,
-             ideals: list[np.ndarray]) -> np.ndarray | None:
-    """Each replica's class: replicas with the same _ALIKE columns, synced flags and ideal
-    values (NaN alike) at every position; None beyond MAX_CLASSES classes."""
+def _classes(ops: pd.DataFrame, rows: np.ndarray, ideals: list[np.ndarray]
+             ) -> np.ndarray | None:
+    """Each replica's class: replicas with the same _ALIKE columns and ideal values (NaN
+    alike) at every position (the synced flags are the same in all: replicas() checks);
+    None beyond MAX_CLASSES classes."""
     cols = [pd.factorize(ops["kind"])[0].astype(np.int64)] if "kind" in ops else []
     cols += [ops[c].to_numpy().astype(np.int64) for c in _ALIKE[1:] if c in ops]
-    cols.append(sched.synced.astype(np.int64))
     for arr in ideals:
         a = np.asarray(arr, dtype=np.float64)
         cols.append(np.where(np.isnan(a), np.nan, a).view(np.int64))  # one NaN
@@ -238,30 +240,25 @@ def _classes(ops: pd.DataFrame, sched: Schedule, rows: np.ndarray,
     return None
 
 
-def _lanes(ops: pd.DataFrame, rows: np.ndarray, rep_idx: np.ndarray, chosen: list[int]
-           ) -> _Lanes | None:
+def _lanes(ops: pd.DataFrame, rows: np.ndarray, rep_idx: np.ndarray, pos: np.ndarray,
+           chosen: list[int]) -> _Lanes | None:
     """The lanes of replicas `chosen` (the first plays the scenario's replica), or None
-    where their schedule releases or splits a group."""
-    n_pos = rows.shape[1]
+    where their schedule releases or splits a group; `pos`: each row's position."""
     sel = np.sort(rows[chosen].ravel())
     sub_sched = schedule(ops.iloc[sel].reset_index(drop=True))
     if sub_sched.released or sub_sched.split_steps:
         return None
-    pos = np.empty(len(ops), dtype=np.int64)
-    pos[rows] = np.arange(n_pos)
     return _Lanes(sched=sub_sched, lane0=rep_idx[sel] == chosen[0], src=sel, pos=pos[sel],
                   step_end=ops["kind"].to_numpy()[sel] == STEP_END)
 
 
 def _groups_alike(group: np.ndarray, synced: np.ndarray, rows: np.ndarray,
-                  rep_idx: np.ndarray) -> bool:
+                  rep_idx: np.ndarray, pos: np.ndarray) -> bool:
     """Every position's groups either join one member of every replica (the same group
     down the column) or stay within each replica with the same size and the same first
     position in every replica (so the same members); `synced` is the same in every
-    replica at every position (the caller checks)."""
-    n_rep, n_pos = rows.shape
-    pos = np.empty(group.size, dtype=np.int64)
-    pos[rows] = np.arange(n_pos)
+    replica at every position (the caller checks); `pos`: each row's position."""
+    n_rep = rows.shape[0]
     s = np.flatnonzero(synced)
     if not s.size:
         return True

@@ -15,10 +15,10 @@
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
   layout is known, leaving that rank / DP rank / stage original. `share` =
   (S_x - 1) / sum over x of (S_x - 1): how the attributable slowdown splits.
-* Where the job is made of replicas (the ranks its pipeline links join) of a few
-  classes, the rank and DP-rank scenarios replay on one replica per class and the
-  scenario's, bit for bit the whole table's replays (stragglerlab.analysis.
-  general_replicas): linear in the ranks, not quadratic.
+* Where the job is made of replicas (a DP rank's ranks) of a few classes, the rank
+  and DP-rank scenarios replay on one replica per class and the scenario's, bit for
+  bit the whole table's replays (stragglerlab.analysis.general_replicas): linear in
+  the ranks, not quadratic.
 * Workers: S_w = min(S_dp, S_stage) with a layout, else S_rank. M_W = (T -
   T_fixW) / (T - T_ideal) with W the top ceil(3%) workers by S_w; M_S the
   same fixing the last stage (0 without PP, None without a layout).
@@ -398,16 +398,16 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
         add(("stage", p), m, m)
     pairs = {"gap": gap, "transfer": transfer} | (hd or {})
     rep = replicas(ops, sched, [v[1] for v in pairs.values()])
-    on_two = _on_replicas(ops, rep, ranks, dps)
-    if on_two is None:  # every rank's and DP rank's scenario on the whole table
+    on_reps = _on_replicas(ops, rep, ranks, dps)
+    if on_reps is None:  # every rank's and DP rank's scenario on the whole table
         for r in ranks:
             add(("rank", r), rank == r, rank == r)
         for d in dps:
             m = ops["dp_rank"].to_numpy() == d
             add(("dp", d), m, m)
     steps = simulate_masks(sched, gap, transfer, np.stack(kg, 1), np.stack(kt, 1), **sim_kw)
-    if on_two is not None:
-        more, replica, keep = on_two
+    if on_reps is not None:
+        more, replica, keep = on_reps
         names += more
         steps = np.concatenate([steps, rep.simulate(pairs, replica, keep)], axis=1)
     col = {nm: i for i, nm in enumerate(names)}

@@ -195,9 +195,7 @@ def table(rows: list[dict]) -> str:
             f"| {name} | {v['S']:.4f} | {g['S']:.4f} | {100 * r['S_rel_diff']:+.2f} % | "
             f"{_ranks(v['top_workers'])} ({v['max_score']:.3f}) | "
             f"{_ranks(g['top_workers'])} ({g['max_score']:.3f}) | {_ranks(r['targets'])} | "
-            f"{v['verdict']} | "
-            f"{g['verdict']} | "
-            f"{g['matched_ops']} / {g['local_ops']} |")
+            f"{v['verdict']} | {g['verdict']} | {g['matched_ops']} / {g['local_ops']} |")
     return "\n".join(lines)
 
 

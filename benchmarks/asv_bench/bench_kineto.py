@@ -14,17 +14,22 @@ from .bench_detect import _cli
 from .inputs import REPO
 
 
+def _synth(ranks: int, mb: float, steps: int) -> Path:
+    """kineto_synth.py's traces of `ranks` ranks of about `mb` MB each, in the cache folder."""
+    traces = Path(f"kineto-{ranks}x{mb}mb").resolve()
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "kineto_synth.py"),
+                    "--ranks", str(ranks), "--mb", str(mb), "--steps", str(steps),
+                    "--out", str(traces)], check=True, stdout=subprocess.DEVNULL)
+    return traces
+
+
 class KinetoImport:
     timeout = 600
     number = 1
     repeat = (1, 3, 60.0)
 
     def setup_cache(self):
-        traces = Path("kineto-8x10mb").resolve()
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "kineto_synth.py"),
-                        "--ranks", "8", "--mb", "10", "--steps", "6", "--out", str(traces)],
-                       check=True, stdout=subprocess.DEVNULL)
-        return str(traces)
+        return str(_synth(ranks=8, mb=10, steps=6))
 
     def time_import_kineto(self, traces):
         with tempfile.TemporaryDirectory() as tmp:
@@ -43,13 +48,9 @@ class KinetoManyRanks:
     repeat = (1, 3, 60.0)
 
     def setup_cache(self):
-        traces = Path("kineto-256x0.2mb").resolve()
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "kineto_synth.py"),
-                        "--ranks", "256", "--mb", "0.2", "--steps", "3", "--out", str(traces)],
-                       check=True, stdout=subprocess.DEVNULL)
         from stragglerlab.importers.kineto_events import load_ranks
 
-        return load_ranks(sorted(traces.glob("*.json.gz")))
+        return load_ranks(sorted(_synth(ranks=256, mb=0.2, steps=3).glob("*.json.gz")))
 
     def time_build_general(self, events):
         from stragglerlab.importers.kineto_general import build_general

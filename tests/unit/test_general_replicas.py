@@ -4,7 +4,6 @@ argument holds, and the whole table wherever it does not."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
@@ -18,17 +17,9 @@ from stragglerlab.analysis.general_replicas import MAX_CLASSES, replicas
 from stragglerlab.analysis.general_sim import schedule
 from stragglerlab.importers.kineto_events import load_ranks
 from stragglerlab.importers.kineto_general import build_general
-from tests.unit.bench_modules import BENCH, load_benchmark
+from tests.unit.bench_modules import load_benchmark
 
-
-def _inputs():
-    spec = importlib.util.spec_from_file_location("asv_inputs", BENCH / "asv_bench" / "inputs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-general_ops_at_dp = _inputs().general_ops_at_dp
+general_ops_at_dp = load_benchmark("asv_bench/inputs").general_ops_at_dp
 
 
 def _both(ops: pd.DataFrame, monkeypatch, **kw) -> tuple[str, str, list[bool]]:
