@@ -128,6 +128,11 @@ class _Labels:
         return args or {}, name or ""
 
 
+MAX_RANK_DIGITS = 10
+"""Digits of the longest rank number a process group's ranks string may hold (ranks are
+32-bit): a longer one marks the string as damaged, not a group of real ranks."""
+
+
 def _int(v, default: int = -1) -> int:
     return v if isinstance(v, int) and not isinstance(v, bool) else default
 
@@ -149,10 +154,14 @@ def _peer(kind: str, args: dict, rank: int) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _ranks_in(text: str) -> tuple[int, ...]:
-    """The ranks a "Process Group Ranks" string lists, in its order. Every op of a group
+    """The ranks a "Process Group Ranks" string lists, in its order; none where it holds
+    a number no rank can be (read as a group that names no ranks). Every op of a group
     carries the same string, as long as the group (the world, for a data-parallel
     all-reduce), so it is parsed once: per op it made the import quadratic in the ranks."""
-    return tuple(int(x) for x in re.findall(r"-?\d+", text))
+    digits = re.findall(r"-?\d+", text)
+    if any(len(d) > MAX_RANK_DIGITS for d in digits):
+        return ()
+    return tuple(int(d) for d in digits)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -14,6 +14,8 @@ def test_a_ranks_string_and_list_read_alike():
     named = {"Process Group Name": "7", "Process Group Ranks": "[0, 1]"}
     assert gc._pg(named) == ("7", (0, 1))
     assert gc._pg({}) == ("", ())
+    damaged = {"Process Group Name": "", "Process Group Ranks": "[" + "9" * 5000 + "]"}
+    assert gc._pg(damaged) == ("", ())  # no rank is that long: no members, not an error
 
 
 def test_a_two_rank_group_names_the_peer():
