@@ -11,6 +11,7 @@ tests and the README read both; the printout is for the README:
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from stragglerlab.scenarios.faults import FaultKind
 from stragglerlab.trace.meta import LayoutFamily
@@ -90,17 +91,41 @@ def format_coverage(cases: list[Case]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:  # pragma: no cover - a printout for the README / report
+def main(argv: list[str]) -> int:
     """Print both splits' coverage tables for a workflow config (default: config/workflow.yaml)."""
+    import argparse
+
     import yaml
 
     from stragglerlab.scenarios.scenario import DEFAULT_CONFIG
+    from stragglerlab.util.errors import InputError
 
-    with open(argv[0] if argv else DEFAULT_CONFIG.parent / "workflow.yaml") as fh:
-        cfg = yaml.safe_load(fh)
-    for split, cases in all_cases(cfg.get("splits")).items():
+    ap = argparse.ArgumentParser(prog="python -m stragglerlab.workflow.split_coverage",
+                                 description=main.__doc__)
+    ap.add_argument("config", nargs="?", type=Path,
+                    default=DEFAULT_CONFIG.parent / "workflow.yaml",
+                    help="a workflow config with a `splits` block (default: %(default)s)")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.config) as fh:
+            cfg = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError) as e:
+        print(f"{args.config}: cannot be read as YAML ({type(e).__name__}: "
+              f"{str(e).splitlines()[0][:160]}); give a workflow config such as "
+              "config/workflow.yaml", file=sys.stderr)
+        return 2
+    if not isinstance(cfg, dict):
+        print(f"{args.config}: is not a workflow config (a mapping of keys)", file=sys.stderr)
+        return 2
+    try:
+        splits = all_cases(cfg.get("splits"))
+    except InputError as e:
+        print(f"{args.config}: {e}", file=sys.stderr)
+        return 2
+    for split, cases in splits.items():
         print(f"== {split.value}\n{format_coverage(cases)}\n")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,7 @@ from stragglerlab.analysis.ground_truth import FaultTruth, RunTruth
 from stragglerlab.analysis.scoring import score_run
 from stragglerlab.analysis.suite_score import score_suite
 from stragglerlab.util.errors import InputError
-from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds
+from stragglerlab.workflow.split_coverage import coverage_table, estimate_seconds, main
 from stragglerlab.workflow.splits import LayoutFamily, Split, all_cases, expand_splits
 
 CFG = {"seed": 14, "steps": 16, "dev": {"count": 44}, "test": {"count": 44}}
@@ -76,6 +76,19 @@ def test_splits_are_selected_by_run_and_bad_input_is_one_input_error():
         expand_splits({**CFG, "run": ["train"]})
     with pytest.raises(InputError):
         all_cases({**CFG, "test": {"count": 5}})
+
+
+def test_the_coverage_printout_takes_a_config_and_refuses_bad_ones_in_one_line(tmp_path, capsys):
+    assert main([]) == 0 and "== test" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    for text, says in (("a: [", "cannot be read as YAML"), ("- 1\n", "is not a workflow config"),
+                       ("splits: {test: {count: 5}}\n", "bad.yaml: ")):
+        bad.write_text(text)
+        assert main([str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert "No such file" in capsys.readouterr().err
 
 
 def test_splits_pace_every_case_by_default_and_pacing_changes_no_draw():
