@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,8 @@ def _verdict(valid: bool, straggling: bool) -> str:
 def vocabulary(traces: Path, out: Path, reuse: bool = False) -> dict:
     path = out / "whatif" / "whatif.json"
     if not (reuse and path.exists()):
-        path.unlink(missing_ok=True)
+        # the script's own folder: an import refuses one that holds an earlier what-if
+        shutil.rmtree(out, ignore_errors=True)
         imp = _cli("import", "kineto", "--op-model", "vocabulary", "--traces", str(traces),
                    "--out", str(out), "--quiet")
         if imp.returncode:
@@ -98,7 +100,7 @@ def _reading(summary: WhatIfSummary, traced_rank) -> dict:
 def general(traces: Path, out: Path, reuse: bool = False) -> dict:
     path = out / "whatif.json"
     if not (reuse and path.exists()):
-        path.unlink(missing_ok=True)
+        shutil.rmtree(out, ignore_errors=True)
         imp = _cli("import", "kineto", "--op-model", "general", "--traces", str(traces),
                    "--out", str(out), "--quiet")
         if not path.exists():

@@ -11,9 +11,16 @@ collective of a kind in a step (k counted per rank):
   op and the members' ops overlap in time (the latest start is no later than
   the earliest end, within the clock tolerance): members of one collective are
   inside it together;
-* a rank's op takes the largest group holding the rank that explains it (a
-  world collective also overlaps on every subgroup); among equal sizes, the
-  one whose members leave it closest together (median spread of the ends).
+* a group is a property of the collective, not of one rank's op: an
+  explanation (M, kind, k) is taken for all of M's members or for none. The
+  largest groups are taken first (a world collective also overlaps on every
+  subgroup), among equal sizes the one whose members leave it closest
+  together (median spread of the ends); an explanation is skipped where a
+  member's op already has a group. A rank's choice alone could disagree with
+  its peers': with a clock tolerance of a millisecond, a DP peer's reduce and
+  an embedding group's both overlap a rank's short op, and the rank taking one
+  group while its peer took the other left both ops unmatched (a slow rank's
+  wait counted as its fast peer's transfer).
 
 Ops no group explains keep no group, and the importer matches them by order.
 
@@ -46,8 +53,8 @@ def assign_pg(c: pd.DataFrame, pg_configs: dict[int, list], tol_us: float) -> pd
     r = c.loc[todo, ["rank", "step", "kind", "start", "end"]].sort_values("start", kind="stable")
     r["k"] = r.groupby(["rank", "step", "kind"]).cumcount()
     steps = r["step"].nunique()
-    # (rank, kind, k) -> (size, spread, key) of the best group found so far
-    best: dict[tuple, tuple[int, float, str]] = {}
+    # every explanation: (size, spread, key, kind, k, members)
+    found: list[tuple[int, float, str, str, int, tuple[int, ...]]] = []
     for members in sets:
         sub = r[r["rank"].isin(members)]
         if sub.empty:
@@ -61,14 +68,14 @@ def assign_pg(c: pd.DataFrame, pg_configs: dict[int, list], tol_us: float) -> pd
                                                       spread=("spread", "median"))
         explained = by_op[by_op["ok"] & (by_op["steps"] == steps)]
         key = "pgcfg:" + ",".join(map(str, members))
-        for (kind, k), row in explained.iterrows():
-            for rank in members:
-                cand = (len(members), -float(row["spread"]), key)
-                cur = best.get((rank, kind, k))
-                if cur is None or cand[:2] > cur[:2]:
-                    best[(rank, kind, k)] = cand
-    if best:
-        keys = [best.get((a, b, k), (0, 0.0, ""))[2]
-                for a, b, k in zip(r["rank"], r["kind"], r["k"], strict=True)]
+        found += [(len(members), float(row["spread"]), key, kind, int(k), members)
+                  for (kind, k), row in explained.iterrows()]
+    taken: dict[tuple, str] = {}  # (rank, kind, k) -> key
+    for _size, _spread, key, kind, k, members in sorted(found, key=lambda f: (-f[0], f[1], f[2])):
+        ops = [(m, kind, k) for m in members]
+        if not any(o in taken for o in ops):
+            taken.update(dict.fromkeys(ops, key))
+    if taken:
+        keys = [taken.get(o, "") for o in zip(r["rank"], r["kind"], r["k"], strict=True)]
         pg.loc[r.index] = np.asarray(keys, dtype=object)
     return pg

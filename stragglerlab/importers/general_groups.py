@@ -14,6 +14,11 @@
   `auto` as kineto_general's module doc says;
 * a group whose members were not inside it together (the latest start after
   the first end, beyond the tolerance) is implausible: its ops become local.
+  Not so a CPU P2P pair whose send ended before its receive began and whose
+  receive ended after the send began (`eager_sends`): gloo writes a message
+  into the peer's socket without waiting for the receive, so the sender went
+  on (kineto_general reads that send as async) and the receive found the data
+  there.
 """
 
 from __future__ import annotations
@@ -66,8 +71,28 @@ class _Matched:
     """Groups whose members were not inside them together: made local."""
 
 
+def eager_sends(c: pd.DataFrame, tol: float) -> np.ndarray:
+    """Per op of `c` (grouped, µs start/end on one clock), whether it is the send of a P2P
+    pair that ended before its receive began (beyond `tol`) while the receive ended after
+    it began: a send that did not wait for its receive (module doc)."""
+    g = c["group"].to_numpy()
+    kind = c["kind"].to_numpy()
+    pair = (g >= 0) & np.isin(kind, list(P2P_KINDS))
+    if not pair.any():
+        return np.zeros(len(c), bool)
+    p = pd.DataFrame({"g": g[pair], "send": kind[pair] == "send",
+                      "start": c["start"].to_numpy(float)[pair],
+                      "end": c["end"].to_numpy(float)[pair]})
+    sends = p[p["send"]].drop_duplicates("g", keep=False).set_index("g")
+    recvs = p[~p["send"]].drop_duplicates("g", keep=False).set_index("g")
+    both = sends.merge(recvs, left_index=True, right_index=True, suffixes=("_s", "_r"))
+    ok = both.index[(both["end_s"] + tol < both["start_r"]) & (both["end_r"] >= both["start_s"])]
+    return pair & (kind == "send") & np.isin(g, ok.to_numpy())
+
+
 def _matched(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
-             base: dict[int, float], pg_configs: dict[int, list], tol: float) -> _Matched:
+             base: dict[int, float], pg_configs: dict[int, list], tol: float,
+             eager: bool = False) -> _Matched:
     """Group the ops on one clock mode and check the groups against the clocks."""
     c = c.copy()
     if align == "none":
@@ -80,18 +105,21 @@ def _matched(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align:
         c[col] = c[col] + c["rank"].map(off)
     latest = c.groupby("group")["start"].transform("max")
     first_end = c.groupby("group")["end"].transform("min")
-    bad = c.loc[(c["group"] >= 0) & (latest > first_end + tol), "group"].unique()
+    late = (c["group"] >= 0) & (latest > first_end + tol)
+    if eager:
+        late &= ~c["group"].isin(c.loc[eager_sends(c, tol), "group"])
+    bad = c.loc[late, "group"].unique()
     c.loc[c["group"].isin(bad), "group"] = -1
     return _Matched(c=c, align=align, offsets=off, implausible=bad)
 
 
 def _match_on_evidence(c: pd.DataFrame, events: list[RankEvents], steps: list[int],
                        base: dict[int, float], pg_configs: dict[int, list], tol: float,
-                       notes: list[str]) -> _Matched:
+                       notes: list[str], eager: bool = False) -> _Matched:
     """No host named: one clock (none) unless aligning on collectives leaves fewer groups
     implausible: a wrong hypothesis shows as groups whose members were not in them
     together."""
-    tries = {m: _matched(c, events, steps, m, base, pg_configs, tol)
+    tries = {m: _matched(c, events, steps, m, base, pg_configs, tol, eager)
              for m in ("none", "collective")}
     pick = min(tries, key=lambda m: (tries[m].implausible.size, m != "none"))
     counts = ", ".join(f"{m} {t.implausible.size}" for m, t in tries.items())
@@ -115,9 +143,10 @@ def _offsets(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align:
 
 def match_groups(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align: str,
                  base: dict[int, float], pg_configs: dict[int, list], tol: float,
-                 notes: list[str]) -> _Matched:
-    """The ops grouped on the clock mode `align` (auto resolved here; see the module doc)."""
+                 notes: list[str], eager: bool = False) -> _Matched:
+    """The ops grouped on the clock mode `align` (auto resolved here; see the module doc);
+    `eager`: CPU traces, whose P2P sends may not wait for their receives (`eager_sends`)."""
     align = resolved_align({e.host for e in events}, align)
     if align == "evidence":
-        return _match_on_evidence(c, events, steps, base, pg_configs, tol, notes)
-    return _matched(c, events, steps, align, base, pg_configs, tol)
+        return _match_on_evidence(c, events, steps, base, pg_configs, tol, notes, eager)
+    return _matched(c, events, steps, align, base, pg_configs, tol, eager)

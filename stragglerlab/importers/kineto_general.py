@@ -56,7 +56,7 @@ from stragglerlab.importers.general_async import (
     posted_ahead,
 )
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
-from stragglerlab.importers.general_groups import match_groups
+from stragglerlab.importers.general_groups import eager_sends, match_groups
 from stragglerlab.importers.general_host import gpu_ops, host_columns
 from stragglerlab.importers.general_ranks import rank_roles
 from stragglerlab.importers.kineto_events import (  # noqa: F401 (load_ranks: re-export)
@@ -220,7 +220,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     c["peer"] = resolve_group_peers(c, pg_configs, notes)
     durations = [e.steps[k][1] - e.steps[k][0] for e in events for k in steps]
     tol = match_tolerance_us(durations)
-    m = match_groups(c, events, steps, align, base, pg_configs, tol, notes)
+    m = match_groups(c, events, steps, align, base, pg_configs, tol, notes, eager=not use_gpu)
     c, align, off, bad_groups = m.c, m.align, m.offsets, m.implausible
     latest = c.groupby("group")["start"].transform("max")
     if bad_groups.size:
@@ -254,7 +254,9 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     ops["wait_k"] = -1
     if not use_gpu:  # a helper thread's P2P posted ahead (GPU: NCCL streams say it)
         posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool))
-        ops["async"] |= posted
+        # a send that did not wait for its receive: the rank went on, only the step end
+        # waits for it (general_groups.eager_sends)
+        ops["async"] |= posted | eager_sends(ops, tol)
     timed = ops.rename(columns={"start": "start_s", "end": "end_s", "ready": "ready_s"})
     prev_end = pd.Series(previous_points(timed), index=ops.index)
     gap_end = gap_ends(timed)  # the op model's rule, as ops_table checks it

@@ -117,6 +117,35 @@ def test_gloo_pipeline_sends_pair_with_their_recvs(tmp_path):
         {0: 2, 1: 3, 2: 0, 3: 1}
 
 
+def _recv_at(docs: dict[int, dict], at_ms: float, dur_ms: float) -> dict[int, dict]:
+    """Stage 1's receives moved to `at_ms` into each step, `dur_ms` long."""
+    for r, d in docs.items():
+        if r >= DP:
+            t0s = [e["ts"] for e in d["traceEvents"] if e["name"].startswith("ProfilerStep")]
+            for e, t0 in zip((e for e in d["traceEvents"] if e["name"] == "gloo:recv"), t0s,
+                             strict=True):
+                e["ts"], e["dur"] = t0 + at_ms * MS, dur_ms * MS
+    return docs
+
+
+def test_a_send_that_did_not_wait_for_its_receive_pairs_and_is_async(tmp_path):
+    # gloo writes the activation into the peer's socket: stage 0's send ends at 11 ms,
+    # stage 1 posts its receive at 12 ms and finds the data there.
+    docs = _recv_at({r: _pipeline_doc(r) for r in range(DP * PP)}, 12.0, 0.5)
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and (p2p["group"] >= 0).all()
+    assert p2p.groupby("kind")["async"].all().to_dict() == {"recv": False, "send": True}
+    assert (p2p["wait_k"] == -1).all()  # only the step end waits for the send
+
+
+def test_a_receive_that_ended_before_its_send_began_stays_local(tmp_path):
+    docs = _recv_at({r: _pipeline_doc(r) for r in range(DP * PP)}, 2.0, 5.0)  # ends at 7
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and (p2p["group"] < 0).all() and not p2p["async"].any()
+
+
 def test_without_shapes_the_sends_stay_local(tmp_path):
     docs = {r: _pipeline_doc(r) for r in range(DP * PP)}
     for d in docs.values():
@@ -177,6 +206,19 @@ def test_equal_sized_groups_tie_break_on_the_closest_ends():
     c = pd.DataFrame([{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": s,
                        "end": e} for r, s, e in rows])
     pg = assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=1.0)
+    assert pg.tolist() == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3", "pgcfg:2,3"]
+
+
+def test_a_collective_takes_one_group_for_all_its_members():
+    # DP 2 x PP 2, each rank's one all-reduce: stage 0's DP pair (0, 1) leaves together,
+    # stage 1's (2, 3) 1.5 us apart (rank 2 waited for a slow rank 3); the pipeline pair
+    # (1, 3) also overlaps within the tolerance and leaves 0.4 us apart. Rank 3's closest
+    # group alone is (1, 3), which rank 1 cannot share (its op is (0, 1)'s): ranks 2 and 3
+    # would each be left in a group of one.
+    rows = [(0, 0.0, 100.0), (1, 99.0, 100.1), (2, 0.0, 102.0), (3, 99.5, 100.5)]
+    c = pd.DataFrame([{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": s,
+                       "end": e} for r, s, e in rows])
+    pg = assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=1000.0)
     assert pg.tolist() == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3", "pgcfg:2,3"]
 
 
