@@ -11,7 +11,10 @@ communication kind. Findings follow from that result and the method alone:
   straggling threshold (1.1);
 * else every rank whose S_rank (the job with only that rank left original)
   reaches a share MIN_RANK_SHARE of the job's excess (S - 1) is named, with
-  S_rank as its estimated slowdown;
+  S_rank as its estimated slowdown; unless every rank does: a straggler is
+  slower than its peers, and an excess that each rank carries alike (a
+  loaded host descheduling every rank in turn: a clean 2-rank FSDP run read
+  S 1.146 with both ranks at 1.09) has none;
 * the cause is the kind that carries most of the excess: compute (host or
   device) -> slow-worker; a communication kind -> net-throttle (a slow link
   and a delayed one read alike here);
@@ -55,7 +58,7 @@ def general_findings(summary: WhatIfSummary) -> list[Finding]:
               if w.has_layout else {})
     named = sorted((r for r, v in by_rank.items() if v - 1.0 >= MIN_RANK_SHARE * (s - 1.0)),
                    key=lambda r: -by_rank[r])
-    if not named:
+    if not named or (len(named) == len(by_rank) > 1):
         return []
     kinds = dict(summary.by_kind)
     top = max(kinds, key=lambda k: kinds[k]) if kinds else COMPUTE
