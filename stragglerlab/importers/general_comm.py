@@ -15,7 +15,10 @@ On CPU traces (timing cpu) the ops are the `record_param_comms` records with a
 collective name, or, where a rank has none (older torch), its `gloo:<op>` /
 `nccl:<op>` ranges; a send/recv range then takes its `group_peer` (the peer's
 rank in the call's process group) from the `c10d::send` / `c10d::recv_`
-launch of the same order, where the profiler kept shapes (record_shapes=True).
+launch of the same order, where the profiler kept shapes (record_shapes=True),
+and starts where that launch did when it ran on the work's own thread: a
+blocking gloo send may wait inside its launch for the peer before its
+`gloo:send` range opens (16.6 ms seen, the receive completing meanwhile).
 
 Step: the ProfilerStep holding the launch (GPU) or the record's start (CPU).
 
@@ -225,7 +228,10 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                     continue
                 if name != "record_param_comms":
                     kind = normalize(name)
-                    peer = next(launch_peers[kind], None) if kind in launch_peers else None
+                    peer, at, on = (next(launch_peers[kind], (None, start, None))
+                                    if kind in launch_peers else (None, start, None))
+                    if on == tid and at < start:  # its launch waited on this thread
+                        start = at
                     args = {} if peer is None else {"Group peer": peer}
                     rec = CommRecord(start=start, end=end, tid=tid, corr=-1, args={}, name=name)
                     beside = launch_of.beside(start, end, tid) if launch_of else np.nan
@@ -282,21 +288,21 @@ class _Launches:
         return float(np.clip(e - s, 0.0, None).sum())
 
 
-def _launch_peers(labels: list) -> dict[str, Iterator[int]]:
-    """Per P2P kind, the peers of this rank's `c10d::send` / `c10d::recv_` launches in the
-    order of `labels` (sorted by start): the rank within the call's process group, from
-    `Concrete Inputs`; -1 where the profiler kept no shapes. The backend's `gloo:send` /
-    `gloo:recv` work of the k-th launch is the k-th of its kind: one rank issues its P2P
-    calls in order."""
-    out: dict[str, list[int]] = {}
-    for _s, _e, _tid, name, args in labels:
+def _launch_peers(labels: list) -> dict[str, Iterator[tuple[int, float, int]]]:
+    """Per P2P kind, (peer, start, thread) of this rank's `c10d::send` / `c10d::recv_`
+    launches in the order of `labels` (sorted by start): the peer is the rank within the
+    call's process group, from `Concrete Inputs`, -1 where the profiler kept no shapes.
+    The backend's `gloo:send` / `gloo:recv` work of the k-th launch is the k-th of its
+    kind: one rank issues its P2P calls in order."""
+    out: dict[str, list[tuple[int, float, int]]] = {}
+    for s, _e, tid, name, args in labels:
         if name not in P2P_LAUNCHES:
             continue
         ci = args.get("Concrete Inputs")
         peer = ci[2] if isinstance(ci, list) and len(ci) > 2 else ""
         out.setdefault(normalize(name), []).append(
-            int(peer) if isinstance(peer, str) and peer.isdigit() else -1)
-    return {kind: iter(peers) for kind, peers in out.items()}
+            (int(peer) if isinstance(peer, str) and peer.isdigit() else -1, float(s), tid))
+    return {kind: iter(launches) for kind, launches in out.items()}
 
 
 def _steps_of(steps: dict[int, tuple[float, float]], ts: np.ndarray) -> np.ndarray:

@@ -146,6 +146,26 @@ def test_a_receive_that_ended_before_its_send_began_stays_local(tmp_path):
     assert len(p2p) == 8 and (p2p["group"] < 0).all() and not p2p["async"].any()
 
 
+def test_a_send_that_waited_in_its_launch_starts_at_the_launch(tmp_path):
+    # Stage 0's blocking send waits 5 ms inside its `c10d::send` launch, on the thread that
+    # then opens the `gloo:send` range; stage 1's receive (1-11 ms) completed meanwhile.
+    docs = {r: _pipeline_doc(r) for r in range(DP * PP)}
+    for r in range(DP):
+        for e in docs[r]["traceEvents"]:
+            if e["name"] == "c10d::send":
+                e["tid"], e["dur"] = 9, 5 * MS
+            elif e["name"] == "gloo:send":
+                e["ts"], e["dur"] = e["ts"] + 5 * MS, 0.1 * MS
+    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
+    assert len(p2p) == 8 and (p2p["group"] >= 0).all()
+    sends = p2p[p2p["kind"] == "send"]
+    recvs = p2p[p2p["kind"] == "recv"].set_index("group")
+    # each send from its launch at 10 ms, 1.02 ms before the receive ends (at 11.02 ms)
+    assert (recvs.loc[sends["group"], "end_s"].to_numpy()
+            - sends["start_s"].to_numpy()) == pytest.approx(0.00102, abs=2e-6)
+
+
 def test_without_shapes_the_sends_stay_local(tmp_path):
     docs = {r: _pipeline_doc(r) for r in range(DP * PP)}
     for d in docs.values():
