@@ -156,7 +156,7 @@ def test_a_send_that_waited_in_its_launch_starts_at_the_launch(tmp_path):
                 e["tid"], e["dur"] = 9, 5 * MS
             elif e["name"] == "gloo:send":
                 e["ts"], e["dur"] = e["ts"] + 5 * MS, 0.1 * MS
-    res = build_general(load_ranks(sorted(write_docs(tmp_path, docs).glob("*.json*"))))
+    res = _load(tmp_path, docs)
     p2p = res.ops[res.ops["kind"].isin(["send", "recv"])]
     assert len(p2p) == 8 and (p2p["group"] >= 0).all()
     sends = p2p[p2p["kind"] == "send"]
@@ -223,10 +223,15 @@ def test_equal_sized_groups_tie_break_on_the_closest_ends():
     # overlaps rank 2's (a long wait): pipeline group [0, 2] overlaps too, but its
     # members leave 10 apart where [0, 1]'s leave together.
     rows = [(0, 12.0, 30.0), (1, 25.0, 30.0), (2, 5.0, 20.0), (3, 18.0, 20.0)]
+    assert _one_all_reduce_each(rows, tol_us=1.0) == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3",
+                                                      "pgcfg:2,3"]
+
+
+def _one_all_reduce_each(rows: list[tuple[int, float, float]], tol_us: float) -> list[str]:
+    """assign_pg over one all-reduce per (rank, start, end) in the DP and pipeline groups."""
     c = pd.DataFrame([{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": s,
                        "end": e} for r, s, e in rows])
-    pg = assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=1.0)
-    assert pg.tolist() == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3", "pgcfg:2,3"]
+    return assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=tol_us).tolist()
 
 
 def test_a_collective_takes_one_group_for_all_its_members():
@@ -236,10 +241,8 @@ def test_a_collective_takes_one_group_for_all_its_members():
     # group alone is (1, 3), which rank 1 cannot share (its op is (0, 1)'s): ranks 2 and 3
     # would each be left in a group of one.
     rows = [(0, 0.0, 100.0), (1, 99.0, 100.1), (2, 0.0, 102.0), (3, 99.5, 100.5)]
-    c = pd.DataFrame([{"rank": r, "step": 1, "kind": "all_reduce", "pg": "", "start": s,
-                       "end": e} for r, s, e in rows])
-    pg = assign_pg(c, {r: _groups(r)[1:] for r in range(4)}, tol_us=1000.0)
-    assert pg.tolist() == ["pgcfg:0,1", "pgcfg:0,1", "pgcfg:2,3", "pgcfg:2,3"]
+    assert _one_all_reduce_each(rows, tol_us=1000.0) == ["pgcfg:0,1", "pgcfg:0,1",
+                                                         "pgcfg:2,3", "pgcfg:2,3"]
 
 
 def _unnamed(docs: dict[int, dict]) -> dict[int, dict]:
