@@ -228,8 +228,7 @@ def comm_frame(ev: RankEvents, use_gpu: bool) -> pd.DataFrame:
                     continue
                 if name != "record_param_comms":
                     kind = normalize(name)
-                    peer, at, on = (next(launch_peers[kind], (None, start, None))
-                                    if kind in launch_peers else (None, start, None))
+                    peer, at, on = next(launch_peers.get(kind, iter(())), (None, start, None))
                     if on == tid and at < start:  # its launch waited on this thread
                         start = at
                     args = {} if peer is None else {"Group peer": peer}

@@ -69,6 +69,9 @@ class _Matched:
     """Microseconds added to each rank's times."""
     implausible: np.ndarray
     """Groups whose members were not inside them together: made local."""
+    eager: np.ndarray
+    """Per op of `c`: a send that did not wait for its receive (`eager_sends`; none unless
+    asked for)."""
 
 
 def eager_sends(c: pd.DataFrame, tol: float) -> np.ndarray:
@@ -106,11 +109,11 @@ def _matched(c: pd.DataFrame, events: list[RankEvents], steps: list[int], align:
     latest = c.groupby("group")["start"].transform("max")
     first_end = c.groupby("group")["end"].transform("min")
     late = (c["group"] >= 0) & (latest > first_end + tol)
-    if eager:
-        late &= ~c["group"].isin(c.loc[eager_sends(c, tol), "group"])
+    sends = eager_sends(c, tol) if eager else np.zeros(len(c), bool)
+    late &= ~c["group"].isin(c.loc[sends, "group"])  # their pairs stay matched
     bad = c.loc[late, "group"].unique()
     c.loc[c["group"].isin(bad), "group"] = -1
-    return _Matched(c=c, align=align, offsets=off, implausible=bad)
+    return _Matched(c=c, align=align, offsets=off, implausible=bad, eager=sends)
 
 
 def _match_on_evidence(c: pd.DataFrame, events: list[RankEvents], steps: list[int],

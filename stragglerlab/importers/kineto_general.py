@@ -56,7 +56,7 @@ from stragglerlab.importers.general_async import (
     posted_ahead,
 )
 from stragglerlab.importers.general_comm import NO_STEP, comm_frame
-from stragglerlab.importers.general_groups import eager_sends, match_groups
+from stragglerlab.importers.general_groups import match_groups
 from stragglerlab.importers.general_host import gpu_ops, host_columns
 from stragglerlab.importers.general_ranks import rank_roles
 from stragglerlab.importers.kineto_events import (  # noqa: F401 (load_ranks: re-export)
@@ -222,6 +222,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     tol = match_tolerance_us(durations)
     m = match_groups(c, events, steps, align, base, pg_configs, tol, notes, eager=not use_gpu)
     c, align, off, bad_groups = m.c, m.align, m.offsets, m.implausible
+    c["eager"] = m.eager
     latest = c.groupby("group")["start"].transform("max")
     if bad_groups.size:
         notes.append(f"{bad_groups.size} matched group(s) were implausible (a member ended "
@@ -235,6 +236,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
                          for e in events for k in steps],
                         columns=["rank", "step", "step_start", "start"])
     ends["end"], ends["kind"], ends["group"], ends["transfer"] = ends["start"], STEP_END, -1, 0.0
+    ends["eager"] = False
     ops = pd.concat([c, ends.drop(columns="step_start")], ignore_index=True)
     ops = ops.merge(ends[["rank", "step", "step_start"]], on=["rank", "step"])
     ops["is_end"] = ops["kind"] == STEP_END
@@ -256,7 +258,7 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
         posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool))
         # a send that did not wait for its receive: the rank went on, only the step end
         # waits for it (general_groups.eager_sends)
-        ops["async"] |= posted | eager_sends(ops, tol)
+        ops["async"] |= posted | ops["eager"].to_numpy(bool)
     timed = ops.rename(columns={"start": "start_s", "end": "end_s", "ready": "ready_s"})
     prev_end = pd.Series(previous_points(timed), index=ops.index)
     gap_end = gap_ends(timed)  # the op model's rule, as ops_table checks it
