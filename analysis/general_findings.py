@@ -17,7 +17,12 @@ communication kind. Findings follow from that result and the method alone:
   S 1.146 with both ranks at 1.09) has none;
 * the cause is the kind that carries most of the excess: compute (host or
   device) -> slow-worker; a communication kind -> net-throttle (a slow link
-  and a delayed one read alike here);
+  and a delayed one read alike here). Where the named ranks are every DP rank
+  of one pipeline stage (DP >= 2) and compute carries the excess, the stage
+  is heavier than the others (the ideal loads every stage evenly:
+  analysis/whatif_general.py), not a worker: one stage-imbalance finding
+  names them all. With DP 1 a heavy stage and a slow worker are one rank and
+  read as a slow worker;
 * the steps are those whose per-step S reaches the threshold (all steps when
   none alone does).
 
@@ -65,12 +70,33 @@ def general_findings(summary: WhatIfSummary) -> list[Finding]:
     cause = RootCause.SLOW_WORKER if top == COMPUTE else RootCause.NET_THROTTLE
     per_step = dict(zip(summary.steps.step.tolist(), summary.steps.s.tolist()))
     hot = sorted(k for k, v in per_step.items() if v >= STRAGGLING_S) or sorted(per_step)
+    detail = {"kind": top, "by_kind": kinds, "by_segment_part": dict(summary.by_part),
+              "model": "general", "host_model": summary.host_model}
+    stage = _whole_stage(named, coords)
+    if stage is not None and cause is RootCause.SLOW_WORKER:
+        return [Finding(
+            ranks=[RankRef(rank=r, dp_rank=coords[r][0], stage=coords[r][1])
+                   for r in sorted(named)],
+            first_step=hot[0], last_step=hot[-1], root_cause=RootCause.STAGE_IMBALANCE,
+            confidence=min(1.0, min(by_rank[r] - 1.0 for r in named) / (s - 1.0)),
+            estimated_slowdown=s, detail={**detail, "stage": stage})]
     return [Finding(
         ranks=[RankRef(rank=r, dp_rank=coords.get(r, (r, 0))[0],
                        stage=coords.get(r, (r, 0))[1])],
         first_step=hot[0], last_step=hot[-1], root_cause=cause,
         confidence=min(1.0, (by_rank[r] - 1.0) / (s - 1.0)),
-        estimated_slowdown=by_rank[r],
-        detail={"kind": top, "by_kind": kinds, "by_segment_part": dict(summary.by_part),
-                "model": "general", "host_model": summary.host_model})
+        estimated_slowdown=by_rank[r], detail=detail)
         for r in named]
+
+
+def _whole_stage(named: list[int], coords: dict[int, tuple[int, int]]) -> int | None:
+    """The stage whose every rank, and no other, is named, where there are several stages
+    of two or more DP ranks each; else None."""
+    if not coords or not named:
+        return None
+    stages = {coords[r][1] for r in named}
+    if len(stages) != 1 or len({p for _d, p in coords.values()}) < 2:
+        return None
+    (stage,) = stages
+    members = {r for r, (_d, p) in coords.items() if p == stage}
+    return stage if len(members) >= 2 and members == set(named) else None

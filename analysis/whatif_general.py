@@ -11,6 +11,14 @@
   same work (same kind and message size, or, unsized, the same role and
   position), over every step. T_ideal: that
   simulated; S = T / T_ideal; waste = 1 - 1/S; per-step S_s = T_s / T_ideal_s.
+* Pipelines (stages joined by P2P): the paper pools each compute optype over
+  every stage, so its ideal pipeline is evenly partitioned. Stages run
+  different code, so the general model has no optype across them: it keeps
+  each stage's ideal segments in their pattern and scales them so that every
+  stage computes the mean stage's time in the step (`stage_balance`). A
+  heavy stage then shows in S_stage and M_S, as a partitioning imbalance does
+  in the paper (design.md section 5). Not with the host model (its host parts
+  are waits as well as work).
 * Attribution: S_t = T_ideal(kind t original) / T_ideal for `compute` (the
   gaps) and each communication kind; S_rank, and S_dp / S_stage where the
   layout is known, leaving that rank / DP rank / stage original. `share` =
@@ -47,7 +55,7 @@ from stragglerlab.analysis.regime import low_step_note, regime_change
 from stragglerlab.analysis.settling import settling_note
 from stragglerlab.run.validity import Finding, Reason, Validity, judge
 from stragglerlab.run.whatif_summary import SUMMARY_KEY, WhatIfSummary, summary_of_general
-from stragglerlab.trace.op_model import COMPUTE, STEP_END, gap_ends
+from stragglerlab.trace.op_model import COMPUTE, P2P_KINDS, STEP_END, gap_ends
 
 TOP_WORKERS = 0.03
 """Share of workers W that M_W fixes (rounded up)."""
@@ -145,6 +153,10 @@ class GeneralWhatIf:
     """GPU traces: GPU-busy share of the compute segments (None for CPU traces)."""
     regime_change: dict | None = None
     """A job-wide change of the step time within the trace (analysis.regime), or None."""
+    stage_balance: dict[int, float] = field(default_factory=dict)
+    """Pipelines: stage -> the factor the ideal scales its compute by (mean over steps), so
+    that every stage computes the mean stage's time (module doc); empty where the job is
+    not a pipeline, or with the host model."""
     host_model: bool = False
     """True: the host and the device were modelled apart (stragglerlab.importers.
     general_host: launches, waits, gating ops); False: the chain of the device timeline
@@ -179,6 +191,28 @@ def _chain_length(ops: pd.DataFrame) -> pd.Series:
 def _ideal_gaps(ops: pd.DataFrame, length: pd.Series, stat: str = "mean") -> np.ndarray:
     return ops.groupby([ops["role"], ops["step"], ops["k"], length])["gap_s"] \
         .transform(stat).to_numpy()
+
+
+def _stage_balance(ops: pd.DataFrame, ideal: np.ndarray) -> np.ndarray | None:
+    """Per row, the factor that scales its stage's ideal compute in its step to the mean
+    stage's (the module doc's pipelines); None where the ranks are not pipeline stages:
+    no layout, one stage, or no matched P2P op between two stages."""
+    stage = ops["stage"].to_numpy()
+    if (stage < 0).any() or np.unique(stage).size < 2:
+        return None
+    rank = ops["rank"].to_numpy()
+    stage_of = pd.Series(stage, index=rank).groupby(level=0).first()
+    peer = ops["peer"].to_numpy()
+    p2p = (ops["kind"].isin(P2P_KINDS).to_numpy() & (ops["group"].to_numpy() >= 0)
+           & np.isin(peer, stage_of.index.to_numpy()))
+    if not (stage_of.reindex(peer[p2p]).to_numpy() != stage[p2p]).any():
+        return None
+    per_rank = pd.Series(ideal).groupby([stage, ops["step"].to_numpy(), rank]).sum()
+    per_stage = per_rank.groupby(level=[0, 1]).mean()
+    target = per_stage.groupby(level=1).transform("mean")
+    factor = (target / per_stage).where(per_stage > 0, 1.0)
+    rows = pd.MultiIndex.from_arrays([stage, ops["step"].to_numpy()])
+    return factor.reindex(rows).to_numpy(float)
 
 
 def _ideal_transfers(ops: pd.DataFrame, length: pd.Series | None = None) -> np.ndarray:
@@ -368,8 +402,14 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     sched = schedule(ops)
     length = _chain_length(ops)
     hd = _host_parts(ops, length, compute_ideal)
-    gap = ((ops["gap_s"].to_numpy(float), _ideal_gaps(ops, length, compute_ideal))
-           if hd is None else hd.pop("device_s"))
+    balance = None
+    if hd is None:
+        ideal_gap = _ideal_gaps(ops, length, compute_ideal)
+        balance = _stage_balance(ops, ideal_gap)
+        gap = (ops["gap_s"].to_numpy(float),
+               ideal_gap if balance is None else ideal_gap * balance)
+    else:
+        gap = hd.pop("device_s")
     transfer = (ops["transfer_s"].to_numpy(float), _ideal_transfers(ops, length))
     step_end = ops["kind"].to_numpy() == STEP_END
     sim_kw = {} if hd is None else {"host": hd, "step_end": step_end}
@@ -435,6 +475,8 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
     fix = simulate_masks(sched, gap, transfer, np.stack(fg, 1), np.stack(fg, 1),
                          **sim_kw).mean(axis=0)
     parts = _segment_parts(ops, length, compute_ideal)
+    if parts is not None and balance is not None:  # the parts of the balanced ideal
+        parts = (parts[0], parts[1], parts[2] * balance, parts[3] * balance)
     by_part, busy_share = {}, None
     if hd is not None and T_ideal > 0:  # host parts original / device parts original
         t = np.repeat(transfer[1][:, None], 2, axis=1)
@@ -502,4 +544,7 @@ def whatif_general(ops: pd.DataFrame, compute_ideal: str = "mean", report: dict 
         worker_coords={int(r): list(coords[r]) for r in ranks} if has_layout else {},
         entry_skew_s={int(r): float(v) for r, v in skew.items()},
         regime_change=None if regime is None else regime.to_dict(), host_model=hd is not None,
+        stage_balance={} if balance is None else {
+            int(p): float(f) for p, f in
+            pd.Series(balance).groupby(ops["stage"].to_numpy()).mean().items()},
         by_segment_part=by_part, gpu_busy_share=busy_share)

@@ -384,6 +384,10 @@ def print_general_whatif(wi, notes: list[str]) -> None:
                                     for k, v in wi.by_kind.items()))
     top = sorted(wi.by_rank.items(), key=lambda kv: -kv[1])[:8]
     print("  by rank (top): " + ", ".join(f"rank {k} {v:.4f}" for k, v in top))
+    if wi.by_stage and wi.stage_balance:
+        print("  by stage (the ideal's stages evenly loaded: compute x "
+              + ", ".join(f"{f:.2f}" for f in wi.stage_balance.values()) + "): "
+              + ", ".join(f"stage {k} {v:.4f}" for k, v in wi.by_stage.items()))
     m_s = "n/a" if wi.M_S is None else f"{wi.M_S:.3f}"
     print(f"  M_W {wi.M_W:.3f} (W = ranks {wi.top_workers}), M_S {m_s}")
     for note in notes:

@@ -26,7 +26,13 @@ Evidence per op (µs):
   chain goes on from its start, and the first later op that starts after its
   end waits for it (`wait_k`, the latest such position over the same work):
   the program needs a P2P op's data, or its buffer, before its next op, not
-  only at the step's end.
+  only at the step's end. Where that op's gap began before the posted op
+  ended and the rank computed through it (its backward ops cover ASYNC_BUSY
+  of the gap up to that end), the gap's work did not need the data (a
+  pipeline's stage runs a microbatch's backward while the next microbatch's
+  activations arrive): the op after it waits instead. Made the waiter, the
+  gap's compute would start only when the peer's data arrived, and the
+  peer's work would lie on the rank's critical path.
 
 Decisions pool the evidence over the ops doing the same work (same role, step,
 position k and chain length, as the ideal does; where ranks hold other kinds
@@ -145,12 +151,15 @@ def _work(ops: pd.DataFrame) -> list:
     return [ops["role"], ops["step"], ops["k"], length]
 
 
-def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarray,
-                                                                      np.ndarray]:
+def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray,
+                 activity: dict[int, np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """(posted, wait_k) per row of the importer's table (sorted by rank, step, k; µs
     columns start, end; `asynchronous` from decide_async): the P2P rows posted ahead or
     async, and the position of the row that waits for each (see the module doc); wait_k
-    is -1 where a row is not posted."""
+    is -1 where a row is not posted. `activity`: per rank, (n, 2) start and end (µs, the
+    table's clock) of its backward ops, the evidence that a gap computed through a posted
+    op's end (none: the first op starting after the end waits)."""
     n = len(ops)
     start, end = ops["start"].to_numpy(float), ops["end"].to_numpy(float)
     kind = ops["kind"].to_numpy()
@@ -179,6 +188,9 @@ def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarra
     j = np.maximum(j, np.arange(n) + 1)
     last = np.flatnonzero(~same)  # each chain's last row (its step end)
     j = np.minimum(j, last[chain])
+    if activity:
+        j = _computed_through(ops, posted, j, last[chain], np.where(asynchronous | posted,
+                                                                    start, end), activity)
     k = ops["k"].to_numpy(np.int64)
     # The same work waits at one position, the latest any of its ranks shows: a rank whose
     # op was still running when an op began did not need it before that op (one program),
@@ -186,3 +198,28 @@ def posted_ahead(ops: pd.DataFrame, asynchronous: np.ndarray) -> tuple[np.ndarra
     wait = pd.Series(np.where(posted, k[j], -1), index=ops.index).groupby(
         work).transform("max")
     return posted, np.where(posted, wait.to_numpy(np.int64), -1)
+
+
+def _computed_through(ops: pd.DataFrame, posted: np.ndarray, j: np.ndarray, last: np.ndarray,
+                      point: np.ndarray, activity: dict[int, np.ndarray]) -> np.ndarray:
+    """`j` (each row's first later row starting after its end) moved one row on for the
+    posted rows whose waiter's gap began before their end and computed through it: the
+    rank's backward ops cover ASYNC_BUSY of [gap start, end] (see the module doc)."""
+    end = ops["end"].to_numpy(float)
+    rank = ops["rank"].to_numpy()
+    cand = np.flatnonzero(posted & (j < last))
+    gap_start = point[j[cand] - 1]  # where the waiter's gap began: its predecessor's point
+    cand, gap_start = cand[gap_start < end[cand]], gap_start[gap_start < end[cand]]
+    if not cand.size:
+        return j
+    busy = np.zeros(cand.size)
+    for r in np.unique(rank[cand]).tolist():
+        a = activity.get(int(r))
+        if a is None or not len(a):
+            continue
+        m = rank[cand] == r
+        busy[m] = busy_union(a, gap_start[m], end[cand[m]])
+    through = busy >= ASYNC_BUSY * (end[cand] - gap_start)
+    out = j.copy()
+    out[cand[through]] = np.minimum(j[cand[through]] + 1, last[cand[through]])
+    return out

@@ -255,7 +255,8 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     ops["async"], ops["serial"], ops["ready"] = decide_async(ops, use_gpu)
     ops["wait_k"] = -1
     if not use_gpu:  # a helper thread's P2P posted ahead (GPU: NCCL streams say it)
-        posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool))
+        activity = {e.rank: e.activity[:, :2] + (base[e.rank] + off[e.rank]) for e in events}
+        posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool), activity)
         # a send that did not wait for its receive: the rank went on, only the step end
         # waits for it (general_groups.eager_sends)
         ops["async"] |= posted | ops["eager"].to_numpy(bool)

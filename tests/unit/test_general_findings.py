@@ -35,4 +35,25 @@ def test_an_excess_every_rank_carries_alike_names_nobody():
     assert general_findings(two) == []
     # the same with a third rank that carries none of it: two stragglers, both named
     three = dataclasses.replace(s, S=1.146, by_rank={0: 1.087, 1: 1.093, 2: 1.0})
-    assert sorted(f.ranks[0].rank for f in general_findings(three)) == [0, 1]
+    assert sorted(r.rank for f in general_findings(three) for r in f.ranks) == [0, 1]
+
+
+def test_every_dp_rank_of_one_stage_is_a_heavy_stage():
+    # stage 1 of DP 2 x PP 2 (ranks 2 and 3) carries the excess alike, in compute: the
+    # stage, not two workers (the ideal loads every stage evenly)
+    s = _summary(2)
+    heavy = dataclasses.replace(s, S=1.2, by_rank={0: 1.0, 1: 1.01, 2: 1.19, 3: 1.18},
+                                by_kind={"compute": 1.18, "send": 1.01})
+    found = general_findings(heavy)
+    assert len(found) == 1 and found[0].root_cause.value == "stage-imbalance"
+    assert sorted(r.rank for r in found[0].ranks) == [2, 3]
+    assert {r.stage for r in found[0].ranks} == {1}
+    # the same ranks in a communication kind: each is named for its link
+    slow_link = dataclasses.replace(heavy, by_kind={"compute": 1.01, "send": 1.18})
+    assert [f.root_cause.value for f in general_findings(slow_link)] == ["net-throttle"] * 2
+    # one rank of two stages of one rank each (DP 1): a slow worker
+    ops = general_ops_at_dp(1, pp=2, steps=6)
+    ops["gap_s"] = np.where(ops["rank"] == 1, 0.016, 0.01)
+    pp = dataclasses.replace(whatif_general(ops, force=True).summary(), S=1.2,
+                             by_rank={0: 1.0, 1: 1.19}, by_kind={"compute": 1.18})
+    assert [f.root_cause.value for f in general_findings(pp)] == ["slow-worker"]

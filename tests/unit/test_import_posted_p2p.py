@@ -174,3 +174,83 @@ def test_the_import_says_how_many_p2p_ops_it_read_as_posted(tmp_path, capsys):
                  str(tmp_path / "out"), "--quiet"]) == 0
     # stage 0's receive of microbatch 0's gradient, in each of the three steps
     assert ", 3 P2P posted ahead" in capsys.readouterr().out
+
+
+def _one_f_one_b(rank: int, steps=(3, 4, 5)) -> dict:
+    """A PP 2 job, two microbatches, 1F1B: stage 1 posts the receive of microbatch 1's
+    activations as its forward F0 ends and computes backward B0 while they arrive (stage 0's
+    F1 is slower, FS1 ms); it waits for them only before F1 (times in ms from the step's
+    start)."""
+    ev, FS1 = [], 15.0
+    for i, k in enumerate(steps):
+        t0 = 1e6 + i * 70.0 * MS
+
+        def at(ms, t0=t0):
+            return t0 + ms * MS
+        ev.append(_x(f"ProfilerStep#{k}", t0, 61.0 * MS, cat="user_annotation"))
+        f1 = 10.1 + FS1 + W  # stage 0's send f1 ends
+        if rank == 0:
+            ev.append(_x("aten::mm", at(0.0), F * MS))
+            _p2p(ev, "send", 1, at(F), at(F + W))
+            ev.append(_x("aten::mm", at(F + W), FS1 * MS))
+            _p2p(ev, "send", 1, at(f1 - W), at(f1))
+            _p2p(ev, "recv", 1, at(f1), at(30.3))  # blocking: the rank waits for b0
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0", at(30.3), B * MS))
+            _p2p(ev, "recv", 1, at(40.3), at(50.4))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0", at(50.4), B * MS))
+        else:
+            _p2p(ev, "recv", 0, at(0.05), at(F + W))
+            ev.append(_x("aten::mm", at(F + W), F * MS))
+            # posted from the main thread (its work range on the backend's): arrives while
+            # the main thread runs B0
+            ev.append(_x("c10d::recv_", at(20.15), 20.0, **{"Concrete Inputs": ["", "", "0",
+                                                                                 ""]}))
+            ev.append(_x("gloo:recv", at(20.15) + 20.0, (f1 - 20.15) * MS - 20.0,
+                         cat="user_annotation", tid=POSTER))
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0", at(20.2),
+                         B * MS))
+            _p2p(ev, "send", 0, at(30.2), at(30.3))
+            ev.append(_x("aten::mm", at(30.3), F * MS))  # F1 needs f1
+            ev.append(_x("autograd::engine::evaluate_function: MmBackward0", at(40.3),
+                         B * MS))
+            _p2p(ev, "send", 0, at(50.3), at(50.4))
+    return {"schemaVersion": 1, "traceEvents": ev, "host_name": "node0",
+            "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}}
+
+
+def test_a_gap_that_computed_through_a_posted_receive_did_not_wait_for_it(tmp_path):
+    """Stage 1's receive of f1 ends while its backward B0 runs: B0 did not need it, F1
+    (the gap after the send of b0) does. Waited for at the send of b0, B0 would start only
+    when stage 0's slower F1 ended, and stage 0's forward would lie on stage 1's path."""
+    folder = write_docs(tmp_path, {r: _one_f_one_b(r) for r in range(2)})
+    ops = build_general(load_ranks(sorted(folder.glob("*.json")))).ops
+    s1 = ops[ops["rank"] == 1].set_index(["step", "k"])
+    recv_f1 = s1.xs(1, level="k")
+    assert (recv_f1["kind"] == "recv").all() and (recv_f1["wait_k"] == 3).all()
+    # the send of b0's gap is all of B0: from the receive's work range (20.17 ms, launched
+    # 20 us before on another thread) to the send (30.2 ms), not from f1's arrival (25.2)
+    assert s1.xs(2, level="k")["gap_s"].to_numpy() == pytest.approx(10.03e-3, abs=2e-6)
+    # the send of b1's gap is F1 and B1, from the send of b0's end (f1 had arrived)
+    assert s1.xs(3, level="k")["gap_s"].to_numpy() == pytest.approx(2 * F / 1e3, abs=2e-6)
+    # stage 0 idled in its blocking receive of b0: nothing there moves
+    assert not (ops.loc[ops["rank"] == 0, "wait_k"] >= 0).any()
+    wi = whatif_general(ops)
+    assert wi.released_groups == 0 and abs(wi.discrepancy) < 1e-3
+
+
+def test_posted_ahead_moves_the_wait_past_a_gap_that_computed_through():
+    # rank 0 computes (backward activity) through its posted recv's end: the op after the
+    # send waits; rank 1 (another role) idles before its recv's end: the send waits
+    rows = []
+    for r in (0, 1):
+        rows += [(r, r, 0, "recv", 0.0, 3.0), (r, r, 1, "send", 5.0, 5.5),
+                 (r, r, 2, "send", 8.0, 8.5), (r, r, 3, "step-end", 9.0, 9.0)]
+    ops = pd.DataFrame(rows, columns=["rank", "role", "k", "kind", "start", "end"]).assign(
+        step=1, group=0)
+    asy = np.zeros(len(ops), bool)
+    asy[[0, 4]] = True
+    act = {0: np.array([[0.2, 4.9]]), 1: np.array([[2.5, 4.9]])}  # rank 1: 0.5 of 3.0 busy
+    _, wait = posted_ahead(ops, asy, act)
+    assert wait[[0, 4]].tolist() == [2, 1]
+    _, wait = posted_ahead(ops, asy)  # no activity traced: the first op after the end
+    assert wait[[0, 4]].tolist() == [1, 1]
