@@ -253,9 +253,10 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     else:
         ops["role"] = rank_roles(ops)
     ops["async"], ops["serial"], ops["ready"] = decide_async(ops, use_gpu)
+    shift = {e.rank: base[e.rank] + off[e.rank] for e in events}  # own clock -> the table's
     ops["wait_k"] = -1
     if not use_gpu:  # a helper thread's P2P posted ahead (GPU: NCCL streams say it)
-        activity = {e.rank: e.activity[:, :2] + (base[e.rank] + off[e.rank]) for e in events}
+        activity = {e.rank: e.activity[:, :2] + shift[e.rank] for e in events}
         posted, ops["wait_k"] = posted_ahead(ops, ops["async"].to_numpy(bool), activity)
         # a send that did not wait for its receive: the rank went on, only the step end
         # waits for it (general_groups.eager_sends)
@@ -268,13 +269,12 @@ def build_general(events: list[RankEvents], layout: Layout | None = None,
     host = {c: np.full(len(ops), np.nan) for c in HOST_COLUMNS} if use_gpu else None
     for e in events:
         m = (ops["rank"] == e.rank).to_numpy()
-        shift = base[e.rank] + off[e.rank]
         # float: a rank with no communication op leaves the concatenated columns object
-        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - shift
-        b = gap_end.astype(float)[m] - shift
+        a = prev_end.fillna(ops["step_start"]).to_numpy(float)[m] - shift[e.rank]
+        b = gap_end.astype(float)[m] - shift[e.rank]
         ops.loc[m, "busy_s"] = busy_union(e.kernels, a, b) / 1e6
         if host is not None:
-            for col, v in _host_of(e, ops[m], a, b, shift, base[e.rank]).items():
+            for col, v in _host_of(e, ops[m], a, b, shift[e.rank], base[e.rank]).items():
                 host[col][m] = v / 1e6
     t0 = ops["start"].min()
     out = pd.DataFrame({

@@ -32,11 +32,13 @@ F, B, W = 10.0, 10.0, 0.1  # ms: forward, backward, a send's wire time
 POSTER = 5
 
 
-def _p2p(ev: list, kind: str, peer: int, post: float, end: float) -> None:
+def _p2p(ev: list, kind: str, peer: int, post: float, end: float,
+         launch_tid: int = POSTER) -> None:
     """A P2P op on the poster thread: the c10d launch (with the peer as torch records it
-    under record_shapes) and the backend's work range from post to completion (µs)."""
+    under record_shapes; on `launch_tid`) and the backend's work range from post to
+    completion (µs)."""
     launch = "c10d::send" if kind == "send" else "c10d::recv_"
-    ev.append(_x(launch, post, 20.0, tid=POSTER,
+    ev.append(_x(launch, post, 20.0, tid=launch_tid,
                  **{"Concrete Inputs": ["", "", str(peer), ""]}))
     ev.append(_x(f"gloo:{kind}", post + 20.0, end - post - 20.0, cat="user_annotation",
                  tid=POSTER))
@@ -203,10 +205,7 @@ def _one_f_one_b(rank: int, steps=(3, 4, 5)) -> dict:
             ev.append(_x("aten::mm", at(F + W), F * MS))
             # posted from the main thread (its work range on the backend's): arrives while
             # the main thread runs B0
-            ev.append(_x("c10d::recv_", at(20.15), 20.0, **{"Concrete Inputs": ["", "", "0",
-                                                                                 ""]}))
-            ev.append(_x("gloo:recv", at(20.15) + 20.0, (f1 - 20.15) * MS - 20.0,
-                         cat="user_annotation", tid=POSTER))
+            _p2p(ev, "recv", 0, at(20.15), at(f1), launch_tid=1)
             ev.append(_x("autograd::engine::evaluate_function: MmBackward0", at(20.2),
                          B * MS))
             _p2p(ev, "send", 0, at(30.2), at(30.3))
